@@ -1,0 +1,157 @@
+package storage
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Broker sizes. A watcher that has WatchBuffer events not yet taken is cut off
+// with ErrWatchReset rather than ever blocking a writer.
+const (
+	WatchBuffer  = 256
+	WatchHistory = 64 // events kept per watched session, for resuming watches
+)
+
+// Broker fans a backend's change events out to subscriptions. Backends call
+// Publish once for every revision bump, in revision order per session (for
+// instance under the session's write lock), and call Subscribe under the same
+// lock so that no event falls between the revision read and the subscription.
+//
+// History (for resuming with a fromRevision in the past) is kept only for
+// sessions that have had a subscriber since the broker started, WatchHistory
+// events each, so unwatched sessions cost nothing.
+type Broker struct {
+	mu      sync.Mutex // guards everything below
+	subs    map[string]map[*Subscription]struct{}
+	history map[string][]Event
+	closed  bool
+}
+
+// NewBroker returns an empty broker.
+func NewBroker() *Broker {
+	return &Broker{
+		subs:    make(map[string]map[*Subscription]struct{}),
+		history: make(map[string][]Event),
+	}
+}
+
+// Subscription receives a session's events until it ends: Events is closed
+// after the last one, and Err then says why (nil after EventDeleted or Close;
+// ErrWatchReset when the subscriber fell behind; ErrClosed when the store
+// closed).
+type Subscription struct {
+	broker    *Broker
+	sessionID string
+	ch        chan Event
+	once      sync.Once
+	err       error // set before ch is closed
+}
+
+// Events returns the channel of events, closed when the subscription ends.
+func (s *Subscription) Events() <-chan Event { return s.ch }
+
+// Err says why the subscription ended; valid once Events is closed.
+func (s *Subscription) Err() error { return s.err }
+
+// Close ends the subscription. Safe to call more than once.
+func (s *Subscription) Close() {
+	s.broker.mu.Lock()
+	defer s.broker.mu.Unlock()
+	s.broker.endLocked(s, nil)
+}
+
+// Subscribe starts a subscription to sessionID, whose revision is current,
+// for events after from (0 means from now). It replays kept history between
+// from and current; ErrWatchReset if from is newer than current or older than
+// the history kept.
+func (b *Broker) Subscribe(sessionID string, current, from uint64) (*Subscription, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	if from == 0 {
+		from = current
+	}
+	if from > current {
+		return nil, fmt.Errorf("from_revision %d is newer than the session's revision %d: %w", from, current, ErrWatchReset)
+	}
+	var replay []Event
+	if from < current {
+		hist := b.history[sessionID]
+		if len(hist) == 0 || hist[0].Revision > from+1 || hist[len(hist)-1].Revision != current {
+			return nil, fmt.Errorf("from_revision %d is older than the history kept: %w", from, ErrWatchReset)
+		}
+		for _, ev := range hist {
+			if ev.Revision > from {
+				replay = append(replay, ev)
+			}
+		}
+	}
+	s := &Subscription{broker: b, sessionID: sessionID, ch: make(chan Event, WatchBuffer)}
+	for _, ev := range replay {
+		s.ch <- ev // fits: WatchHistory < WatchBuffer
+	}
+	if b.subs[sessionID] == nil {
+		b.subs[sessionID] = make(map[*Subscription]struct{})
+	}
+	b.subs[sessionID][s] = struct{}{}
+	if _, ok := b.history[sessionID]; !ok {
+		b.history[sessionID] = []Event{}
+	}
+	return s, nil
+}
+
+// Publish delivers ev to sessionID's subscribers and keeps it in the
+// session's history if the session is watched. An EventDeleted ends every
+// subscription to the session and forgets its history.
+func (b *Broker) Publish(sessionID string, ev Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	if hist, ok := b.history[sessionID]; ok && ev.Type != EventDeleted {
+		if len(hist) == WatchHistory {
+			hist = append(hist[:0:0], hist[1:]...)
+		}
+		b.history[sessionID] = append(hist, ev)
+	}
+	for s := range b.subs[sessionID] {
+		select {
+		case s.ch <- ev:
+			if ev.Type == EventDeleted {
+				b.endLocked(s, nil)
+			}
+		default:
+			b.endLocked(s, fmt.Errorf("watcher fell %d events behind: %w", WatchBuffer, ErrWatchReset))
+		}
+	}
+	if ev.Type == EventDeleted {
+		delete(b.history, sessionID)
+	}
+}
+
+// Close ends every subscription with ErrClosed.
+func (b *Broker) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for _, set := range b.subs {
+		for s := range set {
+			b.endLocked(s, ErrClosed)
+		}
+	}
+}
+
+func (b *Broker) endLocked(s *Subscription, err error) {
+	s.once.Do(func() {
+		s.err = err
+		close(s.ch)
+		set := b.subs[s.sessionID]
+		delete(set, s)
+		if len(set) == 0 {
+			delete(b.subs, s.sessionID)
+		}
+	})
+}

@@ -1,0 +1,318 @@
+// Package storage defines the Store interface that every sessiond backend
+// implements, its plain Go request and option types, and its sentinel errors.
+//
+// The server translates gRPC requests into these types and knows nothing of
+// files or SQL; backends know nothing of RPC. The one protobuf type used here
+// is the generated Message: messages are stored as their protobuf encoding so
+// that fields unknown to this version of the daemon survive a round trip.
+//
+// # Concurrency
+//
+// Every Store method is safe for concurrent use. Writes to one session are
+// serialised: a write without an expected revision is applied after every
+// earlier write to that session. Writes to different sessions may run in
+// parallel. A reader sees a session either before or after a write, never
+// half of one.
+//
+// # Durability
+//
+// When a method that writes returns nil, the change is on stable storage
+// (fsync'd files, or a committed transaction), and survives kill -9 of the
+// process. A write that returns an error changed nothing.
+//
+// # Revisions and idempotency
+//
+// A new session has revision 1; every change bumps it by one. A write that
+// changes nothing (an append whose messages are all already there with the
+// same content, a save or update that sets what is already stored, a rewind to
+// the current length) is a no-op: it returns the current state, bumps nothing
+// and notifies no watcher. The no-op check comes before the expected-revision
+// check, so a retry of a write that landed succeeds. A non-zero
+// ExpectedRevision that differs from the session's revision is ErrConflict.
+//
+// # Errors
+//
+// Methods return errors that wrap exactly one of the sentinels below, with
+// context (which field, which session). Callers test them with errors.Is.
+// Any other error is internal.
+package storage
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+// Sentinel errors. Backends wrap them with fmt.Errorf("...: %w", ErrX).
+var (
+	// ErrNotFound: no session with that id or alias in the namespace.
+	ErrNotFound = errors.New("session not found")
+	// ErrAliasInUse: another session of the namespace has that alias.
+	ErrAliasInUse = errors.New("alias in use")
+	// ErrAlreadyExists: a session with that id exists (in any namespace) and
+	// the create was not an exact retry.
+	ErrAlreadyExists = errors.New("session already exists")
+	// ErrMessageConflict: an appended message id is already in the session
+	// with other content, or a batch mixes stored and new messages.
+	ErrMessageConflict = errors.New("message id in use with other content")
+	// ErrConflict: the expected revision did not match the session's.
+	ErrConflict = errors.New("revision conflict")
+	// ErrInvalid: a request field is malformed or out of range; the message
+	// names the field.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrNoSpace: the storage device is full; nothing was written.
+	ErrNoSpace = errors.New("no space left on storage")
+	// ErrDataLoss: the session's stored bytes failed their checksum or are
+	// unreadable; other sessions are unaffected.
+	ErrDataLoss = errors.New("stored session is damaged")
+	// ErrWatchReset: a watch cannot continue from the requested revision
+	// (history not kept, revision in the future, or the watcher fell behind):
+	// reload the session, then watch from its current revision.
+	ErrWatchReset = errors.New("watch must reload")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("store closed")
+	// ErrLocked: another process holds the store (its data dir lock).
+	ErrLocked = errors.New("store is locked by another process")
+)
+
+// Ref names one session: by ID when ID is set, else by Alias.
+type Ref struct {
+	Namespace string
+	ID        string
+	Alias     string
+}
+
+// ForkOrigin says which session (same namespace) a fork was made from.
+type ForkOrigin struct {
+	SessionID    string
+	MessageCount int64
+}
+
+// Session is a session's metadata. Maps are never shared with the store:
+// callers may modify what they are given.
+type Session struct {
+	ID           string
+	Namespace    string
+	Alias        string
+	Title        string
+	Summary      string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	Revision     uint64
+	MessageCount int64
+	Metadata     map[string]string
+	Labels       map[string]string
+	Parent       *ForkOrigin // nil unless forked or imported with a parent
+}
+
+// CreateRequest creates a session.
+type CreateRequest struct {
+	Namespace string
+	// ID is an optional client-chosen UUID. If a session with this ID already
+	// exists in Namespace at revision 1 with the same alias, title, summary,
+	// metadata, labels, parent and messages, Create returns it (a retried
+	// create); otherwise an existing ID is ErrAlreadyExists.
+	ID       string
+	Alias    string
+	Title    string
+	Summary  string
+	Metadata map[string]string
+	Labels   map[string]string
+	Messages []*sessiondv1.Message
+	// CreatedAt defaults to now; set by imports.
+	CreatedAt time.Time
+	// Parent is set by imports of forked sessions.
+	Parent *ForkOrigin
+}
+
+// LoadOptions selects which messages Load returns.
+type LoadOptions struct {
+	Offset int64 // messages to skip from the start
+	Limit  int64 // at most this many; 0 means all
+	Tail   bool  // the last Limit messages instead; Offset must be 0
+}
+
+// Cursor is a position in the list order (UpdatedAt newest first, then ID
+// ascending). A listing with After set resumes just after that position.
+type Cursor struct {
+	UpdatedAt time.Time
+	ID        string
+}
+
+// ListOptions filters a listing. Zero values do not filter.
+type ListOptions struct {
+	Namespace     string
+	AliasPrefix   string
+	Labels        map[string]string // every pair must match
+	UpdatedAfter  time.Time         // exclusive
+	UpdatedBefore time.Time         // exclusive
+	Limit         int64             // 0 means all
+	After         *Cursor
+}
+
+// SaveRequest replaces a session's messages, title, summary and metadata.
+type SaveRequest struct {
+	Ref              Ref
+	ExpectedRevision uint64
+	Title            string
+	Summary          string
+	Metadata         map[string]string
+	Messages         []*sessiondv1.Message
+	// CreateIfMissing creates the session (with Ref's ID or Alias) when it
+	// does not exist; the new session has revision 1.
+	CreateIfMissing bool
+}
+
+// AppendRequest appends messages to a session.
+type AppendRequest struct {
+	Ref              Ref
+	ExpectedRevision uint64
+	Messages         []*sessiondv1.Message
+}
+
+// AppendResult is the session's state after an append (or an idempotent no-op).
+type AppendResult struct {
+	Revision     uint64
+	MessageCount int64
+}
+
+// UpdateField selects a field UpdateRequest changes.
+type UpdateField uint8
+
+// The fields UpdateRequest can change.
+const (
+	UpdateAlias UpdateField = 1 << iota // "" removes the alias
+	UpdateTitle
+	UpdateSummary
+	UpdateMetadata
+	UpdateLabels
+)
+
+// UpdateRequest changes the fields named in Fields to the values given.
+type UpdateRequest struct {
+	Ref              Ref
+	ExpectedRevision uint64
+	Fields           UpdateField // at least one
+	Alias            string
+	Title            string
+	Summary          string
+	Metadata         map[string]string
+	Labels           map[string]string
+}
+
+// ForkRequest copies a session's first MessageCount messages (0 = all) into
+// a new session of the same namespace, with Parent set, copying title (unless
+// Title is set), summary, metadata and labels.
+type ForkRequest struct {
+	Ref          Ref
+	MessageCount int64
+	Alias        string
+	Title        string
+}
+
+// RewindRequest keeps a session's first MessageCount messages (0 clears all).
+type RewindRequest struct {
+	Ref              Ref
+	MessageCount     int64
+	ExpectedRevision uint64
+}
+
+// SearchOptions selects what Search looks for.
+type SearchOptions struct {
+	Namespace string
+	Query     string // non-empty; matched case-insensitively
+	Limit     int64  // 0 means all hits
+}
+
+// SearchHit is one match: in the session's title, alias or summary
+// (MessageIndex -1), or in one of its messages' content, text parts or
+// tool-call arguments.
+type SearchHit struct {
+	Session      *Session
+	MessageIndex int64
+	Snippet      string
+}
+
+// EventType says what kind of change an Event reports.
+type EventType uint8
+
+// The kinds of change.
+const (
+	EventAppended EventType = iota + 1 // Messages holds the appended messages
+	EventReplaced                      // save or rewind: reload the messages
+	EventUpdated                       // metadata changed
+	EventDeleted                       // the last event of a subscription
+)
+
+// Event is one change to a session. Session is its metadata after the change.
+type Event struct {
+	Type     EventType
+	Revision uint64
+	Session  *Session
+	Messages []*sessiondv1.Message // for EventAppended only
+}
+
+// Store is a session store. See the package doc for the contracts every
+// method keeps. Every method returns ErrClosed after Close.
+type Store interface {
+	// Create makes a session with revision 1. Errors: ErrInvalid,
+	// ErrAliasInUse, ErrAlreadyExists, ErrNoSpace.
+	Create(ctx context.Context, req CreateRequest) (*Session, error)
+
+	// Get returns a session's metadata. Errors: ErrNotFound, ErrDataLoss.
+	Get(ctx context.Context, ref Ref) (*Session, error)
+
+	// Load returns a session's metadata and the messages opts selects, as one
+	// consistent snapshot. Errors: ErrNotFound, ErrInvalid, ErrDataLoss.
+	Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error)
+
+	// List calls yield for each matching session, newest-updated first, then
+	// by ID; it stops at the first error yield returns and returns it. yield
+	// runs without store locks held, so it may be slow. Errors: ErrInvalid.
+	List(ctx context.Context, opts ListOptions, yield func(*Session) error) error
+
+	// Save replaces a session's messages, title, summary and metadata
+	// atomically (alias and labels are kept). Errors: ErrNotFound,
+	// ErrConflict, ErrInvalid, ErrAliasInUse (CreateIfMissing), ErrNoSpace,
+	// ErrDataLoss.
+	Save(ctx context.Context, req SaveRequest) (*Session, error)
+
+	// Append adds messages atomically. It fills a missing message id with a
+	// new UUID and a missing created_at with the current time. Errors:
+	// ErrNotFound, ErrConflict, ErrMessageConflict, ErrInvalid, ErrNoSpace,
+	// ErrDataLoss.
+	Append(ctx context.Context, req AppendRequest) (AppendResult, error)
+
+	// Update changes the selected metadata fields. Errors: ErrNotFound,
+	// ErrConflict, ErrAliasInUse, ErrInvalid, ErrNoSpace.
+	Update(ctx context.Context, req UpdateRequest) (*Session, error)
+
+	// Delete removes a session. Errors: ErrNotFound, ErrConflict.
+	Delete(ctx context.Context, ref Ref, expectedRevision uint64) error
+
+	// Fork copies a session into a new one. Errors: ErrNotFound, ErrInvalid
+	// (MessageCount beyond the session), ErrAliasInUse, ErrNoSpace, ErrDataLoss.
+	Fork(ctx context.Context, req ForkRequest) (*Session, error)
+
+	// Rewind keeps a session's first messages. Errors: ErrNotFound,
+	// ErrConflict, ErrInvalid (MessageCount beyond the session), ErrNoSpace,
+	// ErrDataLoss.
+	Rewind(ctx context.Context, req RewindRequest) (*Session, error)
+
+	// Search calls yield for each hit, session by session in list order and
+	// within a session in message order (metadata hit first); it stops at the
+	// first error yield returns. A damaged session is skipped. Errors: ErrInvalid.
+	Search(ctx context.Context, opts SearchOptions, yield func(SearchHit) error) error
+
+	// Watch subscribes to a session's changes after fromRevision (0 = from
+	// now). The subscription's first events replay the kept history after
+	// fromRevision. Errors: ErrNotFound, ErrWatchReset (fromRevision older
+	// than the history kept, or newer than the session).
+	Watch(ctx context.Context, ref Ref, fromRevision uint64) (*Subscription, error)
+
+	// Close releases the store; it waits for writes in progress and ends
+	// every subscription with ErrClosed.
+	Close() error
+}
