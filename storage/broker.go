@@ -48,6 +48,8 @@ type Subscription struct {
 }
 
 // Events returns the channel of events, closed when the subscription ends.
+// An Event (its Session and Messages) is shared with every other subscriber
+// of the session and with the replay history: treat it as read-only.
 func (s *Subscription) Events() <-chan Event { return s.ch }
 
 // Err says why the subscription ended; valid once Events is closed.

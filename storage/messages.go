@@ -3,9 +3,11 @@ package storage
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -29,6 +31,11 @@ func PrepareMessages(field string, msgs []*sessiondv1.Message, now time.Time) ([
 		}
 		if _, ok := sessiondv1.Role_name[int32(m.GetRole())]; !ok {
 			return nil, fmt.Errorf("%s.role %d is not a known role: %w", f, m.GetRole(), ErrInvalid)
+		}
+		// Protobuf strings must be UTF-8; refuse here what would otherwise
+		// fail (or panic) later, inside a backend's encoder.
+		if path, bad := invalidUTF8(m.ProtoReflect()); bad {
+			return nil, fmt.Errorf("%s.%s is not valid UTF-8: %w", f, path, ErrInvalid)
 		}
 		for j, tc := range m.GetToolCalls() {
 			if err := ValidateMessageID(fmt.Sprintf("%s.tool_calls[%d].id", f, j), tc.GetId()); err != nil {
@@ -63,4 +70,54 @@ func SameMessage(stored, incoming *sessiondv1.Message) bool {
 		incoming = c
 	}
 	return proto.Equal(stored, incoming)
+}
+
+// invalidUTF8 finds the first string (field, list element, map key or value,
+// nested ones included) of m that is not valid UTF-8 and returns its path.
+func invalidUTF8(m protoreflect.Message) (path string, bad bool) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		name := string(fd.Name())
+		switch {
+		case fd.IsList():
+			l := v.List()
+			for i := range l.Len() {
+				if p, ok := invalidUTF8Value(fd, l.Get(i)); ok {
+					path, bad = fmt.Sprintf("%s[%d]%s", name, i, p), true
+					return false
+				}
+			}
+		case fd.IsMap():
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				if fd.MapKey().Kind() == protoreflect.StringKind && !utf8.ValidString(k.String()) {
+					path, bad = name+" (a key)", true
+					return false
+				}
+				if p, ok := invalidUTF8Value(fd.MapValue(), mv); ok {
+					path, bad = fmt.Sprintf("%s[%q]%s", name, k.String(), p), true
+					return false
+				}
+				return true
+			})
+			return !bad
+		default:
+			if p, ok := invalidUTF8Value(fd, v); ok {
+				path, bad = name+p, true
+				return false
+			}
+		}
+		return true
+	})
+	return path, bad
+}
+
+func invalidUTF8Value(fd protoreflect.FieldDescriptor, v protoreflect.Value) (string, bool) {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		return "", !utf8.ValidString(v.String())
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		if p, bad := invalidUTF8(v.Message()); bad {
+			return "." + p, true
+		}
+	}
+	return "", false
 }

@@ -3,6 +3,8 @@ package storage
 import (
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -66,7 +68,7 @@ func ParseSessionID(field, id string) (string, error) {
 }
 
 // ValidateMessageID checks a client-chosen message or tool-call id: 1-256
-// bytes, no control characters.
+// bytes of UTF-8, no control characters (C0, DEL or C1).
 func ValidateMessageID(field, id string) error {
 	if id == "" {
 		return fmt.Errorf("%s is empty: %w", field, ErrInvalid)
@@ -74,7 +76,12 @@ func ValidateMessageID(field, id string) error {
 	if len(id) > MaxMessageIDBytes {
 		return fmt.Errorf("%s is %d bytes, more than %d: %w", field, len(id), MaxMessageIDBytes, ErrInvalid)
 	}
-	if i := strings.IndexFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 {
+	// Invalid UTF-8 would only fail later, when the message is encoded
+	// (protobuf strings are UTF-8), as an internal error.
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%s is not valid UTF-8: %w", field, ErrInvalid)
+	}
+	if i := strings.IndexFunc(id, unicode.IsControl); i >= 0 {
 		return fmt.Errorf("%s has a control character at byte %d: %w", field, i, ErrInvalid)
 	}
 	return nil
@@ -100,4 +107,27 @@ func ValidateRef(ref Ref) (Ref, error) {
 		return ref, fmt.Errorf("ref names no session: set ref.id or ref.alias: %w", ErrInvalid)
 	}
 	return ref, nil
+}
+
+// ValidateText checks a session's free-text field (title, summary): it must
+// be valid UTF-8, as every protobuf string must, or it could be neither
+// stored as protobuf nor sent to a client.
+func ValidateText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%s is not valid UTF-8: %w", field, ErrInvalid)
+	}
+	return nil
+}
+
+// ValidateStringMap checks metadata or labels: keys and values valid UTF-8.
+func ValidateStringMap(field string, m map[string]string) error {
+	for k, v := range m {
+		if !utf8.ValidString(k) {
+			return fmt.Errorf("%s has a key that is not valid UTF-8: %w", field, ErrInvalid)
+		}
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("%s[%q] is not valid UTF-8: %w", field, k, ErrInvalid)
+		}
+	}
+	return nil
 }

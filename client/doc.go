@@ -1,0 +1,44 @@
+// Package client is the Go SDK of sessiond: a thin, typed wrapper of every
+// SessionStoreService RPC, and a Handle that keeps one conversation and saves
+// it for you.
+//
+//	c, err := client.Dial(ctx, "127.0.0.1:7437") // or "unix:///run/sessiond.sock"
+//	h, err := c.OpenOrCreate(ctx, client.Alias("my-project"), client.WithAutoSave(5*time.Minute))
+//	h.Append(userMsg, assistantMsg) // in memory; each message gets an id
+//	err = h.Save(ctx)               // sends only what is new
+//	err = h.Close(ctx)              // stops auto-save, saves what is left
+//	fmt.Println("resume with", h.ID())
+//
+// # Saving
+//
+// A Handle appends in memory. Save sends the messages the daemon does not
+// have with AppendMessages, guarded by the revision the handle last saw, or
+// the whole session with SaveSession after a local rewrite (SetMessages).
+// The SDK gives every message an id, and the daemon treats a batch it already
+// holds as a no-op, so a save retried after a timeout or a lost connection
+// never duplicates a turn: when the outcome of a write is unknown, the next
+// save sends exactly that write again before anything else.
+//
+// Auto-save (WithAutoSave, WithIdleSave) runs on its own goroutine, skips a
+// clean handle, retries a few times with backoff, and reports failures to
+// WithErrorHandler. Close stops it, then saves with retries until its ctx
+// ends. While the daemon is down, unsaved messages stay in the handle; the
+// first save after it is back sends them once.
+//
+// # Conflicts
+//
+// Two writers on one session: the one that saves second gets ErrConflict
+// (auto-save stops and reports it). Reload fetches the stored messages and
+// puts the handle's unsaved ones after them; the next Save appends them.
+//
+// # Errors
+//
+// Errors wrap a sentinel (ErrNotFound, ErrAliasInUse, ErrMessageConflict,
+// ErrConflict, ErrInvalid, ErrTooLarge, ErrDataLoss, ErrWatchReset,
+// ErrUnavailable, ErrClosed), chosen per RPC from the gRPC code, and the
+// original gRPC status, which status.FromError still finds.
+//
+// # Concurrency
+//
+// Client and Handle are safe for concurrent use.
+package client

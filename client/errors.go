@@ -1,0 +1,157 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Sentinel errors. Every error an RPC returns wraps one of them (when its
+// gRPC code has a meaning here) and the original gRPC status, so callers test
+// errors.Is(err, client.ErrNotFound) and can still reach the status with
+// status.FromError or status.Code.
+var (
+	// ErrNotFound: no session with that id or alias in the namespace.
+	ErrNotFound = errors.New("session not found")
+	// ErrAliasInUse: the alias (or the client-chosen session id) is taken in
+	// CreateSession, UpdateSession, ForkSession or a SaveSession that creates.
+	ErrAliasInUse = errors.New("alias in use")
+	// ErrMessageConflict: AppendMessages carried a message id that the session
+	// already holds with other content, or a mix of stored and new messages.
+	ErrMessageConflict = errors.New("message id in use with other content")
+	// ErrConflict: the session is not at the expected revision; another
+	// writer changed it. A Handle answers it with Reload.
+	ErrConflict = errors.New("revision conflict")
+	// ErrInvalid: a request field is malformed or out of range; the message
+	// names the field.
+	ErrInvalid = errors.New("invalid argument")
+	// ErrTooLarge: a message, frame or field is over a server limit (named in
+	// the message), or the daemon's disk is full.
+	ErrTooLarge = errors.New("over a server limit")
+	// ErrDataLoss: the stored session failed its checksum; the daemon keeps
+	// serving every other session.
+	ErrDataLoss = errors.New("stored session is damaged")
+	// ErrWatchReset: a watch cannot continue; reload the session and watch
+	// again from its current revision.
+	ErrWatchReset = errors.New("watch must reload")
+	// ErrUnavailable: the daemon cannot be reached or is shutting down. Writes
+	// that fail with it may be retried: the SDK's appends are idempotent.
+	ErrUnavailable = errors.New("sessiond unavailable")
+	// ErrClosed: the Client or Handle has been closed.
+	ErrClosed = errors.New("closed")
+)
+
+// rpc names an RPC for error mapping and messages.
+type rpc string
+
+// The RPCs, as error messages name them.
+const (
+	rpcCreate rpc = "CreateSession"
+	rpcGet    rpc = "GetSession"
+	rpcLoad   rpc = "LoadSession"
+	rpcList   rpc = "ListSessions"
+	rpcSave   rpc = "SaveSession"
+	rpcAppend rpc = "AppendMessages"
+	rpcUpdate rpc = "UpdateSession"
+	rpcDelete rpc = "DeleteSession"
+	rpcFork   rpc = "ForkSession"
+	rpcRewind rpc = "RewindSession"
+	rpcSearch rpc = "SearchSessions"
+	rpcWatch  rpc = "WatchSession"
+	rpcInfo   rpc = "GetServerInfo"
+)
+
+// sentinelFor maps a gRPC code back to a sentinel. The meaning of a code
+// depends on the RPC: ALREADY_EXISTS is a taken alias or id where sessions
+// are made or renamed, but a clashing message id in AppendMessages.
+func sentinelFor(op rpc, code codes.Code) error {
+	switch code {
+	case codes.NotFound:
+		return ErrNotFound
+	case codes.AlreadyExists:
+		if op == rpcAppend {
+			return ErrMessageConflict
+		}
+		return ErrAliasInUse
+	case codes.Aborted, codes.FailedPrecondition:
+		// FAILED_PRECONDITION is not in the contract, but a proxy or a
+		// future server may use it for the same "state changed" meaning.
+		return ErrConflict
+	case codes.InvalidArgument:
+		return ErrInvalid
+	case codes.OutOfRange:
+		if op == rpcWatch {
+			return ErrWatchReset
+		}
+		return ErrInvalid
+	case codes.ResourceExhausted:
+		return ErrTooLarge
+	case codes.DataLoss:
+		return ErrDataLoss
+	case codes.Unavailable:
+		return ErrUnavailable
+	}
+	return nil
+}
+
+// mapError turns an RPC error into one that wraps the sentinel for its code
+// (if any), the original status error, and ctx's error when the call ended
+// because ctx did.
+func mapError(ctx context.Context, op rpc, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		if ctx.Err() != nil {
+			return fmt.Errorf("client: %s: %w", op, errors.Join(ctx.Err(), err))
+		}
+		return fmt.Errorf("client: %s: %w", op, err)
+	}
+	code := st.Code()
+	if (code == codes.Canceled || code == codes.DeadlineExceeded) && ctx.Err() != nil {
+		return fmt.Errorf("client: %s: %w: %w", op, ctx.Err(), err)
+	}
+	if s := sentinelFor(op, code); s != nil {
+		return fmt.Errorf("client: %s: %w: %w", op, s, err)
+	}
+	return fmt.Errorf("client: %s: %w", op, err)
+}
+
+// retryable reports whether a write that failed with err may succeed if sent
+// again: the daemon was unreachable, the call timed out, or its outcome is
+// unknown. Conflicts, refusals and closed handles are final.
+func retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, final := range []error{ErrNotFound, ErrAliasInUse, ErrMessageConflict, ErrConflict,
+		ErrInvalid, ErrTooLarge, ErrDataLoss, ErrClosed} {
+		if errors.Is(err, final) {
+			return false
+		}
+	}
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied, codes.Unimplemented:
+		return false
+	}
+	return true
+}
+
+// outcomeKnown reports whether a failed write certainly changed nothing:
+// the server answered with a refusal. Any other failure (a timeout, a lost
+// connection) may have landed, so the same request must be sent again before
+// anything else, which the server then answers as an idempotent no-op.
+func outcomeKnown(err error) bool {
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled, codes.Unavailable, codes.Unknown, codes.Internal:
+		return false
+	}
+	return true
+}

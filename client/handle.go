@@ -1,0 +1,1019 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+// DefaultAutoSaveInterval is the auto-save period of WithAutoSave(0).
+const DefaultAutoSaveInterval = 5 * time.Minute
+
+// DefaultCloseTimeout bounds Close's retries when its ctx has no deadline.
+const DefaultCloseTimeout = 30 * time.Second
+
+// Retry tuning for auto-save and Close. An auto-save round tries a few times
+// and then reports; the next round (the next tick or idle timeout) tries
+// again, so a daemon that stays down is reported every round, never retried
+// silently.
+const (
+	autoSaveAttempts   = 5
+	autoSaveAttemptTTL = 30 * time.Second
+	backoffBase        = 100 * time.Millisecond
+	backoffMax         = 2 * time.Second
+)
+
+type handleOptions struct {
+	autoSave     time.Duration
+	idleSave     time.Duration
+	onError      func(error)
+	noSystem     bool
+	closeTimeout time.Duration
+	alias, title string
+	labels, md   map[string]string
+}
+
+// HandleOption configures a Handle.
+type HandleOption func(*handleOptions)
+
+// WithAutoSave saves the handle every interval (DefaultAutoSaveInterval when
+// interval <= 0) on its own goroutine, when it has something unsaved.
+func WithAutoSave(interval time.Duration) HandleOption {
+	return func(o *handleOptions) {
+		if interval <= 0 {
+			interval = DefaultAutoSaveInterval
+		}
+		o.autoSave = interval
+	}
+}
+
+// WithIdleSave saves the handle once d has passed without an Append (or
+// another change), on the auto-save goroutine. It works with or without
+// WithAutoSave.
+func WithIdleSave(d time.Duration) HandleOption {
+	return func(o *handleOptions) { o.idleSave = d }
+}
+
+// WithErrorHandler receives the failures of auto-save (on the auto-save
+// goroutine; it must not block for long, and must not call Close, which
+// waits for that goroutine). Without it they are logged through the Client's
+// logger.
+func WithErrorHandler(f func(error)) HandleOption {
+	return func(o *handleOptions) { o.onError = f }
+}
+
+// WithoutSystemMessages keeps ROLE_SYSTEM messages appended to the handle
+// local: they are in Messages but never saved, and Rewind counts do not
+// include them.
+func WithoutSystemMessages() HandleOption {
+	return func(o *handleOptions) { o.noSystem = true }
+}
+
+// WithCloseTimeout bounds Close's retries when the ctx given to Close has no
+// deadline (default DefaultCloseTimeout).
+func WithCloseTimeout(d time.Duration) HandleOption {
+	return func(o *handleOptions) { o.closeTimeout = d }
+}
+
+// WithAlias gives a session that New creates an alias.
+func WithAlias(alias string) HandleOption {
+	return func(o *handleOptions) { o.alias = alias }
+}
+
+// WithTitle gives a session that New or OpenOrCreate creates a title.
+func WithTitle(title string) HandleOption {
+	return func(o *handleOptions) { o.title = title }
+}
+
+// WithLabels gives a session that New or OpenOrCreate creates labels.
+func WithLabels(labels map[string]string) HandleOption {
+	return func(o *handleOptions) { o.labels = labels }
+}
+
+// WithSessionMetadata gives a session that New or OpenOrCreate creates
+// metadata.
+func WithSessionMetadata(md map[string]string) HandleOption {
+	return func(o *handleOptions) { o.md = md }
+}
+
+// entry is one message of a handle.
+type entry struct {
+	m *sessiondv1.Message
+	// local marks a system message that WithoutSystemMessages keeps out of
+	// the store.
+	local bool
+}
+
+// Handle is an open session: messages appended to it live in memory until a
+// save (explicit, automatic, or in Close) sends what is new. Every method is
+// safe for concurrent use.
+type Handle struct {
+	c    *Client // in the handle's namespace
+	opts handleOptions
+	base []HandleOption // the options it was opened with, for Fork
+	kick chan struct{}  // Append and Set* wake the idle timer
+
+	// closeMu serialises Close calls and the auto-save goroutine's start and
+	// stop.
+	closeMu  sync.Mutex
+	loopStop context.CancelFunc
+	loopDone chan struct{}
+
+	// saveMu serialises the handle's RPC sequences (saves, Reload, Rewind,
+	// Fork) so that the stored prefix and the revision change in one order.
+	// It is taken before mu, never after.
+	saveMu sync.Mutex
+
+	mu       sync.Mutex // guards everything below
+	id       string
+	alias    string
+	title    string
+	summary  string
+	metadata map[string]string
+	revision uint64
+	entries  []entry
+	ids      map[string]struct{} // ids of entries, to refuse a repeated one
+	// synced: entries[:synced] are stored (or local). Saves send only what
+	// comes after, unless rewrite is set.
+	synced int
+	// rewrite: the entries changed other than by appending (SetMessages), so
+	// the next save replaces the stored messages with SaveSession.
+	rewrite bool
+	gen     uint64 // bumped whenever entries change other than by appending
+	// summaryDirty and metadataDirty say what UpdateSession must send;
+	// metaGen is bumped by every Set*.
+	summaryDirty, metadataDirty bool
+	metaGen                     uint64
+	// uncertain is the last write whose outcome is unknown (a timeout, a lost
+	// connection). The next save sends it again, unchanged, before anything
+	// else: if it had landed, the daemon answers it as an idempotent no-op.
+	uncertain *write
+	// paused holds the final error that stopped auto-save (a conflict, a
+	// refusal); a successful Save or Reload clears it.
+	paused error
+	closed bool
+}
+
+// Open opens an existing session by id or alias, loading its messages. A
+// missing session is ErrNotFound.
+func (c *Client) Open(ctx context.Context, r Ref, opts ...HandleOption) (*Handle, error) {
+	hc := c.In(r.namespace(c.namespace))
+	sess, msgs, err := hc.Load(ctx, r, LoadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return newHandle(hc, sess, msgs, nil, opts), nil
+}
+
+// OpenOrCreate opens the session r names, creating it (with r's alias or id,
+// and the WithTitle, WithLabels and WithSessionMetadata options) when it
+// does not exist yet.
+func (c *Client) OpenOrCreate(ctx context.Context, r Ref, opts ...HandleOption) (*Handle, error) {
+	hc := c.In(r.namespace(c.namespace))
+	h, err := hc.Open(ctx, r, opts...)
+	if !errors.Is(err, ErrNotFound) {
+		return h, err
+	}
+	o := applyOptions(opts)
+	co := CreateOptions{ID: r.id, Alias: r.alias, Title: o.title, Labels: o.labels, Metadata: o.md}
+	if co.ID == "" {
+		co.ID = newID()
+	}
+	sess, err := hc.Create(ctx, co)
+	if errors.Is(err, ErrAliasInUse) && r.alias != "" {
+		// Another client created it between our load and our create.
+		return hc.Open(ctx, r, opts...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newHandle(hc, sess, nil, nil, opts), nil
+}
+
+// New creates a session (with the WithAlias, WithTitle, WithLabels and
+// WithSessionMetadata options) and opens it.
+func (c *Client) New(ctx context.Context, opts ...HandleOption) (*Handle, error) {
+	o := applyOptions(opts)
+	sess, err := c.Create(ctx, CreateOptions{ID: newID(), Alias: o.alias, Title: o.title, Labels: o.labels, Metadata: o.md})
+	if err != nil {
+		return nil, err
+	}
+	return newHandle(c, sess, nil, nil, opts), nil
+}
+
+func applyOptions(opts []HandleOption) handleOptions {
+	var o handleOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.closeTimeout <= 0 {
+		o.closeTimeout = DefaultCloseTimeout
+	}
+	return o
+}
+
+// newID returns a new UUIDv7 (time-ordered, like the server's own ids).
+func newID() string {
+	if u, err := uuid.NewV7(); err == nil {
+		return u.String()
+	}
+	return uuid.NewString()
+}
+
+// localAt is a local entry and how many stored messages come before it.
+type localAt struct {
+	e     entry
+	after int64
+}
+
+// merge interleaves local entries among stored messages at their positions.
+func merge(stored []*sessiondv1.Message, locals []localAt) []entry {
+	out := make([]entry, 0, len(stored)+len(locals))
+	li := 0
+	for i := 0; i <= len(stored); i++ {
+		for li < len(locals) && locals[li].after <= int64(i) {
+			out = append(out, locals[li].e)
+			li++
+		}
+		if i < len(stored) {
+			out = append(out, entry{m: stored[i]})
+		}
+	}
+	for ; li < len(locals); li++ {
+		out = append(out, locals[li].e)
+	}
+	return out
+}
+
+func newHandle(c *Client, sess *Session, stored []*sessiondv1.Message, locals []localAt, opts []HandleOption) *Handle {
+	h := &Handle{
+		c:        c,
+		opts:     applyOptions(opts),
+		base:     slices.Clone(opts),
+		kick:     make(chan struct{}, 1),
+		id:       sess.ID,
+		alias:    sess.Alias,
+		title:    sess.Title,
+		summary:  sess.Summary,
+		metadata: sess.Metadata,
+		revision: sess.Revision,
+	}
+	h.entries = merge(stored, locals)
+	h.synced = len(h.entries)
+	h.ids = make(map[string]struct{}, len(h.entries))
+	for _, e := range h.entries {
+		h.ids[e.m.GetId()] = struct{}{}
+	}
+	h.closeMu.Lock()
+	h.startLoop()
+	h.closeMu.Unlock()
+	return h
+}
+
+// ID returns the session's id: what resumes it.
+func (h *Handle) ID() string { return h.id }
+
+// Namespace returns the session's namespace.
+func (h *Handle) Namespace() string { return h.c.namespace }
+
+// Alias returns the session's alias as last seen, or "".
+func (h *Handle) Alias() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.alias
+}
+
+// Title returns the session's title as last seen.
+func (h *Handle) Title() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.title
+}
+
+// Summary returns the handle's summary.
+func (h *Handle) Summary() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.summary
+}
+
+// Metadata returns a copy of the handle's session metadata.
+func (h *Handle) Metadata() map[string]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.metadata)
+}
+
+// Revision returns the session's revision as of the handle's last exchange
+// with the daemon.
+func (h *Handle) Revision() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.revision
+}
+
+// Messages returns a copy of the handle's messages: stored ones, then unsaved
+// ones, including local system messages.
+func (h *Handle) Messages() []*sessiondv1.Message {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*sessiondv1.Message, len(h.entries))
+	for i, e := range h.entries {
+		out[i] = proto.CloneOf(e.m)
+	}
+	return out
+}
+
+// Unsaved returns how many messages wait for a save.
+func (h *Handle) Unsaved() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rewrite {
+		return h.savable(0, len(h.entries))
+	}
+	return h.savable(h.synced, len(h.entries))
+}
+
+// Dirty reports whether the handle has anything unsaved.
+func (h *Handle) Dirty() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.dirtyLocked()
+}
+
+func (h *Handle) dirtyLocked() bool {
+	return h.uncertain != nil || h.rewrite || h.summaryDirty || h.metadataDirty ||
+		h.savable(h.synced, len(h.entries)) > 0
+}
+
+// savable counts the entries of entries[from:to] that a save sends.
+func (h *Handle) savable(from, to int) int {
+	n := 0
+	for _, e := range h.entries[from:to] {
+		if !e.local {
+			n++
+		}
+	}
+	return n
+}
+
+// Append adds messages to the handle, in memory: each gets a UUID id unless
+// it has one and created_at unless set. The handle keeps copies, so the
+// caller may reuse msgs. A nil message, an unspecified role or an id already
+// in the handle is ErrInvalid, and then nothing is appended.
+func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
+	now := timestamppb.Now()
+	add := make([]entry, 0, len(msgs))
+	seen := make(map[string]struct{}, len(msgs))
+	for i, m := range msgs {
+		if m == nil {
+			return fmt.Errorf("client: append: message %d is nil: %w", i, ErrInvalid)
+		}
+		if m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
+			return fmt.Errorf("client: append: message %d has no role: %w", i, ErrInvalid)
+		}
+		c := proto.CloneOf(m)
+		if c.Id == "" {
+			c.Id = newID()
+		}
+		if c.CreatedAt == nil {
+			c.CreatedAt = now
+		}
+		if _, dup := seen[c.Id]; dup {
+			return fmt.Errorf("client: append: message id %q repeats: %w", c.Id, ErrInvalid)
+		}
+		seen[c.Id] = struct{}{}
+		add = append(add, entry{m: c, local: h.opts.noSystem && c.GetRole() == sessiondv1.Role_ROLE_SYSTEM})
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return fmt.Errorf("client: append: %w", ErrClosed)
+	}
+	for _, e := range add {
+		if _, dup := h.ids[e.m.Id]; dup {
+			return fmt.Errorf("client: append: message id %q is already in the session: %w", e.m.Id, ErrInvalid)
+		}
+	}
+	for _, e := range add {
+		h.ids[e.m.Id] = struct{}{}
+	}
+	h.entries = append(h.entries, add...)
+	h.poke()
+	return nil
+}
+
+// SetMessages replaces the handle's messages (a local rewrite, e.g. after
+// compaction): the next save replaces the stored ones with SaveSession.
+// Messages get ids and created_at as in Append.
+func (h *Handle) SetMessages(msgs ...*sessiondv1.Message) error {
+	now := timestamppb.Now()
+	entries := make([]entry, 0, len(msgs))
+	ids := make(map[string]struct{}, len(msgs))
+	for i, m := range msgs {
+		if m == nil || m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
+			return fmt.Errorf("client: set messages: message %d is nil or has no role: %w", i, ErrInvalid)
+		}
+		c := proto.CloneOf(m)
+		if c.Id == "" {
+			c.Id = newID()
+		}
+		if c.CreatedAt == nil {
+			c.CreatedAt = now
+		}
+		if _, dup := ids[c.Id]; dup {
+			return fmt.Errorf("client: set messages: message id %q repeats: %w", c.Id, ErrInvalid)
+		}
+		ids[c.Id] = struct{}{}
+		entries = append(entries, entry{m: c, local: h.opts.noSystem && c.GetRole() == sessiondv1.Role_ROLE_SYSTEM})
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return fmt.Errorf("client: set messages: %w", ErrClosed)
+	}
+	h.entries, h.ids, h.synced = entries, ids, 0
+	h.rewrite = true
+	h.gen++
+	h.poke()
+	return nil
+}
+
+// SetSummary sets the session's summary; the next save sends it.
+func (h *Handle) SetSummary(summary string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return fmt.Errorf("client: set summary: %w", ErrClosed)
+	}
+	h.summary, h.summaryDirty = summary, true
+	h.metaGen++
+	h.poke()
+	return nil
+}
+
+// SetMetadata replaces the session's metadata; the next save sends it.
+func (h *Handle) SetMetadata(md map[string]string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return fmt.Errorf("client: set metadata: %w", ErrClosed)
+	}
+	h.metadata, h.metadataDirty = maps.Clone(md), true
+	h.metaGen++
+	h.poke()
+	return nil
+}
+
+// poke wakes the idle-save timer. Called with mu held.
+func (h *Handle) poke() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// write is one RPC of a save, built from the handle's state under mu and
+// sent without it.
+type write struct {
+	op       rpc
+	append   *sessiondv1.AppendMessagesRequest
+	save     *sessiondv1.SaveSessionHeader
+	msgs     []*sessiondv1.Message // of a save
+	update   *sessiondv1.UpdateSessionRequest
+	expected uint64
+	end      int    // entries[:end] are stored once it succeeds
+	gen      uint64 // h.gen when it was built; end holds only while equal
+	metaGen  uint64 // h.metaGen when built
+	summary  bool   // carries the summary
+	metadata bool   // carries the metadata
+}
+
+// Save sends what the handle has that the daemon does not: new messages with
+// AppendMessages, or the whole session with SaveSession after SetMessages,
+// then a changed summary or metadata. It returns when the daemon has
+// acknowledged, or with ctx's error. Nothing unsaved is dropped on failure;
+// a later Save sends it again, and never twice. A session changed by another
+// writer is ErrConflict: Reload, then Save.
+func (h *Handle) Save(ctx context.Context) error {
+	h.saveMu.Lock()
+	defer h.saveMu.Unlock()
+	err := h.saveLocked(ctx, false)
+	if err == nil {
+		h.mu.Lock()
+		h.paused = nil
+		h.mu.Unlock()
+	}
+	return err
+}
+
+// errKeptChanging: Close could not catch up with concurrent changes. It is
+// not final, so Close keeps trying until its ctx ends.
+var errKeptChanging = errors.New("client: the handle kept changing during Close")
+
+// saveLocked runs the writes the handle needs, one after another, until
+// everything present when it was called is saved (later appends go along
+// when they are already there). With closeWhenClean it instead saves until
+// the handle is clean and closes it in the same critical section that finds
+// nothing left, so that no Append can slip in between. saveMu must be held.
+func (h *Handle) saveLocked(ctx context.Context, closeWhenClean bool) error {
+	h.mu.Lock()
+	goalLen, goalGen, goalMeta := len(h.entries), h.gen, h.metaGen
+	h.mu.Unlock()
+	// A save needs at most a replay, the messages and the metadata; Close
+	// allows for a few rounds of appends made meanwhile.
+	passes := 4
+	if closeWhenClean {
+		passes = 64
+	}
+	for range passes {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return fmt.Errorf("client: save: %w", ErrClosed)
+		}
+		if !closeWhenClean && h.reachedLocked(goalLen, goalGen, goalMeta) {
+			h.mu.Unlock()
+			return nil
+		}
+		w := h.nextWrite(!closeWhenClean && h.gen == goalGen && h.synced >= goalLen)
+		if w == nil && closeWhenClean {
+			h.closed = true
+		}
+		h.mu.Unlock()
+		if w == nil {
+			return nil
+		}
+		if err := h.send(ctx, w); err != nil {
+			return err
+		}
+	}
+	if closeWhenClean {
+		return errKeptChanging
+	}
+	return fmt.Errorf("client: save %s: still unsaved after %d writes", h.id, passes)
+}
+
+// reachedLocked reports whether what the handle held when a save began
+// (entries[:goalLen] at generation goalGen, metadata at goalMeta) is saved or
+// superseded by a later SetMessages or Set*. Called with mu held.
+func (h *Handle) reachedLocked(goalLen int, goalGen, goalMeta uint64) bool {
+	if h.uncertain != nil {
+		return false
+	}
+	if h.gen == goalGen && (h.rewrite || h.synced < goalLen) {
+		return false
+	}
+	if h.metaGen == goalMeta && (h.summaryDirty || h.metadataDirty) {
+		return false
+	}
+	return true
+}
+
+// nextWrite builds the next RPC a save needs, or nil when the handle is
+// clean. metaFirst sends a changed summary or metadata before new messages:
+// a Save whose messages are out already must not be kept waiting by appends
+// made since. Called with mu held.
+func (h *Handle) nextWrite(metaFirst bool) *write {
+	if h.uncertain != nil {
+		return h.uncertain
+	}
+	if h.rewrite {
+		return h.saveWrite()
+	}
+	if metaFirst {
+		if w := h.updateWrite(); w != nil {
+			return w
+		}
+	}
+	if w := h.appendWrite(); w != nil {
+		return w
+	}
+	return h.updateWrite()
+}
+
+// saveWrite is a SaveSession of every savable entry. Called with mu held.
+func (h *Handle) saveWrite() *write {
+	w := &write{op: rpcSave, expected: h.revision, end: len(h.entries), gen: h.gen,
+		metaGen: h.metaGen, summary: true, metadata: true}
+	w.save = &sessiondv1.SaveSessionHeader{
+		Ref: h.c.ref(ID(h.id)), ExpectedRevision: h.revision,
+		Title: h.title, Summary: h.summary, Metadata: maps.Clone(h.metadata),
+	}
+	for _, e := range h.entries {
+		if !e.local {
+			w.msgs = append(w.msgs, e.m)
+		}
+	}
+	return w
+}
+
+// appendWrite is an AppendMessages of the savable entries after synced, or
+// nil. Called with mu held.
+func (h *Handle) appendWrite() *write {
+	var batch []*sessiondv1.Message
+	for _, e := range h.entries[h.synced:] {
+		if !e.local {
+			batch = append(batch, e.m)
+		}
+	}
+	if len(batch) == 0 {
+		// Only local system messages are new, if anything: nothing to send.
+		h.synced = len(h.entries)
+		return nil
+	}
+	return &write{op: rpcAppend, expected: h.revision, end: len(h.entries), gen: h.gen, metaGen: h.metaGen,
+		append: &sessiondv1.AppendMessagesRequest{Ref: h.c.ref(ID(h.id)), Messages: batch, ExpectedRevision: h.revision}}
+}
+
+// updateWrite is an UpdateSession of a changed summary or metadata, or nil.
+// Called with mu held.
+func (h *Handle) updateWrite() *write {
+	if !h.summaryDirty && !h.metadataDirty {
+		return nil
+	}
+	w := &write{op: rpcUpdate, expected: h.revision, end: h.synced, gen: h.gen, metaGen: h.metaGen,
+		summary: h.summaryDirty, metadata: h.metadataDirty}
+	w.update = &sessiondv1.UpdateSessionRequest{
+		Ref: h.c.ref(ID(h.id)), Session: &sessiondv1.Session{}, UpdateMask: &fieldmaskpb.FieldMask{}, ExpectedRevision: h.revision,
+	}
+	if w.summary {
+		w.update.Session.Summary = h.summary
+		w.update.UpdateMask.Paths = append(w.update.UpdateMask.Paths, "summary")
+	}
+	if w.metadata {
+		w.update.Session.Metadata = maps.Clone(h.metadata)
+		w.update.UpdateMask.Paths = append(w.update.UpdateMask.Paths, "metadata")
+	}
+	return w
+}
+
+// send performs one write and records its outcome.
+func (h *Handle) send(ctx context.Context, w *write) error {
+	var (
+		rev  uint64
+		sess *Session
+		err  error
+	)
+	switch w.op {
+	case rpcAppend:
+		var res AppendResult
+		res, err = h.c.append(ctx, w.append)
+		rev = res.Revision
+	case rpcSave:
+		sess, err = h.c.save(ctx, w.save, w.msgs)
+	case rpcUpdate:
+		sess, err = h.c.update(ctx, w.update)
+	}
+	if sess != nil {
+		rev = sess.Revision
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		if outcomeKnown(err) {
+			if h.uncertain == w {
+				h.uncertain = nil
+			}
+		} else {
+			h.uncertain = w
+		}
+		return fmt.Errorf("save %s: %w", h.id, err)
+	}
+	if h.uncertain == w {
+		h.uncertain = nil
+	}
+	// An answer beyond expected+1 means another writer changed the session
+	// too (our write was a no-op replay, or landed after theirs was
+	// answered). Keep expected+1 so that the next write finds the conflict
+	// instead of silently adopting a session the handle has not seen.
+	h.revision = min(rev, w.expected+1)
+	if sess != nil {
+		h.alias, h.title = sess.Alias, sess.Title
+	}
+	if w.gen == h.gen {
+		h.synced = max(h.synced, w.end)
+		if w.op == rpcSave {
+			h.rewrite = false
+		}
+	}
+	if w.metaGen == h.metaGen {
+		if w.summary {
+			h.summaryDirty = false
+		}
+		if w.metadata {
+			h.metadataDirty = false
+		}
+	}
+	return nil
+}
+
+// saveRetry saves, retrying what may succeed later with exponential backoff
+// and jitter, until it succeeds, fails for good, ctx ends, or (attempts > 0)
+// it has tried that many times. attemptTTL > 0 bounds each attempt.
+func (h *Handle) saveRetry(ctx context.Context, attempts int, attemptTTL time.Duration, closeWhenClean bool) error {
+	delay := backoffBase
+	var prev error // the last failure before ctx ended, which says more
+	for n := 1; ; n++ {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if attemptTTL > 0 {
+			actx, cancel = context.WithTimeout(ctx, attemptTTL)
+		}
+		err := h.saveLocked(actx, closeWhenClean)
+		cancel()
+		if err != nil && ctx.Err() != nil && prev != nil {
+			return fmt.Errorf("%w; before that: %w", err, prev)
+		}
+		if err == nil || !retryable(err) || ctx.Err() != nil || (attempts > 0 && n >= attempts) {
+			return err
+		}
+		prev = err
+		h.c.conn.log.Debug("sessiond save failed; retrying",
+			zap.String("session", h.id), zap.Int("attempt", n), zap.Error(err))
+		wait := delay/2 + rand.N(delay/2+1)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, backoffMax)
+	}
+}
+
+// Reload fetches the stored session and puts the handle's unsaved messages
+// after its messages, to be appended by the next save: the answer to
+// ErrConflict. Unsaved messages the daemon already holds (a save whose answer
+// was lost) count as stored. A local SetMessages not yet saved is dropped in
+// favour of the stored messages; an unsaved summary or metadata is kept.
+func (h *Handle) Reload(ctx context.Context) error {
+	h.saveMu.Lock()
+	defer h.saveMu.Unlock()
+	if err := h.checkOpen("reload"); err != nil {
+		return err
+	}
+	sess, stored, err := h.c.Load(ctx, ID(h.id), LoadOptions{})
+	if err != nil {
+		return fmt.Errorf("reload %s: %w", h.id, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	storedIDs := make(map[string]struct{}, len(stored))
+	for _, m := range stored {
+		storedIDs[m.GetId()] = struct{}{}
+	}
+	entries := merge(stored, h.localsLocked(h.synced, -1))
+	synced := len(entries)
+	for _, e := range h.entries[h.synced:] {
+		if _, ok := storedIDs[e.m.GetId()]; ok && !e.local {
+			continue
+		}
+		entries = append(entries, e)
+	}
+	h.entries, h.synced = entries, synced
+	h.ids = make(map[string]struct{}, len(entries))
+	for _, e := range entries {
+		h.ids[e.m.GetId()] = struct{}{}
+	}
+	h.revision, h.alias, h.title = sess.Revision, sess.Alias, sess.Title
+	if !h.summaryDirty {
+		h.summary = sess.Summary
+	}
+	if !h.metadataDirty {
+		h.metadata = sess.Metadata
+	}
+	h.rewrite, h.uncertain, h.paused = false, nil, nil
+	h.gen++
+	return nil
+}
+
+// localsLocked returns the local entries of entries[:upto] that come before
+// the (keep+1)-th stored message (keep < 0: all), with their positions.
+func (h *Handle) localsLocked(upto int, keep int64) []localAt {
+	var out []localAt
+	var n int64
+	for _, e := range h.entries[:upto] {
+		if !e.local {
+			n++
+			continue
+		}
+		if keep >= 0 && n > keep {
+			break
+		}
+		out = append(out, localAt{e: e, after: n})
+	}
+	return out
+}
+
+func (h *Handle) checkOpen(op string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return fmt.Errorf("client: %s: %w", op, ErrClosed)
+	}
+	return nil
+}
+
+// Rewind saves what is pending, then keeps the session's first keep stored
+// messages on the daemon and in the handle (local system messages do not
+// count). Messages appended while it runs stay, after the kept ones. keep
+// beyond the stored messages is ErrInvalid.
+func (h *Handle) Rewind(ctx context.Context, keep int64) error {
+	h.saveMu.Lock()
+	defer h.saveMu.Unlock()
+	if err := h.saveLocked(ctx, false); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	stored := int64(h.savable(0, h.synced))
+	rev := h.revision
+	h.mu.Unlock()
+	if keep < 0 || keep > stored {
+		return fmt.Errorf("client: rewind %s to %d messages: it holds %d: %w", h.id, keep, stored, ErrInvalid)
+	}
+	sess, err := h.c.Rewind(ctx, ID(h.id), keep, rev)
+	if err != nil {
+		return fmt.Errorf("rewind %s: %w", h.id, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var kept []entry
+	var n int64
+	for _, e := range h.entries[:h.synced] {
+		if !e.local {
+			if n == keep {
+				break
+			}
+			n++
+		}
+		kept = append(kept, e)
+	}
+	synced := len(kept)
+	kept = append(kept, h.entries[h.synced:]...)
+	h.entries, h.synced = kept, synced
+	h.ids = make(map[string]struct{}, len(kept))
+	for _, e := range kept {
+		h.ids[e.m.GetId()] = struct{}{}
+	}
+	h.revision = min(sess.Revision, rev+1)
+	h.gen++
+	return nil
+}
+
+// Reset saves what is pending, then clears the session's messages, keeping
+// the session (its id, alias, title and metadata) and the handle's local
+// system messages.
+func (h *Handle) Reset(ctx context.Context) error {
+	return h.Rewind(ctx, 0)
+}
+
+// Fork saves what is pending, forks the session on the daemon (o.MessageCount
+// counts stored messages; 0 copies all) and opens the fork with the handle's
+// options followed by opts. The handle stays open. Local system messages come
+// along.
+func (h *Handle) Fork(ctx context.Context, o ForkOptions, opts ...HandleOption) (*Handle, error) {
+	h.saveMu.Lock()
+	defer h.saveMu.Unlock()
+	if err := h.saveLocked(ctx, false); err != nil {
+		return nil, err
+	}
+	sess, err := h.c.Fork(ctx, ID(h.id), o)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", h.id, err)
+	}
+	fsess, stored, err := h.c.Load(ctx, ID(sess.ID), LoadOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: open %s: %w", h.id, sess.ID, err)
+	}
+	h.mu.Lock()
+	keep := o.MessageCount
+	if keep == 0 {
+		keep = -1
+	}
+	locals := h.localsLocked(h.synced, keep)
+	h.mu.Unlock()
+	all := append(slices.Clone(h.base), opts...)
+	return newHandle(h.c, fsess, stored, locals, all), nil
+}
+
+// Close stops auto-save, then saves what is left, retrying with backoff
+// until ctx ends (or WithCloseTimeout passes, when ctx has no deadline). On
+// success the handle is closed: later calls return ErrClosed and a second
+// Close returns nil. If the save fails, Close returns its error and the
+// handle stays open, auto-save included, with its unsaved messages intact.
+func (h *Handle) Close(ctx context.Context) error {
+	h.closeMu.Lock()
+	defer h.closeMu.Unlock()
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if closed {
+		return nil
+	}
+	h.stopLoop()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, h.opts.closeTimeout)
+		defer cancel()
+	}
+	h.saveMu.Lock()
+	err := h.saveRetry(ctx, 0, 0, true)
+	h.saveMu.Unlock()
+	if err != nil {
+		h.startLoop()
+		return fmt.Errorf("client: close: %w", err)
+	}
+	return nil
+}
+
+// startLoop starts the auto-save goroutine if the options ask for one.
+// closeMu must be held.
+func (h *Handle) startLoop() {
+	if h.opts.autoSave <= 0 && h.opts.idleSave <= 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.loopStop, h.loopDone = cancel, make(chan struct{})
+	go h.loop(ctx, h.loopDone)
+}
+
+// stopLoop stops the auto-save goroutine and waits for it, so that no
+// auto-save runs during or after the final save. closeMu must be held.
+func (h *Handle) stopLoop() {
+	if h.loopStop == nil {
+		return
+	}
+	h.loopStop()
+	<-h.loopDone
+	h.loopStop, h.loopDone = nil, nil
+}
+
+func (h *Handle) loop(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	var tick <-chan time.Time
+	if h.opts.autoSave > 0 {
+		t := time.NewTicker(h.opts.autoSave)
+		defer t.Stop()
+		tick = t.C
+	}
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	defer idle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			h.autoSave(ctx)
+		case <-h.kick:
+			if h.opts.idleSave > 0 {
+				idle.Reset(h.opts.idleSave)
+			}
+		case <-idle.C:
+			h.autoSave(ctx)
+		}
+	}
+}
+
+// autoSave runs one auto-save round: a few attempts, then a report.
+func (h *Handle) autoSave(ctx context.Context) {
+	h.mu.Lock()
+	skip := h.paused != nil || h.closed || !h.dirtyLocked()
+	h.mu.Unlock()
+	if skip {
+		return
+	}
+	h.saveMu.Lock()
+	err := h.saveRetry(ctx, autoSaveAttempts, autoSaveAttemptTTL, false)
+	h.saveMu.Unlock()
+	if err == nil || ctx.Err() != nil {
+		return // saved, or stopped by Close, which saves next
+	}
+	if !retryable(err) {
+		// A conflict or a refusal will not go away by itself: stop until
+		// the caller acts (Reload, or a successful Save).
+		h.mu.Lock()
+		h.paused = err
+		h.mu.Unlock()
+	}
+	err = fmt.Errorf("client: auto-save: %w", err)
+	if h.opts.onError != nil {
+		h.opts.onError(err)
+		return
+	}
+	h.c.conn.log.Warn("sessiond auto-save failed", zap.String("session", h.id), zap.Error(err))
+}

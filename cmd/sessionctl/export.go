@@ -1,0 +1,432 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+// exportVersion is the version of the JSON lines format (see the package doc).
+// Import refuses a newer one rather than guess.
+const exportVersion = 1
+
+// The line types of the export format.
+const (
+	lineHeader  = "sessiond-export"
+	lineSession = "session"
+	lineMessage = "message"
+	lineEnd     = "end"
+	lineTrailer = "trailer"
+)
+
+type headerLine struct {
+	Type       string `json:"type"`
+	Version    int    `json:"version"`
+	Namespace  string `json:"namespace"`
+	ExportedAt string `json:"exported_at"`
+	Sessionctl string `json:"sessionctl"`
+}
+
+type sessionLine struct {
+	Type    string          `json:"type"`
+	Session json.RawMessage `json:"session"`
+	Proto   []byte          `json:"proto"` // encoding/json writes standard base64
+}
+
+type messageLine struct {
+	Type      string          `json:"type"`
+	SessionID string          `json:"session_id"`
+	Index     int64           `json:"index"`
+	Message   json.RawMessage `json:"message"`
+	Proto     []byte          `json:"proto"`
+}
+
+type endLine struct {
+	Type         string `json:"type"`
+	SessionID    string `json:"session_id"`
+	MessageCount int64  `json:"message_count"`
+}
+
+type trailerLine struct {
+	Type     string `json:"type"`
+	Sessions int64  `json:"sessions"`
+}
+
+// protoJSON is the readable half of a line: proto3 JSON, compacted so each
+// object stays on its line whatever protojson's whitespace does.
+func protoJSON(m proto.Message) (json.RawMessage, error) {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T as JSON: %w", m, err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return nil, fmt.Errorf("compact JSON: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// protoBytes is the lossless half: the object's protobuf encoding, unknown
+// fields included.
+func protoBytes(m proto.Message) ([]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %w", m, err)
+	}
+	return b, nil
+}
+
+func cmdExport(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet("export", e)
+	all := fs.Bool("all", false, "export every session of the namespace")
+	output := fs.String("output", "", "write to FILE instead of stdout (written whole, then renamed into place)")
+	fs.StringVar(output, "o", "", "short for --output")
+	format := fs.String("format", "jsonl", "jsonl (for import) or markdown (for people)")
+	pos, err := parseArgs(e, fs, args, 0, 1)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *all && len(pos) == 1:
+		return usageErrorf("export: give either ID|ALIAS or --all, not both")
+	case !*all && len(pos) == 0:
+		return usageErrorf("export: give ID|ALIAS, or --all for the whole namespace")
+	}
+	switch *format {
+	case "jsonl", "json":
+		*format = "jsonl"
+	case "markdown", "md":
+		*format = "markdown"
+	default:
+		return usageErrorf("export: --format %q: use jsonl or markdown", *format)
+	}
+	var refs []*sessiondv1.SessionRef
+	var single string
+	if !*all {
+		sa, err := e.parseSessionArg(pos[0])
+		if err != nil {
+			return err
+		}
+		refs, single = []*sessiondv1.SessionRef{sa.ref}, sa.text
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	if *all {
+		if refs, err = e.listAll(ctx, c); err != nil {
+			return err
+		}
+	}
+
+	out, commit, err := openOutput(e, *output)
+	if err != nil {
+		return err
+	}
+	defer commit(false)
+	w := bufio.NewWriterSize(out, 1<<20)
+	x := &exporter{e: e, c: c, w: w, markdown: *format == "markdown", prog: newProgress(e, "exporting")}
+	defer x.prog.finish()
+	if err := x.header(); err != nil {
+		return err
+	}
+	for i, ref := range refs {
+		if !*all {
+			x.msgProgress = true
+		}
+		x.prog.update(int64(i), int64(len(refs)), "sessions")
+		if err := x.session(ctx, ref); err != nil {
+			if *all && exitCode(err) == exitNotFound {
+				// Deleted since the listing: not part of the namespace any more.
+				continue
+			}
+			if single != "" {
+				return fmt.Errorf("export %s: %w", single, err)
+			}
+			return fmt.Errorf("export: %w", err)
+		}
+	}
+	x.prog.update(int64(len(refs)), int64(len(refs)), "sessions")
+	if err := x.trailer(); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("export: write: %w", err)
+	}
+	if err := commit(true); err != nil {
+		return err
+	}
+	x.prog.finish()
+	if *output != "" {
+		fmt.Fprintf(e.stderr, "exported %d sessions to %s\n", x.count, *output)
+	}
+	return nil
+}
+
+// listAll names every session of the namespace, oldest first, so that an
+// import creates a fork's parent before the fork.
+func (e *env) listAll(ctx context.Context, c sessiondv1.SessionStoreServiceClient) ([]*sessiondv1.SessionRef, error) {
+	stream, err := c.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Namespace: e.namespace})
+	if err != nil {
+		return nil, e.rpcError("export", err)
+	}
+	var ss []*sessiondv1.Session
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, e.rpcError("export", err)
+		}
+		ss = append(ss, resp.GetSession())
+	}
+	sort.Slice(ss, func(i, j int) bool {
+		a, b := ss[i].GetCreatedAt().AsTime(), ss[j].GetCreatedAt().AsTime()
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return ss[i].GetId() < ss[j].GetId()
+	})
+	refs := make([]*sessiondv1.SessionRef, len(ss))
+	for i, s := range ss {
+		refs[i] = e.idRef(s.GetId())
+	}
+	return refs, nil
+}
+
+// openOutput returns stdout, or a temp file beside path that commit(true)
+// renames over path, so that a failed export never leaves a half file under
+// the name asked for. commit(false) removes the temp file; it is safe to
+// call after commit(true).
+func openOutput(e *env, path string) (io.Writer, func(ok bool) error, error) {
+	if path == "" || path == "-" {
+		return e.stdout, func(bool) error { return nil }, nil
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, nil, fmt.Errorf("export: create %s: %w", path, err)
+	}
+	done := false
+	commit := func(ok bool) error {
+		if done {
+			return nil
+		}
+		done = true
+		if !ok {
+			f.Close()
+			os.Remove(f.Name())
+			return nil
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			os.Remove(f.Name())
+			return fmt.Errorf("export: sync %s: %w", path, err)
+		}
+		if err := f.Close(); err != nil {
+			os.Remove(f.Name())
+			return fmt.Errorf("export: close %s: %w", path, err)
+		}
+		if err := os.Rename(f.Name(), path); err != nil {
+			os.Remove(f.Name())
+			return fmt.Errorf("export: rename into %s: %w", path, err)
+		}
+		return nil
+	}
+	return f, commit, nil
+}
+
+type exporter struct {
+	e           *env
+	c           sessiondv1.SessionStoreServiceClient
+	w           *bufio.Writer
+	markdown    bool
+	prog        *progress
+	msgProgress bool // a single session: count its messages instead
+	count       int64
+}
+
+func (x *exporter) writeLine(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode line: %w", err)
+	}
+	b = append(b, '\n')
+	if _, err := x.w.Write(b); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	return nil
+}
+
+func (x *exporter) header() error {
+	if x.markdown {
+		return nil
+	}
+	return x.writeLine(headerLine{Type: lineHeader, Version: exportVersion, Namespace: x.e.namespace,
+		ExportedAt: time.Now().UTC().Format(time.RFC3339), Sessionctl: ctlVersion()})
+}
+
+func (x *exporter) trailer() error {
+	if x.markdown {
+		return nil
+	}
+	return x.writeLine(trailerLine{Type: lineTrailer, Sessions: x.count})
+}
+
+// session streams one session from LoadSession to the output, frame by
+// frame, so that a session bigger than memory can still be exported.
+func (x *exporter) session(ctx context.Context, ref *sessiondv1.SessionRef) error {
+	stream, err := x.c.LoadSession(ctx, &sessiondv1.LoadSessionRequest{Ref: ref})
+	if err != nil {
+		return x.e.rpcError("load", err)
+	}
+	var sess *sessiondv1.Session
+	var n int64
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return x.e.rpcError("load", err)
+		}
+		if sess == nil {
+			if sess = resp.GetSession(); sess == nil {
+				return errors.New("the daemon sent messages before the session header")
+			}
+			if err := x.sessionStart(sess); err != nil {
+				return err
+			}
+		}
+		for _, m := range resp.GetMessages() {
+			if err := x.message(sess, n, m); err != nil {
+				return err
+			}
+			n++
+		}
+		if x.msgProgress {
+			x.prog.update(n, sess.GetMessageCount(), "messages")
+		}
+	}
+	if sess == nil {
+		return errors.New("the daemon sent no session header")
+	}
+	if n != sess.GetMessageCount() {
+		return fmt.Errorf("session %s: received %d messages, its header says %d; export again", sess.GetId(), n, sess.GetMessageCount())
+	}
+	x.count++
+	if x.markdown {
+		return nil
+	}
+	return x.writeLine(endLine{Type: lineEnd, SessionID: sess.GetId(), MessageCount: n})
+}
+
+func (x *exporter) sessionStart(s *sessiondv1.Session) error {
+	if x.markdown {
+		writeMarkdownHeader(x.w, s, x.count > 0)
+		return nil
+	}
+	s = proto.CloneOf(s)
+	s.Messages = nil
+	js, err := protoJSON(s)
+	if err != nil {
+		return err
+	}
+	pb, err := protoBytes(s)
+	if err != nil {
+		return err
+	}
+	return x.writeLine(sessionLine{Type: lineSession, Session: js, Proto: pb})
+}
+
+func (x *exporter) message(s *sessiondv1.Session, i int64, m *sessiondv1.Message) error {
+	if x.markdown {
+		writeMarkdownMessage(x.w, i, m)
+		return nil
+	}
+	js, err := protoJSON(m)
+	if err != nil {
+		return err
+	}
+	pb, err := protoBytes(m)
+	if err != nil {
+		return err
+	}
+	return x.writeLine(messageLine{Type: lineMessage, SessionID: s.GetId(), Index: i, Message: js, Proto: pb})
+}
+
+func writeMarkdownHeader(w io.Writer, s *sessiondv1.Session, separate bool) {
+	if separate {
+		fmt.Fprint(w, "\n---\n\n")
+	}
+	title := s.GetTitle()
+	if title == "" {
+		title = displayName(s)
+	}
+	fmt.Fprintf(w, "# %s\n\n", oneLine(title))
+	item := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(w, "- **%s:** %s\n", k, v)
+		}
+	}
+	item("id", "`"+s.GetId()+"`")
+	if s.GetAlias() != "" {
+		item("alias", "`"+s.GetAlias()+"`")
+	}
+	item("namespace", s.GetNamespace())
+	item("created", fmtTime(s.GetCreatedAt()))
+	item("updated", fmtTime(s.GetUpdatedAt()))
+	item("messages", fmt.Sprint(s.GetMessageCount()))
+	if p := s.GetParent(); p != nil {
+		item("forked from", fmt.Sprintf("`%s` (first %d messages)", p.GetSessionId(), p.GetMessageCount()))
+	}
+	item("labels", sortedPairs(s.GetLabels()))
+	item("metadata", sortedPairs(s.GetMetadata()))
+	if s.GetSummary() != "" {
+		fmt.Fprintf(w, "\n> %s\n", strings.ReplaceAll(strings.TrimSpace(s.GetSummary()), "\n", "\n> "))
+	}
+}
+
+func writeMarkdownMessage(w io.Writer, i int64, m *sessiondv1.Message) {
+	who := roleName(m.GetRole())
+	if m.GetName() != "" {
+		who += " (" + m.GetName() + ")"
+	}
+	if m.GetToolCallId() != "" {
+		who += " — result of `" + m.GetToolCallId() + "`"
+	}
+	fmt.Fprintf(w, "\n## %d. %s · %s\n\n", i, who, fmtTime(m.GetCreatedAt()))
+	if r := m.GetReasoning(); r.GetText() != "" {
+		fmt.Fprintf(w, "<details><summary>reasoning</summary>\n\n%s\n\n</details>\n\n", r.GetText())
+	}
+	if m.GetContent() != "" {
+		fmt.Fprintf(w, "%s\n", strings.TrimRight(m.GetContent(), "\n"))
+	}
+	for _, p := range m.GetParts() {
+		switch k := p.GetKind().(type) {
+		case *sessiondv1.ContentPart_Text:
+			fmt.Fprintf(w, "\n%s\n", strings.TrimRight(k.Text, "\n"))
+		case *sessiondv1.ContentPart_Json:
+			fmt.Fprintf(w, "\n```json\n%s\n```\n", k.Json)
+		case *sessiondv1.ContentPart_Blob:
+			fmt.Fprintf(w, "\n*(%s, %d bytes)*\n", k.Blob.GetMimeType(), len(k.Blob.GetData()))
+		}
+	}
+	for _, tc := range m.GetToolCalls() {
+		fmt.Fprintf(w, "\n**tool call** `%s` (`%s`):\n\n```json\n%s\n```\n", tc.GetName(), tc.GetId(), tc.GetArguments())
+	}
+}

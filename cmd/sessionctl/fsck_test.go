@@ -1,0 +1,271 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+type finding struct {
+	Path     string `json:"path"`
+	Kind     string `json:"kind"`
+	Detail   string `json:"detail"`
+	Repaired bool   `json:"repaired"`
+}
+
+// fsckJSON runs fsck --json and returns its exit code and findings.
+func fsckJSON(t *testing.T, args ...string) (int, []finding, result) {
+	t.Helper()
+	r := ctlIn(t, strings.NewReader(""), append([]string{"--json", "fsck"}, args...)...)
+	var fs []finding
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if line == "" {
+			continue
+		}
+		var f finding
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatalf("fsck --json line %q: %v", line, err)
+		}
+		fs = append(fs, f)
+	}
+	return r.code, fs, r
+}
+
+// sessionFiles lists the regular files in a session's folder, found by its
+// id anywhere under the data dir, so the test does not depend on more of
+// the layout than "one folder per session, named by its id".
+func sessionFiles(t *testing.T, dataDir, id string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(dataDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && filepath.Base(filepath.Dir(path)) == id {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no files of session %s under %s: %v", id, dataDir, err)
+	}
+	return files
+}
+
+// corruptMiddle flips bytes in the middle of the session's biggest file:
+// damage a checksum must catch.
+func corruptMiddle(t *testing.T, dataDir, id string) string {
+	t.Helper()
+	files := sessionFiles(t, dataDir, id)
+	sort.Slice(files, func(i, j int) bool { return fileSize(t, files[i]) > fileSize(t, files[j]) })
+	path := files[0]
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid := len(data) / 2
+	for i := mid; i < mid+8 && i < len(data); i++ {
+		data[i] ^= 0xa5
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// tearJournal writes half a record after the last record of the session's
+// journal, as a crash in the middle of an append would: a frame header
+// announcing more bytes than follow, then some of them. The package doc of
+// storage/file gives the framing (length, CRC, payload, padding to 8; zeros
+// after the data, where space was reserved ahead).
+func tearJournal(t *testing.T, dataDir, id string) string {
+	t.Helper()
+	var path string
+	for _, f := range sessionFiles(t, dataDir, id) {
+		if strings.HasPrefix(filepath.Base(f), "journal") {
+			path = f
+		}
+	}
+	if path == "" {
+		t.Fatalf("session %s has no journal file", id)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Walk the frames to the end of the data.
+	off := 0
+	for off+8 <= len(data) {
+		n := int(binary.LittleEndian.Uint32(data[off:]))
+		if n == 0 {
+			break
+		}
+		off += (8 + n + 7) &^ 7
+	}
+	if off > len(data) {
+		t.Fatalf("journal %s: frames run past its end; the layout is not what the test expects", path)
+	}
+	half := make([]byte, 8+40)
+	binary.LittleEndian.PutUint32(half[0:], 4000)       // announces 4000 bytes...
+	binary.LittleEndian.PutUint32(half[4:], 0xdeadbeef) // ...with a checksum they will not have
+	half[8] = 5                                         // a commit frame's type
+	for i := 9; i < len(half); i++ {
+		half[i] = byte(i * 7)
+	}
+	// ...of which only 40 arrive before the crash.
+	if off+len(half) > len(data) {
+		data = append(data[:off], half...)
+	} else {
+		copy(data[off:], half)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestFsck(t *testing.T) {
+	dir := t.TempDir()
+	d := startDaemon(t, dir, "")
+	ctx := t.Context()
+	ref := func(ns, id string) *sessiondv1.SessionRef {
+		return &sessiondv1.SessionRef{Namespace: ns, Key: &sessiondv1.SessionRef_Id{Id: id}}
+	}
+	appendSome := func(ns, id string, n int) {
+		t.Helper()
+		for i := range n {
+			if _, err := d.client.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: ref(ns, id),
+				Messages: []*sessiondv1.Message{text(user, id[:8]+"-appended-"+string(rune('a'+i)), strings.Repeat("appended text ", 20))}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	type sess struct{ ns, id string }
+	var healthy []sess
+	h1 := d.create(&sessiondv1.CreateSessionRequest{Alias: "healthy-1", Messages: richMessages()})
+	h2 := d.create(&sessiondv1.CreateSessionRequest{Alias: "healthy-2"})
+	appendSome("", h2.GetId(), 3)
+	h3 := d.create(&sessiondv1.CreateSessionRequest{Namespace: "team", Alias: "healthy-3", Messages: richMessages()})
+	appendSome("team", h3.GetId(), 2)
+	healthy = append(healthy, sess{"", h1.GetId()}, sess{"", h2.GetId()}, sess{"team", h3.GetId()})
+	torn := d.create(&sessiondv1.CreateSessionRequest{Alias: "torn", Messages: richMessages()})
+	appendSome("", torn.GetId(), 3)
+	corrupt := d.create(&sessiondv1.CreateSessionRequest{Alias: "corrupt", Messages: richMessages()})
+
+	originals := map[string]*sessiondv1.Session{}
+	for _, s := range append(healthy, sess{"", torn.GetId()}) {
+		got, err := d.load(s.ns, s.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		originals[s.id] = got
+	}
+
+	// While the daemon holds the dir, fsck refuses and says why.
+	r := ctlIn(t, strings.NewReader(""), "fsck", dir)
+	if r.code != exitError || !strings.Contains(r.stderr, "running sessiond") || !strings.Contains(r.stderr, "stop") {
+		t.Fatalf("fsck on a dir in use: want exit 1 saying to stop the daemon, got %v", r)
+	}
+	checkOneLineError(t, r)
+	d.stop()
+
+	r = ctlIn(t, strings.NewReader(""), "fsck", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "5 sessions checked, no damage found") {
+		t.Fatalf("fsck of a clean dir: %v", r)
+	}
+
+	corruptPath := corruptMiddle(t, dir, corrupt.GetId())
+	tornPath := tearJournal(t, dir, torn.GetId())
+	rel := func(p string) string { r, _ := filepath.Rel(dir, p); return r }
+
+	// Found, not yet repaired: exit 4, both files named with their kind.
+	code, findings, r := fsckJSON(t, dir)
+	if code != exitDamage {
+		t.Fatalf("fsck after damage: want exit 4, got %v", r)
+	}
+	wantKinds := map[string]string{rel(corruptPath): "corrupt", rel(tornPath): "truncated"}
+	got := map[string]string{}
+	for _, f := range findings {
+		got[f.Path] = f.Kind
+		if f.Repaired {
+			t.Errorf("fsck without --repair repaired %v", f)
+		}
+		for _, h := range healthy {
+			if strings.Contains(f.Path, h.id) {
+				t.Errorf("fsck blames a healthy session: %v", f)
+			}
+		}
+	}
+	if diff := cmp.Diff(wantKinds, got); diff != "" {
+		t.Errorf("fsck findings by path (-want +got):\n%s\n%v", diff, r)
+	}
+	// The table for people names them too, and the hint says what to do.
+	r = ctlIn(t, strings.NewReader(""), "fsck", dir)
+	if r.code != exitDamage || !strings.Contains(r.stdout, "corrupt") || !strings.Contains(r.stdout, rel(tornPath)) || !strings.Contains(r.stderr, "--repair") {
+		t.Errorf("fsck table: %v", r)
+	}
+
+	code, findings, r = fsckJSON(t, dir, "--repair")
+	if code != exitDamage || len(findings) != 2 {
+		t.Fatalf("fsck --repair: want exit 4 and the 2 findings, got %v", r)
+	}
+	for _, f := range findings {
+		if !f.Repaired {
+			t.Errorf("fsck --repair left %v", f)
+		}
+	}
+	if r := ctlIn(t, strings.NewReader(""), "fsck", dir); r.code != 0 {
+		t.Errorf("fsck after --repair: want a clean dir, got %v", r)
+	}
+
+	// The daemon starts and serves every other session as it was; the torn
+	// session keeps everything before its torn tail, which was all of it.
+	d = startDaemon(t, dir, "")
+	for id, want := range originals {
+		got, err := d.load(want.GetNamespace(), id)
+		if err != nil {
+			t.Errorf("session %s after repair: %v", id, err)
+			continue
+		}
+		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+			t.Errorf("session %s after repair (-before +after):\n%s", id, diff)
+		}
+	}
+	if _, err := d.load("", corrupt.GetId()); err == nil {
+		t.Errorf("the corrupt session still loads after repair moved it aside")
+	}
+	r = must(t, d.ctl("ls"))
+	for _, alias := range []string{"healthy-1", "healthy-2", "torn"} {
+		if !strings.Contains(r.stdout, alias) {
+			t.Errorf("ls after repair lacks %s:\n%s", alias, r.stdout)
+		}
+	}
+}
+
+func TestFsckNotADataDir(t *testing.T) {
+	for name, dir := range map[string]string{"missing": filepath.Join(t.TempDir(), "nope"), "empty": t.TempDir()} {
+		r := ctlIn(t, strings.NewReader(""), "fsck", dir)
+		if r.code != exitError {
+			t.Errorf("%s: want exit 1, got %v", name, r)
+		}
+		checkOneLineError(t, r)
+	}
+}

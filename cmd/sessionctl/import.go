@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+// importBatchBytes bounds the messages sent in one CreateSession or
+// AppendMessages call: well under the daemon's default 64 MiB frame limit,
+// so that a big session arrives in several calls. A message bigger than
+// this travels alone. A variable so that tests can exercise the batching
+// without megabytes of data.
+var importBatchBytes = 4 << 20
+
+// importLine is any line of the export format (see the package doc).
+type importLine struct {
+	Type         string          `json:"type"`
+	Version      int             `json:"version"`
+	Session      json.RawMessage `json:"session"`
+	Message      json.RawMessage `json:"message"`
+	Proto        []byte          `json:"proto"`
+	SessionID    string          `json:"session_id"`
+	Index        *int64          `json:"index"`
+	MessageCount *int64          `json:"message_count"`
+	Sessions     *int64          `json:"sessions"`
+}
+
+// countingReader counts the bytes read, for import's progress.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func cmdImport(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet("import", e)
+	force := fs.Bool("force", false, "replace sessions that already exist (delete, then recreate)")
+	pos, err := parseArgs(e, fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	name := pos[0]
+	var in io.Reader = e.stdin
+	var size int64
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return fmt.Errorf("import: %w; give an export file, or - for stdin", err)
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			size = st.Size()
+		}
+		in = f
+	} else {
+		name = "stdin"
+	}
+	c, err := e.dial()
+	if err != nil {
+		return err
+	}
+	cr := &countingReader{r: in}
+	im := &importer{e: e, c: c, force: *force, name: name, prog: newProgress(e, "importing")}
+	defer im.prog.finish()
+	err = im.read(ctx, bufio.NewReaderSize(cr, 1<<20), func() { im.prog.update(cr.n, size, "bytes") })
+	im.prog.finish()
+	if err != nil {
+		if im.imported > 0 {
+			return fmt.Errorf("import %s: %w (%d sessions were imported before this)", name, err, im.imported)
+		}
+		return fmt.Errorf("import %s: %w", name, err)
+	}
+	if !e.json {
+		fmt.Fprintf(e.stdout, "imported %d sessions\n", im.imported)
+	}
+	return nil
+}
+
+type importer struct {
+	e        *env
+	c        sessiondv1.SessionStoreServiceClient
+	force    bool
+	name     string
+	prog     *progress
+	imported int64
+
+	// The session being read: its header and messages so far. A session is
+	// created only once its end line has arrived, so that a file cut short
+	// never leaves a session with half its messages.
+	cur  *sessiondv1.Session
+	msgs []*sessiondv1.Message
+}
+
+// read checks and imports the file line by line.
+func (im *importer) read(ctx context.Context, r *bufio.Reader, tick func()) error {
+	var lineNo, sessions int64
+	seenHeader, seenTrailer := false, false
+	for {
+		raw, err := r.ReadBytes('\n')
+		if len(raw) == 0 && errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("read: %w", err)
+		}
+		lineNo++
+		tick()
+		if len(trimSpace(raw)) == 0 {
+			continue
+		}
+		if seenTrailer {
+			return fmt.Errorf("line %d: data after the trailer; is this two files joined?", lineNo)
+		}
+		var l importLine
+		if err := json.Unmarshal(raw, &l); err != nil {
+			return fmt.Errorf("line %d: not a JSON object (%v); is this a 'sessionctl export' file?", lineNo, err)
+		}
+		if !seenHeader {
+			if l.Type != lineHeader {
+				return fmt.Errorf("line %d: no export header; is this a 'sessionctl export' file (not --format markdown)?", lineNo)
+			}
+			if l.Version != exportVersion {
+				return fmt.Errorf("line %d: export format version %d, this sessionctl reads version %d; use a matching sessionctl", lineNo, l.Version, exportVersion)
+			}
+			seenHeader = true
+			continue
+		}
+		at := func(format string, a ...any) error {
+			return fmt.Errorf("line %d: %s", lineNo, fmt.Sprintf(format, a...))
+		}
+		switch l.Type {
+		case lineSession:
+			if im.cur != nil {
+				return at("session %s has no end line; the file is damaged, export again", im.cur.GetId())
+			}
+			s := &sessiondv1.Session{}
+			if err := decodeHalf(s, l.Proto, l.Session); err != nil {
+				return at("session: %v", err)
+			}
+			im.cur, im.msgs = s, nil
+		case lineMessage:
+			if im.cur == nil || l.SessionID != im.cur.GetId() {
+				return at("message of session %q outside that session's lines", l.SessionID)
+			}
+			if l.Index == nil || *l.Index != int64(len(im.msgs)) {
+				return at("message index is %v, expected %d; the file is damaged, export again", ptrVal(l.Index), len(im.msgs))
+			}
+			m := &sessiondv1.Message{}
+			if err := decodeHalf(m, l.Proto, l.Message); err != nil {
+				return at("message %d: %v", len(im.msgs), err)
+			}
+			im.msgs = append(im.msgs, m)
+		case lineEnd:
+			if im.cur == nil || l.SessionID != im.cur.GetId() {
+				return at("end of session %q that was not started", l.SessionID)
+			}
+			if l.MessageCount == nil || *l.MessageCount != int64(len(im.msgs)) {
+				return at("session %s: end line says %v messages, the file holds %d; export again", l.SessionID, ptrVal(l.MessageCount), len(im.msgs))
+			}
+			sessions++
+			if err := im.create(ctx); err != nil {
+				return err
+			}
+			im.cur, im.msgs = nil, nil
+		case lineTrailer:
+			if im.cur != nil {
+				return at("session %s has no end line; the file is damaged, export again", im.cur.GetId())
+			}
+			if l.Sessions == nil || *l.Sessions != sessions {
+				return at("trailer says %v sessions, the file holds %d; export again", ptrVal(l.Sessions), sessions)
+			}
+			seenTrailer = true
+		default:
+			return at("unknown line type %q; was the file made by a newer sessionctl?", l.Type)
+		}
+	}
+	switch {
+	case !seenHeader:
+		return errors.New("empty input; give a file made by 'sessionctl export'")
+	case !seenTrailer:
+		return fmt.Errorf("cut short after line %d (no trailer); export again", lineNo)
+	}
+	return nil
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func ptrVal(p *int64) any {
+	if p == nil {
+		return "missing"
+	}
+	return *p
+}
+
+// decodeHalf reads a line's object from its protobuf bytes when present
+// (lossless: unknown fields are kept), else from its proto3 JSON.
+func decodeHalf(m proto.Message, pb []byte, js json.RawMessage) error {
+	if pb != nil {
+		if err := proto.Unmarshal(pb, m); err != nil {
+			return fmt.Errorf("bad proto bytes: %w", err)
+		}
+		return nil
+	}
+	if len(js) == 0 {
+		return errors.New("neither proto nor JSON given")
+	}
+	if err := protojson.Unmarshal(js, m); err != nil {
+		return fmt.Errorf("bad JSON: %w", err)
+	}
+	return nil
+}
+
+// create makes the session read from the file, with its id, alias,
+// created_at and parent; the first messages travel in CreateSession and the
+// rest in AppendMessages batches guarded by expected_revision. If anything
+// fails after the create, the partial session is deleted so that the import
+// can simply be run again.
+func (im *importer) create(ctx context.Context) error {
+	s := im.cur
+	e := im.e
+	ns := s.GetNamespace()
+	if e.namespaceSet {
+		ns = e.namespace
+	}
+	if err := storage.ValidateNamespace(ns); err != nil {
+		return fmt.Errorf("session %s: %w", s.GetId(), err)
+	}
+	if _, err := uuid.Parse(s.GetId()); err != nil || s.GetId() == "" {
+		return fmt.Errorf("session id %q is not a UUID", s.GetId())
+	}
+	ref := &sessiondv1.SessionRef{Namespace: ns, Key: &sessiondv1.SessionRef_Id{Id: s.GetId()}}
+	op := "session " + s.GetId()
+
+	_, err := im.c.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: ref})
+	switch status.Code(err) {
+	case codes.OK:
+		if !im.force {
+			return fmt.Errorf("%s already exists in namespace %q; pass --force to replace it", op, ns)
+		}
+		if _, err := im.c.DeleteSession(ctx, &sessiondv1.DeleteSessionRequest{Ref: ref}); err != nil && status.Code(err) != codes.NotFound {
+			return e.rpcError("replace "+op, err)
+		}
+	case codes.NotFound:
+	default:
+		return e.rpcError(op, err)
+	}
+
+	batches := splitBatches(im.msgs, importBatchBytes)
+	var first []*sessiondv1.Message
+	if len(batches) > 0 {
+		first, batches = batches[0], batches[1:]
+	}
+	resp, err := im.c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{
+		Namespace: ns,
+		Id:        s.GetId(),
+		Alias:     s.GetAlias(),
+		Title:     s.GetTitle(),
+		Summary:   s.GetSummary(),
+		Metadata:  s.GetMetadata(),
+		Labels:    s.GetLabels(),
+		Messages:  first,
+		CreatedAt: s.GetCreatedAt(),
+		Parent:    s.GetParent(),
+	})
+	if err != nil {
+		if status.Code(err) == codes.AlreadyExists {
+			return fmt.Errorf("%s (alias %q): %s; the id or alias is taken, maybe in another namespace: remove or rename that session first", op, s.GetAlias(), status.Convert(err).Message())
+		}
+		return e.rpcError("create "+op, err)
+	}
+	rev := resp.GetSession().GetRevision()
+	for _, b := range batches {
+		ar, err := im.c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: ref, Messages: b, ExpectedRevision: rev})
+		if err != nil {
+			// Best effort, on a fresh context: the import is failing anyway,
+			// possibly because ctx ended.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			_, _ = im.c.DeleteSession(cctx, &sessiondv1.DeleteSessionRequest{Ref: ref})
+			cancel()
+			return e.rpcError("append to "+op, err)
+		}
+		rev = ar.GetRevision()
+	}
+	im.imported++
+	if e.json {
+		resp.GetSession().MessageCount = int64(len(im.msgs))
+		resp.GetSession().Revision = rev
+		return writeJSONLine(e.stdout, resp.GetSession())
+	}
+	return nil
+}
+
+// splitBatches cuts msgs into runs of about max encoded bytes each.
+func splitBatches(msgs []*sessiondv1.Message, max int) [][]*sessiondv1.Message {
+	var out [][]*sessiondv1.Message
+	var cur []*sessiondv1.Message
+	size := 0
+	for _, m := range msgs {
+		n := proto.Size(m) + 8
+		if len(cur) > 0 && size+n > max {
+			out = append(out, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, m)
+		size += n
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sessiond/sessiond/server"
+)
+
+// config is the daemon's configuration after flags and environment.
+type config struct {
+	listen          string
+	dataDir         string
+	storage         string
+	logLevel        string
+	logFormat       string
+	limits          server.Limits
+	shutdownTimeout time.Duration
+	showVersion     bool
+}
+
+// envPrefix names the environment variable of every flag: --data-dir is
+// SESSIOND_DATA_DIR.
+const envPrefix = "SESSIOND_"
+
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// noEnv lists flags that are actions, not settings: an environment variable
+// must not turn them on for every start.
+var noEnv = map[string]bool{"version": true}
+
+var logLevels = []string{"debug", "info", "warn", "error"}
+var logFormats = []string{"json", "console"}
+
+// parseConfig reads the command line over the environment (lookupEnv). A
+// bad value is a usageError; --help prints usage on stdout and returns
+// flag.ErrHelp.
+func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io.Writer) (*config, error) {
+	cfg := &config{limits: server.DefaultLimits()}
+	fs := flag.NewFlagSet("sessiond", flag.ContinueOnError)
+	// Errors are reported once, by main, as usage errors; usage goes to
+	// stdout only when asked for.
+	fs.SetOutput(io.Discard)
+
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:7437", "address to serve on: `host:port`, or unix:/path/to.sock for a unix socket (mode 0600)")
+	fs.StringVar(&cfg.dataDir, "data-dir", "", "directory of the file store, created 0700 (default $XDG_DATA_HOME/sessiond, else ~/.local/share/sessiond)")
+	fs.StringVar(&cfg.storage, "storage", "file", "storage backend: "+strings.Join(backendNames(), ", "))
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: "+strings.Join(logLevels, ", "))
+	fs.StringVar(&cfg.logFormat, "log-format", "json", "log format on stderr: "+strings.Join(logFormats, ", "))
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long in-flight calls may finish before they are cut off")
+	fs.Int64Var(&cfg.limits.MaxMessageBytes, "max-message-bytes", cfg.limits.MaxMessageBytes, "largest encoded message, in bytes")
+	fs.Int64Var(&cfg.limits.MaxFrameBytes, "max-frame-bytes", cfg.limits.MaxFrameBytes, "largest request frame, in bytes")
+	fs.Int64Var(&cfg.limits.MaxTitleBytes, "max-title-bytes", cfg.limits.MaxTitleBytes, "longest title, in bytes")
+	fs.Int64Var(&cfg.limits.MaxSummaryBytes, "max-summary-bytes", cfg.limits.MaxSummaryBytes, "longest summary, in bytes")
+	fs.Int64Var(&cfg.limits.MaxMapEntries, "max-map-entries", cfg.limits.MaxMapEntries, "most entries in a session's metadata or labels")
+	fs.Int64Var(&cfg.limits.MaxMapKeyBytes, "max-map-key-bytes", cfg.limits.MaxMapKeyBytes, "longest metadata or label key, in bytes")
+	fs.Int64Var(&cfg.limits.MaxMapValueBytes, "max-map-value-bytes", cfg.limits.MaxMapValueBytes, "longest metadata or label value, in bytes")
+	fs.Int64Var(&cfg.limits.MaxSessionBytes, "max-session-bytes", cfg.limits.MaxSessionBytes, "most message bytes one SaveSession may carry")
+	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
+
+	fs.VisitAll(func(f *flag.Flag) {
+		if !noEnv[f.Name] {
+			f.Usage += " (env " + envName(f.Name) + ")"
+		}
+	})
+	fs.Usage = func() {
+		fmt.Fprintf(stdout, "Usage: sessiond [flags]\n\nsessiond serves LLM chat sessions over gRPC (sessiond.v1.SessionStoreService,\ngrpc.health.v1, server reflection).\n\nFlags:\n")
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+
+	// The environment first, then the command line over it.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if noEnv[f.Name] || envErr != nil {
+			return
+		}
+		if v, ok := lookupEnv(envName(f.Name)); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = usagef("%s=%q: %v", envName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+			return nil, err
+		}
+		return nil, &usageError{err: err}
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q; sessiond takes flags only", fs.Arg(0))
+	}
+	if cfg.showVersion {
+		return cfg, nil
+	}
+	return cfg, cfg.check(lookupEnv)
+}
+
+// check validates values and fills defaults that depend on the environment.
+func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
+	if _, ok := backends[cfg.storage]; !ok {
+		return usagef("--storage %q is not available in this build; choose one of: %s", cfg.storage, strings.Join(backendNames(), ", "))
+	}
+	if !slices.Contains(logLevels, cfg.logLevel) {
+		return usagef("--log-level %q: choose one of: %s", cfg.logLevel, strings.Join(logLevels, ", "))
+	}
+	if !slices.Contains(logFormats, cfg.logFormat) {
+		return usagef("--log-format %q: choose one of: %s", cfg.logFormat, strings.Join(logFormats, ", "))
+	}
+	if cfg.shutdownTimeout < 0 {
+		return usagef("--shutdown-timeout %v is negative", cfg.shutdownTimeout)
+	}
+	if err := cfg.limits.Validate(); err != nil {
+		return &usageError{err: err}
+	}
+	if cfg.listen == "" {
+		return usagef("--listen is empty")
+	}
+	if cfg.dataDir == "" {
+		dir, err := defaultDataDir(lookupEnv)
+		if err != nil {
+			return usagef("no --data-dir given and %v", err)
+		}
+		cfg.dataDir = dir
+	}
+	return nil
+}
+
+// defaultDataDir follows the XDG base directory spec: $XDG_DATA_HOME/sessiond
+// when that is an absolute path, else ~/.local/share/sessiond.
+func defaultDataDir(lookupEnv func(string) (string, bool)) (string, error) {
+	if x, ok := lookupEnv("XDG_DATA_HOME"); ok && filepath.IsAbs(x) {
+		return filepath.Join(x, "sessiond"), nil
+	}
+	home, ok := lookupEnv("HOME")
+	if !ok || home == "" {
+		var err error
+		if home, err = os.UserHomeDir(); err != nil {
+			return "", fmt.Errorf("no home directory: %w", err)
+		}
+	}
+	return filepath.Join(home, ".local", "share", "sessiond"), nil
+}
+
+func backendNames() []string {
+	return slices.Sorted(maps.Keys(backends))
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/server"
+	"github.com/sessiond/sessiond/storage"
+	"github.com/sessiond/sessiond/storage/file"
+)
+
+// backends are the storage backends of this build, by --storage name.
+var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Store, error){
+	"file": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Store, error) {
+		// The data dir holds every conversation: private to its user.
+		if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
+		return file.Open(ctx, cfg.dataDir, file.WithLogger(log.Named("storage")))
+	},
+}
+
+// run is the whole daemon; main only maps its error to an exit code. It
+// serves until ctx ends (SIGINT/SIGTERM), then shuts down cleanly and
+// returns nil.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, os.LookupEnv, stdout)
+	if err != nil {
+		return err
+	}
+	if cfg.showVersion {
+		_, err := fmt.Fprintln(stdout, "sessiond", buildVersion())
+		return err
+	}
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	return serve(ctx, cfg, log)
+}
+
+func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
+	// Listen before opening the store: a busy port is the commonest start-up
+	// failure and costs nothing to find, while opening a store may scan it.
+	lis, err := listen(cfg.listen)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Serve closes the listener; closing again is harmless and covers
+		// the early returns, removing a socket file we made.
+		_ = lis.Close()
+	}()
+
+	store, err := backends[cfg.storage](ctx, cfg, log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: a clean exit
+		}
+		if errors.Is(err, storage.ErrLocked) {
+			return fmt.Errorf("data dir %s is in use by another sessiond: %w", cfg.dataDir, err)
+		}
+		return fmt.Errorf("open %s store in %s: %w", cfg.storage, cfg.dataDir, err)
+	}
+	defer func() {
+		if cerr := store.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close store: %w", cerr)
+		}
+	}()
+
+	version := buildVersion()
+	srv := server.New(store,
+		server.WithLogger(log.Named("server")),
+		server.WithLimits(cfg.limits),
+		server.WithVersion(version),
+		server.WithBackend(cfg.storage),
+	)
+	gs := grpc.NewServer(srv.ServerOptions()...)
+	srv.Register(gs)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(sessiondv1.SessionStoreService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	reflection.Register(gs)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gs.Serve(lis) }()
+
+	log.Info("sessiond started",
+		zap.String("addr", lis.display),
+		zap.String("data_dir", cfg.dataDir),
+		zap.String("storage", cfg.storage),
+		zap.String("version", version),
+	)
+	if !lis.loopback {
+		log.Warn("listening beyond loopback: anyone who can reach this address can read and change every session", zap.String("addr", lis.display))
+	}
+
+	select {
+	case err := <-serveErr:
+		hs.Shutdown()
+		srv.Drain()
+		return fmt.Errorf("serve on %s: %w", lis.display, err)
+	case <-ctx.Done():
+	}
+
+	log.Info("shutting down", zap.Duration("timeout", cfg.shutdownTimeout))
+	// NOT_SERVING first, so that health-checking balancers move away; then
+	// end watches, which never finish on their own; then drain the rest.
+	hs.Shutdown()
+	srv.Drain()
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	timer := time.NewTimer(cfg.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C:
+		log.Warn("shutdown timeout: cutting off calls still in flight")
+		gs.Stop()
+		<-stopped
+	}
+	<-serveErr // nil after a stop
+	log.Info("sessiond stopped")
+	return nil
+}
+
+// newLogger builds the daemon's logger on stderr; stdout stays empty.
+func newLogger(cfg *config, stderr io.Writer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(cfg.logLevel)
+	if err != nil {
+		return nil, usagef("--log-level: %v", err)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	var encoder zapcore.Encoder
+	if cfg.logFormat == "console" {
+		enc.EncodeLevel = zapcore.CapitalLevelEncoder
+		encoder = zapcore.NewConsoleEncoder(enc)
+	} else {
+		encoder = zapcore.NewJSONEncoder(enc)
+	}
+	core := zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(stderr)), level)
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(stderr)))), nil
+}
+
+// buildVersion is -X main.version if set, else the module version and VCS
+// revision recorded by the go command.
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "-dirty"
+			}
+		}
+	}
+	if rev != "" && (v == "(devel)" || v == "") {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		return v + " " + rev + modified
+	}
+	return v
+}

@@ -1,0 +1,196 @@
+package server
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+// This file is the one place where proto types become storage types and
+// back. Messages cross unchanged: storage keeps the generated Message as its
+// payload so that fields this daemon does not know survive. Conversions do
+// not validate; handlers validate the converted values.
+
+func timeFromProto(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}
+
+func timeToProto(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func refFromProto(r *sessiondv1.SessionRef) storage.Ref {
+	return storage.Ref{Namespace: r.GetNamespace(), ID: r.GetId(), Alias: r.GetAlias()}
+}
+
+func forkOriginFromProto(p *sessiondv1.ForkOrigin) *storage.ForkOrigin {
+	if p == nil {
+		return nil
+	}
+	return &storage.ForkOrigin{SessionID: p.GetSessionId(), MessageCount: p.GetMessageCount()}
+}
+
+func forkOriginToProto(p *storage.ForkOrigin) *sessiondv1.ForkOrigin {
+	if p == nil {
+		return nil
+	}
+	return &sessiondv1.ForkOrigin{SessionId: p.SessionID, MessageCount: p.MessageCount}
+}
+
+// sessionToProto converts metadata; messages are left empty, as every
+// metadata-only answer has them.
+func sessionToProto(s *storage.Session) *sessiondv1.Session {
+	if s == nil {
+		return nil
+	}
+	return &sessiondv1.Session{
+		Id:           s.ID,
+		Namespace:    s.Namespace,
+		Alias:        s.Alias,
+		Title:        s.Title,
+		CreatedAt:    timeToProto(s.CreatedAt),
+		UpdatedAt:    timeToProto(s.UpdatedAt),
+		Revision:     s.Revision,
+		MessageCount: s.MessageCount,
+		Summary:      s.Summary,
+		Metadata:     s.Metadata,
+		Labels:       s.Labels,
+		Parent:       forkOriginToProto(s.Parent),
+	}
+}
+
+func createFromProto(r *sessiondv1.CreateSessionRequest) storage.CreateRequest {
+	return storage.CreateRequest{
+		Namespace: r.GetNamespace(),
+		ID:        r.GetId(),
+		Alias:     r.GetAlias(),
+		Title:     r.GetTitle(),
+		Summary:   r.GetSummary(),
+		Metadata:  r.GetMetadata(),
+		Labels:    r.GetLabels(),
+		Messages:  r.GetMessages(),
+		CreatedAt: timeFromProto(r.GetCreatedAt()),
+		Parent:    forkOriginFromProto(r.GetParent()),
+	}
+}
+
+func loadOptionsFromProto(r *sessiondv1.LoadSessionRequest) storage.LoadOptions {
+	return storage.LoadOptions{Offset: r.GetOffset(), Limit: r.GetLimit(), Tail: r.GetTail()}
+}
+
+func listOptionsFromProto(r *sessiondv1.ListSessionsRequest, after *storage.Cursor) storage.ListOptions {
+	return storage.ListOptions{
+		Namespace:     r.GetNamespace(),
+		AliasPrefix:   r.GetAliasPrefix(),
+		Labels:        r.GetLabels(),
+		UpdatedAfter:  timeFromProto(r.GetUpdatedAfter()),
+		UpdatedBefore: timeFromProto(r.GetUpdatedBefore()),
+		Limit:         r.GetLimit(),
+		After:         after,
+	}
+}
+
+func listFrameToProto(s *storage.Session) *sessiondv1.ListSessionsResponse {
+	return &sessiondv1.ListSessionsResponse{
+		Session:       sessionToProto(s),
+		NextPageToken: encodePageToken(storage.Cursor{UpdatedAt: s.UpdatedAt, ID: s.ID}),
+	}
+}
+
+// saveFromProto builds a save from a stream's header and all its messages.
+func saveFromProto(h *sessiondv1.SaveSessionHeader, msgs []*sessiondv1.Message) storage.SaveRequest {
+	return storage.SaveRequest{
+		Ref:              refFromProto(h.GetRef()),
+		ExpectedRevision: h.GetExpectedRevision(),
+		Title:            h.GetTitle(),
+		Summary:          h.GetSummary(),
+		Metadata:         h.GetMetadata(),
+		Messages:         msgs,
+		CreateIfMissing:  h.GetCreateIfMissing(),
+	}
+}
+
+func appendFromProto(r *sessiondv1.AppendMessagesRequest) storage.AppendRequest {
+	return storage.AppendRequest{
+		Ref:              refFromProto(r.GetRef()),
+		ExpectedRevision: r.GetExpectedRevision(),
+		Messages:         r.GetMessages(),
+	}
+}
+
+// updateFields maps update_mask paths to storage's field set.
+var updateFields = map[string]storage.UpdateField{
+	"alias":    storage.UpdateAlias,
+	"title":    storage.UpdateTitle,
+	"summary":  storage.UpdateSummary,
+	"metadata": storage.UpdateMetadata,
+	"labels":   storage.UpdateLabels,
+}
+
+func updateFromProto(r *sessiondv1.UpdateSessionRequest, fields storage.UpdateField) storage.UpdateRequest {
+	s := r.GetSession()
+	return storage.UpdateRequest{
+		Ref:              refFromProto(r.GetRef()),
+		ExpectedRevision: r.GetExpectedRevision(),
+		Fields:           fields,
+		Alias:            s.GetAlias(),
+		Title:            s.GetTitle(),
+		Summary:          s.GetSummary(),
+		Metadata:         s.GetMetadata(),
+		Labels:           s.GetLabels(),
+	}
+}
+
+func forkFromProto(r *sessiondv1.ForkSessionRequest) storage.ForkRequest {
+	return storage.ForkRequest{
+		Ref:          refFromProto(r.GetRef()),
+		MessageCount: r.GetMessageCount(),
+		Alias:        r.GetAlias(),
+		Title:        r.GetTitle(),
+	}
+}
+
+func rewindFromProto(r *sessiondv1.RewindSessionRequest) storage.RewindRequest {
+	return storage.RewindRequest{
+		Ref:              refFromProto(r.GetRef()),
+		MessageCount:     r.GetMessageCount(),
+		ExpectedRevision: r.GetExpectedRevision(),
+	}
+}
+
+func searchFromProto(r *sessiondv1.SearchSessionsRequest) storage.SearchOptions {
+	return storage.SearchOptions{Namespace: r.GetNamespace(), Query: r.GetQuery(), Limit: r.GetLimit()}
+}
+
+func searchHitToProto(h storage.SearchHit) *sessiondv1.SearchSessionsResponse {
+	return &sessiondv1.SearchSessionsResponse{
+		Session:      sessionToProto(h.Session),
+		MessageIndex: h.MessageIndex,
+		Snippet:      h.Snippet,
+	}
+}
+
+var eventTypes = map[storage.EventType]sessiondv1.EventType{
+	storage.EventAppended: sessiondv1.EventType_EVENT_TYPE_APPENDED,
+	storage.EventReplaced: sessiondv1.EventType_EVENT_TYPE_REPLACED,
+	storage.EventUpdated:  sessiondv1.EventType_EVENT_TYPE_UPDATED,
+	storage.EventDeleted:  sessiondv1.EventType_EVENT_TYPE_DELETED,
+}
+
+func eventToProto(ev storage.Event) *sessiondv1.WatchSessionResponse {
+	return &sessiondv1.WatchSessionResponse{
+		Type:     eventTypes[ev.Type],
+		Revision: ev.Revision,
+		Messages: ev.Messages,
+		Session:  sessionToProto(ev.Session),
+	}
+}

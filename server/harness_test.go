@@ -1,0 +1,143 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+	"github.com/sessiond/sessiond/storage/file"
+)
+
+// harness is a Server on a real file store in a temp dir, served over
+// bufconn to a client with grpc-go's default options (4 MiB receive limit).
+type harness struct {
+	file   storage.Store // the real store, for checks that bypass the server
+	srv    *Server
+	gs     *grpc.Server
+	client sessiondv1.SessionStoreServiceClient
+	logs   *observer.ObservedLogs
+}
+
+type harnessConfig struct {
+	wrap     func(storage.Store) storage.Store
+	opts     []Option
+	grpcOpts []grpc.ServerOption // after the Server's own, so they win
+}
+
+func newHarness(t *testing.T, cfg harnessConfig) *harness {
+	t.Helper()
+	st, err := file.Open(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatalf("file.Open: %v", err)
+	}
+	var store storage.Store = st
+	if cfg.wrap != nil {
+		store = cfg.wrap(st)
+	}
+	core, logs := observer.New(zapcore.DebugLevel)
+	opts := append([]Option{WithLogger(zap.New(core)), WithBackend("file"), WithVersion("v-test")}, cfg.opts...)
+	srv := New(store, opts...)
+	gs := grpc.NewServer(append(srv.ServerOptions(), cfg.grpcOpts...)...)
+	srv.Register(gs)
+	lis := bufconn.Listen(1 << 20)
+	go func() { _ = gs.Serve(lis) }()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	)
+	if err != nil {
+		t.Fatalf("grpc.NewClient: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		gs.Stop()
+		_ = st.Close()
+	})
+	return &harness{file: st, srv: srv, gs: gs, client: sessiondv1.NewSessionStoreServiceClient(conn), logs: logs}
+}
+
+func msg(role sessiondv1.Role, id, content string) *sessiondv1.Message {
+	return &sessiondv1.Message{Id: id, Role: role, Content: content}
+}
+
+func user(id, content string) *sessiondv1.Message {
+	return msg(sessiondv1.Role_ROLE_USER, id, content)
+}
+
+func byID(id string) *sessiondv1.SessionRef {
+	return &sessiondv1.SessionRef{Key: &sessiondv1.SessionRef_Id{Id: id}}
+}
+
+func byAlias(alias string) *sessiondv1.SessionRef {
+	return &sessiondv1.SessionRef{Key: &sessiondv1.SessionRef_Alias{Alias: alias}}
+}
+
+func (h *harness) create(t *testing.T, req *sessiondv1.CreateSessionRequest) *sessiondv1.Session {
+	t.Helper()
+	resp, err := h.client.CreateSession(t.Context(), req)
+	if err != nil {
+		t.Fatalf("CreateSession: %v", err)
+	}
+	return resp.GetSession()
+}
+
+// recvAll reads a server stream to its end and returns its frames and the
+// final error (nil after a clean end).
+func recvAll[T any](s grpc.ServerStreamingClient[T]) ([]*T, error) {
+	var out []*T
+	for {
+		m, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, m)
+	}
+}
+
+// load returns a session's metadata and all its messages through LoadSession.
+func (h *harness) load(t *testing.T, req *sessiondv1.LoadSessionRequest) (*sessiondv1.Session, []*sessiondv1.Message) {
+	t.Helper()
+	stream, err := h.client.LoadSession(t.Context(), req)
+	if err != nil {
+		t.Fatalf("LoadSession: %v", err)
+	}
+	frames, err := recvAll(stream)
+	if err != nil {
+		t.Fatalf("LoadSession: %v", err)
+	}
+	if len(frames) == 0 {
+		t.Fatal("LoadSession sent no frame")
+	}
+	var msgs []*sessiondv1.Message
+	for _, f := range frames {
+		msgs = append(msgs, f.GetMessages()...)
+	}
+	return frames[0].GetSession(), msgs
+}
+
+func wantCode(t *testing.T, err error, code codes.Code, msgHas string) {
+	t.Helper()
+	if got := status.Code(err); got != code {
+		t.Fatalf("code = %v (%v), want %v", got, err, code)
+	}
+	if msgHas != "" && !strings.Contains(status.Convert(err).Message(), msgHas) {
+		t.Fatalf("message %q does not name %q", status.Convert(err).Message(), msgHas)
+	}
+}

@@ -1,0 +1,109 @@
+// Package server is sessiond's gRPC face: it validates every request,
+// converts it to a plain storage call, maps storage's errors to gRPC codes,
+// and streams answers in bounded frames. It holds no session state of its
+// own and knows nothing of files or SQL (see storage.Store).
+//
+// Requests are checked before storage sees them: names and ids by storage's
+// validators, roles, update masks, offsets and limits here, and sizes against
+// Limits (RESOURCE_EXHAUSTED naming the limit). Errors follow DESIGN.md's
+// table in one function, toStatus; unexpected errors are logged and answered
+// INTERNAL without detail.
+//
+// The interceptors from ServerOptions log every call and turn a panicking
+// handler into INTERNAL, so that one bad request never takes the daemon down.
+package server
+
+import (
+	"math"
+	"sync"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+// Server implements sessiond.v1.SessionStoreService over a storage.Store.
+// It is safe for concurrent use.
+type Server struct {
+	sessiondv1.UnimplementedSessionStoreServiceServer
+
+	store   storage.Store
+	log     *zap.Logger
+	limits  Limits
+	version string
+	backend string
+
+	drainOnce sync.Once
+	drained   chan struct{} // closed by Drain: watches end with UNAVAILABLE
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithLogger sets the logger for call logs and internal errors (default nop).
+func WithLogger(l *zap.Logger) Option {
+	return func(s *Server) {
+		if l != nil {
+			s.log = l
+		}
+	}
+}
+
+// WithLimits sets the size limits (default DefaultLimits). Callers should
+// check them with Limits.Validate first; New does not.
+func WithLimits(l Limits) Option { return func(s *Server) { s.limits = l } }
+
+// WithVersion sets the version GetServerInfo reports.
+func WithVersion(v string) Option { return func(s *Server) { s.version = v } }
+
+// WithBackend sets the backend name GetServerInfo reports (e.g. "file").
+func WithBackend(b string) Option { return func(s *Server) { s.backend = b } }
+
+// New returns a Server over store.
+func New(store storage.Store, opts ...Option) *Server {
+	s := &Server{
+		store:   store,
+		log:     zap.NewNop(),
+		limits:  DefaultLimits(),
+		version: "devel",
+		drained: make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Limits returns the limits the server enforces.
+func (s *Server) Limits() Limits { return s.limits }
+
+// Register adds the SessionStoreService to a gRPC server.
+func (s *Server) Register(r grpc.ServiceRegistrar) {
+	sessiondv1.RegisterSessionStoreServiceServer(r, s)
+}
+
+// ServerOptions returns the options a grpc.Server needs to serve s: the
+// receive limit set to max_frame_bytes (grpc-go's default of 4 MiB would
+// refuse requests the limits allow), and the logging and panic-recovery
+// interceptors.
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	maxRecv := s.limits.MaxFrameBytes
+	if maxRecv > math.MaxInt32 {
+		maxRecv = math.MaxInt32
+	}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(maxRecv)),
+		grpc.ChainUnaryInterceptor(s.logUnary, s.recoverUnary),
+		grpc.ChainStreamInterceptor(s.logStream, s.recoverStream),
+	}
+}
+
+// Drain ends every WatchSession stream with UNAVAILABLE and makes new ones
+// fail the same way. Call it before grpc.Server.GracefulStop: watches never
+// end on their own, so they would otherwise hold the drain until its
+// deadline. Safe to call more than once.
+func (s *Server) Drain() {
+	s.drainOnce.Do(func() { close(s.drained) })
+}

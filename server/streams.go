@@ -1,0 +1,260 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+const (
+	mLoad   = "LoadSession"
+	mList   = "ListSessions"
+	mSave   = "SaveSession"
+	mSearch = "SearchSessions"
+	mWatch  = "WatchSession"
+)
+
+// loadBatchBytes is the encoded size LoadSession aims to keep each frame
+// under, far below the 4 MiB receive limit every gRPC client has by default,
+// so that a session of any length loads through a default client. A message
+// bigger than this travels alone in its frame.
+const loadBatchBytes = 1 << 20
+
+// LoadSession implements SessionStoreService.
+func (s *Server) LoadSession(req *sessiondv1.LoadSessionRequest, stream grpc.ServerStreamingServer[sessiondv1.LoadSessionResponse]) error {
+	ctx := stream.Context()
+	ref, err := validRef("ref", req.GetRef())
+	if err == nil {
+		err = validLoad(req)
+	}
+	if err != nil {
+		return s.toStatus(mLoad, err)
+	}
+	sess, msgs, err := s.store.Load(ctx, ref, loadOptionsFromProto(req))
+	if err != nil {
+		return s.toStatus(mLoad, err)
+	}
+	frame := &sessiondv1.LoadSessionResponse{Session: sessionToProto(sess)}
+	size := proto.Size(frame)
+	for _, m := range msgs {
+		// The size a message adds to its frame: field tag, length, body.
+		n := 1 + protowire.SizeBytes(proto.Size(m))
+		if size+n > loadBatchBytes && (frame.Session != nil || len(frame.Messages) > 0) {
+			if err := ctx.Err(); err != nil {
+				return s.toStatus(mLoad, err)
+			}
+			if err := stream.Send(frame); err != nil {
+				return s.toStatus(mLoad, err)
+			}
+			frame, size = &sessiondv1.LoadSessionResponse{}, 0
+		}
+		frame.Messages = append(frame.Messages, m)
+		size += n
+	}
+	return s.toStatus(mLoad, stream.Send(frame))
+}
+
+func validLoad(req *sessiondv1.LoadSessionRequest) error {
+	if err := notNegative("offset", req.GetOffset()); err != nil {
+		return err
+	}
+	if err := notNegative("limit", req.GetLimit()); err != nil {
+		return err
+	}
+	if req.GetTail() && req.GetOffset() != 0 {
+		return fmt.Errorf("offset is %d with tail set; tail counts from the end, so offset must be 0: %w", req.GetOffset(), storage.ErrInvalid)
+	}
+	return nil
+}
+
+// ListSessions implements SessionStoreService.
+func (s *Server) ListSessions(req *sessiondv1.ListSessionsRequest, stream grpc.ServerStreamingServer[sessiondv1.ListSessionsResponse]) error {
+	ctx := stream.Context()
+	after, err := s.validList(req)
+	if err != nil {
+		return s.toStatus(mList, err)
+	}
+	err = s.store.List(ctx, listOptionsFromProto(req, after), func(sess *storage.Session) error {
+		// Checked per frame so that a client that went away stops the
+		// listing now, not after the store has walked every session.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return stream.Send(listFrameToProto(sess))
+	})
+	return s.toStatus(mList, err)
+}
+
+func (s *Server) validList(req *sessiondv1.ListSessionsRequest) (*storage.Cursor, error) {
+	if err := storage.ValidateNamespace(req.GetNamespace()); err != nil {
+		return nil, err
+	}
+	if err := validAliasPrefix(req.GetAliasPrefix()); err != nil {
+		return nil, err
+	}
+	if err := s.limits.checkMap("labels", req.GetLabels()); err != nil {
+		return nil, err
+	}
+	if err := validTimestamp("updated_after", req.GetUpdatedAfter()); err != nil {
+		return nil, err
+	}
+	if err := validTimestamp("updated_before", req.GetUpdatedBefore()); err != nil {
+		return nil, err
+	}
+	if err := notNegative("limit", req.GetLimit()); err != nil {
+		return nil, err
+	}
+	if req.GetPageToken() == "" {
+		return nil, nil
+	}
+	c, err := decodePageToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// SaveSession implements SessionStoreService. The whole stream is read and
+// checked before storage is called, so a stream that breaks off (a client
+// that cancels, a connection that drops, a frame over a limit) changes
+// nothing. MaxSessionBytes bounds what is held in memory meanwhile.
+func (s *Server) SaveSession(stream grpc.ClientStreamingServer[sessiondv1.SaveSessionRequest, sessiondv1.SaveSessionResponse]) error {
+	ctx := stream.Context()
+	var (
+		header *sessiondv1.SaveSessionHeader
+		ref    storage.Ref
+		msgs   []*sessiondv1.Message
+		total  int64
+		seen   = map[string]int{}
+	)
+	for frameNo := 0; ; frameNo++ {
+		frame, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return s.toStatus(mSave, err)
+		}
+		if err := s.limits.checkFrame(frame); err != nil {
+			return s.toStatus(mSave, err)
+		}
+		if frameNo == 0 {
+			if header, ref, err = s.validSaveHeader(frame.GetHeader()); err != nil {
+				return s.toStatus(mSave, err)
+			}
+		} else if frame.GetHeader() != nil {
+			return s.toStatus(mSave, fmt.Errorf("frame %d carries a header; only the first frame does: %w", frameNo, storage.ErrInvalid))
+		}
+		n, err := s.limits.checkMessages("messages", frame.GetMessages(), len(msgs), seen)
+		if err != nil {
+			return s.toStatus(mSave, err)
+		}
+		if total += n; total > s.limits.MaxSessionBytes {
+			return s.toStatus(mSave, &limitError{msg: fmt.Sprintf("the saved messages are more than %d bytes, over the max_session_bytes limit", s.limits.MaxSessionBytes)})
+		}
+		msgs = append(msgs, frame.GetMessages()...)
+	}
+	if header == nil {
+		return s.toStatus(mSave, fmt.Errorf("header is required in the first frame: %w", storage.ErrInvalid))
+	}
+	r := saveFromProto(header, msgs)
+	r.Ref = ref
+	sess, err := s.store.Save(ctx, r)
+	if err != nil {
+		return s.toStatus(mSave, err)
+	}
+	return stream.SendAndClose(&sessiondv1.SaveSessionResponse{Session: sessionToProto(sess)})
+}
+
+func (s *Server) validSaveHeader(h *sessiondv1.SaveSessionHeader) (*sessiondv1.SaveSessionHeader, storage.Ref, error) {
+	if h == nil {
+		return nil, storage.Ref{}, fmt.Errorf("header is required in the first frame: %w", storage.ErrInvalid)
+	}
+	ref, err := validRef("header.ref", h.GetRef())
+	if err != nil {
+		return nil, ref, err
+	}
+	if err := s.limits.validSessionFields("header.", h.GetTitle(), h.GetSummary(), h.GetMetadata(), nil); err != nil {
+		return nil, ref, err
+	}
+	return h, ref, nil
+}
+
+// SearchSessions implements SessionStoreService.
+func (s *Server) SearchSessions(req *sessiondv1.SearchSessionsRequest, stream grpc.ServerStreamingServer[sessiondv1.SearchSessionsResponse]) error {
+	ctx := stream.Context()
+	err := storage.ValidateNamespace(req.GetNamespace())
+	if err == nil {
+		err = validQuery(req.GetQuery())
+	}
+	if err == nil {
+		err = notNegative("limit", req.GetLimit())
+	}
+	if err == nil {
+		err = s.limits.checkTitle("query", req.GetQuery())
+	}
+	if err != nil {
+		return s.toStatus(mSearch, err)
+	}
+	err = s.store.Search(ctx, searchFromProto(req), func(h storage.SearchHit) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return stream.Send(searchHitToProto(h))
+	})
+	return s.toStatus(mSearch, err)
+}
+
+// WatchSession implements SessionStoreService. The response headers are sent
+// once the subscription is live, so a client that waits for them knows every
+// later change will reach it. The stream ends OK after EVENT_TYPE_DELETED,
+// OUT_OF_RANGE when the watcher fell behind the store's bounded buffer (the
+// store drops a slow watcher rather than ever blocking a writer), and
+// UNAVAILABLE when the server drains or the store closes.
+func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.ServerStreamingServer[sessiondv1.WatchSessionResponse]) error {
+	ctx := stream.Context()
+	ref, err := validRef("ref", req.GetRef())
+	if err != nil {
+		return s.toStatus(mWatch, err)
+	}
+	select {
+	case <-s.drained:
+		return errDraining
+	default:
+	}
+	sub, err := s.store.Watch(ctx, ref, req.GetFromRevision())
+	if err != nil {
+		return s.toStatus(mWatch, err)
+	}
+	defer sub.Close()
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return s.toStatus(mWatch, err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return s.toStatus(mWatch, ctx.Err())
+		case <-s.drained:
+			return errDraining
+		case ev, ok := <-sub.Events():
+			if !ok {
+				return s.toStatus(mWatch, sub.Err())
+			}
+			if err := stream.Send(eventToProto(ev)); err != nil {
+				return s.toStatus(mWatch, err)
+			}
+		}
+	}
+}
+
+var errDraining = status.Error(codes.Unavailable, "server is shutting down; watch again after it restarts")

@@ -1,0 +1,282 @@
+package storage
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+const testSession = "0190b5a4-7f2e-7c3d-8a1b-2c3d4e5f6a7b"
+
+func ev(typ EventType, rev uint64) Event {
+	return Event{Type: typ, Revision: rev, Session: &Session{ID: testSession, Revision: rev}}
+}
+
+// publishRange publishes EventAppended for revisions from..to.
+func publishRange(b *Broker, id string, from, to uint64) {
+	for r := from; r <= to; r++ {
+		b.Publish(id, ev(EventAppended, r))
+	}
+}
+
+// recv returns the next event or fails.
+func recv(t *testing.T, s *Subscription) Event {
+	t.Helper()
+	select {
+	case e, ok := <-s.Events():
+		if !ok {
+			t.Fatalf("subscription ended (%v), want an event", s.Err())
+		}
+		return e
+	case <-time.After(5 * time.Second):
+		t.Fatal("no event")
+	}
+	panic("unreachable")
+}
+
+// wantRevisions reads len(revs) events and checks their revisions, then
+// checks that nothing else is waiting.
+func wantRevisions(t *testing.T, s *Subscription, revs ...uint64) {
+	t.Helper()
+	for _, r := range revs {
+		if e := recv(t, s); e.Revision != r {
+			t.Fatalf("got revision %d, want %d", e.Revision, r)
+		}
+	}
+	select {
+	case e, ok := <-s.Events():
+		t.Fatalf("got extra event %+v (open %v)", e, ok)
+	default:
+	}
+}
+
+// wantEnd drains the subscription and checks why it ended.
+func wantEnd(t *testing.T, s *Subscription, want error) int {
+	t.Helper()
+	n := 0
+	for range s.Events() {
+		n++
+	}
+	if err := s.Err(); want == nil && err != nil || want != nil && !errors.Is(err, want) {
+		t.Errorf("subscription ended with %v, want %v", err, want)
+	}
+	return n
+}
+
+func mustSubscribe(t *testing.T, b *Broker, current, from uint64) *Subscription {
+	t.Helper()
+	s, err := b.Subscribe(testSession, current, from)
+	if err != nil {
+		t.Fatalf("Subscribe(current %d, from %d): %v", current, from, err)
+	}
+	return s
+}
+
+func TestBrokerFromNow(t *testing.T) {
+	b := NewBroker()
+	s := mustSubscribe(t, b, 3, 0)
+	other := "0190b5a4-7f2e-7c3d-8a1b-000000000000"
+	b.Publish(other, ev(EventAppended, 9)) // another session: not delivered
+	publishRange(b, testSession, 4, 6)
+	wantRevisions(t, s, 4, 5, 6)
+	// from == current is "from now" too.
+	s2 := mustSubscribe(t, b, 6, 6)
+	publishRange(b, testSession, 7, 7)
+	wantRevisions(t, s, 7)
+	wantRevisions(t, s2, 7)
+}
+
+func TestBrokerReplay(t *testing.T) {
+	b := NewBroker()
+	first := mustSubscribe(t, b, 1, 0) // history is kept from here on
+	publishRange(b, testSession, 2, 5)
+	late := mustSubscribe(t, b, 5, 2)
+	wantRevisions(t, late, 3, 4, 5)
+	all := mustSubscribe(t, b, 5, 1)
+	wantRevisions(t, all, 2, 3, 4, 5)
+	publishRange(b, testSession, 6, 6)
+	wantRevisions(t, late, 6)
+	wantRevisions(t, first, 2, 3, 4, 5, 6)
+	// History survives the last subscriber leaving.
+	for _, s := range []*Subscription{first, late, all} {
+		s.Close()
+	}
+	publishRange(b, testSession, 7, 7)
+	again := mustSubscribe(t, b, 7, 5)
+	wantRevisions(t, again, 6, 7)
+}
+
+func TestBrokerReset(t *testing.T) {
+	t.Run("future", func(t *testing.T) {
+		b := NewBroker()
+		_, err := b.Subscribe(testSession, 3, 4)
+		if !errors.Is(err, ErrWatchReset) {
+			t.Errorf("Subscribe from the future: %v, want ErrWatchReset", err)
+		}
+	})
+	t.Run("never watched", func(t *testing.T) {
+		b := NewBroker()
+		publishRange(b, testSession, 2, 5) // nobody watched: no history
+		_, err := b.Subscribe(testSession, 5, 3)
+		if !errors.Is(err, ErrWatchReset) {
+			t.Errorf("Subscribe from the past of an unwatched session: %v, want ErrWatchReset", err)
+		}
+	})
+	t.Run("older than the history", func(t *testing.T) {
+		b := NewBroker()
+		mustSubscribe(t, b, 1, 0)
+		last := uint64(1 + WatchHistory + 10)
+		publishRange(b, testSession, 2, last)
+		oldest := last - WatchHistory + 1 // the oldest event kept
+		if _, err := b.Subscribe(testSession, last, oldest-2); !errors.Is(err, ErrWatchReset) {
+			t.Errorf("Subscribe from before the history: %v, want ErrWatchReset", err)
+		}
+		s := mustSubscribe(t, b, last, oldest-1)
+		if n := len(s.Events()); n != WatchHistory {
+			t.Errorf("replay of the whole history queued %d events, want %d", n, WatchHistory)
+		}
+		for r := oldest; r <= last; r++ {
+			if e := recv(t, s); e.Revision != r {
+				t.Fatalf("replayed revision %d, want %d", e.Revision, r)
+			}
+		}
+	})
+	t.Run("history behind the session", func(t *testing.T) {
+		// The backend says the session is at 9 but the broker saw only up
+		// to 5 (say, changes made while another replica wrote): replaying
+		// would leave a gap, so the watcher must reload.
+		b := NewBroker()
+		mustSubscribe(t, b, 1, 0)
+		publishRange(b, testSession, 2, 5)
+		if _, err := b.Subscribe(testSession, 9, 3); !errors.Is(err, ErrWatchReset) {
+			t.Errorf("Subscribe with a gap after the history: %v, want ErrWatchReset", err)
+		}
+	})
+	t.Run("fell behind", func(t *testing.T) {
+		b := NewBroker()
+		slow := mustSubscribe(t, b, 1, 0)
+		fast := mustSubscribe(t, b, 1, 0)
+		done := make(chan struct{})
+		var got []uint64
+		go func() {
+			defer close(done)
+			for e := range fast.Events() {
+				got = append(got, e.Revision)
+			}
+		}()
+		// Publish never blocks, although slow never reads.
+		published := make(chan struct{})
+		go func() {
+			for r := uint64(2); r <= WatchBuffer+10; r++ {
+				b.Publish(testSession, ev(EventAppended, r))
+				if r%16 == 0 {
+					time.Sleep(time.Millisecond) // let the fast reader keep up
+				}
+			}
+			close(published)
+		}()
+		select {
+		case <-published:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Publish blocked on a watcher that does not read")
+		}
+		if n := wantEnd(t, slow, ErrWatchReset); n != WatchBuffer {
+			t.Errorf("slow watcher had %d events before the reset, want %d", n, WatchBuffer)
+		}
+		fast.Close()
+		<-done
+		if len(got) != WatchBuffer+9 || got[0] != 2 || got[len(got)-1] != WatchBuffer+10 {
+			t.Errorf("fast watcher got %d events (%v...), want all %d", len(got), got[:min(3, len(got))], WatchBuffer+9)
+		}
+	})
+}
+
+func TestBrokerDeleted(t *testing.T) {
+	b := NewBroker()
+	s1 := mustSubscribe(t, b, 1, 0)
+	s2 := mustSubscribe(t, b, 1, 0)
+	publishRange(b, testSession, 2, 3)
+	b.Publish(testSession, ev(EventDeleted, 4))
+	for _, s := range []*Subscription{s1, s2} {
+		for _, want := range []Event{ev(EventAppended, 2), ev(EventAppended, 3), ev(EventDeleted, 4)} {
+			if e := recv(t, s); e.Type != want.Type || e.Revision != want.Revision {
+				t.Fatalf("got %v at %d, want %v at %d", e.Type, e.Revision, want.Type, want.Revision)
+			}
+		}
+		if n := wantEnd(t, s, nil); n != 0 {
+			t.Errorf("%d events after EventDeleted", n)
+		}
+	}
+	// The history went with the session: an id reused later starts afresh.
+	if _, err := b.Subscribe(testSession, 3, 1); !errors.Is(err, ErrWatchReset) {
+		t.Errorf("Subscribe into a deleted session's past: %v, want ErrWatchReset", err)
+	}
+}
+
+func TestBrokerClose(t *testing.T) {
+	b := NewBroker()
+	s1 := mustSubscribe(t, b, 1, 0)
+	s2 := mustSubscribe(t, b, 5, 0)
+	closed := mustSubscribe(t, b, 1, 0)
+	closed.Close()
+	closed.Close() // twice is fine
+	wantEnd(t, closed, nil)
+	publishRange(b, testSession, 2, 2)
+	b.Close()
+	if n := wantEnd(t, s1, ErrClosed); n != 1 {
+		t.Errorf("s1 got %d events before the close, want 1", n)
+	}
+	wantEnd(t, s2, ErrClosed)
+	if _, err := b.Subscribe(testSession, 2, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("Subscribe after Close: %v, want ErrClosed", err)
+	}
+	b.Publish(testSession, ev(EventAppended, 3)) // no panic, nobody to tell
+	s1.Close()                                   // after the broker closed: still fine
+	b.Close()
+}
+
+// TestBrokerConcurrent exercises the broker's locking under -race: one
+// publisher per session, subscribers coming and going.
+func TestBrokerConcurrent(t *testing.T) {
+	b := NewBroker()
+	ids := []string{testSession, "0190b5a4-7f2e-7c3d-8a1b-000000000001", "0190b5a4-7f2e-7c3d-8a1b-000000000002"}
+	var mu sync.Mutex // per-session revisions, as a backend's session lock would keep them
+	rev := map[string]uint64{}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			for range 300 {
+				mu.Lock()
+				rev[id]++
+				b.Publish(id, ev(EventAppended, rev[id]))
+				mu.Unlock()
+			}
+		})
+		wg.Go(func() {
+			for range 50 {
+				mu.Lock()
+				s, err := b.Subscribe(id, rev[id], 0)
+				mu.Unlock()
+				if err != nil {
+					t.Errorf("Subscribe: %v", err)
+					return
+				}
+				last := uint64(0)
+				for range 5 {
+					select {
+					case e, ok := <-s.Events():
+						if ok && last != 0 && e.Revision != last+1 {
+							t.Errorf("session %s: revision %d after %d", id, e.Revision, last)
+						}
+						last = e.Revision
+					case <-time.After(time.Millisecond):
+					}
+				}
+				s.Close()
+			}
+		})
+	}
+	wg.Wait()
+	b.Close()
+}

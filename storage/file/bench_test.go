@@ -1,0 +1,217 @@
+package file
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+var fixture struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if fixture.dir != "" {
+		_ = os.RemoveAll(fixture.dir)
+	}
+	os.Exit(code)
+}
+
+// BenchmarkAppend measures a durable append of one 1 KiB message to
+// sessions of 10 and 2,000 messages, by 1 writer and by 16 concurrent
+// writers on 16 sessions. Reports p50-ns (per append latency) and ops/s.
+func BenchmarkAppend(b *testing.B) {
+	for _, length := range []int{10, 2000} {
+		for _, writers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("len=%d/writers=%d", length, writers), func(b *testing.B) {
+				s, err := Open(b.Context(), b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				var sessions []string
+				for i := range writers {
+					ms := make([]*sessiondv1.Message, length)
+					for j := range ms {
+						ms[j] = msg(fmt.Sprintf("seed-%d-%d", i, j), strings.Repeat("s", 1024))
+					}
+					se, err := s.Create(b.Context(), storage.CreateRequest{Messages: ms})
+					if err != nil {
+						b.Fatal(err)
+					}
+					sessions = append(sessions, se.ID)
+				}
+				body := strings.Repeat("b", 1024)
+				lat := make([][]time.Duration, writers)
+				b.ResetTimer()
+				start := time.Now()
+				var wg sync.WaitGroup
+				for w := range writers {
+					n := b.N / writers
+					if w < b.N%writers {
+						n++
+					}
+					wg.Go(func() {
+						for i := range n {
+							t0 := time.Now()
+							_, err := s.Append(b.Context(), storage.AppendRequest{Ref: storage.Ref{ID: sessions[w]},
+								Messages: []*sessiondv1.Message{msg(fmt.Sprintf("w%d-%d", w, i), body)}})
+							lat[w] = append(lat[w], time.Since(t0))
+							if err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				b.StopTimer()
+				all := slices.Concat(lat...)
+				slices.Sort(all)
+				if len(all) > 0 {
+					b.ReportMetric(float64(all[len(all)/2].Nanoseconds()), "p50-ns")
+					b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds()), "p99-ns")
+				}
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+			})
+		}
+	}
+}
+
+const fixtureSessions = 100_000
+
+// bigFixture writes a data dir with 100,000 small sessions directly (no
+// fsyncs: it is a fixture), then opens and closes it once so that the index
+// files are there. Built once per test binary run.
+func bigFixture(b *testing.B) string {
+	b.Helper()
+	fixture.once.Do(func() {
+		dir, err := os.MkdirTemp("", "sessiond-bench-")
+		if err != nil {
+			fixture.err = err
+			return
+		}
+		fixture.dir = dir
+		fixture.err = func() error {
+			if err := os.MkdirAll(filepath.Join(dir, "sessions"), dirPerm); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, formatFile), []byte(formatVersion), filePerm); err != nil {
+				return err
+			}
+			m, _ := marshalMessages([]*sessiondv1.Message{msg("m0", "hello")})
+			base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for w := range 8 {
+				wg.Go(func() {
+					for i := w; i < fixtureSessions; i += 8 {
+						u, _ := uuid.NewV7()
+						t := base.Add(time.Duration(i) * time.Second)
+						meta := &storage.Session{ID: u.String(), Alias: fmt.Sprintf("s-%d", i), Title: fmt.Sprintf("session %d", i),
+							CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: 1, Labels: map[string]string{"team": fmt.Sprint(i % 10)}}
+						d := filepath.Join(dir, "sessions", meta.ID)
+						if err := os.Mkdir(d, dirPerm); err != nil {
+							errs <- err
+							return
+						}
+						if err := os.WriteFile(filepath.Join(d, snapshotName), encodeSnapshot(1, meta, m), filePerm); err != nil {
+							errs <- err
+							return
+						}
+						if err := os.WriteFile(filepath.Join(d, journalName(1)), encodeJournalHead(1, meta.ID), filePerm); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			if err := <-errs; err != nil {
+				return err
+			}
+			s, err := Open(b.Context(), dir)
+			if err != nil {
+				return err
+			}
+			return s.Close()
+		}()
+	})
+	if fixture.err != nil {
+		b.Fatal(fixture.err)
+	}
+	return fixture.dir
+}
+
+// BenchmarkOpen100k: Open with 100,000 sessions on disk, after a clean
+// close (index files) and after a crash (every session's header scanned).
+func BenchmarkOpen100k(b *testing.B) {
+	dir := bigFixture(b)
+	for _, mode := range []string{"clean", "crash"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				if mode == "crash" {
+					_ = os.Remove(filepath.Join(dir, "index", cleanName))
+				}
+				b.StartTimer()
+				s, err := Open(b.Context(), dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if n := len(s.byID); n != fixtureSessions {
+					b.Fatalf("opened %d sessions", n)
+				}
+				if err := s.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// BenchmarkList100k lists 100,000 sessions; reports the time to the first
+// result and to all of them.
+func BenchmarkList100k(b *testing.B) {
+	dir := bigFixture(b)
+	s, err := Open(b.Context(), dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var first, all time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		n := 0
+		err := s.List(b.Context(), storage.ListOptions{}, func(*storage.Session) error {
+			if n == 0 {
+				first += time.Since(t0)
+			}
+			n++
+			return nil
+		})
+		all += time.Since(t0)
+		if err != nil || n != fixtureSessions {
+			b.Fatalf("listed %d, %v", n, err)
+		}
+	}
+	b.ReportMetric(float64(first.Nanoseconds())/float64(b.N), "first-ns")
+	b.ReportMetric(float64(all.Nanoseconds())/float64(b.N), "all-ns")
+}

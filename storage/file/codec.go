@@ -1,0 +1,368 @@
+package file
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+// Record kinds inside a journal commit frame.
+const (
+	recAppend byte = 1 // rev (8) + updated_at unix ns (8) + uvarint n + n × (uvarint len + message proto)
+	recMeta   byte = 2 // rev (8) + uvarint len + Session proto: the whole metadata after the change
+)
+
+// metaToProto encodes session metadata for disk: the API's Session message is
+// the schema of record, so new fields need no new format.
+func metaToProto(m *storage.Session) *sessiondv1.Session {
+	p := &sessiondv1.Session{
+		Id: m.ID, Namespace: m.Namespace, Alias: m.Alias, Title: m.Title, Summary: m.Summary,
+		CreatedAt: timestamppb.New(m.CreatedAt), UpdatedAt: timestamppb.New(m.UpdatedAt),
+		Revision: m.Revision, MessageCount: m.MessageCount,
+		Metadata: m.Metadata, Labels: m.Labels,
+	}
+	if m.Parent != nil {
+		p.Parent = &sessiondv1.ForkOrigin{SessionId: m.Parent.SessionID, MessageCount: m.Parent.MessageCount}
+	}
+	return p
+}
+
+func metaFromProto(p *sessiondv1.Session) *storage.Session {
+	m := &storage.Session{
+		ID: p.GetId(), Namespace: p.GetNamespace(), Alias: p.GetAlias(), Title: p.GetTitle(), Summary: p.GetSummary(),
+		CreatedAt: p.GetCreatedAt().AsTime(), UpdatedAt: p.GetUpdatedAt().AsTime(),
+		Revision: p.GetRevision(), MessageCount: p.GetMessageCount(),
+		Metadata: p.GetMetadata(), Labels: p.GetLabels(),
+	}
+	if p.Parent != nil {
+		m.Parent = &storage.ForkOrigin{SessionID: p.Parent.GetSessionId(), MessageCount: p.Parent.GetMessageCount()}
+	}
+	return m
+}
+
+func marshalMeta(m *storage.Session) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(metaToProto(m))
+	if err != nil {
+		// Only invalid UTF-8 can fail, and every string here passed validation
+		// or came from a decoded proto.
+		panic(fmt.Sprintf("file: marshal session metadata: %v", err))
+	}
+	return b
+}
+
+func unmarshalMeta(b []byte) (*storage.Session, error) {
+	var p sessiondv1.Session
+	if err := proto.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("session metadata: %v: %w", err, errCorrupt)
+	}
+	return metaFromProto(&p), nil
+}
+
+// cloneMeta returns a copy whose maps the caller may modify.
+func cloneMeta(m *storage.Session) *storage.Session {
+	c := *m
+	c.Metadata = maps.Clone(m.Metadata)
+	c.Labels = maps.Clone(m.Labels)
+	if m.Parent != nil {
+		p := *m.Parent
+		c.Parent = &p
+	}
+	return &c
+}
+
+// reader decodes the fixed and variable fields of a payload, remembering the
+// first error so that callers check once.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("short or malformed %s: %w", what, errCorrupt)
+	}
+	r.b = nil
+}
+
+func (r *reader) u64(what string) uint64 {
+	if len(r.b) < 8 {
+		r.fail(what)
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *reader) byte1(what string) byte {
+	if len(r.b) < 1 {
+		r.fail(what)
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) uvarint(what string) uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes(what string) []byte {
+	n := r.uvarint(what)
+	if r.err != nil || n > uint64(len(r.b)) {
+		r.fail(what)
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) fixed(n int, what string) []byte {
+	if len(r.b) < n {
+		r.fail(what)
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func putU64(b []byte, v uint64) []byte { return binary.LittleEndian.AppendUint64(b, v) }
+
+func putBytes(b, v []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+func idBytes(id string) []byte {
+	u := uuid.MustParse(id)
+	return u[:]
+}
+
+func idString(b []byte) string {
+	var u uuid.UUID
+	copy(u[:], b)
+	return u.String()
+}
+
+// A snapshot file holds a session's whole state as of generation gen:
+//
+//	frame typeSnapHeader: gen, id, metadata
+//	frames typeSnapMsgs:  the messages in order, runs of about snapRun bytes
+//	frame typeSnapEnd:    the message count, which must match
+const snapRun = 256 << 10
+
+func encodeSnapshot(gen uint64, meta *storage.Session, msgs [][]byte) []byte {
+	size := 64
+	for _, m := range msgs {
+		size += len(m) + 10
+	}
+	out := make([]byte, 0, size+size/64+64)
+	h := []byte{typeSnapHeader}
+	h = putU64(h, gen)
+	h = append(h, idBytes(meta.ID)...)
+	h = append(h, marshalMeta(meta)...)
+	out = appendFrame(out, h)
+	run := []byte{typeSnapMsgs}
+	for _, m := range msgs {
+		if len(run) > 1 && len(run)+len(m) > snapRun {
+			out = appendFrame(out, run)
+			run = run[:1]
+		}
+		run = putBytes(run, m)
+	}
+	if len(run) > 1 {
+		out = appendFrame(out, run)
+	}
+	out = appendFrame(out, putU64([]byte{typeSnapEnd}, uint64(len(msgs))))
+	return out
+}
+
+// decodeSnapshotHeader reads the first frame of a snapshot.
+func decodeSnapshotHeader(data []byte) (gen uint64, meta *storage.Session, next int, err error) {
+	p, next, ok := readFrame(data, 0)
+	if !ok || p[0] != typeSnapHeader {
+		return 0, nil, 0, fmt.Errorf("snapshot header: %w", errCorrupt)
+	}
+	r := reader{b: p[1:]}
+	gen = r.u64("snapshot generation")
+	id := r.fixed(16, "snapshot session id")
+	if r.err != nil {
+		return 0, nil, 0, r.err
+	}
+	meta, err = unmarshalMeta(r.b)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	if meta.ID != idString(id) {
+		return 0, nil, 0, fmt.Errorf("snapshot header names session %s but holds %s: %w", idString(id), meta.ID, errCorrupt)
+	}
+	return gen, meta, next, nil
+}
+
+// decodeSnapshot checks and decodes a whole snapshot. The message slices
+// alias data.
+func decodeSnapshot(data []byte) (gen uint64, meta *storage.Session, msgs [][]byte, err error) {
+	gen, meta, off, err := decodeSnapshotHeader(data)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	for {
+		p, next, ok := readFrame(data, off)
+		if !ok {
+			return 0, nil, nil, fmt.Errorf("snapshot frame at offset %d: %w", off, errCorrupt)
+		}
+		off = next
+		switch p[0] {
+		case typeSnapMsgs:
+			r := reader{b: p[1:]}
+			for len(r.b) > 0 {
+				m := r.bytes("snapshot message")
+				if r.err != nil {
+					return 0, nil, nil, r.err
+				}
+				msgs = append(msgs, m)
+			}
+		case typeSnapEnd:
+			r := reader{b: p[1:]}
+			n := r.u64("snapshot message count")
+			if r.err != nil || len(r.b) != 0 {
+				return 0, nil, nil, fmt.Errorf("snapshot end frame: %w", errCorrupt)
+			}
+			if n != uint64(len(msgs)) || int64(n) != meta.MessageCount {
+				return 0, nil, nil, fmt.Errorf("snapshot holds %d messages, end frame says %d, header %d: %w", len(msgs), n, meta.MessageCount, errCorrupt)
+			}
+			if off != len(data) {
+				return 0, nil, nil, fmt.Errorf("snapshot has %d bytes after its end frame: %w", len(data)-off, errCorrupt)
+			}
+			return gen, meta, msgs, nil
+		default:
+			return 0, nil, nil, fmt.Errorf("snapshot frame type %d at offset %d: %w", p[0], off, errCorrupt)
+		}
+	}
+}
+
+func encodeJournalHead(gen uint64, id string) []byte {
+	p := putU64([]byte{typeJournalHead}, gen)
+	p = append(p, idBytes(id)...)
+	return appendFrame(nil, p)
+}
+
+// record is one change in a journal commit frame.
+type record struct {
+	kind      byte
+	rev       uint64
+	updatedAt time.Time
+	msgs      [][]byte         // recAppend
+	meta      *storage.Session // recMeta
+}
+
+func appendRecord(p []byte, rec record) []byte {
+	p = append(p, rec.kind)
+	p = putU64(p, rec.rev)
+	switch rec.kind {
+	case recAppend:
+		p = putU64(p, uint64(rec.updatedAt.UnixNano()))
+		p = binary.AppendUvarint(p, uint64(len(rec.msgs)))
+		for _, m := range rec.msgs {
+			p = putBytes(p, m)
+		}
+	case recMeta:
+		p = putBytes(p, marshalMeta(rec.meta))
+	}
+	return p
+}
+
+// encodeCommit makes the one frame a flush writes.
+func encodeCommit(recs []record) []byte {
+	p := []byte{typeCommit}
+	for _, r := range recs {
+		p = appendRecord(p, r)
+	}
+	return appendFrame(nil, p)
+}
+
+// journalContent is a decoded journal.
+type journalContent struct {
+	gen     uint64
+	id      string
+	records []record
+	end     int  // offset just past the last valid frame
+	torn    bool // bytes after end are an incomplete last frame
+}
+
+// decodeJournal decodes a journal. A torn tail is reported, not an error;
+// damage anywhere else is errCorrupt. Message slices alias data.
+func decodeJournal(data []byte) (*journalContent, error) {
+	frames, end, torn, err := scanFrames(data)
+	if err != nil {
+		return nil, err
+	}
+	if len(frames) == 0 || frames[0][0] != typeJournalHead {
+		return nil, fmt.Errorf("journal header missing or damaged: %w", errCorrupt)
+	}
+	r := reader{b: frames[0][1:]}
+	jc := &journalContent{gen: r.u64("journal generation"), end: end, torn: torn}
+	id := r.fixed(16, "journal session id")
+	if r.err != nil || len(r.b) != 0 {
+		return nil, fmt.Errorf("journal header: %w", errCorrupt)
+	}
+	jc.id = idString(id)
+	for i, f := range frames[1:] {
+		if f[0] != typeCommit {
+			return nil, fmt.Errorf("journal frame %d has type %d: %w", i+1, f[0], errCorrupt)
+		}
+		r := reader{b: f[1:]}
+		if len(r.b) == 0 {
+			return nil, fmt.Errorf("journal frame %d is empty: %w", i+1, errCorrupt)
+		}
+		for len(r.b) > 0 && r.err == nil {
+			rec := record{kind: r.byte1("record kind"), rev: r.u64("record revision")}
+			switch rec.kind {
+			case recAppend:
+				rec.updatedAt = time.Unix(0, int64(r.u64("record time"))).UTC()
+				n := r.uvarint("record message count")
+				if n > uint64(len(r.b)) {
+					r.fail("record message count")
+				}
+				for j := uint64(0); j < n && r.err == nil; j++ {
+					rec.msgs = append(rec.msgs, r.bytes("record message"))
+				}
+			case recMeta:
+				b := r.bytes("record metadata")
+				if r.err == nil {
+					m, err := unmarshalMeta(b)
+					if err != nil {
+						return nil, err
+					}
+					rec.meta = m
+				}
+			default:
+				r.fail("record kind")
+			}
+			if r.err == nil {
+				jc.records = append(jc.records, rec)
+			}
+		}
+		if r.err != nil {
+			return nil, fmt.Errorf("journal frame %d: %w", i+1, r.err)
+		}
+	}
+	return jc, nil
+}

@@ -1,0 +1,150 @@
+package file
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sessiond/sessiond/storage"
+)
+
+const (
+	filePerm = 0o600
+	dirPerm  = 0o700
+	tmpPref  = ".tmp-"
+	delPref  = ".del-"
+)
+
+// ioStats counts bytes written, for tests that check what an append costs.
+type ioStats struct {
+	bytesWritten atomic.Int64
+	journalSyncs atomic.Int64 // journal fdatasyncs
+}
+
+// noSpace turns a full-disk error into storage.ErrNoSpace, keeping others.
+func noSpace(err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return fmt.Errorf("%v: %w", err, storage.ErrNoSpace)
+	}
+	return err
+}
+
+func randSuffix() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// writeFileSync writes data to a new file at path (which must not be in use)
+// and fsyncs it.
+func writeFileSync(st *ioStats, path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, filePerm)
+	if err != nil {
+		return noSpace(err)
+	}
+	n, err := f.Write(data)
+	st.bytesWritten.Add(int64(n))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+		return noSpace(fmt.Errorf("write %s: %w", path, err))
+	}
+	return nil
+}
+
+// writeAtomic replaces path with data: temp file in the same folder, fsync,
+// rename, fsync the folder. On error the temp file is removed and path is
+// untouched.
+func writeAtomic(st *ioStats, path string, data []byte) error {
+	tmp := filepath.Join(filepath.Dir(path), tmpPref+filepath.Base(path)+"-"+randSuffix())
+	if err := writeFileSync(st, tmp, data); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return noSpace(err)
+	}
+	return noSpace(syncDir(filepath.Dir(path)))
+}
+
+// readHead reads up to n bytes from the start of path.
+func readHead(path string, n int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	m, err := io.ReadFull(f, buf)
+	if err == io.ErrUnexpectedEOF || err == io.EOF {
+		err = nil
+	}
+	return buf[:m], err
+}
+
+// lockDir takes the exclusive lock on dir's LOCK file.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, filePerm)
+	if err != nil {
+		return nil, fmt.Errorf("file: open lock of %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("file: data dir %s is in use by another process or store: %w", dir, storage.ErrLocked)
+		}
+		return nil, fmt.Errorf("file: lock data dir %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// Format version file.
+const (
+	formatFile    = "FORMAT"
+	formatVersion = "sessiond-file-format 1\n"
+)
+
+// checkFormat reads the format version file, writing it into a new data dir.
+func checkFormat(st *ioStats, dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, formatFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return writeAtomic(st, filepath.Join(dir, formatFile), []byte(formatVersion))
+	}
+	if err != nil {
+		return fmt.Errorf("file: read format of %s: %w", dir, err)
+	}
+	if string(b) != formatVersion {
+		return fmt.Errorf("file: data dir %s has format %q; this sessiond reads only %q (newer sessiond, or not a sessiond data dir)",
+			dir, strings.TrimSpace(string(b)), strings.TrimSpace(formatVersion))
+	}
+	return nil
+}
+
+func journalName(gen uint64) string { return fmt.Sprintf("journal-%016x", gen) }
+
+const snapshotName = "snapshot"

@@ -1,0 +1,331 @@
+package file
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+// journal is a session's open journal file.
+type journal struct {
+	f          *os.File
+	tail       int64 // end of the valid data; the next flush writes here
+	alloc      int64 // file size: bytes past tail are reserved, and read as zeros
+	noPrealloc bool  // the file system cannot fallocate
+}
+
+// Preallocation sizes: reserve ahead so that most flushes are data-only
+// fdatasyncs, doubling up to a cap so that small sessions stay small.
+const (
+	preallocMin = 16 << 10
+	preallocMax = 1 << 20
+)
+
+// loadLocked brings e's state into memory if it is not there: the snapshot,
+// then the journal, trimming a torn last record. Caller holds e.wmu.
+func (s *Store) loadLocked(e *entry) error {
+	s.mu.RLock()
+	damaged, gone := e.damaged, e.gone
+	s.mu.RUnlock()
+	if gone {
+		return fmt.Errorf("file: session %s: %w", e.id, storage.ErrNotFound)
+	}
+	if damaged != nil {
+		return damaged
+	}
+	if e.view.Load() != nil && e.j != nil {
+		s.touch(e)
+		return nil
+	}
+	s.mu.RLock()
+	var known uint64
+	if e.meta != nil {
+		known = e.meta.Revision
+	}
+	s.mu.RUnlock()
+	meta, msgs, gen, j, err := s.readSession(e.id, known)
+	if err != nil {
+		if errors.Is(err, errCorrupt) {
+			err = damage(e.id, err)
+			s.mu.Lock()
+			e.damaged = err
+			s.mu.Unlock()
+			s.log.Error("session is damaged", zap.String("session", e.id), zap.Error(err))
+			return err
+		}
+		return fmt.Errorf("file: load session %s: %w", e.id, err)
+	}
+	ids := make(map[string]int, len(msgs))
+	mids := make([]string, len(msgs))
+	for i, m := range msgs {
+		id, err := messageID(m)
+		if err != nil {
+			_ = j.f.Close()
+			err = damage(e.id, err)
+			s.mu.Lock()
+			e.damaged = err
+			s.mu.Unlock()
+			return err
+		}
+		ids[id] = i
+		mids[i] = id
+	}
+	e.j, e.gen, e.ids, e.mids = j, gen, ids, mids
+	e.view.Store(&view{meta: meta, msgs: msgs})
+	s.mu.RLock()
+	same := e.meta != nil && metaEqual(e.meta, meta)
+	s.mu.RUnlock()
+	if !same {
+		s.setMeta(e, meta) // the index was stale: the files are the truth
+	}
+	s.touch(e)
+	return nil
+}
+
+// messageID reads a stored message's id.
+func messageID(b []byte) (string, error) {
+	var m sessiondv1.Message
+	if err := (proto.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(b, &m); err != nil {
+		return "", fmt.Errorf("stored message: %v: %w", err, errCorrupt)
+	}
+	if m.Id == "" {
+		return "", fmt.Errorf("stored message has no id: %w", errCorrupt)
+	}
+	return m.Id, nil
+}
+
+// readSession reads a session's files and opens its journal for appending.
+//
+// known is the revision the store last knew the session at (0 if none):
+// files that hold less lost acknowledged changes (a truncated journal looks
+// like a crash's torn tail on its own).
+func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte, uint64, *journal, error) {
+	dir := s.sessionDir(id)
+	data, err := os.ReadFile(filepath.Join(dir, snapshotName))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			err = fmt.Errorf("snapshot missing: %w", errCorrupt)
+		}
+		return nil, nil, 0, nil, err
+	}
+	gen, meta, msgs, err := decodeSnapshot(data)
+	if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	if meta.ID != id {
+		return nil, nil, 0, nil, fmt.Errorf("snapshot holds session %s: %w", meta.ID, errCorrupt)
+	}
+	// Journals of other generations are leftovers of an interrupted fold or
+	// save: the snapshot already holds (or never held) what they say.
+	if des, err := os.ReadDir(dir); err == nil {
+		for _, de := range des {
+			n := de.Name()
+			if strings.HasPrefix(n, tmpPref) || (strings.HasPrefix(n, "journal-") && n != journalName(gen)) {
+				_ = os.Remove(filepath.Join(dir, n))
+			}
+		}
+	}
+	jpath := filepath.Join(dir, journalName(gen))
+	jdata, err := os.ReadFile(jpath)
+	if errors.Is(err, os.ErrNotExist) {
+		// A crash between a snapshot's rename and the journal's creation
+		// becoming durable: nothing can have been appended yet.
+		if err := writeFileSync(&s.stats, jpath, encodeJournalHead(gen, id)); err != nil {
+			return nil, nil, 0, nil, err
+		}
+		if err := syncDir(dir); err != nil {
+			return nil, nil, 0, nil, err
+		}
+		jdata = encodeJournalHead(gen, id)
+	} else if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	jc, err := decodeJournal(jdata)
+	if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	msgs = msgs[:len(msgs):len(msgs)]
+	meta, msgs, err = replay(meta, msgs, gen, id, jc, true)
+	if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	if meta.Revision < known {
+		return nil, nil, 0, nil, fmt.Errorf("files hold revision %d, but revision %d was acknowledged: %w", meta.Revision, known, errCorrupt)
+	}
+	f, err := os.OpenFile(jpath, os.O_RDWR, filePerm)
+	if err != nil {
+		return nil, nil, 0, nil, err
+	}
+	j := &journal{f: f, tail: int64(jc.end), alloc: int64(len(jdata))}
+	if jc.torn || (j.alloc > j.tail && !allZero(jdata[jc.end:])) {
+		// Only an incomplete last flush can be here, never acknowledged.
+		// Cut it off (and give back the zeros) so that the next flush cannot
+		// end up next to its remains.
+		s.log.Warn("trimming an incomplete last journal record", zap.String("session", id),
+			zap.Int64("valid_bytes", j.tail), zap.Int64("file_bytes", j.alloc))
+		if err := f.Truncate(j.tail); err != nil {
+			f.Close()
+			return nil, nil, 0, nil, err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, nil, 0, nil, err
+		}
+		j.alloc = j.tail
+	}
+	return meta, msgs, gen, j, nil
+}
+
+// write appends one frame to the journal and makes it durable with one
+// fdatasync. On error nothing of the frame stays in the file.
+func (s *Store) journalWrite(j *journal, frame []byte) error {
+	need := j.tail + int64(len(frame))
+	if need > j.alloc && !j.noPrealloc {
+		size := max(j.alloc*2, preallocMin, need)
+		size = min(size, need+preallocMax)
+		size = (size + 4095) &^ 4095
+		err := unix.Fallocate(int(j.f.Fd()), 0, j.alloc, size-j.alloc)
+		if err != nil && (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)) && size > need {
+			err = unix.Fallocate(int(j.f.Fd()), 0, j.alloc, need-j.alloc)
+			size = need
+		}
+		switch {
+		case err == nil:
+			j.alloc = size
+		case errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS):
+			j.noPrealloc = true
+		default:
+			_ = j.f.Truncate(j.tail)
+			j.alloc = j.tail
+			return noSpace(fmt.Errorf("reserve journal space: %w", err))
+		}
+	}
+	n, err := j.f.WriteAt(frame, j.tail)
+	s.stats.bytesWritten.Add(int64(n))
+	if err == nil {
+		err = s.testHookSync(j)
+	}
+	if err != nil {
+		// Cut what may have landed; the reserved space goes with it and is
+		// reserved again by the next flush.
+		_ = j.f.Truncate(j.tail)
+		_ = j.f.Sync()
+		j.alloc = j.tail
+		return noSpace(fmt.Errorf("journal append: %w", err))
+	}
+	j.tail = need
+	if need > j.alloc {
+		j.alloc = need
+	}
+	return nil
+}
+
+// testHookSync is fdatasync, replaceable by tests that inject faults.
+func (s *Store) testHookSync(j *journal) error {
+	if s.faultSync != nil {
+		if err := s.faultSync(); err != nil {
+			return err
+		}
+	}
+	s.stats.journalSyncs.Add(1)
+	return unix.Fdatasync(int(j.f.Fd()))
+}
+
+// rewriteLocked writes e's whole state as a new snapshot generation with an
+// empty journal, replacing the old files atomically: new journal created
+// and fsynced, snapshot written to a temp file, fsynced, renamed over the
+// old one, folder fsynced, old journal removed. A crash anywhere leaves the
+// old or the new state. Caller holds e.wmu and has loaded e.
+func (s *Store) rewriteLocked(e *entry, meta *storage.Session, msgs [][]byte) error {
+	dir := s.sessionDir(e.id)
+	gen := e.gen + 1
+	jpath := filepath.Join(dir, journalName(gen))
+	head := encodeJournalHead(gen, e.id)
+	if err := writeFileSync(&s.stats, jpath, head); err != nil {
+		return err
+	}
+	if err := writeAtomic(&s.stats, filepath.Join(dir, snapshotName), encodeSnapshot(gen, meta, msgs)); err != nil {
+		_ = os.Remove(jpath)
+		return err
+	}
+	f, err := os.OpenFile(jpath, os.O_RDWR, filePerm)
+	if err != nil {
+		// The new state is durable; the journal is reopened on next load.
+		s.forget(e)
+		return nil
+	}
+	if e.j != nil {
+		_ = e.j.f.Close()
+	}
+	_ = os.Remove(filepath.Join(dir, journalName(e.gen)))
+	e.j = &journal{f: f, tail: int64(len(head)), alloc: int64(len(head))}
+	e.gen = gen
+	return nil
+}
+
+// createFiles makes a new session folder atomically: built under a temp
+// name, fsynced, renamed into place, parent fsynced.
+func (s *Store) createFiles(meta *storage.Session, msgs [][]byte) (*journal, error) {
+	root := filepath.Join(s.dir, "sessions")
+	tmp := filepath.Join(root, tmpPref+meta.ID+"-"+randSuffix())
+	if err := os.Mkdir(tmp, dirPerm); err != nil {
+		return nil, noSpace(err)
+	}
+	fail := func(err error) (*journal, error) {
+		_ = os.RemoveAll(tmp)
+		return nil, noSpace(err)
+	}
+	head := encodeJournalHead(1, meta.ID)
+	if err := writeFileSync(&s.stats, filepath.Join(tmp, journalName(1)), head); err != nil {
+		return fail(err)
+	}
+	if err := writeFileSync(&s.stats, filepath.Join(tmp, snapshotName), encodeSnapshot(1, meta, msgs)); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(tmp); err != nil {
+		return fail(err)
+	}
+	final := s.sessionDir(meta.ID)
+	if err := os.Rename(tmp, final); err != nil {
+		if errors.Is(err, os.ErrExist) || errors.Is(err, unix.ENOTEMPTY) {
+			_ = os.RemoveAll(tmp)
+			return nil, fmt.Errorf("file: session folder %s exists: %w", final, storage.ErrAlreadyExists)
+		}
+		return fail(err)
+	}
+	if err := syncDir(root); err != nil {
+		return nil, noSpace(err)
+	}
+	f, err := os.OpenFile(filepath.Join(final, journalName(1)), os.O_RDWR, filePerm)
+	if err != nil {
+		return nil, nil //nolint:nilerr // durable already; the journal is reopened on first load
+	}
+	return &journal{f: f, tail: int64(len(head)), alloc: int64(len(head))}, nil
+}
+
+// removeFiles deletes a session folder: renamed out of the way first (the
+// rename is the durable point), then removed; Open sweeps what a crash
+// leaves.
+func (s *Store) removeFiles(id string) error {
+	root := filepath.Join(s.dir, "sessions")
+	gone := filepath.Join(root, delPref+id+"-"+randSuffix())
+	if err := os.Rename(s.sessionDir(id), gone); err != nil {
+		return err
+	}
+	if err := syncDir(root); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(gone); err != nil {
+		s.log.Warn("could not remove deleted session's files; the next open does", zap.String("path", gone), zap.Error(err))
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package file
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sessiond/sessiond/storage"
+)
+
+// Search calls yield for each hit, session by session in list order.
+// Damaged sessions are skipped.
+func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield func(storage.SearchHit) error) error {
+	if err := storage.ValidateNamespace(opts.Namespace); err != nil {
+		return err
+	}
+	if opts.Query == "" {
+		return fmt.Errorf("file: search query is empty: %w", storage.ErrInvalid)
+	}
+	if opts.Limit < 0 {
+		return fmt.Errorf("file: search limit %d is negative: %w", opts.Limit, storage.ErrInvalid)
+	}
+	q := strings.ToLower(opts.Query)
+	var sessions []*storage.Session
+	if err := s.List(ctx, storage.ListOptions{Namespace: opts.Namespace}, func(m *storage.Session) error {
+		sessions = append(sessions, m)
+		return nil
+	}); err != nil {
+		return err
+	}
+	hits := int64(0)
+	emit := func(h storage.SearchHit) error {
+		if opts.Limit > 0 && hits >= opts.Limit {
+			return errStop
+		}
+		hits++
+		return yield(h)
+	}
+	for _, m := range sessions {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		v, err := s.readView(storage.Ref{Namespace: m.Namespace, ID: m.ID})
+		if errors.Is(err, storage.ErrNotFound) || errors.Is(err, storage.ErrDataLoss) {
+			continue // deleted meanwhile, or damaged: skipped, as documented
+		}
+		if err != nil {
+			return err
+		}
+		meta := cloneMeta(v.meta)
+		for _, f := range []string{v.meta.Title, v.meta.Alias, v.meta.Summary} {
+			if snip, ok := snippet(f, q); ok {
+				if err := emit(storage.SearchHit{Session: meta, MessageIndex: -1, Snippet: snip}); err != nil {
+					return stopOK(err)
+				}
+				break
+			}
+		}
+		for i, b := range v.msgs {
+			msg, err := unmarshalMessage(m.ID, b)
+			if err != nil {
+				break // damaged message: skip the rest of this session
+			}
+			texts := []string{msg.GetContent()}
+			for _, p := range msg.GetParts() {
+				if t := p.GetText(); t != "" {
+					texts = append(texts, t)
+				}
+			}
+			for _, tc := range msg.GetToolCalls() {
+				texts = append(texts, tc.GetArguments())
+			}
+			for _, t := range texts {
+				if snip, ok := snippet(t, q); ok {
+					if err := emit(storage.SearchHit{Session: cloneMeta(meta), MessageIndex: int64(i), Snippet: snip}); err != nil {
+						return stopOK(err)
+					}
+					break
+				}
+			}
+		}
+	}
+	return nil
+}
+
+var errStop = errors.New("search limit reached")
+
+func stopOK(err error) error {
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
+}
+
+// snippet finds lowered query q in text case-insensitively and returns up to
+// about 60 bytes either side of it, cut at rune boundaries.
+func snippet(text, q string) (string, bool) {
+	low := strings.ToLower(text)
+	i := strings.Index(low, q)
+	if i < 0 {
+		return "", false
+	}
+	if len(low) != len(text) {
+		text = low // lowering changed byte lengths: offsets only fit the lowered text
+	}
+	const ctx = 60
+	from, to := max(0, i-ctx), min(len(text), i+len(q)+ctx)
+	for from > 0 && !utf8.RuneStart(text[from]) {
+		from--
+	}
+	for to < len(text) && !utf8.RuneStart(text[to]) {
+		to++
+	}
+	return text[from:to], true
+}

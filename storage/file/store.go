@@ -1,0 +1,618 @@
+package file
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/storage"
+)
+
+var _ storage.Store = (*Store)(nil)
+
+// Option tunes a Store.
+type Option func(*options)
+
+type options struct {
+	log        *zap.Logger
+	foldBytes  int64
+	cacheBytes int64
+}
+
+// WithLogger sets the logger (default: none).
+func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithFoldThreshold sets the journal size past which a session's journal is
+// folded into a new snapshot (default 4 MiB). Folding costs one rewrite of
+// the session, so a larger threshold means fewer rewrites and longer loads.
+func WithFoldThreshold(bytes int64) Option { return func(o *options) { o.foldBytes = bytes } }
+
+// WithCacheBytes bounds the message bytes kept in memory for recently used
+// sessions (default 256 MiB). Sessions beyond it are read from disk again.
+func WithCacheBytes(bytes int64) Option { return func(o *options) { o.cacheBytes = bytes } }
+
+// Store is the file backend. See the package doc.
+type Store struct {
+	dir    string
+	log    *zap.Logger
+	opts   options
+	lock   *os.File
+	broker *storage.Broker
+	stats  ioStats
+
+	// mu guards byID, ns, closed, and each entry's meta, damaged, gone and
+	// key fields. It is held briefly, never across disk I/O, and never while
+	// calling back into the caller. Lock order: entry.wmu before mu.
+	mu     sync.RWMutex
+	byID   map[string]*entry
+	ns     map[string]*nsIndex
+	closed bool
+
+	writes sync.WaitGroup // operations in progress, waited for by Close
+
+	cacheMu   sync.Mutex // guards lru, cacheSize and every entry's lruElem/cacheSize
+	lru       *list.List // of *entry with a loaded view, most recent first
+	cacheSize int64
+	closeOnce sync.Once
+	closeErr  error
+
+	// faultSync, when set by a test, runs before each journal fdatasync and
+	// can fail it.
+	faultSync func() error
+}
+
+// entry is one session.
+type entry struct {
+	id string
+
+	// wmu serialises the writes to this session, and the first load of its
+	// files: whoever holds it owns the session's files, j, gen, ids and mids.
+	// It is held across disk I/O; readers of a loaded session never take it.
+	wmu  sync.Mutex
+	j    *journal
+	gen  uint64
+	ids  map[string]int // message id -> index, for idempotency checks
+	mids []string       // message ids in order
+
+	// view is what readers see: replaced (never modified) by writers while
+	// holding wmu; nil when the session's messages are not in memory.
+	view atomic.Pointer[view]
+
+	// Guarded by Store.mu.
+	meta    *storage.Session // immutable; nil while being created, or when damaged beyond reading
+	damaged error            // wraps storage.ErrDataLoss
+	gone    bool             // deleted, or a create that failed
+	key     listKey
+
+	// qmu guards queue: appends waiting for the next group commit.
+	qmu   sync.Mutex
+	queue []*appendOp
+
+	// Guarded by Store.cacheMu.
+	lruElem   *list.Element
+	cacheSize int64
+}
+
+// view is a consistent state of a session for readers. msgs may share its
+// backing array with later views, which only append beyond len(msgs).
+type view struct {
+	meta *storage.Session
+	msgs [][]byte // protobuf-encoded messages
+}
+
+// Open opens (creating if needed) the data dir and returns the store. It
+// fails with an error wrapping storage.ErrLocked if another store holds dir.
+func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return nil, fmt.Errorf("file: create data dir: %w", noSpace(err))
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openLocked(ctx, dir, lock, opts...)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) (*Store, error) {
+	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: 256 << 20}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Store{
+		dir: dir, log: o.log, opts: o, lock: lock, broker: storage.NewBroker(),
+		byID: make(map[string]*entry), ns: make(map[string]*nsIndex), lru: list.New(),
+	}
+	start := time.Now()
+	if err := checkFormat(&s.stats, dir); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"sessions", "index"} {
+		if err := os.Mkdir(filepath.Join(dir, d), dirPerm); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("file: create %s: %w", d, noSpace(err))
+		}
+	}
+	ids, err := s.sweepSessions()
+	if err != nil {
+		return nil, err
+	}
+	known := s.readIndexes(ids)
+	// The index files describe the store as of the last clean Close. From now
+	// on they go stale, so the clean mark goes before any write can happen.
+	if err := os.Remove(filepath.Join(dir, "index", cleanName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("file: remove clean mark: %w", err)
+	}
+	if err := syncDir(filepath.Join(dir, "index")); err != nil {
+		return nil, fmt.Errorf("file: %w", err)
+	}
+
+	var todo []string
+	for _, id := range ids {
+		if m, ok := known[id]; ok {
+			s.byID[id] = &entry{id: id, meta: m}
+		} else {
+			todo = append(todo, id)
+		}
+	}
+	if err := s.scanSessions(ctx, todo); err != nil {
+		return nil, err
+	}
+	s.buildIndexes()
+	s.log.Info("file store opened", zap.String("dir", dir), zap.Int("sessions", len(ids)),
+		zap.Int("from_index", len(ids)-len(todo)), zap.Int("scanned", len(todo)), zap.Duration("took", time.Since(start)))
+	return s, nil
+}
+
+// sweepSessions lists the session folders, removing what a crash left:
+// half-made sessions (.tmp-*) and half-deleted ones (.del-*).
+func (s *Store) sweepSessions() ([]string, error) {
+	root := filepath.Join(s.dir, "sessions")
+	des, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("file: list sessions: %w", err)
+	}
+	ids := make([]string, 0, len(des))
+	for _, de := range des {
+		name := de.Name()
+		switch {
+		case strings.HasPrefix(name, tmpPref) || strings.HasPrefix(name, delPref):
+			s.log.Info("removing leftover of an interrupted write", zap.String("path", filepath.Join(root, name)))
+			if err := os.RemoveAll(filepath.Join(root, name)); err != nil {
+				return nil, fmt.Errorf("file: sweep %s: %w", name, err)
+			}
+		case isSessionID(name) && de.IsDir():
+			ids = append(ids, name)
+		default:
+			s.log.Warn("ignoring unknown entry in sessions folder", zap.String("path", filepath.Join(root, name)))
+		}
+	}
+	return ids, nil
+}
+
+func isSessionID(name string) bool {
+	u, err := uuid.Parse(name)
+	return err == nil && u.String() == name
+}
+
+// scanSessions reads the metadata of sessions the index did not cover: the
+// snapshot's header frame and the journal, never the snapshot's messages.
+func (s *Store) scanSessions(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	entries := make([]*entry, len(ids))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	workers := min(4*runtime.GOMAXPROCS(0), len(ids))
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(ids) || ctx.Err() != nil {
+					return
+				}
+				e := &entry{id: ids[i]}
+				meta, err := scanSession(filepath.Join(s.dir, "sessions", ids[i]), ids[i])
+				e.meta = meta
+				if err != nil {
+					e.damaged = damage(ids[i], err)
+					s.log.Error("session is damaged", zap.String("session", ids[i]), zap.Error(err))
+				}
+				entries[i] = e
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		s.byID[e.id] = e
+	}
+	return nil
+}
+
+func damage(id string, err error) error {
+	return fmt.Errorf("file: session %s: %v: %w", id, err, storage.ErrDataLoss)
+}
+
+// scanSession computes a session's metadata. On damage it returns what it
+// could learn (the snapshot's metadata, if readable) with the error.
+func scanSession(dir, id string) (*storage.Session, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, de := range des {
+		if strings.HasPrefix(de.Name(), tmpPref) {
+			_ = os.Remove(filepath.Join(dir, de.Name()))
+		}
+	}
+	path := filepath.Join(dir, snapshotName)
+	head, err := readHead(path, 4<<10)
+	if err != nil {
+		return nil, err
+	}
+	if len(head) >= frameHeader {
+		if n := framedLen(int(uint32(head[0]) | uint32(head[1])<<8 | uint32(head[2])<<16 | uint32(head[3])<<24)); n > len(head) && n <= maxPayload {
+			if head, err = readHead(path, n); err != nil {
+				return nil, err
+			}
+		}
+	}
+	gen, meta, _, err := decodeSnapshotHeader(head)
+	if err != nil {
+		return nil, err
+	}
+	if meta.ID != id {
+		return nil, fmt.Errorf("snapshot holds session %s: %w", meta.ID, errCorrupt)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, journalName(gen)))
+	if errors.Is(err, os.ErrNotExist) {
+		return meta, nil
+	}
+	if err != nil {
+		return meta, err
+	}
+	jc, err := decodeJournal(data)
+	if err != nil {
+		return meta, err
+	}
+	m, _, err := replay(meta, nil, gen, id, jc, false)
+	if err != nil {
+		return meta, err
+	}
+	return m, nil
+}
+
+// replay applies a journal to a snapshot's state. With msgs false it only
+// tracks metadata.
+func replay(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *journalContent, withMsgs bool) (*storage.Session, [][]byte, error) {
+	if jc.gen != gen || jc.id != id {
+		return nil, nil, fmt.Errorf("journal is for generation %d of %s, snapshot is generation %d of %s: %w", jc.gen, jc.id, gen, id, errCorrupt)
+	}
+	m := *meta
+	for _, rec := range jc.records {
+		if rec.rev != m.Revision+1 {
+			return nil, nil, fmt.Errorf("journal record has revision %d after %d: %w", rec.rev, m.Revision, errCorrupt)
+		}
+		switch rec.kind {
+		case recAppend:
+			m.Revision, m.UpdatedAt = rec.rev, rec.updatedAt
+			m.MessageCount += int64(len(rec.msgs))
+			if withMsgs {
+				msgs = append(msgs, rec.msgs...)
+			}
+		case recMeta:
+			if rec.meta.ID != id || rec.meta.Revision != rec.rev || rec.meta.MessageCount != m.MessageCount {
+				return nil, nil, fmt.Errorf("journal metadata record does not fit the session: %w", errCorrupt)
+			}
+			m = *rec.meta
+		}
+	}
+	return &m, msgs, nil
+}
+
+// Close waits for writes in progress, ends every subscription, writes the
+// derived index files and releases the data dir.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		s.writes.Wait()
+		s.broker.Close()
+		err := s.writeIndexes()
+		if err != nil {
+			s.log.Warn("could not write the index files; the next open rebuilds them", zap.Error(err))
+		}
+		s.mu.Lock()
+		for _, e := range s.byID {
+			if e.j != nil {
+				_ = e.j.f.Close()
+				e.j = nil
+			}
+		}
+		s.mu.Unlock()
+		s.closeErr = s.lock.Close()
+	})
+	return s.closeErr
+}
+
+// begin registers an operation; Close waits for it. It fails after Close.
+func (s *Store) begin() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("file: %w", storage.ErrClosed)
+	}
+	s.writes.Add(1)
+	return nil
+}
+
+// resolve finds ref's session. Caller holds mu.
+func (s *Store) resolveLocked(ref storage.Ref) (*entry, error) {
+	if ref.ID != "" {
+		e := s.byID[ref.ID]
+		if e == nil || e.gone {
+			return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
+		}
+		if e.meta == nil {
+			if e.damaged != nil {
+				return nil, e.damaged
+			}
+			return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
+		}
+		if e.meta.Namespace != ref.Namespace {
+			return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
+		}
+		return e, nil
+	}
+	if n := s.ns[ref.Namespace]; n != nil {
+		if e := n.byAlias[ref.Alias]; e != nil && !e.gone && e.meta != nil && e.meta.Alias == ref.Alias {
+			return e, nil
+		}
+	}
+	return nil, fmt.Errorf("file: session with alias %q in namespace %q: %w", ref.Alias, ref.Namespace, storage.ErrNotFound)
+}
+
+func (s *Store) resolve(ref storage.Ref) (*entry, error) {
+	ref, err := storage.ValidateRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, fmt.Errorf("file: %w", storage.ErrClosed)
+	}
+	return s.resolveLocked(ref)
+}
+
+// withSession runs fn holding the write lock of ref's session, after
+// checking that ref still names it. The closure form makes forgetting to
+// unlock impossible.
+func (s *Store) withSession(ref storage.Ref, fn func(e *entry) error) error {
+	ref, err := storage.ValidateRef(ref)
+	if err != nil {
+		return err
+	}
+	for range 100 {
+		e, err := s.resolve(ref)
+		if err != nil {
+			return err
+		}
+		e.wmu.Lock()
+		s.mu.RLock()
+		again, err := s.resolveLocked(ref)
+		s.mu.RUnlock()
+		if err != nil {
+			e.wmu.Unlock()
+			return err
+		}
+		if again != e {
+			e.wmu.Unlock()
+			continue // renamed or replaced meanwhile: look up again
+		}
+		err = fn(e)
+		e.wmu.Unlock()
+		return err
+	}
+	return fmt.Errorf("file: session %v keeps changing identity: %w", ref, storage.ErrConflict)
+}
+
+// touch records that e's view is in memory and evicts the least recently
+// used views past the cache budget. Caller holds e.wmu.
+func (s *Store) touch(e *entry) {
+	v := e.view.Load()
+	var size int64
+	if v != nil {
+		for _, m := range v.msgs {
+			size += int64(len(m)) + 48
+		}
+	}
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	s.cacheSize += size - e.cacheSize
+	e.cacheSize = size
+	if e.lruElem == nil {
+		e.lruElem = s.lru.PushFront(e)
+	} else {
+		s.lru.MoveToFront(e.lruElem)
+	}
+	for el := s.lru.Back(); el != nil && s.cacheSize > s.opts.cacheBytes; {
+		prev := el.Prev()
+		o := el.Value.(*entry)
+		if o != e && o.wmu.TryLock() {
+			o.dropLocked()
+			s.cacheSize -= o.cacheSize
+			o.cacheSize = 0
+			s.lru.Remove(el)
+			o.lruElem = nil
+			o.wmu.Unlock()
+		}
+		el = prev
+	}
+}
+
+// forget removes e from the cache. Caller holds e.wmu.
+func (s *Store) forget(e *entry) {
+	e.dropLocked()
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if e.lruElem != nil {
+		s.lru.Remove(e.lruElem)
+		e.lruElem = nil
+		s.cacheSize -= e.cacheSize
+		e.cacheSize = 0
+	}
+}
+
+// dropLocked forgets e's in-memory state; the next access reloads it.
+// Caller holds e.wmu.
+func (e *entry) dropLocked() {
+	e.view.Store(nil)
+	if e.j != nil {
+		_ = e.j.f.Close()
+		e.j = nil
+	}
+	e.ids, e.mids = nil, nil
+}
+
+// setMeta publishes a session's new metadata to readers and the list index.
+// Caller holds e.wmu.
+func (s *Store) setMeta(e *entry, m *storage.Session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := e.meta
+	if old != nil {
+		n := s.nsFor(old.Namespace)
+		n.remove(e)
+		if old.Alias != "" && old.Alias != m.Alias && n.byAlias[old.Alias] == e {
+			delete(n.byAlias, old.Alias)
+		}
+	}
+	e.meta = m
+	n := s.nsFor(m.Namespace)
+	if m.Alias != "" {
+		n.byAlias[m.Alias] = e
+	}
+	n.insert(e)
+}
+
+func (s *Store) nsFor(ns string) *nsIndex {
+	n := s.ns[ns]
+	if n == nil {
+		n = &nsIndex{byAlias: make(map[string]*entry)}
+		s.ns[ns] = n
+	}
+	return n
+}
+
+func (s *Store) sessionDir(id string) string { return filepath.Join(s.dir, "sessions", id) }
+
+// nsIndex is one namespace's alias index and list order.
+type nsIndex struct {
+	byAlias map[string]*entry // alias -> session, including aliases reserved by writes in progress
+	// list holds the namespace's readable sessions in reverse list order
+	// (oldest update first), so the session an append just touched moves to
+	// (or stays near) the end: a cheap move.
+	list []*entry
+}
+
+// listKey is a session's position in the list order.
+type listKey struct {
+	t  time.Time
+	id string
+}
+
+// keyLess orders list (storage) order: UpdatedAt ascending, then ID
+// descending; List walks it backwards.
+func keyLess(a, b listKey) bool {
+	if c := a.t.Compare(b.t); c != 0 {
+		return c < 0
+	}
+	return a.id > b.id
+}
+
+func (n *nsIndex) search(k listKey) int {
+	lo, hi := 0, len(n.list)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if keyLess(n.list[m].key, k) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+func (n *nsIndex) insert(e *entry) {
+	e.key = listKey{t: e.meta.UpdatedAt, id: e.id}
+	i := n.search(e.key)
+	n.list = slices.Insert(n.list, i, e)
+}
+
+func (n *nsIndex) remove(e *entry) {
+	i := n.search(e.key)
+	if i < len(n.list) && n.list[i] == e {
+		n.list = slices.Delete(n.list, i, i+1)
+	}
+}
+
+// buildIndexes makes the namespace indexes from byID at open.
+func (s *Store) buildIndexes() {
+	ids := make([]string, 0, len(s.byID))
+	for id := range s.byID {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // deterministic winner if damage made two sessions claim one alias
+	for _, id := range ids {
+		e := s.byID[id]
+		if e.meta == nil {
+			continue
+		}
+		n := s.nsFor(e.meta.Namespace)
+		if a := e.meta.Alias; a != "" {
+			if other := n.byAlias[a]; other != nil {
+				s.log.Error("two sessions claim one alias; keeping the first", zap.String("alias", a),
+					zap.String("kept", other.id), zap.String("session", id))
+				m := cloneMeta(e.meta)
+				m.Alias = ""
+				e.meta = m
+			} else {
+				n.byAlias[a] = e
+			}
+		}
+		e.key = listKey{t: e.meta.UpdatedAt, id: e.id}
+		n.list = append(n.list, e)
+	}
+	for _, n := range s.ns {
+		slices.SortFunc(n.list, func(a, b *entry) int {
+			if keyLess(a.key, b.key) {
+				return -1
+			}
+			if keyLess(b.key, a.key) {
+				return 1
+			}
+			return 0
+		})
+	}
+}
