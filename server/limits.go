@@ -188,5 +188,6 @@ func (l Limits) toProto() *sessiondv1.ServerLimits {
 		MaxMapKeyBytes:   l.MaxMapKeyBytes,
 		MaxMapValueBytes: l.MaxMapValueBytes,
 		MaxSummaryBytes:  l.MaxSummaryBytes,
+		MaxSessionBytes:  l.MaxSessionBytes,
 	}
 }

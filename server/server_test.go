@@ -134,7 +134,7 @@ func TestUnaryHappyPaths(t *testing.T) {
 	if diff := cmp.Diff(want, info, protocmp.Transform()); diff != "" {
 		t.Fatalf("GetServerInfo (-want +got):\n%s", diff)
 	}
-	if info.GetLimits().GetMaxMessageBytes() != 16<<20 || info.GetLimits().GetMaxTitleBytes() != 1024 {
+	if l := info.GetLimits(); l.GetMaxMessageBytes() != 16<<20 || l.GetMaxTitleBytes() != 1024 || l.GetMaxSessionBytes() != 1<<30 {
 		t.Fatalf("default limits are not DESIGN's: %v", info.GetLimits())
 	}
 }

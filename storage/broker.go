@@ -3,6 +3,10 @@ package storage
 import (
 	"fmt"
 	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
 // Broker sizes. A watcher that has WatchBuffer events not yet taken is cut off
@@ -10,6 +14,9 @@ import (
 const (
 	WatchBuffer  = 256
 	WatchHistory = 64 // events kept per watched session, for resuming watches
+	// WatchHistoryBytes bounds the encoded messages a watched session's
+	// history holds, so that a few huge appends cannot pin much memory.
+	WatchHistoryBytes = 8 << 20
 )
 
 // Broker fans a backend's change events out to subscriptions. Backends call
@@ -18,20 +25,24 @@ const (
 // lock so that no event falls between the revision read and the subscription.
 //
 // History (for resuming with a fromRevision in the past) is kept only for
-// sessions that have had a subscriber since the broker started, WatchHistory
-// events each, so unwatched sessions cost nothing.
+// sessions that have had a subscriber since the broker started, at most
+// WatchHistory events and WatchHistoryBytes of messages each, so unwatched
+// sessions cost nothing.
 type Broker struct {
 	mu      sync.Mutex // guards everything below
 	subs    map[string]map[*Subscription]struct{}
 	history map[string][]Event
-	closed  bool
+	// historyBytes is the encoded size of the messages in history, per session.
+	historyBytes map[string]int
+	closed       bool
 }
 
 // NewBroker returns an empty broker.
 func NewBroker() *Broker {
 	return &Broker{
-		subs:    make(map[string]map[*Subscription]struct{}),
-		history: make(map[string][]Event),
+		subs:         make(map[string]map[*Subscription]struct{}),
+		history:      make(map[string][]Event),
+		historyBytes: make(map[string]int),
 	}
 }
 
@@ -114,10 +125,18 @@ func (b *Broker) Publish(sessionID string, ev Event) {
 		return
 	}
 	if hist, ok := b.history[sessionID]; ok && ev.Type != EventDeleted {
-		if len(hist) == WatchHistory {
-			hist = append(hist[:0:0], hist[1:]...)
+		size := b.historyBytes[sessionID] + messagesSize(ev.Messages)
+		hist = append(hist, ev)
+		drop := 0
+		for len(hist)-drop > WatchHistory || (size > WatchHistoryBytes && drop < len(hist)-1) {
+			size -= messagesSize(hist[drop].Messages)
+			drop++
 		}
-		b.history[sessionID] = append(hist, ev)
+		if drop > 0 {
+			hist = append(hist[:0:0], hist[drop:]...)
+		}
+		b.history[sessionID] = hist
+		b.historyBytes[sessionID] = size
 	}
 	for s := range b.subs[sessionID] {
 		select {
@@ -131,6 +150,7 @@ func (b *Broker) Publish(sessionID string, ev Event) {
 	}
 	if ev.Type == EventDeleted {
 		delete(b.history, sessionID)
+		delete(b.historyBytes, sessionID)
 	}
 }
 
@@ -144,6 +164,14 @@ func (b *Broker) Close() {
 			b.endLocked(s, ErrClosed)
 		}
 	}
+}
+
+func messagesSize(msgs []*sessiondv1.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += proto.Size(m)
+	}
+	return n
 }
 
 func (b *Broker) endLocked(s *Subscription, err error) {

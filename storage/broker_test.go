@@ -2,9 +2,13 @@ package storage
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
 const testSession = "0190b5a4-7f2e-7c3d-8a1b-2c3d4e5f6a7b"
@@ -279,4 +283,31 @@ func TestBrokerConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	b.Close()
+}
+
+func TestBrokerHistoryBytes(t *testing.T) {
+	b := NewBroker()
+	watcher := mustSubscribe(t, b, 1, 0)
+	defer watcher.Close()
+	big := strings.Repeat("x", WatchHistoryBytes/3)
+	for r := uint64(2); r <= 6; r++ {
+		e := ev(EventAppended, r)
+		e.Messages = []*sessiondv1.Message{{Id: fmt.Sprint(r), Role: sessiondv1.Role_ROLE_USER, Content: big}}
+		b.Publish(testSession, e)
+	}
+	// Only the newest two appends fit under the byte bound: resuming from
+	// revision 4 replays 5 and 6, from 3 must reload.
+	s := mustSubscribe(t, b, 6, 4)
+	wantRevisions(t, s, 5, 6)
+	s.Close()
+	if _, err := b.Subscribe(testSession, 6, 3); !errors.Is(err, ErrWatchReset) {
+		t.Errorf("Subscribe from beyond the byte-bounded history: %v, want ErrWatchReset", err)
+	}
+	// One event bigger than the bound is still kept: it is the newest.
+	e := ev(EventAppended, 7)
+	e.Messages = []*sessiondv1.Message{{Id: "7", Role: sessiondv1.Role_ROLE_USER, Content: big + big + big + big}}
+	b.Publish(testSession, e)
+	s = mustSubscribe(t, b, 7, 6)
+	wantRevisions(t, s, 7)
+	s.Close()
 }

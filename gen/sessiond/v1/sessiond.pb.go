@@ -891,6 +891,8 @@ type ServerLimits struct {
 	MaxMapValueBytes int64 `protobuf:"varint,6,opt,name=max_map_value_bytes,json=maxMapValueBytes,proto3" json:"max_map_value_bytes,omitempty"`
 	// The longest summary, in bytes.
 	MaxSummaryBytes int64 `protobuf:"varint,7,opt,name=max_summary_bytes,json=maxSummaryBytes,proto3" json:"max_summary_bytes,omitempty"`
+	// The most message bytes one SaveSession stream may carry.
+	MaxSessionBytes int64 `protobuf:"varint,8,opt,name=max_session_bytes,json=maxSessionBytes,proto3" json:"max_session_bytes,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -970,6 +972,13 @@ func (x *ServerLimits) GetMaxMapValueBytes() int64 {
 func (x *ServerLimits) GetMaxSummaryBytes() int64 {
 	if x != nil {
 		return x.MaxSummaryBytes
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxSessionBytes() int64 {
+	if x != nil {
+		return x.MaxSessionBytes
 	}
 	return 0
 }
@@ -2714,7 +2723,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x02id\x18\x02 \x01(\tH\x00R\x02id\x12\x16\n" +
 	"\x05alias\x18\x03 \x01(\tH\x00R\x05aliasB\x05\n" +
-	"\x03key\"\xb8\x02\n" +
+	"\x03key\"\xe4\x02\n" +
 	"\fServerLimits\x12*\n" +
 	"\x11max_message_bytes\x18\x01 \x01(\x03R\x0fmaxMessageBytes\x12&\n" +
 	"\x0fmax_frame_bytes\x18\x02 \x01(\x03R\rmaxFrameBytes\x12&\n" +
@@ -2722,7 +2731,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x0fmax_map_entries\x18\x04 \x01(\x03R\rmaxMapEntries\x12)\n" +
 	"\x11max_map_key_bytes\x18\x05 \x01(\x03R\x0emaxMapKeyBytes\x12-\n" +
 	"\x13max_map_value_bytes\x18\x06 \x01(\x03R\x10maxMapValueBytes\x12*\n" +
-	"\x11max_summary_bytes\x18\a \x01(\x03R\x0fmaxSummaryBytes\"\xb4\x04\n" +
+	"\x11max_summary_bytes\x18\a \x01(\x03R\x0fmaxSummaryBytes\x12*\n" +
+	"\x11max_session_bytes\x18\b \x01(\x03R\x0fmaxSessionBytes\"\xb4\x04\n" +
 	"\x14CreateSessionRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05alias\x18\x02 \x01(\tR\x05alias\x12\x14\n" +
