@@ -152,7 +152,11 @@ type Handle struct {
 	// rewrite: the entries changed other than by appending (SetMessages), so
 	// the next save replaces the stored messages with SaveSession.
 	rewrite bool
-	gen     uint64 // bumped whenever entries change other than by appending
+	// rewriteLen: while rewrite is set, entries[:rewriteLen] are what
+	// SetMessages set and the rest was appended since; Reload drops the
+	// former and keeps the latter.
+	rewriteLen int
+	gen        uint64 // bumped whenever entries change other than by appending
 	// summaryDirty and metadataDirty say what UpdateSession must send;
 	// metaGen is bumped by every Set*.
 	summaryDirty, metadataDirty bool
@@ -446,7 +450,7 @@ func (h *Handle) SetMessages(msgs ...*sessiondv1.Message) error {
 		return fmt.Errorf("client: set messages: %w", ErrClosed)
 	}
 	h.entries, h.ids, h.synced = entries, ids, 0
-	h.rewrite = true
+	h.rewrite, h.rewriteLen = true, len(entries)
 	h.gen++
 	h.poke()
 	return nil
@@ -776,9 +780,17 @@ func (h *Handle) Reload(ctx context.Context) error {
 	for _, m := range stored {
 		storedIDs[m.GetId()] = struct{}{}
 	}
-	entries := merge(stored, h.localsLocked(h.synced, -1))
+	// entries[:base] are the handle's view of the stored messages (and its
+	// local system messages among them); the rest is unsaved. An unsaved
+	// SetMessages is that view: the stored messages replace it, all but its
+	// local system messages, which the daemon never had.
+	base := h.synced
+	if h.rewrite {
+		base = h.rewriteLen
+	}
+	entries := merge(stored, h.localsLocked(base, -1))
 	synced := len(entries)
-	for _, e := range h.entries[h.synced:] {
+	for _, e := range h.entries[base:] {
 		if _, ok := storedIDs[e.m.GetId()]; ok && !e.local {
 			continue
 		}

@@ -592,3 +592,52 @@ func TestConcurrentUse(t *testing.T) {
 		last[s[1]] = s
 	}
 }
+
+// TestReloadDropsUnsavedRewrite: Reload after a conflict puts the stored
+// messages in place of an unsaved SetMessages (which described an old view
+// of the session), keeping its local system messages and the messages
+// appended after it, which the next save appends.
+func TestReloadDropsUnsavedRewrite(t *testing.T) {
+	srv := clienttest.NewServer(t)
+	c := srv.Dial(t)
+	ctx := t.Context()
+	a, err := c.New(ctx, client.WithAlias("rewritten"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	_ = a.Append(userMsg("x1"), assistantMsg("x2"))
+	if err := a.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Open(ctx, client.Alias("rewritten"), client.WithoutSystemMessages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	_ = a.Append(userMsg("a1"))
+	if err := a.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.SetMessages(systemMsg("prompt"), userMsg("compacted"))
+	_ = b.Append(userMsg("after"))
+	if err := b.Save(ctx); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("b.Save = %v, want ErrConflict", err)
+	}
+	if err := b.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"prompt", "x1", "x2", "a1", "after"}
+	if got := contents(b.Messages()); !slices.Equal(got, want) {
+		t.Errorf("after Reload b has %q, want %q", got, want)
+	}
+	if n := b.Unsaved(); n != 1 {
+		t.Errorf("after Reload %d unsaved, want 1 (after)", n)
+	}
+	if err := b.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedContents(t, c, client.Alias("rewritten")); !slices.Equal(got, want[1:]) {
+		t.Errorf("stored = %q, want %q", got, want[1:])
+	}
+}

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -34,16 +36,29 @@ var codeOf = []struct {
 }
 
 // toStatus turns an error from storage or validation into a gRPC status
-// error. Expected errors keep their message, which names the field, limit or
-// session; anything else is logged in full and answered INTERNAL without
-// detail, since it may carry paths or other internals.
+// error; see refStatus. It is for calls that name no one session.
 func (s *Server) toStatus(method string, err error) error {
+	return s.refStatus(method, nil, err)
+}
+
+// refStatus turns an error from storage or validation into a gRPC status
+// error for a call about the session ref names (nil: none).
+//
+// What a client reads is written here, not by the backend: a backend's
+// wording ("file: session with alias ..."), paths and OS errors are its
+// internals. So a missing session is answered in the server's words, naming
+// the ref; damage, a full disk and a closed store get a fixed message and
+// their detail goes to the log, since it holds paths; the other expected
+// errors keep their message, which names the field, limit, alias or
+// revision, without the backend's prefix. Anything else is logged in full
+// and answered INTERNAL without detail.
+func (s *Server) refStatus(method string, ref *storage.Ref, err error) error {
 	if err == nil {
 		return nil
 	}
 	for _, c := range codeOf {
 		if errors.Is(err, c.err) {
-			return status.Error(c.code, err.Error())
+			return status.Error(c.code, s.publicMessage(method, c.err, ref, err))
 		}
 	}
 	// Errors that already carry a code: a failed Send or Recv on a stream,
@@ -53,4 +68,51 @@ func (s *Server) toStatus(method string, err error) error {
 	}
 	s.log.Error("internal error", zap.String("method", method), zap.Error(err))
 	return status.Error(codes.Internal, "internal error")
+}
+
+// publicMessage is the status message for err, which wraps sentinel.
+func (s *Server) publicMessage(method string, sentinel error, ref *storage.Ref, err error) string {
+	switch sentinel {
+	case storage.ErrNotFound:
+		if ref != nil {
+			return describeRef(*ref) + " not found"
+		}
+		return "session not found"
+	case storage.ErrAlreadyExists:
+		// A fork's ref is its source, not the id that clashed.
+		if ref != nil && ref.ID != "" && method != mFork {
+			return fmt.Sprintf("session id %s is already in use", ref.ID)
+		}
+		return "a session with that id already exists"
+	case storage.ErrDataLoss:
+		s.log.Error("damaged session", zap.String("method", method), zap.Error(err))
+		what := "the session"
+		if ref != nil {
+			what = describeRef(*ref)
+		}
+		return what + " is damaged: its stored data failed a checksum or cannot be read; other sessions are unaffected, and the daemon's log has the details"
+	case storage.ErrNoSpace:
+		s.log.Error("storage full", zap.String("method", method), zap.Error(err))
+		return "the daemon's storage is full; nothing was written"
+	case storage.ErrClosed, storage.ErrLocked:
+		s.log.Warn("store unavailable", zap.String("method", method), zap.Error(err))
+		return "the store is closed; the daemon is shutting down"
+	}
+	msg := err.Error()
+	if s.backend != "" {
+		msg = strings.TrimPrefix(msg, s.backend+": ")
+	}
+	return msg
+}
+
+// describeRef names a session as a client asked for it.
+func describeRef(ref storage.Ref) string {
+	ns := "the default namespace"
+	if ref.Namespace != "" {
+		ns = fmt.Sprintf("namespace %q", ref.Namespace)
+	}
+	if ref.ID != "" {
+		return fmt.Sprintf("session %s in %s", ref.ID, ns)
+	}
+	return fmt.Sprintf("session with alias %q in %s", ref.Alias, ns)
 }

@@ -27,7 +27,7 @@ func (s *Server) CreateSession(ctx context.Context, req *sessiondv1.CreateSessio
 	}
 	sess, err := s.store.Create(ctx, createFromProto(req))
 	if err != nil {
-		return nil, s.toStatus(mCreate, err)
+		return nil, s.refStatus(mCreate, &storage.Ref{Namespace: req.GetNamespace(), ID: req.GetId()}, err)
 	}
 	return &sessiondv1.CreateSessionResponse{Session: sessionToProto(sess)}, nil
 }
@@ -77,7 +77,7 @@ func (s *Server) GetSession(ctx context.Context, req *sessiondv1.GetSessionReque
 	}
 	sess, err := s.store.Get(ctx, ref)
 	if err != nil {
-		return nil, s.toStatus(mGet, err)
+		return nil, s.refStatus(mGet, &ref, err)
 	}
 	return &sessiondv1.GetSessionResponse{Session: sessionToProto(sess)}, nil
 }
@@ -92,7 +92,7 @@ func (s *Server) AppendMessages(ctx context.Context, req *sessiondv1.AppendMessa
 	r.Ref = ref
 	res, err := s.store.Append(ctx, r)
 	if err != nil {
-		return nil, s.toStatus(mAppend, err)
+		return nil, s.refStatus(mAppend, &ref, err)
 	}
 	return &sessiondv1.AppendMessagesResponse{Revision: res.Revision, MessageCount: res.MessageCount}, nil
 }
@@ -122,7 +122,7 @@ func (s *Server) UpdateSession(ctx context.Context, req *sessiondv1.UpdateSessio
 	r.Ref = ref
 	sess, err := s.store.Update(ctx, r)
 	if err != nil {
-		return nil, s.toStatus(mUpdate, err)
+		return nil, s.refStatus(mUpdate, &ref, err)
 	}
 	return &sessiondv1.UpdateSessionResponse{Session: sessionToProto(sess)}, nil
 }
@@ -170,7 +170,7 @@ func (s *Server) DeleteSession(ctx context.Context, req *sessiondv1.DeleteSessio
 		return nil, s.toStatus(mDelete, err)
 	}
 	if err := s.store.Delete(ctx, ref, req.GetExpectedRevision()); err != nil {
-		return nil, s.toStatus(mDelete, err)
+		return nil, s.refStatus(mDelete, &ref, err)
 	}
 	return &sessiondv1.DeleteSessionResponse{}, nil
 }
@@ -197,7 +197,7 @@ func (s *Server) ForkSession(ctx context.Context, req *sessiondv1.ForkSessionReq
 	}
 	sess, err := s.store.Fork(ctx, r)
 	if err != nil {
-		return nil, s.toStatus(mFork, err)
+		return nil, s.refStatus(mFork, &r.Ref, err)
 	}
 	return &sessiondv1.ForkSessionResponse{Session: sessionToProto(sess)}, nil
 }
@@ -215,7 +215,7 @@ func (s *Server) RewindSession(ctx context.Context, req *sessiondv1.RewindSessio
 	r.Ref = ref
 	sess, err := s.store.Rewind(ctx, r)
 	if err != nil {
-		return nil, s.toStatus(mRewind, err)
+		return nil, s.refStatus(mRewind, &ref, err)
 	}
 	return &sessiondv1.RewindSessionResponse{Session: sessionToProto(sess)}, nil
 }

@@ -42,7 +42,7 @@ func (s *Server) LoadSession(req *sessiondv1.LoadSessionRequest, stream grpc.Ser
 	}
 	sess, msgs, err := s.store.Load(ctx, ref, loadOptionsFromProto(req))
 	if err != nil {
-		return s.toStatus(mLoad, err)
+		return s.refStatus(mLoad, &ref, err)
 	}
 	frame := &sessiondv1.LoadSessionResponse{Session: sessionToProto(sess)}
 	size := proto.Size(frame)
@@ -171,7 +171,7 @@ func (s *Server) SaveSession(stream grpc.ClientStreamingServer[sessiondv1.SaveSe
 	r.Ref = ref
 	sess, err := s.store.Save(ctx, r)
 	if err != nil {
-		return s.toStatus(mSave, err)
+		return s.refStatus(mSave, &ref, err)
 	}
 	return stream.SendAndClose(&sessiondv1.SaveSessionResponse{Session: sessionToProto(sess)})
 }
@@ -234,7 +234,7 @@ func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.S
 	}
 	sub, err := s.store.Watch(ctx, ref, req.GetFromRevision())
 	if err != nil {
-		return s.toStatus(mWatch, err)
+		return s.refStatus(mWatch, &ref, err)
 	}
 	defer sub.Close()
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
@@ -248,7 +248,7 @@ func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.S
 			return errDraining
 		case ev, ok := <-sub.Events():
 			if !ok {
-				return s.toStatus(mWatch, sub.Err())
+				return s.refStatus(mWatch, &ref, sub.Err())
 			}
 			if err := stream.Send(eventToProto(ev)); err != nil {
 				return s.toStatus(mWatch, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -546,4 +547,84 @@ type failStore struct{ storage.Store }
 
 func (failStore) Delete(context.Context, storage.Ref, uint64) error {
 	return fmt.Errorf("open /secret/path: %w", io.ErrUnexpectedEOF)
+}
+
+// TestErrorMessagesHideBackendDetail checks that expected errors are
+// answered in the server's own words: no backend prefix, no paths or OS
+// errors (which are logged instead), and a missing session named as the
+// client asked for it.
+func TestErrorMessagesHideBackendDetail(t *testing.T) {
+	h := newHarness(t, harnessConfig{wrap: func(s storage.Store) storage.Store { return detailStore{s} }})
+	ctx := t.Context()
+	missing := uuid.NewString()
+	taken := h.create(t, &sessiondv1.CreateSessionRequest{Alias: "taken"})
+
+	tests := []struct {
+		name    string
+		call    func() error
+		code    codes.Code
+		want    string // the message contains it
+		logged  string // a log line with the detail has this message ("": none)
+		wantNot []string
+	}{
+		{"not found by alias", func() error {
+			_, err := h.client.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: &sessiondv1.SessionRef{Namespace: "ns1", Key: &sessiondv1.SessionRef_Alias{Alias: "nobody"}}})
+			return err
+		}, codes.NotFound, `session with alias "nobody" in namespace "ns1" not found`, "", []string{"file:"}},
+		{"not found by id", func() error {
+			_, err := h.client.DeleteSession(ctx, &sessiondv1.DeleteSessionRequest{Ref: byID(missing)})
+			return err
+		}, codes.NotFound, "session " + missing + " in the default namespace not found", "", []string{"file:"}},
+		{"alias taken keeps its wording without the prefix", func() error {
+			_, err := h.client.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Alias: "taken"})
+			return err
+		}, codes.AlreadyExists, `alias "taken"`, "", []string{"file:"}},
+		{"id taken names the id, not a folder", func() error {
+			_, err := h.client.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Id: taken.GetId(), Title: "other"})
+			return err
+		}, codes.AlreadyExists, "session id " + taken.GetId() + " is already in use", "", []string{"file:"}},
+		{"data loss", func() error {
+			_, err := h.client.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: byAlias("damaged")})
+			return err
+		}, codes.DataLoss, `session with alias "damaged" in the default namespace is damaged`, "damaged session", []string{"/secret/path", "file:"}},
+		{"disk full", func() error {
+			_, err := h.client.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: byID(taken.GetId()), Messages: []*sessiondv1.Message{user("full", "x")}})
+			return err
+		}, codes.ResourceExhausted, "storage is full", "storage full", []string{"/secret/path", "file:"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			wantCode(t, err, tt.code, tt.want)
+			for _, bad := range tt.wantNot {
+				if strings.Contains(status.Convert(err).Message(), bad) {
+					t.Fatalf("message %q carries backend detail %q", status.Convert(err).Message(), bad)
+				}
+			}
+			if tt.logged != "" {
+				logged := h.logs.FilterMessage(tt.logged).All()
+				if len(logged) == 0 || !strings.Contains(fmt.Sprint(logged[len(logged)-1].ContextMap()["error"]), "/secret/path") {
+					t.Fatalf("detail not logged as %q: %v", tt.logged, logged)
+				}
+			}
+		})
+	}
+}
+
+// detailStore answers like a backend whose errors carry paths: Get of alias
+// "damaged" is DATA_LOSS and an append of message "full" is a full disk.
+type detailStore struct{ storage.Store }
+
+func (d detailStore) Get(ctx context.Context, ref storage.Ref) (*storage.Session, error) {
+	if ref.Alias == "damaged" {
+		return nil, fmt.Errorf("file: session x: open /secret/path/snapshot: checksum mismatch: %w", storage.ErrDataLoss)
+	}
+	return d.Store.Get(ctx, ref)
+}
+
+func (d detailStore) Append(ctx context.Context, req storage.AppendRequest) (storage.AppendResult, error) {
+	if len(req.Messages) == 1 && req.Messages[0].GetId() == "full" {
+		return storage.AppendResult{}, fmt.Errorf("write /secret/path/journal: no space left on device: %w", storage.ErrNoSpace)
+	}
+	return d.Store.Append(ctx, req)
 }

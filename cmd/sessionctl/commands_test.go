@@ -387,6 +387,11 @@ func TestHealthVersion(t *testing.T) {
 	if strings.TrimSpace(r.stdout) != "SERVING" {
 		t.Errorf("health: %q", r.stdout)
 	}
+	// An unknown service is a failure (1), not a missing session (3).
+	r = d.ctl("health", "--service", "no.such.Service")
+	if r.code != exitError || strings.Contains(r.stderr, "no such session") || !strings.Contains(r.stderr, "no.such.Service") {
+		t.Errorf("health of an unknown service: %v", r)
+	}
 	r = must(t, d.ctl("version"))
 	if !regexp.MustCompile(`(?m)^sessionctl \S+\nsessiond \S+ \(backend file\)$`).MatchString(r.stdout) {
 		t.Errorf("version:\n%s", r.stdout)

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
@@ -57,6 +59,11 @@ func cmdHealth(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	resp, err := healthpb.NewHealthClient(e.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: *service})
+	if status.Code(err) == codes.NotFound {
+		// The health service's NOT_FOUND is an unknown service, not a
+		// missing session (exit code 3): it is a plain failure.
+		return fmt.Errorf("health: sessiond at %s does not serve %q; check --service", e.addr, *service)
+	}
 	if err != nil {
 		return e.rpcError("health", err)
 	}

@@ -97,8 +97,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-			return nil, err
+			return nil, err // fs.Parse has printed the usage
 		}
 		return nil, &usageError{err: err}
 	}

@@ -140,6 +140,9 @@ func TestHelp(t *testing.T) {
 	if stderr.Len() != 0 {
 		t.Fatalf("--help wrote to stderr: %q", stderr.String())
 	}
+	if n := strings.Count(stdout.String(), "Usage: sessiond"); n != 1 {
+		t.Fatalf("--help printed the usage %d times:\n%s", n, stdout.String())
+	}
 }
 
 // syncBuffer collects a daemon's stderr while the test reads it.
@@ -415,5 +418,33 @@ func TestRunUnixSocket(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(sock); string(b) != "mine" {
 		t.Fatal("a regular file at the socket path was touched")
+	}
+}
+
+// TestShutdownEndsHealthWatch checks that a health Watch (what gRPC
+// client-side health checking keeps open) neither holds the shutdown until
+// --shutdown-timeout nor misses the NOT_SERVING that tells it to go away.
+func TestShutdownEndsHealthWatch(t *testing.T) {
+	d := start(t, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--shutdown-timeout", "20s")
+	w, err := healthpb.NewHealthClient(dial(t, d.addr)).Watch(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := w.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first health status = %v, %v; want SERVING", r, err)
+	}
+	stopStart := time.Now()
+	if err := d.stop(t); err != nil {
+		t.Fatalf("run after cancel = %v; want nil", err)
+	}
+	if took := time.Since(stopStart); took > 5*time.Second {
+		t.Fatalf("shutdown took %v with a health watch open", took)
+	}
+	r, err := w.Recv()
+	if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health status during shutdown = %v, %v; want NOT_SERVING", r, err)
+	}
+	if _, err := w.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("health watch ended with %v; want UNAVAILABLE", err)
 	}
 }

@@ -92,7 +92,8 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	gs := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(gs)
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
+	drained := make(chan struct{})
+	healthpb.RegisterHealthServer(gs, drainingHealth{Server: hs, drained: drained})
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(sessiondv1.SessionStoreService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	reflection.Register(gs)
@@ -113,6 +114,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	select {
 	case err := <-serveErr:
 		hs.Shutdown()
+		close(drained)
 		srv.Drain()
 		return fmt.Errorf("serve on %s: %w", lis.display, err)
 	case <-ctx.Done():
@@ -120,8 +122,10 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 
 	log.Info("shutting down", zap.Duration("timeout", cfg.shutdownTimeout))
 	// NOT_SERVING first, so that health-checking balancers move away; then
-	// end watches, which never finish on their own; then drain the rest.
+	// end watches (health's and the sessions'), which never finish on their
+	// own; then drain the rest.
 	hs.Shutdown()
+	close(drained)
 	srv.Drain()
 	stopped := make(chan struct{})
 	go func() {

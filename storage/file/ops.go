@@ -915,7 +915,7 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 		n = int64(len(v.msgs))
 	}
 	if n > int64(len(v.msgs)) {
-		return nil, fmt.Errorf("file: fork of %d messages from session %s, which holds %d: %w", n, v.meta.ID, len(v.msgs), storage.ErrInvalid)
+		return nil, fmt.Errorf("file: message_count %d is more than the %d messages of session %s: %w", n, len(v.msgs), v.meta.ID, storage.ErrInvalid)
 	}
 	t := now(time.Time{})
 	src := v.meta
@@ -951,7 +951,7 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		}
 		v := e.view.Load()
 		if req.MessageCount > int64(len(v.msgs)) {
-			return fmt.Errorf("file: rewind to %d messages of session %s, which holds %d: %w", req.MessageCount, e.id, len(v.msgs), storage.ErrInvalid)
+			return fmt.Errorf("file: message_count %d is more than the %d messages of session %s: %w", req.MessageCount, len(v.msgs), e.id, storage.ErrInvalid)
 		}
 		if req.MessageCount == int64(len(v.msgs)) {
 			out = cloneMeta(v.meta)

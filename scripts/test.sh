@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The one test command of sessiond: README, `make test` and CI all run it.
+#
+# On a fresh Debian machine (root or sudo; Go, the Go module proxy, Debian's
+# archive and the npm registry reachable) it first installs what the checks
+# need (scripts/tools.sh: quick when all is there), then runs every check:
+#
+#   generated    buf generate + scripts/gen-python.sh leave gen/ unchanged
+#   tidy         go mod tidy would change nothing
+#   buf          buf lint, buf format, buf breaking against proto/released.binpb
+#   vet          go vet ./...
+#   staticcheck  staticcheck ./...
+#   fuzz         every FuzzXxx target for $FUZZTIME (default 5s)
+#   test         go test -race ./... (unit, conformance, integration, clients)
+#
+# Every check runs even after one fails; the summary at the end names the
+# failed ones, and the exit status is non-zero if any failed.
+#
+# Usage: scripts/test.sh [CHECK...]     e.g. scripts/test.sh vet test
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+all_checks=(generated tidy buf vet staticcheck fuzz test)
+if (($#)); then
+	checks=("$@")
+	for c in "${checks[@]}"; do
+		if [[ " ${all_checks[*]} " != *" $c "* ]]; then
+			echo "test.sh: unknown check $c; choose from: ${all_checks[*]}" >&2
+			exit 2
+		fi
+	done
+else
+	checks=("${all_checks[@]}")
+fi
+
+FUZZTIME=${FUZZTIME:-5s}
+started=$(date +%s)
+
+echo "==> tools"
+bash scripts/tools.sh
+export PATH="$(go env GOPATH | cut -d: -f1)/bin:$PATH"
+echo "$(go version); buf $(buf --version); node $(node --version)"
+summary=("$(printf 'ok    %4ds  %s' "$(($(date +%s) - started))" tools)")
+
+check_generated() {
+	if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+		echo "not a git work tree: cannot tell whether generated code changed" >&2
+		return 1
+	fi
+	bash scripts/generate.sh
+	local dirty
+	dirty=$(git status --porcelain --untracked-files=all -- gen/)
+	if [[ -n "$dirty" ]]; then
+		echo "generated code is stale or uncommitted; run scripts/generate.sh (make generate) and commit:" >&2
+		echo "$dirty" >&2
+		git --no-pager diff --stat -- gen/ >&2
+		return 1
+	fi
+}
+
+check_tidy() {
+	# -diff changes nothing and fails when tidy would change go.mod or go.sum.
+	go mod tidy -diff
+}
+
+check_buf() {
+	buf lint
+	buf format -d --exit-code
+	buf breaking --against proto/released.binpb
+}
+
+check_vet() {
+	go vet ./...
+}
+
+check_staticcheck() {
+	staticcheck ./...
+}
+
+# fuzz_targets prints "DIR NAME" for every fuzz target of the module.
+fuzz_targets() {
+	git ls-files --cached --others --exclude-standard -- '*_test.go' |
+		xargs -r grep -HoE '^func Fuzz[A-Za-z0-9_]*\(' |
+		sed -E 's#^(.*)/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]*)\($#\1 \2#; s#^[^/ ]*_test\.go:func (Fuzz[A-Za-z0-9_]*)\($#. \1#' |
+		sort -u
+}
+
+check_fuzz() {
+	local targets n=0
+	targets=$(fuzz_targets)
+	if [[ -z "$targets" ]]; then
+		echo "no fuzz targets"
+		return 0
+	fi
+	while read -r dir name; do
+		echo "--- fuzz ./$dir $name ($FUZZTIME)"
+		go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "./$dir"
+		n=$((n + 1))
+	done <<<"$targets"
+	echo "fuzzed $n targets"
+}
+
+check_test() {
+	# -count=1: the integration tests drive binaries built from other
+	# packages, which the test cache does not track.
+	go test -race -count=1 -timeout 15m ./...
+}
+
+failed=()
+for c in "${checks[@]}"; do
+	echo
+	echo "==> $c"
+	t0=$(date +%s)
+	# A subshell outside any `if` keeps `set -e` working inside the check.
+	set +e
+	("check_$c")
+	rc=$?
+	set -e
+	took=$(($(date +%s) - t0))
+	if ((rc == 0)); then
+		summary+=("$(printf 'ok    %4ds  %s' "$took" "$c")")
+	else
+		summary+=("$(printf 'FAIL  %4ds  %s' "$took" "$c")")
+		failed+=("$c")
+		echo "==> FAILED: $c (exit status $rc)" >&2
+	fi
+done
+
+echo
+echo "==> summary ($(($(date +%s) - started))s in all)"
+printf '%s\n' "${summary[@]}"
+if ((${#failed[@]})); then
+	echo "FAILED: ${failed[*]}"
+	exit 1
+fi
+echo "PASS: all checks"

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Installs what sessiond's checks and tests need, at pinned versions, and does
+# nothing for what is already there, so it is quick to run every time:
+#   - Go tools (buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl, staticcheck)
+#     with `go install` into $(go env GOPATH)/bin;
+#   - Debian's python3-grpcio and python3-grpc-tools (the Python client
+#     tests and scripts/gen-python.sh), with apt-get;
+#   - Node.js and npm if missing (apt-get), then the Node.js client's
+#     packages with `npm ci` in clients/node.
+# It expects Debian (or Ubuntu), root or sudo, Go on PATH, and the Go module
+# proxy, Debian's archive and the npm registry reachable.
+#
+# Usage: scripts/tools.sh          (tests source it as well; see scripts/test.sh)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+# Pinned versions: bump here, and nowhere else.
+BUF_VERSION=v1.75.0
+PROTOC_GEN_GO_VERSION=v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
+GRPCURL_VERSION=v1.9.4
+STATICCHECK_VERSION=v0.8.2
+
+if ! command -v go >/dev/null; then
+	echo "tools: go is not on PATH; install Go 1.26 or later first" >&2
+	exit 1
+fi
+
+# The first GOPATH entry's bin, where `go install` puts tools unless GOBIN
+# says otherwise; we set GOBIN to it so the two always agree.
+TOOLBIN="$(go env GOPATH | cut -d: -f1)/bin"
+export PATH="$TOOLBIN:$PATH"
+
+# go_tool NAME PACKAGE MODULE VERSION installs PACKAGE@VERSION unless
+# $TOOLBIN/NAME was already built from MODULE at VERSION (read from the
+# binary's build info, so a different version on PATH is not mistaken for it).
+go_tool() {
+	local name=$1 pkg=$2 mod=$3 version=$4 have=""
+	if [[ -x "$TOOLBIN/$name" ]]; then
+		have=$(go version -m "$TOOLBIN/$name" 2>/dev/null | awk -v m="$mod" '$1 == "mod" && $2 == m { print $3 }')
+	fi
+	if [[ "$have" == "$version" ]]; then
+		return 0
+	fi
+	echo "tools: go install $pkg@$version${have:+ (replacing $have)}"
+	GOBIN="$TOOLBIN" go install "$pkg@$version"
+}
+
+# The installs run side by side: on a fresh machine most of their time is
+# module downloads, which overlap well with each other's compiles.
+pids=()
+go_tool buf github.com/bufbuild/buf/cmd/buf github.com/bufbuild/buf "$BUF_VERSION" &
+pids+=($!)
+go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/protobuf "$PROTOC_GEN_GO_VERSION" &
+pids+=($!)
+go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" &
+pids+=($!)
+go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl github.com/fullstorydev/grpcurl "$GRPCURL_VERSION" &
+pids+=($!)
+go_tool staticcheck honnef.co/go/tools/cmd/staticcheck honnef.co/go/tools "$STATICCHECK_VERSION" &
+pids+=($!)
+go_failed=0
+for pid in "${pids[@]}"; do
+	wait "$pid" || go_failed=1
+done
+if ((go_failed)); then
+	echo "tools: a go install failed (see above)" >&2
+	exit 1
+fi
+
+# Debian packages: installed only when missing, and the package lists are
+# fetched only then.
+SUDO=""
+if [[ "$(id -u)" != 0 ]]; then
+	SUDO=sudo
+fi
+apt_packages=(python3-grpcio python3-grpc-tools)
+if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+	apt_packages+=(nodejs npm)
+fi
+missing=()
+for p in "${apt_packages[@]}"; do
+	if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
+		missing+=("$p")
+	fi
+done
+if ((${#missing[@]})); then
+	if ! command -v apt-get >/dev/null; then
+		echo "tools: missing ${missing[*]} and no apt-get to install them" >&2
+		exit 1
+	fi
+	echo "tools: apt-get install ${missing[*]}"
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The Node.js client's packages, exactly as package-lock.json pins them. A
+# stamp of the lock file's hash skips `npm ci` when nothing changed.
+if [[ -f clients/node/package.json ]]; then
+	stamp=clients/node/node_modules/.sessiond-lock.sha256
+	want=$(sha256sum clients/node/package-lock.json | cut -d' ' -f1)
+	if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+		echo "tools: npm ci in clients/node"
+		(cd clients/node && npm ci --no-audit --no-fund --loglevel=error)
+		echo "$want" >"$stamp"
+	fi
+fi
