@@ -1,7 +1,6 @@
 package file
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -10,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // FindingKind classifies what Check found.
@@ -70,7 +71,8 @@ func Check(ctx context.Context, dir string, repair bool, progress func(done, tot
 	err = c.run(ctx, progress)
 	if err == nil && repair && c.changed {
 		// Rebuild the derived indexes from the repaired sessions: an open
-		// without the clean mark scans every session, and Close writes them.
+		// without the checkpoint mark scans every session, and Close writes a
+		// new checkpoint.
 		_ = os.Remove(filepath.Join(dir, "index", cleanName))
 		var s *Store
 		if s, err = openLocked(ctx, dir, lock); err == nil {
@@ -90,38 +92,23 @@ type checker struct {
 	rep     *CheckReport
 	stamp   string
 	changed bool
-	known   map[string]uint64 // revisions the last clean close vouched for
+	known   map[string]uint64 // revisions the last checkpoint vouched for
 }
 
-// trustedRevisions reads the revisions recorded by the last clean Close, if
-// the index files are intact and carry the clean mark's epoch. A journal
-// that replays to less lost acknowledged changes, which on its own would
-// look like a torn tail.
+// trustedRevisions reads the revisions the current checkpoint recorded for
+// sessions not deleted since, if the checkpoint and its dirty files are
+// intact. Revisions only grow until a delete, so a session whose files hold
+// less lost acknowledged changes, which on its own would look like a torn
+// tail.
 func trustedRevisions(dir string) map[string]uint64 {
 	out := map[string]uint64{}
-	mark, err := os.ReadFile(filepath.Join(dir, "index", cleanName))
-	if err != nil {
+	ck := readCheckpoint(dir, zap.NewNop())
+	if !ck.ok {
 		return out
 	}
-	epoch, err := hex.DecodeString(strings.TrimSpace(string(mark)))
-	if err != nil {
-		return out
-	}
-	des, _ := os.ReadDir(filepath.Join(dir, "index"))
-	for _, de := range des {
-		if _, ok := nsFromFileName(de.Name()); !ok {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, "index", de.Name()))
-		if err != nil {
-			continue
-		}
-		e, _, metas, err := decodeIndex(data)
-		if err != nil || !bytes.Equal(e, epoch) {
-			continue
-		}
-		for _, m := range metas {
-			out[m.ID] = m.Revision
+	for id, m := range ck.metas {
+		if ck.dirty[id] != dirtyReset {
+			out[id] = m.Revision
 		}
 	}
 	return out
@@ -279,7 +266,7 @@ func (c *checker) session(id string) error {
 		meta, msgs, err = replay(meta, msgs, gen, id, jc, true)
 	}
 	if err == nil && meta.Revision < c.known[id] {
-		err = fmt.Errorf("files hold revision %d, but the last clean close recorded %d", meta.Revision, c.known[id])
+		err = fmt.Errorf("files hold revision %d, but the last checkpoint recorded %d", meta.Revision, c.known[id])
 	}
 	if err == nil {
 		for i, m := range msgs {
@@ -313,8 +300,11 @@ func truncateSync(path string, size int64) error {
 	return f.Sync()
 }
 
-// indexes checks the derived index files. A stale index (no clean mark) is
-// normal after a crash and not reported.
+// indexes checks the derived files of the index folder: the checkpoint
+// mark, the dirty files and the checkpoints' index files. Stale ones (older
+// than the mark, left by a crash) are normal and not reported. Any of them
+// damaged costs the next open a rescan, nothing else: repair removes it, and
+// Check then rebuilds the checkpoint from the sessions.
 func (c *checker) indexes() error {
 	dir := filepath.Join(c.dir, "index")
 	des, err := os.ReadDir(dir)
@@ -324,28 +314,84 @@ func (c *checker) indexes() error {
 	if err != nil {
 		return err
 	}
+	derived := func(p string, err error) error {
+		// Derived data: rebuilding it loses nothing, so the damaged copy is
+		// removed rather than quarantined.
+		return c.find(p, KindIndex, err.Error()+"; derived data, rebuilt from the sessions", func() error { return os.Remove(p) })
+	}
 	for _, de := range des {
 		n, p := de.Name(), filepath.Join(dir, de.Name())
+		var err error
 		if n == cleanName {
+			var data []byte
+			if data, err = os.ReadFile(p); err == nil && !isLegacyMark(data) {
+				_, _, err = decodeMark(data)
+			}
+		} else if seq, ok := parseSeqName(n, dirtyPref); ok && !de.IsDir() {
+			var data []byte
+			if data, err = os.ReadFile(p); err == nil {
+				var got uint64
+				if got, _, _, err = decodeDirty(data); err == nil && got != seq {
+					err = fmt.Errorf("dirty file holds sequence number %d: %w", got, errCorrupt)
+				}
+			}
+		} else if _, ok := parseSeqName(n, ckptPref); ok && de.IsDir() {
+			if err := c.indexFolder(p, derived); err != nil {
+				return err
+			}
 			continue
-		}
-		if _, ok := nsFromFileName(n); !ok {
+		} else if _, ok := nsFromFileName(n); ok && !de.IsDir() {
+			err = checkIndexFile(p) // an earlier version's index file
+		} else {
 			if err := c.find(p, KindStray, "not an index file", c.quarantine(p)); err != nil {
 				return err
 			}
 			continue
 		}
-		data, err := os.ReadFile(p)
-		if err == nil {
-			_, _, _, err = decodeIndex(data)
-		}
 		if err != nil {
-			// Derived data: rebuilding it loses nothing, so the damaged copy
-			// is removed rather than quarantined.
-			if err := c.find(p, KindIndex, err.Error()+"; derived data, rebuilt from the sessions", func() error { return os.Remove(p) }); err != nil {
+			if err := derived(p, err); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// indexFolder checks one checkpoint's index files.
+func (c *checker) indexFolder(dir string, derived func(string, error) error) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, de := range des {
+		p := filepath.Join(dir, de.Name())
+		if _, ok := nsFromFileName(de.Name()); !ok || de.IsDir() {
+			if err := c.find(p, KindStray, "not an index file", c.quarantine(p)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := checkIndexFile(p); err != nil {
+			if err := derived(p, err); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func checkIndexFile(p string) error {
+	data, err := os.ReadFile(p)
+	if err == nil {
+		_, _, _, err = decodeIndex(data)
+	}
+	return err
+}
+
+// isLegacyMark reports whether data is the clean mark of a version before
+// checkpoints: an epoch in hex. Open ignores it (and rescans), so it is not
+// damage.
+func isLegacyMark(data []byte) bool {
+	b, err := hex.DecodeString(strings.TrimSuffix(string(data), "\n"))
+	return err == nil && len(b) == 16
 }

@@ -56,10 +56,7 @@ func (s *Store) loadLocked(e *entry) error {
 	if err != nil {
 		if errors.Is(err, errCorrupt) {
 			err = damage(e.id, err)
-			s.mu.Lock()
-			e.damaged = err
-			s.mu.Unlock()
-			s.log.Error("session is damaged", zap.String("session", e.id), zap.Error(err))
+			s.markDamaged(e, err)
 			return err
 		}
 		return fmt.Errorf("file: load session %s: %w", e.id, err)
@@ -71,9 +68,7 @@ func (s *Store) loadLocked(e *entry) error {
 		if err != nil {
 			_ = j.f.Close()
 			err = damage(e.id, err)
-			s.mu.Lock()
-			e.damaged = err
-			s.mu.Unlock()
+			s.markDamaged(e, err)
 			return err
 		}
 		ids[id] = i
@@ -86,9 +81,26 @@ func (s *Store) loadLocked(e *entry) error {
 	s.mu.RUnlock()
 	if !same {
 		s.setMeta(e, meta) // the index was stale: the files are the truth
+	} else {
+		s.mu.Lock()
+		e.busy = false // meta matches the files just read
+		s.mu.Unlock()
 	}
 	s.touch(e)
 	return nil
+}
+
+// markDamaged records that e's files are damaged. The session is also
+// recorded in the dirty file, so that an open after a crash rescans it and
+// knows from the start. Caller holds e.wmu.
+func (s *Store) markDamaged(e *entry, err error) {
+	s.mu.Lock()
+	e.damaged = err
+	s.mu.Unlock()
+	s.log.Error("session is damaged", zap.String("session", e.id), zap.Error(err))
+	if _, rerr := s.recordDirty(dirtyRec{kind: dirtyWrite, id: e.id}); rerr != nil {
+		s.log.Warn("could not record the damaged session for the next open", zap.String("session", e.id), zap.Error(rerr))
+	}
 }
 
 // messageID reads a stored message's id.

@@ -222,6 +222,7 @@ func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte,
 		s.setMeta(e, meta)
 		s.touch(e)
 		e.wmu.Unlock()
+		s.noteChange() // unknown to the last checkpoint: rescanned after a crash
 		return cloneMeta(meta), nil
 	}
 	return nil, fmt.Errorf("file: create keeps colliding: %w", storage.ErrAlreadyExists)
@@ -466,6 +467,9 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest) (*storage.Ses
 			m := cloneMeta(v.meta)
 			m.Title, m.Summary, m.Metadata = req.Title, req.Summary, maps.Clone(req.Metadata)
 			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(enc)), m.Revision+1, now(v.meta.UpdatedAt)
+			if err := s.beginWrite(e, dirtyWrite); err != nil {
+				return fmt.Errorf("file: save session %s: %w", e.id, err)
+			}
 			if err := s.replaceLocked(e, m, enc); err != nil {
 				return fmt.Errorf("file: save session %s: %w", e.id, err)
 			}
@@ -708,6 +712,13 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	if len(recs) == 0 {
 		return
 	}
+	if err := s.beginWrite(e, dirtyWrite); err != nil {
+		err = fmt.Errorf("file: append to session %s: %w", e.id, err)
+		for _, c := range changes {
+			finish(c.op, storage.AppendResult{}, err)
+		}
+		return
+	}
 	if err := s.journalWrite(e.j, encodeCommit(recs)); err != nil {
 		err = fmt.Errorf("file: append to session %s: %w", e.id, err)
 		for _, c := range changes {
@@ -814,9 +825,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 			n.byAlias[m.Alias] = e
 			s.mu.Unlock()
 		}
-		m.Revision++
-		m.UpdatedAt = now(v.meta.UpdatedAt)
-		if err := s.journalWrite(e.j, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}})); err != nil {
+		unreserve := func() {
 			if n != nil {
 				s.mu.Lock()
 				if n.byAlias[m.Alias] == e {
@@ -824,6 +833,15 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 				}
 				s.mu.Unlock()
 			}
+		}
+		if err := s.beginWrite(e, dirtyWrite); err != nil {
+			unreserve()
+			return fmt.Errorf("file: update session %s: %w", e.id, err)
+		}
+		m.Revision++
+		m.UpdatedAt = now(v.meta.UpdatedAt)
+		if err := s.journalWrite(e.j, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}})); err != nil {
+			unreserve()
 			if !errors.Is(err, storage.ErrNoSpace) {
 				s.forget(e)
 			}
@@ -861,6 +879,11 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 			}
 		} else if expectedRevision != 0 {
 			return damaged // its revision is unknown; deleting it takes no expectation
+		}
+		// Recorded as a reset: should the id be created again, the last
+		// checkpoint's entry does not describe the new session.
+		if err := s.beginWrite(e, dirtyReset); err != nil {
+			return fmt.Errorf("file: delete session %s: %w", e.id, err)
 		}
 		if err := s.removeFiles(e.id); err != nil {
 			return fmt.Errorf("file: delete session %s: %w", e.id, err)
@@ -962,6 +985,9 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		}
 		m := cloneMeta(v.meta)
 		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, m.Revision+1, now(v.meta.UpdatedAt)
+		if err := s.beginWrite(e, dirtyWrite); err != nil {
+			return fmt.Errorf("file: rewind session %s: %w", e.id, err)
+		}
 		if err := s.replaceLocked(e, m, v.msgs[:req.MessageCount]); err != nil {
 			return fmt.Errorf("file: rewind session %s: %w", e.id, err)
 		}

@@ -3,6 +3,7 @@ package file
 import (
 	"container/list"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -26,9 +27,11 @@ var _ storage.Store = (*Store)(nil)
 type Option func(*options)
 
 type options struct {
-	log        *zap.Logger
-	foldBytes  int64
-	cacheBytes int64
+	log          *zap.Logger
+	foldBytes    int64
+	cacheBytes   int64
+	ckptInterval time.Duration
+	ckptDirty    int
 }
 
 // WithLogger sets the logger (default: none).
@@ -52,13 +55,22 @@ type Store struct {
 	broker *storage.Broker
 	stats  ioStats
 
-	// mu guards byID, ns, closed, and each entry's meta, damaged, gone and
-	// key fields. It is held briefly, never across disk I/O, and never while
-	// calling back into the caller. Lock order: entry.wmu before mu.
-	mu     sync.RWMutex
-	byID   map[string]*entry
-	ns     map[string]*nsIndex
-	closed bool
+	// mu guards byID, ns, closed, ckptSeq, and each entry's meta, damaged,
+	// gone, key, busy and dirtySeq fields. It is held briefly, never across
+	// disk I/O, and never while calling back into the caller. Lock order:
+	// entry.wmu, then dirty.mu, then mu. A checkpoint holds ckptMu and takes
+	// dirty.mu and mu, one at a time, and never a session's wmu.
+	mu      sync.RWMutex
+	byID    map[string]*entry
+	ns      map[string]*nsIndex
+	closed  bool
+	ckptSeq uint64 // sequence number of the dirty file writers record in (see checkpoint.go)
+
+	ckptMu   sync.Mutex // serialises checkpoints
+	dirty    dirtyLog
+	ckptKick chan struct{} // asks the checkpoint loop for a checkpoint now
+	ckptStop chan struct{} // closed by Close: the loop ends
+	ckptDone chan struct{} // closed by the loop when it ended
 
 	writes sync.WaitGroup // operations in progress, waited for by Close
 
@@ -71,6 +83,16 @@ type Store struct {
 	// faultSync, when set by a test, runs before each journal fdatasync and
 	// can fail it.
 	faultSync func() error
+	// testHookWrite, when set by a test, runs after beginWrite, before a
+	// write changes the session's files (e.wmu held).
+	testHookWrite func(e *entry)
+	// testHookMark, when set by a test, runs before a checkpoint writes its
+	// mark, and can fail it (as a crash there would leave it).
+	testHookMark func() error
+
+	// How Open learnt the sessions' metadata: from the checkpoint, or by
+	// scanning their files. For tests and the log.
+	openTrusted, openScanned int
 }
 
 // entry is one session.
@@ -95,6 +117,11 @@ type entry struct {
 	damaged error            // wraps storage.ErrDataLoss
 	gone    bool             // deleted, or a create that failed
 	key     listKey
+	// busy: a write may have changed the files since meta was set; such a
+	// session is left out of checkpoints. Cleared by setMeta, which runs
+	// when meta matches the files again.
+	busy     bool
+	dirtySeq uint64 // the dirty file that records this session's change, if any
 
 	// qmu guards queue: appends waiting for the next group commit.
 	qmu   sync.Mutex
@@ -131,13 +158,15 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 }
 
 func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) (*Store, error) {
-	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: 256 << 20}
+	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: 256 << 20,
+		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	s := &Store{
 		dir: dir, log: o.log, opts: o, lock: lock, broker: storage.NewBroker(),
 		byID: make(map[string]*entry), ns: make(map[string]*nsIndex), lru: list.New(),
+		ckptKick: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{}),
 	}
 	start := time.Now()
 	if err := checkFormat(&s.stats, dir); err != nil {
@@ -152,30 +181,72 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
-	known := s.readIndexes(ids)
-	// The index files describe the store as of the last clean Close. From now
-	// on they go stale, so the clean mark goes before any write can happen.
-	if err := os.Remove(filepath.Join(dir, "index", cleanName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("file: remove clean mark: %w", err)
-	}
-	if err := syncDir(filepath.Join(dir, "index")); err != nil {
-		return nil, fmt.Errorf("file: %w", err)
+	ck := readCheckpoint(dir, s.log)
+	if !ck.ok {
+		if ck.why != "no checkpoint" || len(ids) > 0 {
+			s.log.Info("no usable checkpoint; rescanning every session", zap.String("why", ck.why))
+		}
+		// Nothing in the index folder may be trusted again: the mark goes
+		// before the stale files do.
+		if err := os.Remove(filepath.Join(dir, "index", cleanName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("file: remove checkpoint mark: %w", err)
+		}
+		if err := syncDir(filepath.Join(dir, "index")); err != nil {
+			return nil, fmt.Errorf("file: %w", err)
+		}
+		ck.metas, ck.dirty = nil, nil
 	}
 
 	var todo []string
+	bounds := map[string]*storage.Session{} // checkpoint entries that rescans must not fall below
+	present := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		if m, ok := known[id]; ok {
+		present[id] = true
+		m, known := ck.metas[id]
+		switch kind := ck.dirty[id]; {
+		case known && kind == 0:
 			s.byID[id] = &entry{id: id, meta: m}
-		} else {
+		case known && kind == dirtyWrite:
+			bounds[id] = m
+			todo = append(todo, id)
+		default:
 			todo = append(todo, id)
 		}
 	}
-	if err := s.scanSessions(ctx, todo); err != nil {
+	// Sessions the checkpoint knows that are gone: should their id be used
+	// again, the checkpoint's entry must not stand for the new session.
+	var vanished []dirtyRec
+	for id := range ck.metas {
+		if !present[id] && ck.dirty[id] != dirtyReset {
+			vanished = append(vanished, dirtyRec{kind: dirtyReset, id: id})
+		}
+	}
+	// Writers record in a new dirty file, which the current mark's dirty set
+	// includes (its sequence number is higher), until the next checkpoint.
+	seq := ck.maxSeq + 1
+	var epoch [16]byte
+	_, _ = rand.Read(epoch[:])
+	j, err := s.openDirty(seq, epoch[:], vanished)
+	if err != nil {
+		return nil, fmt.Errorf("file: start dirty file: %w", err)
+	}
+	s.dirty.j, s.dirty.seq, s.dirty.epoch, s.ckptSeq = j, seq, epoch, seq
+	if ck.ok {
+		s.removeStale(ck.seq, ck.seq)
+	} else {
+		s.removeStale(0, seq)
+	}
+
+	if err := s.scanSessions(ctx, todo, bounds); err != nil {
+		_ = j.f.Close()
 		return nil, err
 	}
 	s.buildIndexes()
+	s.openTrusted, s.openScanned = len(ids)-len(todo), len(todo)
 	s.log.Info("file store opened", zap.String("dir", dir), zap.Int("sessions", len(ids)),
-		zap.Int("from_index", len(ids)-len(todo)), zap.Int("scanned", len(todo)), zap.Duration("took", time.Since(start)))
+		zap.Int("from_checkpoint", len(ids)-len(todo)), zap.Int("scanned", len(todo)), zap.Duration("took", time.Since(start)))
+	// A checkpoint soon makes the next open after a crash cheap again.
+	go s.checkpointLoop(len(ids) > 0 && (len(todo) > 0 || len(vanished) > 0))
 	return s, nil
 }
 
@@ -210,9 +281,12 @@ func isSessionID(name string) bool {
 	return err == nil && u.String() == name
 }
 
-// scanSessions reads the metadata of sessions the index did not cover: the
-// snapshot's header frame and the journal, never the snapshot's messages.
-func (s *Store) scanSessions(ctx context.Context, ids []string) error {
+// scanSessions reads the metadata of sessions the checkpoint did not cover:
+// the snapshot's header frame and the journal, never the snapshot's
+// messages. bounds holds the checkpoint's entries of sessions changed since
+// (and not reset): files holding an earlier revision lost acknowledged
+// changes.
+func (s *Store) scanSessions(ctx context.Context, ids []string, bounds map[string]*storage.Session) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -229,6 +303,13 @@ func (s *Store) scanSessions(ctx context.Context, ids []string) error {
 				}
 				e := &entry{id: ids[i]}
 				meta, err := scanSession(filepath.Join(s.dir, "sessions", ids[i]), ids[i])
+				b := bounds[ids[i]]
+				if err == nil && b != nil && meta.Revision < b.Revision {
+					err = fmt.Errorf("files hold revision %d, but the checkpoint recorded revision %d: %w", meta.Revision, b.Revision, errCorrupt)
+				}
+				if err != nil && b != nil && (meta == nil || meta.Revision < b.Revision) {
+					meta = b // the last known state keeps its alias reserved
+				}
 				e.meta = meta
 				if err != nil {
 					e.damaged = damage(ids[i], err)
@@ -329,19 +410,27 @@ func replay(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *jou
 	return &m, msgs, nil
 }
 
-// Close waits for writes in progress, ends every subscription, writes the
-// derived index files and releases the data dir.
+// Close waits for writes in progress, ends every subscription, writes a
+// last checkpoint (so that the next Open rescans nothing) and releases the
+// data dir.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
 		s.writes.Wait()
+		close(s.ckptStop)
+		<-s.ckptDone
 		s.broker.Close()
-		err := s.writeIndexes()
-		if err != nil {
-			s.log.Warn("could not write the index files; the next open rebuilds them", zap.Error(err))
+		if err := s.checkpoint(); err != nil {
+			s.log.Warn("could not write the last checkpoint; the next open rescans sessions", zap.Error(err))
 		}
+		s.dirty.mu.Lock()
+		if s.dirty.j != nil {
+			_ = s.dirty.j.f.Close()
+			s.dirty.j = nil
+		}
+		s.dirty.mu.Unlock()
 		s.mu.Lock()
 		for _, e := range s.byID {
 			if e.j != nil {
@@ -509,6 +598,7 @@ func (s *Store) setMeta(e *entry, m *storage.Session) {
 		}
 	}
 	e.meta = m
+	e.busy = false // called once meta matches the files
 	n := s.nsFor(m.Namespace)
 	if m.Alias != "" {
 		n.byAlias[m.Alias] = e

@@ -116,6 +116,21 @@ func journalPath(t *testing.T, dir, id string) string {
 	return m[0]
 }
 
+// indexFile returns the path of namespace ns's index file in the current
+// checkpoint.
+func indexFile(t *testing.T, dir, ns string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "index", cleanName))
+	if err != nil {
+		t.Fatalf("no checkpoint mark: %v", err)
+	}
+	seq, _, err := decodeMark(data)
+	if err != nil {
+		t.Fatalf("checkpoint mark: %v", err)
+	}
+	return filepath.Join(dir, "index", seqName(ckptPref, seq), nsFileName(ns))
+}
+
 func entryOf(t *testing.T, s *Store, id string) *entry {
 	t.Helper()
 	s.mu.RLock()
@@ -275,7 +290,7 @@ func TestSweepAndIndexRebuild(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			idx := filepath.Join(dir, "index", "default")
+			idx := indexFile(t, dir, "")
 			data, err := os.ReadFile(idx)
 			if err != nil {
 				t.Fatal(err)
@@ -324,7 +339,7 @@ func TestSweepAndIndexRebuild(t *testing.T) {
 			if err := s2.Close(); err != nil {
 				t.Fatal(err)
 			}
-			data, err = os.ReadFile(idx)
+			data, err = os.ReadFile(indexFile(t, dir, ""))
 			if err != nil {
 				t.Fatalf("index not rewritten: %v", err)
 			}
@@ -345,7 +360,7 @@ func TestIndexDamageWithCleanMark(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	idx := filepath.Join(dir, "index", "default")
+	idx := indexFile(t, dir, "")
 	data, _ := os.ReadFile(idx)
 	data[len(data)-3] ^= 1
 	if err := os.WriteFile(idx, data, filePerm); err != nil {
@@ -710,7 +725,7 @@ func TestCheck(t *testing.T) {
 	must(t, os.WriteFile(jp, jb, filePerm))
 	must(t, os.WriteFile(filepath.Join(dir, "sessions", "notes.txt"), []byte("hi"), filePerm))
 	must(t, os.WriteFile(filepath.Join(dir, "sessions", a.ID, journalName(99)), encodeJournalHead(99, a.ID), filePerm))
-	must(t, os.WriteFile(filepath.Join(dir, "index", "default"), []byte("garbage"), filePerm))
+	must(t, os.WriteFile(indexFile(t, dir, ""), []byte("garbage"), filePerm))
 	rep, err = Check(t.Context(), dir, false, nil)
 	if err != nil {
 		t.Fatal(err)
