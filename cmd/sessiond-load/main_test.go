@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sessiond/sessiond/server"
+	"github.com/sessiond/sessiond/storage"
+	"github.com/sessiond/sessiond/storage/file"
+)
+
+// daemon is an in-process sessiond: the real server and file store on a
+// loopback port.
+type daemon struct {
+	addr  string
+	store *file.Store
+}
+
+func startDaemon(t *testing.T) *daemon {
+	t.Helper()
+	store, err := file.Open(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.New(store, server.WithBackend("file"))
+	gs := grpc.NewServer(srv.ServerOptions()...)
+	srv.Register(gs)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- gs.Serve(lis) }()
+	t.Cleanup(func() {
+		srv.Drain()
+		gs.Stop()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		if err := store.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	return &daemon{addr: lis.Addr().String(), store: store}
+}
+
+// storedMessages counts, from the store itself rather than through the
+// tool, the sessions and messages in namespace ns.
+func (d *daemon) storedMessages(t *testing.T, ns string) (sessions, messages int64) {
+	t.Helper()
+	err := d.store.List(t.Context(), storage.ListOptions{Namespace: ns}, func(s *storage.Session) error {
+		sessions++
+		messages += s.MessageCount
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sessions, messages
+}
+
+// runJSON runs the tool with --json and decodes its report into rep.
+func runJSON(t *testing.T, rep any, args ...string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), append([]string{"--json"}, args...), &stdout, &stderr); err != nil {
+		t.Fatalf("run %v: %v\nstdout: %s\nstderr: %s", args, err, stdout.String(), stderr.String())
+	}
+	dec := json.NewDecoder(&stdout)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(rep); err != nil {
+		t.Fatalf("decode report of %v: %v\n%s", args, err, stdout.String())
+	}
+}
+
+func checkLatency(t *testing.T, l latencyMS) {
+	t.Helper()
+	if !(l.P50 > 0 && l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.Max && l.Mean > 0 && l.Mean <= l.Max) {
+		t.Errorf("latency not ordered 0 < p50 <= p90 <= p99 <= max: %+v", l)
+	}
+}
+
+func TestModes(t *testing.T) {
+	d := startDaemon(t)
+
+	t.Run("append bounded by count", func(t *testing.T) {
+		var rep appendReport
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "ap", "append",
+			"--clients", "4", "--sessions", "2", "--count", "40", "--duration", "1m", "--size", "1024", "--warmup", "2")
+		if rep.Ops != 40 || rep.Errors != 0 || rep.Warmup != 8 || rep.Stored != 48 {
+			t.Errorf("report %+v; want 40 ops, 8 warm-up, 48 stored", rep)
+		}
+		sessions, msgs := d.storedMessages(t, "ap")
+		if sessions != 2 || msgs != rep.Ops+rep.Warmup {
+			t.Errorf("store holds %d sessions, %d messages; want 2 and %d", sessions, msgs, rep.Ops+rep.Warmup)
+		}
+		if rep.OpsPerSec <= 0 || rep.Seconds <= 0 || rep.Seconds > 60 {
+			t.Errorf("rate %v/s over %v s", rep.OpsPerSec, rep.Seconds)
+		}
+		checkLatency(t, rep.Latency)
+	})
+
+	t.Run("append bounded by duration", func(t *testing.T) {
+		var rep appendReport
+		start := time.Now()
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "dur", "append",
+			"--clients", "2", "--count", "100000000", "--duration", "300ms", "--size", "64", "--warmup", "0")
+		if took := time.Since(start); took > 20*time.Second {
+			t.Errorf("a 300ms run took %v", took)
+		}
+		if rep.Ops == 0 || rep.Ops >= 100000000 {
+			t.Errorf("ops %d; want some, bounded by time", rep.Ops)
+		}
+		if _, msgs := d.storedMessages(t, "dur"); msgs != rep.Ops {
+			t.Errorf("store holds %d messages; tool counted %d acknowledged", msgs, rep.Ops)
+		}
+	})
+
+	t.Run("health", func(t *testing.T) {
+		var rep healthReport
+		runJSON(t, &rep, "--addr", d.addr, "health", "--count", "50", "--warmup", "5")
+		if rep.Ops != 50 {
+			t.Errorf("checks %d; want 50", rep.Ops)
+		}
+		checkLatency(t, rep.Latency)
+	})
+
+	t.Run("list", func(t *testing.T) {
+		var rep listReport
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "ls", "list", "--populate", "30", "--clients", "3", "--repeat", "2")
+		if rep.Populated != 30 || rep.Sessions != 30 || len(rep.Runs) != 2 {
+			t.Fatalf("report %+v; want 30 created and listed, 2 runs", rep)
+		}
+		if sessions, _ := d.storedMessages(t, "ls"); sessions != 30 {
+			t.Errorf("store holds %d sessions; want 30", sessions)
+		}
+		for _, r := range rep.Runs {
+			if r.Sessions != 30 || r.FirstMS <= 0 || r.FirstMS > r.AllMS {
+				t.Errorf("run %+v; want 30 sessions, 0 < first <= all", r)
+			}
+		}
+	})
+
+	t.Run("load", func(t *testing.T) {
+		// 1,200 messages of 1 KiB are more than one ~1 MiB frame.
+		var rep loadReport
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "ld", "load", "--messages", "1200", "--batch", "500", "--repeat", "2")
+		if rep.Messages != 1200 || len(rep.Runs) != 2 || rep.MessagesSecMedian <= 0 {
+			t.Fatalf("report %+v", rep)
+		}
+		if sessions, msgs := d.storedMessages(t, "ld"); sessions != 1 || msgs != 1200 {
+			t.Errorf("store holds %d sessions, %d messages; want 1, 1200", sessions, msgs)
+		}
+		for _, r := range rep.Runs {
+			if r.FirstMS <= 0 || r.FirstMS > r.AllMS || r.MessagesSec <= 0 {
+				t.Errorf("run %+v", r)
+			}
+		}
+	})
+}
+
+func TestFsync(t *testing.T) {
+	dir := t.TempDir()
+	var rep fsyncReport
+	runJSON(t, &rep, "fsync", "--dir", dir, "--count", "20", "--warmup", "2", "--size", "1024")
+	if rep.Ops != 20 || rep.Size != 1024 {
+		t.Errorf("report %+v; want 20 appends of 1024 B", rep)
+	}
+	checkLatency(t, rep.Latency)
+	left, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("fsync left %d files in its dir", len(left))
+	}
+}
+
+func TestTable(t *testing.T) {
+	d := startDaemon(t)
+	var stdout bytes.Buffer
+	if err := run(t.Context(), []string{"--addr", d.addr, "health", "--count", "5"}, &stdout, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"mode            health", "checks          5", "round trip p50"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	d := startDaemon(t)
+	tests := []struct {
+		name  string
+		args  []string
+		usage bool
+		has   string
+	}{
+		{"no mode", nil, true, "no mode"},
+		{"unknown mode", []string{"bench"}, true, "unknown mode"},
+		{"not loopback", []string{"--addr", "10.0.0.1:7437", "health"}, true, "not on loopback"},
+		{"not loopback after mode", []string{"health", "--addr", "example.com:7437"}, true, "not on loopback"},
+		{"unbounded count", []string{"--addr", d.addr, "append", "--count", "0"}, true, "--count"},
+		{"unbounded duration", []string{"--addr", d.addr, "health", "--duration", "0s"}, true, "--duration"},
+		{"more sessions than clients", []string{"--addr", d.addr, "append", "--clients", "2", "--sessions", "3"}, true, "--sessions"},
+		{"fsync without dir", []string{"fsync"}, true, "--dir"},
+		{"stray argument", []string{"--addr", d.addr, "health", "extra"}, true, "extra"},
+		{"refused by the daemon", []string{"--addr", d.addr, "--namespace", "no/slash", "append", "--count", "1"}, false, "create session"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			var stderr bytes.Buffer
+			err := run(ctx, tt.args, &bytes.Buffer{}, &stderr)
+			var ue *usageError
+			if err == nil || errors.As(err, &ue) != tt.usage || !strings.Contains(err.Error(), tt.has) {
+				t.Fatalf("err = %v; want usage=%v naming %q", err, tt.usage, tt.has)
+			}
+			want := 1
+			if tt.usage {
+				want = 2
+			}
+			if code := exitCode(err, &stderr); code != want {
+				t.Errorf("exit code %d; want %d", code, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+)
+
+// config is the command line of one run. Each mode registers only the flags
+// it reads.
+type config struct {
+	addr      string
+	namespace string
+	json      bool
+
+	clients  int
+	sessions int
+	duration time.Duration
+	count    int
+	size     int
+	warmup   int
+	populate int
+	messages int
+	batch    int
+	repeat   int
+	dir      string
+	timeout  time.Duration // per call, so that a hung daemon ends the run
+}
+
+// mode is one kind of measurement.
+type mode struct {
+	name  string
+	help  string
+	flags func(fs *flag.FlagSet, c *config)
+	run   func(ctx context.Context, c *config, stderr io.Writer) (report, error)
+	// daemon reports whether the mode talks to sessiond (fsync does not).
+	daemon bool
+}
+
+// report is what a mode measured: JSON with --json, else a table.
+type report interface {
+	rows() [][2]string
+}
+
+var modes = []mode{
+	{
+		name: "append", daemon: true,
+		help: "N clients append one message per call to M sessions; ops/s and latency",
+		flags: func(fs *flag.FlagSet, c *config) {
+			fs.IntVar(&c.clients, "clients", 1, "concurrent clients, each on its own connection")
+			fs.IntVar(&c.sessions, "sessions", 0, "sessions written (client i writes session i mod M; 0 = one per client)")
+			fs.DurationVar(&c.duration, "duration", 10*time.Second, "stop after this long")
+			fs.IntVar(&c.count, "count", 100000, "stop after this many appends in all")
+			fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
+			fs.IntVar(&c.warmup, "warmup", 5, "untimed appends per client before the run")
+		},
+		run: runAppend,
+	},
+	{
+		name: "health", daemon: true,
+		help: "sequential grpc.health.v1 Check calls: the unary round trip",
+		flags: func(fs *flag.FlagSet, c *config) {
+			fs.DurationVar(&c.duration, "duration", 10*time.Second, "stop after this long")
+			fs.IntVar(&c.count, "count", 2000, "stop after this many calls")
+			fs.IntVar(&c.warmup, "warmup", 50, "untimed calls before the run")
+		},
+		run: runHealth,
+	},
+	{
+		name: "list", daemon: true,
+		help: "times ListSessions of the namespace (after creating --populate sessions)",
+		flags: func(fs *flag.FlagSet, c *config) {
+			fs.IntVar(&c.populate, "populate", 0, "sessions to create first")
+			fs.IntVar(&c.clients, "clients", 16, "concurrent clients creating sessions")
+			fs.IntVar(&c.repeat, "repeat", 3, "listings timed")
+		},
+		run: runList,
+	},
+	{
+		name: "load", daemon: true,
+		help: "creates a session of N messages, then times LoadSession: messages/s",
+		flags: func(fs *flag.FlagSet, c *config) {
+			fs.IntVar(&c.messages, "messages", 10000, "messages in the session")
+			fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
+			fs.IntVar(&c.batch, "batch", 500, "messages per AppendMessages while filling the session")
+			fs.IntVar(&c.repeat, "repeat", 3, "loads timed")
+		},
+		run: runLoad,
+	},
+	{
+		name: "fsync",
+		help: "no daemon: appends --size bytes to a file in --dir and fdatasyncs, each call",
+		flags: func(fs *flag.FlagSet, c *config) {
+			fs.StringVar(&c.dir, "dir", "", "directory on the filesystem to measure (required)")
+			fs.DurationVar(&c.duration, "duration", 10*time.Second, "stop after this long")
+			fs.IntVar(&c.count, "count", 1000, "stop after this many appends")
+			fs.IntVar(&c.size, "size", 1024, "bytes per append")
+			fs.IntVar(&c.warmup, "warmup", 10, "untimed appends before the run")
+		},
+		run: runFsync,
+	},
+}
+
+// commonFlags are accepted before the mode and after it.
+func commonFlags(fs *flag.FlagSet, c *config) {
+	fs.StringVar(&c.addr, "addr", c.addr, "sessiond address, host:port on loopback")
+	fs.StringVar(&c.namespace, "namespace", c.namespace, "namespace of the sessions the run creates")
+	fs.BoolVar(&c.json, "json", c.json, "write the report as one JSON object")
+	fs.DurationVar(&c.timeout, "timeout", c.timeout, "deadline of each call")
+}
+
+// run is the whole command; main only maps its error to an exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := &config{addr: "127.0.0.1:7437", namespace: "sessiond-load", timeout: 60 * time.Second}
+	global := flag.NewFlagSet("sessiond-load", flag.ContinueOnError)
+	global.SetOutput(io.Discard)
+	commonFlags(global, c)
+	global.Usage = func() { usage(stdout, global) }
+	if err := parseFlags(global, args, stdout); err != nil {
+		return err
+	}
+	if global.NArg() == 0 {
+		return usagef("no mode given; choose one of %s", modeNames())
+	}
+	name := global.Arg(0)
+	var m *mode
+	for i := range modes {
+		if modes[i].name == name {
+			m = &modes[i]
+		}
+	}
+	if m == nil {
+		return usagef("unknown mode %q; choose one of %s", name, modeNames())
+	}
+
+	fs := flag.NewFlagSet("sessiond-load "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	commonFlags(fs, c)
+	m.flags(fs, c)
+	fs.Usage = func() {
+		fmt.Fprintf(stdout, "Usage: sessiond-load %s [FLAGS]\n\n%s.\n\nFlags:\n", name, m.help)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if err := parseFlags(fs, global.Args()[1:], stdout); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if err := c.check(m); err != nil {
+		return err
+	}
+
+	rep, err := m.run(ctx, c, stderr)
+	if rep != nil {
+		if werr := write(stdout, c.json, rep); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	return err
+}
+
+// parseFlags parses args, printing the usage on -h and turning a bad flag
+// into a usage error.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+			return err
+		}
+		return usagef("%v", err)
+	}
+	return nil
+}
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: sessiond-load [FLAGS] MODE [MODE FLAGS]\n\nModes:\n")
+	for _, m := range modes {
+		fmt.Fprintf(w, "  %-7s %s\n", m.name, m.help)
+	}
+	fmt.Fprintf(w, "\nFlags (also accepted after the mode):\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprintf(w, "\n'sessiond-load MODE --help' lists a mode's flags.\n")
+}
+
+func modeNames() string {
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = m.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// check refuses values that would make a run unbounded or meaningless, and
+// any address that is not loopback.
+func (c *config) check(m *mode) error {
+	if m.daemon {
+		if err := checkLoopback(c.addr); err != nil {
+			return err
+		}
+	}
+	if c.timeout <= 0 {
+		return usagef("--timeout must be positive")
+	}
+	switch m.name {
+	case "append":
+		if c.sessions == 0 {
+			c.sessions = c.clients
+		}
+		if c.clients < 1 || c.clients > 1024 || c.sessions < 1 || c.sessions > c.clients {
+			return usagef("--clients must be 1..1024 and --sessions 1..clients (got %d, %d)", c.clients, c.sessions)
+		}
+	case "list":
+		if c.populate < 0 || c.clients < 1 || c.clients > 1024 {
+			return usagef("--populate must be >= 0 and --clients 1..1024")
+		}
+	case "load":
+		if c.messages < 1 || c.batch < 1 {
+			return usagef("--messages and --batch must be positive")
+		}
+	case "fsync":
+		if c.dir == "" {
+			return usagef("fsync needs --dir, a directory on the filesystem to measure")
+		}
+	}
+	if c.size < 0 || c.size > 16<<20 {
+		return usagef("--size must be 0..16777216")
+	}
+	if c.warmup < 0 {
+		return usagef("--warmup must be >= 0")
+	}
+	// Every loop ends by count and by time; zero would mean "never".
+	switch m.name {
+	case "append", "health", "fsync":
+		if c.count < 1 || c.duration <= 0 {
+			return usagef("--count and --duration must be positive")
+		}
+	case "list", "load":
+		if c.repeat < 1 || c.repeat > 1000 {
+			return usagef("--repeat must be 1..1000")
+		}
+	}
+	return nil
+}
+
+// checkLoopback accepts host:port whose host is a loopback IP or localhost.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("--addr %q: %v; give host:port on loopback, e.g. 127.0.0.1:7437", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return usagef("--addr %q is not on loopback; sessiond-load only loads a daemon on this machine", addr)
+	}
+	return nil
+}
+
+// write prints rep as JSON or as a two-column table.
+func write(w io.Writer, asJSON bool, rep report) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		return enc.Encode(rep)
+	}
+	rows := rep.rows()
+	width := 0
+	for _, r := range rows {
+		width = max(width, len(r[0]))
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-*s  %s\n", width, r[0], r[1])
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# Measures sessiond against DESIGN.md's performance targets, side by side in
+# one run on this machine: the floor (disk append+fdatasync, gRPC unary round
+# trip), sessiond's durable appends with 1 and 16 clients, Redis with
+# `appendonly yes, appendfsync always` and PostgreSQL with
+# `synchronous_commit on` on the same 16-client workload, then listing
+# 100,000 sessions, start-up with them on disk, and loading a 10,000-message
+# session. Each throughput and latency measurement runs ROUNDS times,
+# interleaved (the order of the three stores rotates each round); the table
+# shows every round, the medians and the ratios the targets are stated in.
+#
+# Not part of scripts/test.sh: it takes minutes and its numbers are noisy on
+# a shared machine. Ratios drift far less between runs than absolutes.
+#
+# Needs Go, python3, and (installed with apt-get when missing, as root)
+# redis-server, redis-tools and postgresql. As root, PostgreSQL runs as the
+# `postgres` user (initdb and pg_ctl refuse root).
+#
+# Everything runs on 127.0.0.1 on free ports, in a temp dir under BENCH_DIR;
+# the trap stops every process this script started and removes the dir, on
+# success, failure or Ctrl-C.
+#
+# Settings (environment):
+#   BENCH_DIR      parent of the temp dir holding every data dir, and the
+#                  filesystem measured (default /var/tmp; not a tmpfs)
+#   LIST_DIR       parent of the listing daemon's data dir (default /dev/shm
+#                  when it exists, else BENCH_DIR): creating 100,000 sessions
+#                  durably on disk takes minutes; listing reads the daemon's
+#                  in-memory index either way
+#   ROUNDS         rounds of each measurement (default 3)
+#   DURATION       seconds of each 16-client run (default 6)
+#   CLIENTS        clients (and sessions / keys) of the throughput runs (16)
+#   LIST_SESSIONS  sessions listed (default 100000)
+#   LOAD_MESSAGES  messages in the loaded session (default 10000)
+#   KEEP=1         keep the temp dir (its logs) instead of removing it
+#
+# Usage: scripts/bench-compare.sh
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-6}
+CLIENTS=${CLIENTS:-16}
+SIZE=1024
+LIST_SESSIONS=${LIST_SESSIONS:-100000}
+LOAD_MESSAGES=${LOAD_MESSAGES:-10000}
+BENCH_DIR=${BENCH_DIR:-/var/tmp}
+if [[ -z ${LIST_DIR:-} ]]; then
+	if [[ -d /dev/shm && -w /dev/shm ]]; then LIST_DIR=/dev/shm; else LIST_DIR=$BENCH_DIR; fi
+fi
+
+log() { printf 'bench: %s\n' "$*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+# --- clean-up: every process and directory this script made ---
+
+work=""
+listwork=""
+pids=()
+pg_data=""
+cleanup() {
+	local rc=$?
+	set +e
+	for pid in "${pids[@]}"; do
+		if kill -0 "$pid" 2>/dev/null; then
+			kill -TERM "$pid" 2>/dev/null
+			# Give a clean stop 10 s, then cut it off.
+			for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+			kill -KILL "$pid" 2>/dev/null
+			wait "$pid" 2>/dev/null
+		fi
+	done
+	if [[ -n $pg_data && -f $pg_data/postmaster.pid ]]; then
+		as_pg "$PGBIN/pg_ctl" -D "$pg_data" -m immediate -w stop >/dev/null 2>&1
+	fi
+	if [[ ${KEEP:-0} == 1 ]]; then
+		log "kept $work ${listwork}"
+	else
+		[[ -n $work ]] && rm -rf "$work"
+		[[ -n $listwork ]] && rm -rf "$listwork"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# stop_pid ends one process we started and forgets it.
+stop_pid() {
+	local pid=$1 keep=() p
+	kill -TERM "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	for p in "${pids[@]}"; do [[ $p != "$pid" ]] && keep+=("$p"); done
+	pids=("${keep[@]}")
+}
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# --- tools: install only what is missing ---
+
+need_apt=()
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v redis-benchmark >/dev/null || need_apt+=(redis-tools)
+PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
+if [[ -z $PGBIN || ! -x $PGBIN/initdb || ! -x $PGBIN/pgbench ]]; then
+	need_apt+=(postgresql postgresql-contrib)
+fi
+if ((${#need_apt[@]})); then
+	[[ $EUID == 0 ]] || die "missing ${need_apt[*]}; install them (apt-get install ${need_apt[*]}) or run as root"
+	log "installing ${need_apt[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}" >&2 ||
+		{ apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}" >&2; }
+	PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+fi
+command -v python3 >/dev/null || die "python3 is needed to summarise"
+
+if [[ $EUID == 0 ]]; then
+	as_pg() { runuser -u postgres -- "$@"; }
+else
+	as_pg() { "$@"; }
+fi
+
+# --- temp dirs and binaries ---
+
+work=$(mktemp -d "$BENCH_DIR/sessiond-bench.XXXXXX")
+chmod 711 "$work" # PostgreSQL's user must reach its data dir inside
+listwork=$(mktemp -d "$LIST_DIR/sessiond-bench-list.XXXXXX")
+fstype=$(df --output=fstype "$work" | tail -n 1)
+[[ $fstype == tmpfs ]] && log "warning: $work is on tmpfs; fsync costs nothing there, so every durable number is meaningless"
+results=$work/results.tsv
+: >"$results"
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$results"; } # round metric value
+
+log "building sessiond and sessiond-load into $work/bin"
+go build -o "$work/bin/sessiond" ./cmd/sessiond
+go build -o "$work/bin/sessiond-load" ./cmd/sessiond-load
+LOAD=$work/bin/sessiond-load
+json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {}, {"d": d}))' "$1"; }
+
+# --- start the three stores ---
+
+# start_sessiond DATA_DIR PORT: starts a daemon and waits until it answers.
+start_sessiond() {
+	"$work/bin/sessiond" --listen "127.0.0.1:$2" --data-dir "$1" --log-level warn >>"$work/sessiond-$2.log" 2>&1 &
+	pids+=($!)
+	wait_ready "$2" || die "sessiond on port $2 did not start; see $work/sessiond-$2.log"
+}
+
+# wait_ready PORT: until a health check succeeds (at most 60 s). A check
+# made while the daemon is still opening its store waits for it.
+wait_ready() {
+	local end=$((SECONDS + 60))
+	while ((SECONDS < end)); do
+		"$LOAD" --addr "127.0.0.1:$1" --timeout 60s health --count 1 --warmup 0 >/dev/null 2>&1 && return 0
+		sleep 0.02
+	done
+	return 1
+}
+
+SD_PORT=$(free_port)
+start_sessiond "$work/sessiond" "$SD_PORT"
+SD=127.0.0.1:$SD_PORT
+log "sessiond on $SD, data in $work/sessiond ($fstype)"
+
+REDIS_PORT=$(free_port)
+mkdir -p "$work/redis"
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --protected-mode yes --dir "$work/redis" \
+	--appendonly yes --appendfsync always --save "" --daemonize no \
+	--logfile "$work/redis/redis.log" &
+pids+=($!)
+for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+[[ $(redis-cli -p "$REDIS_PORT" config get appendfsync | tail -n 1) == always ]] || die "redis did not start with appendfsync always; see $work/redis/redis.log"
+log "redis $(redis-server --version | awk '{print $3}') on 127.0.0.1:$REDIS_PORT, appendonly yes, appendfsync always"
+
+PG_PORT=$(free_port)
+mkdir -p "$work/pg"
+[[ $EUID == 0 ]] && chown postgres: "$work/pg"
+pg_data=$work/pg/data
+as_pg "$PGBIN/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --no-instructions >"$work/pg/initdb.log" 2>&1 ||
+	die "initdb failed; see $work/pg/initdb.log"
+as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$work/pg/server.log" -w -t 60 \
+	-o "-c port=$PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$work/pg -c fsync=on -c synchronous_commit=on -c max_connections=64" \
+	start >/dev/null || die "PostgreSQL did not start; see $work/pg/server.log"
+psql_() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres "$@"; }
+psql_ -c "CREATE TABLE messages (session int NOT NULL, seq bigserial, body text NOT NULL, PRIMARY KEY (session, seq))"
+log "postgresql $(psql_ -At -c 'SHOW server_version') on 127.0.0.1:$PG_PORT, synchronous_commit=$(psql_ -At -c 'SHOW synchronous_commit'), wal_sync_method=$(psql_ -At -c 'SHOW wal_sync_method')"
+
+# The same 1 KiB of letters for every store's message body.
+body=$(python3 -c "import random,string; print(''.join(random.choice(string.ascii_letters+string.digits) for _ in range($SIZE)))")
+# Client i inserts into session i mod CLIENTS, one durable commit each.
+cat >"$work/pg/append.sql" <<EOF
+\set s :client_id % $CLIENTS
+INSERT INTO messages (session, body) VALUES (:s, '$body');
+EOF
+
+# --- the measurements ---
+
+floor() {
+	local r=$1 out
+	out=$("$LOAD" --json fsync --dir "$work" --count 2000 --duration 3s)
+	record "$r" fsync_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+	out=$("$LOAD" --json --addr "$SD" health --count 3000 --duration 3s)
+	record "$r" health_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+}
+
+sessiond_one() {
+	local r=$1 out
+	out=$("$LOAD" --json --addr "$SD" --namespace "one-$r" append --clients 1 --count 2000 --duration 4s --size "$SIZE")
+	record "$r" sessiond_1c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+}
+
+sessiond_many() {
+	local r=$1 out
+	out=$("$LOAD" --json --addr "$SD" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
+		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
+	record "$r" sessiond_ops "$(json "d['ops_per_sec']" <<<"$out")"
+	record "$r" sessiond_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+}
+
+# redis-benchmark is bounded by count, not time: each run's count is the
+# previous rate times DURATION, so runs last about as long as the others.
+redis_n=20000
+redis_many() {
+	local r=$1 line rps p50
+	line=$(timeout 300 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$CLIENTS" -n "$redis_n" -r "$CLIENTS" --csv \
+		RPUSH "s:__rand_int__" "$body" | tail -n 1)
+	rps=$(python3 -c 'import csv,sys; print(list(csv.reader([sys.argv[1]]))[0][1])' "$line")
+	p50=$(python3 -c 'import csv,sys; print(list(csv.reader([sys.argv[1]]))[0][4])' "$line")
+	record "$r" redis_ops "$rps"
+	record "$r" redis_16c_p50_ms "$p50"
+	redis_n=$(python3 -c "print(max(5000, int(float('$rps') * $DURATION)))")
+	line=$(timeout 120 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c 1 -n 1000 --csv RPUSH "s:one" "$body" | tail -n 1)
+	record "$r" redis_1c_p50_ms "$(python3 -c 'import csv,sys; print(list(csv.reader([sys.argv[1]]))[0][4])' "$line")"
+}
+
+pg_many() {
+	local r=$1 out
+	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c "$CLIENTS" -j 2 -T "$DURATION" \
+		-f "$work/pg/append.sql" postgres 2>&1) || die "pgbench failed: $out"
+	record "$r" pg_ops "$(awk '/^tps = /{print $3}' <<<"$out")"
+	record "$r" pg_16c_avg_ms "$(awk '/^latency average = /{print $4}' <<<"$out")"
+	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c 1 -T 2 -f "$work/pg/append.sql" postgres 2>&1) ||
+		die "pgbench failed: $out"
+	record "$r" pg_1c_avg_ms "$(awk '/^latency average = /{print $4}' <<<"$out")"
+}
+
+systems=(sessiond_many redis_many pg_many)
+for ((r = 1; r <= ROUNDS; r++)); do
+	log "round $r/$ROUNDS: floor"
+	floor "$r"
+	log "round $r/$ROUNDS: sessiond, 1 client"
+	sessiond_one "$r"
+	for ((i = 0; i < ${#systems[@]}; i++)); do
+		s=${systems[$(((i + r - 1) % ${#systems[@]}))]}
+		log "round $r/$ROUNDS: $s ($CLIENTS clients, ${DURATION}s)"
+		"$s" "$r"
+	done
+done
+
+log "loading a $LOAD_MESSAGES-message session"
+out=$("$LOAD" --json --addr "$SD" --namespace load load --messages "$LOAD_MESSAGES" --size "$SIZE" --repeat "$ROUNDS")
+python3 -c 'import json,sys
+d=json.load(sys.stdin)
+for i, r in enumerate(d["runs"], 1): print(i, "load_msgs_per_s", r["messages_per_sec"], sep="\t")' <<<"$out" >>"$results"
+
+# Listing: a second daemon whose data dir is in LIST_DIR. The file store
+# keeps one open journal per session it has written since it started (its
+# cache is bounded by bytes, not by open files), so past `ulimit -n` sessions
+# created in one daemon's life CreateSession fails with INTERNAL "too many
+# open files". So the sessions are created in chunks of at most half that
+# limit, restarting the daemon in between (sessions found on disk at start
+# hold no descriptor).
+chunk=$(($(ulimit -n) / 2))
+((chunk > 50000)) && chunk=50000
+LIST_PORT=$(free_port)
+log "creating $LIST_SESSIONS sessions in $listwork ($(df --output=fstype "$listwork" | tail -n 1)), $chunk per daemon start"
+made=0
+populate_s=0
+while ((made < LIST_SESSIONS)); do
+	n=$((LIST_SESSIONS - made))
+	((n > chunk)) && n=$chunk
+	start_sessiond "$listwork/data" "$LIST_PORT"
+	out=$("$LOAD" --json --addr "127.0.0.1:$LIST_PORT" --namespace list list --populate "$n" --clients 16 --repeat 1)
+	populate_s=$(json "$populate_s + d['populate_seconds']" <<<"$out")
+	made=$((made + n))
+	stop_pid "${pids[-1]}"
+done
+log "created them in $(python3 -c "print(round($populate_s, 1))") s"
+log "restarting the listing daemon with $LIST_SESSIONS sessions on disk"
+for ((r = 1; r <= ROUNDS; r++)); do
+	start=$(date +%s.%N)
+	start_sessiond "$listwork/data" "$LIST_PORT"
+	record "$r" startup_s "$(python3 -c "import time; print(time.time() - $start)")"
+	out=$("$LOAD" --json --addr "127.0.0.1:$LIST_PORT" --namespace list list --repeat 1)
+	[[ $(json "d['sessions']" <<<"$out") == "$LIST_SESSIONS" ]] || die "listed $(json "d['sessions']" <<<"$out") sessions, not $LIST_SESSIONS"
+	record "$r" list_first_ms "$(json "d['first_ms_median']" <<<"$out")"
+	record "$r" list_all_ms "$(json "d['all_ms_median']" <<<"$out")"
+	out=$("$LOAD" --json --addr "127.0.0.1:$LIST_PORT" --namespace list list --repeat 1)
+	record "$r" list_warm_first_ms "$(json "d['first_ms_median']" <<<"$out")"
+	record "$r" list_warm_all_ms "$(json "d['all_ms_median']" <<<"$out")"
+	stop_pid "${pids[-1]}"
+done
+
+# --- the table ---
+
+python3 - "$results" "$CLIENTS" "$SIZE" "$LIST_SESSIONS" "$LOAD_MESSAGES" <<'EOF'
+import collections, statistics, sys
+path, clients, size, nlist, nload = sys.argv[1:]
+vals = collections.defaultdict(dict)
+for line in open(path):
+    r, k, v = line.rstrip("\n").split("\t")
+    vals[k][int(r)] = float(v)
+rounds = sorted({r for d in vals.values() for r in d})
+med = {k: statistics.median(d.values()) for k, d in vals.items()}
+
+def row(label, key, fmt="{:.3f}", unit=""):
+    d = vals.get(key, {})
+    cells = [fmt.format(d[r]) if r in d else "-" for r in rounds]
+    m = fmt.format(med[key]) if key in med else "-"
+    print(f"| {label} | " + " | ".join(cells) + f" | {m}{unit} |")
+
+hdr = "| measurement | " + " | ".join(f"run {r}" for r in rounds) + " | median |"
+print(hdr)
+print("|" + "---|" * (len(rounds) + 2))
+row(f"disk append {size} B + fdatasync p50 (ms)", "fsync_p50_ms")
+row("gRPC health round trip p50 (ms)", "health_p50_ms")
+row(f"sessiond append, 1 client, p50 (ms)", "sessiond_1c_p50_ms")
+row("Redis RPUSH, 1 client, p50 (ms)", "redis_1c_p50_ms")
+row("PostgreSQL INSERT, 1 client, mean (ms)", "pg_1c_avg_ms")
+row(f"sessiond appends/s, {clients} clients on {clients} sessions", "sessiond_ops", "{:.0f}")
+row(f"Redis appendfsync always RPUSH/s, {clients} clients on {clients} keys", "redis_ops", "{:.0f}")
+row(f"PostgreSQL synchronous_commit on INSERT/s, {clients} clients", "pg_ops", "{:.0f}")
+row(f"sessiond append p50 at {clients} clients (ms)", "sessiond_16c_p50_ms")
+row(f"Redis RPUSH p50 at {clients} clients (ms)", "redis_16c_p50_ms")
+row(f"PostgreSQL mean latency at {clients} clients (ms)", "pg_16c_avg_ms")
+row(f"load {nload}-message session (messages/s)", "load_msgs_per_s", "{:.0f}")
+row(f"start-up with {nlist} sessions (s)", "startup_s", "{:.2f}")
+row(f"list {nlist} sessions, first result, after start (ms)", "list_first_ms", "{:.1f}")
+row(f"list {nlist} sessions, all, after start (ms)", "list_all_ms", "{:.0f}")
+row(f"list {nlist} sessions, first result, 2nd listing (ms)", "list_warm_first_ms", "{:.1f}")
+row(f"list {nlist} sessions, all, 2nd listing (ms)", "list_warm_all_ms", "{:.0f}")
+
+def get(k):
+    return med.get(k, float("nan"))
+
+print()
+print("| target | measured (medians) | met |")
+print("|---|---|---|")
+floor = get("fsync_p50_ms") + get("health_p50_ms")
+ratio = get("sessiond_1c_p50_ms") / floor
+print(f"| 1-client append p50 <= 1.5 x floor ({get('fsync_p50_ms'):.3f} + {get('health_p50_ms'):.3f} = {floor:.3f} ms) | {get('sessiond_1c_p50_ms'):.3f} ms = {ratio:.2f} x | {'yes' if ratio <= 1.5 else 'NO'} |")
+for other, key in (("Redis", "redis_ops"), ("PostgreSQL", "pg_ops")):
+    q = get("sessiond_ops") / get(key)
+    print(f"| {clients}-client appends/s > {other} | {get('sessiond_ops'):.0f} vs {get(key):.0f} = {q:.2f} x | {'yes' if q > 1 else 'NO'} |")
+f, a = get("list_first_ms"), get("list_all_ms")
+print(f"| list {nlist}: first < 50 ms, all < 1 s | first {f:.1f} ms, all {a:.0f} ms | {'yes' if f < 50 and a < 1000 else 'NO'} |")
+s = get("startup_s")
+print(f"| ready within 2 s with {nlist} sessions | {s:.2f} s | {'yes' if s < 2 else 'NO'} |")
+l = get("load_msgs_per_s")
+print(f"| load {nload} messages >= 100,000 messages/s | {l:.0f}/s | {'yes' if l >= 100000 else 'NO'} |")
+EOF
