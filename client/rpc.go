@@ -8,6 +8,7 @@ import (
 	"maps"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -218,24 +219,41 @@ type ListOptions struct {
 
 // List streams the sessions of c's namespace, newest-updated first.
 func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Session, error] {
-	return func(yield func(*Session, error) bool) {
-		if err := c.check(rpcList); err != nil {
-			yield(nil, err)
+	req := &sessiondv1.ListSessionsRequest{
+		Namespace:     c.namespace,
+		AliasPrefix:   o.AliasPrefix,
+		Labels:        o.Labels,
+		UpdatedAfter:  tsOrNil(o.UpdatedAfter),
+		UpdatedBefore: tsOrNil(o.UpdatedBefore),
+		Limit:         o.Limit,
+		PageToken:     o.PageToken,
+	}
+	return streamSeq(ctx, c, rpcList, c.conn.rpc.ListSessions, req, func(frame *sessiondv1.ListSessionsResponse) *Session {
+		s := sessionFromProto(frame.GetSession())
+		s.PageToken = frame.GetNextPageToken()
+		return s
+	})
+}
+
+// streamSeq runs the server-streaming call of op as an iterator: one value,
+// made by conv, for each frame. An error ends the sequence; so does the loop
+// breaking, which cancels the call.
+func streamSeq[Req, Frame, T any](
+	ctx context.Context, c *Client, op rpc,
+	call func(context.Context, *Req, ...grpc.CallOption) (grpc.ServerStreamingClient[Frame], error),
+	req *Req, conv func(*Frame) T,
+) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		var zero T
+		if err := c.check(op); err != nil {
+			yield(zero, err)
 			return
 		}
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		stream, err := c.conn.rpc.ListSessions(ctx, &sessiondv1.ListSessionsRequest{
-			Namespace:     c.namespace,
-			AliasPrefix:   o.AliasPrefix,
-			Labels:        o.Labels,
-			UpdatedAfter:  tsOrNil(o.UpdatedAfter),
-			UpdatedBefore: tsOrNil(o.UpdatedBefore),
-			Limit:         o.Limit,
-			PageToken:     o.PageToken,
-		})
+		stream, err := call(ctx, req)
 		if err != nil {
-			yield(nil, mapError(ctx, rpcList, err))
+			yield(zero, mapError(ctx, op, err))
 			return
 		}
 		for {
@@ -244,12 +262,10 @@ func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Session, er
 				return
 			}
 			if err != nil {
-				yield(nil, mapError(ctx, rpcList, err))
+				yield(zero, mapError(ctx, op, err))
 				return
 			}
-			s := sessionFromProto(frame.GetSession())
-			s.PageToken = frame.GetNextPageToken()
-			if !yield(s, nil) {
+			if !yield(conv(frame), nil) {
 				return
 			}
 		}
@@ -473,39 +489,14 @@ type SearchHit struct {
 // Search streams the hits of query (case-insensitive) in c's namespace;
 // limit 0 means all.
 func (c *Client) Search(ctx context.Context, query string, limit int64) iter.Seq2[SearchHit, error] {
-	return func(yield func(SearchHit, error) bool) {
-		if err := c.check(rpcSearch); err != nil {
-			yield(SearchHit{}, err)
-			return
+	req := &sessiondv1.SearchSessionsRequest{Namespace: c.namespace, Query: query, Limit: limit}
+	return streamSeq(ctx, c, rpcSearch, c.conn.rpc.SearchSessions, req, func(frame *sessiondv1.SearchSessionsResponse) SearchHit {
+		return SearchHit{
+			Session:      sessionFromProto(frame.GetSession()),
+			MessageIndex: frame.GetMessageIndex(),
+			Snippet:      frame.GetSnippet(),
 		}
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stream, err := c.conn.rpc.SearchSessions(ctx, &sessiondv1.SearchSessionsRequest{
-			Namespace: c.namespace, Query: query, Limit: limit,
-		})
-		if err != nil {
-			yield(SearchHit{}, mapError(ctx, rpcSearch, err))
-			return
-		}
-		for {
-			frame, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			if err != nil {
-				yield(SearchHit{}, mapError(ctx, rpcSearch, err))
-				return
-			}
-			hit := SearchHit{
-				Session:      sessionFromProto(frame.GetSession()),
-				MessageIndex: frame.GetMessageIndex(),
-				Snippet:      frame.GetSnippet(),
-			}
-			if !yield(hit, nil) {
-				return
-			}
-		}
-	}
+	})
 }
 
 // EventType says what kind of change an Event reports.
@@ -532,38 +523,15 @@ type Event struct {
 // last event). ErrWatchReset means: Load the session, then watch again from
 // its current revision.
 func (c *Client) Watch(ctx context.Context, r Ref, fromRevision uint64) iter.Seq2[Event, error] {
-	return func(yield func(Event, error) bool) {
-		if err := c.check(rpcWatch); err != nil {
-			yield(Event{}, err)
-			return
+	req := &sessiondv1.WatchSessionRequest{Ref: c.ref(r), FromRevision: fromRevision}
+	return streamSeq(ctx, c, rpcWatch, c.conn.rpc.WatchSession, req, func(frame *sessiondv1.WatchSessionResponse) Event {
+		return Event{
+			Type:     frame.GetType(),
+			Revision: frame.GetRevision(),
+			Session:  sessionFromProto(frame.GetSession()),
+			Messages: frame.GetMessages(),
 		}
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		stream, err := c.conn.rpc.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: c.ref(r), FromRevision: fromRevision})
-		if err != nil {
-			yield(Event{}, mapError(ctx, rpcWatch, err))
-			return
-		}
-		for {
-			frame, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			if err != nil {
-				yield(Event{}, mapError(ctx, rpcWatch, err))
-				return
-			}
-			ev := Event{
-				Type:     frame.GetType(),
-				Revision: frame.GetRevision(),
-				Session:  sessionFromProto(frame.GetSession()),
-				Messages: frame.GetMessages(),
-			}
-			if !yield(ev, nil) {
-				return
-			}
-		}
-	}
+	})
 }
 
 // ServerInfo describes the daemon.

@@ -11,7 +11,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sessiond/sessiond/client/clienttest"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -41,12 +40,9 @@ var (
 	sessionctlBin string
 )
 
-// Time limits of the harness. Generous because the machines that run the
-// tests are small and shared; a healthy daemon starts in well under a second.
-const (
-	startTimeout = 30 * time.Second
-	stopTimeout  = 30 * time.Second
-)
+// stopTimeout is how long a daemon may take to exit after a signal. Generous
+// because the machines that run the tests are small and shared.
+const stopTimeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -110,17 +106,13 @@ func goBuild(out, pkg string) error {
 	return nil
 }
 
-// daemon is one running sessiond process.
+// daemon is one running sessiond process; the embedded clienttest.Daemon
+// gives Addr (host:port it listens on) and DataDir.
 type daemon struct {
-	Addr    string // host:port it listens on
-	DataDir string
+	*clienttest.Daemon
 
-	cmd    *exec.Cmd
-	args   []string // extra arguments, reused by restartDaemon
-	env    []string // extra environment, reused by restartDaemon
-	stderr *logBuffer
-	done   chan struct{} // closed when the process has exited
-	err    error         // cmd.Wait's result; read after done is closed
+	args []string // extra arguments, reused by restartDaemon
+	env  []string // extra environment, reused by restartDaemon
 }
 
 // startDaemon starts sessiond on 127.0.0.1:0 with dataDir and the extra
@@ -143,51 +135,18 @@ func restartDaemon(t *testing.T, d *daemon) *daemon {
 // on, so that a developer's shell cannot change what a test sees.
 func startDaemonEnv(t *testing.T, dataDir string, env []string, extraArgs ...string) *daemon {
 	t.Helper()
-	args := append([]string{"--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-format", "json"}, extraArgs...)
 	d := &daemon{
-		DataDir: dataDir,
-		args:    extraArgs,
-		env:     env,
-		stderr:  newLogBuffer(),
-		done:    make(chan struct{}),
+		Daemon: clienttest.StartDaemon(t, sessiondBin, dataDir, "127.0.0.1:0",
+			clienttest.WithArgs(extraArgs...), clienttest.WithEnv(append(cleanEnv(), env...))),
+		args: extraArgs,
+		env:  env,
 	}
-	d.cmd = exec.Command(sessiondBin, args...)
-	d.cmd.Env = append(cleanEnv(), env...)
-	d.cmd.Stdout = d.stderr // the daemon should print nothing there; keep it anyway
-	d.cmd.Stderr = d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start sessiond: %v", err)
-	}
-	go func() {
-		d.err = d.cmd.Wait()
-		close(d.done)
-	}()
+	// Runs before clienttest's cleanup, which then finds the daemon gone.
 	t.Cleanup(func() {
-		select {
-		case <-d.done:
-		default:
-			_ = d.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-d.done:
-			case <-time.After(stopTimeout):
-				_ = d.cmd.Process.Kill()
-				<-d.done
-				t.Errorf("sessiond did not exit within %v of SIGTERM; killed", stopTimeout)
-			}
-		}
-		if t.Failed() {
-			t.Logf("sessiond (data dir %s) log:\n%s", d.DataDir, d.stderr.String())
+		if err := d.SignalWait(syscall.SIGTERM, stopTimeout); err != nil && !errors.Is(err, clienttest.ErrExited) {
+			t.Errorf("sessiond did not exit within %v of SIGTERM: %v", stopTimeout, err)
 		}
 	})
-
-	select {
-	case addr := <-d.stderr.started:
-		d.Addr = addr
-	case <-d.done:
-		t.Fatalf("sessiond exited before it started (%v); log:\n%s", d.err, d.stderr.String())
-	case <-time.After(startTimeout):
-		t.Fatalf("sessiond did not log %q within %v; log:\n%s", "sessiond started", startTimeout, d.stderr.String())
-	}
 	return d
 }
 
@@ -223,56 +182,30 @@ func (d *daemon) client(t *testing.T) sessiondv1.SessionStoreServiceClient {
 // stop sends SIGTERM and expects the daemon to drain and exit with status 0.
 func (d *daemon) stop(t *testing.T) {
 	t.Helper()
-	if err := d.signalAndWait(syscall.SIGTERM); err != nil {
-		t.Fatalf("stop sessiond: %v; log:\n%s", err, d.stderr.String())
+	if err := d.SignalWait(syscall.SIGTERM, stopTimeout); err != nil {
+		t.Fatalf("stop sessiond: %v; log:\n%s", err, d.Logs())
 	}
-	if d.err != nil {
-		t.Fatalf("sessiond exited with %v after SIGTERM, want status 0; log:\n%s", d.err, d.stderr.String())
+	if err := d.Err(); err != nil {
+		t.Fatalf("sessiond exited with %v after SIGTERM, want status 0; log:\n%s", err, d.Logs())
 	}
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
 func (d *daemon) kill(t *testing.T) {
 	t.Helper()
-	if err := d.signalAndWait(syscall.SIGKILL); err != nil {
+	if err := d.SignalWait(syscall.SIGKILL, stopTimeout); err != nil {
 		t.Fatalf("kill sessiond: %v", err)
 	}
 }
 
-func (d *daemon) signalAndWait(sig syscall.Signal) error {
-	select {
-	case <-d.done:
-		return fmt.Errorf("sessiond had already exited (%v)", d.err)
-	default:
-	}
-	if err := d.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("send %v: %w", sig, err)
-	}
-	select {
-	case <-d.done:
-		return nil
-	case <-time.After(stopTimeout):
-		_ = d.cmd.Process.Kill()
-		<-d.done
-		return fmt.Errorf("no exit within %v of %v", stopTimeout, sig)
-	}
-}
-
 // exited reports whether the process has ended.
-func (d *daemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
+func (d *daemon) exited() bool { return d.Exited() }
 
 // logLines returns the JSON log lines the daemon has written so far, decoded;
 // lines that are not JSON objects are left out.
 func (d *daemon) logLines() []map[string]any {
 	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(d.stderr.String()))
+	sc := bufio.NewScanner(strings.NewReader(d.Logs()))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var m map[string]any
@@ -281,55 +214,6 @@ func (d *daemon) logLines() []map[string]any {
 		}
 	}
 	return out
-}
-
-// logBuffer collects a daemon's output, safe for concurrent use, and
-// announces the address from the "sessiond started" log line.
-type logBuffer struct {
-	mu      sync.Mutex // guards buf, partial and announced
-	buf     bytes.Buffer
-	partial []byte // the unfinished last line
-	// announced is set once the start line has been seen.
-	announced bool
-	started   chan string // receives the address once
-}
-
-func newLogBuffer() *logBuffer {
-	return &logBuffer{started: make(chan string, 1)}
-}
-
-// Write keeps p and looks at each complete line for the start message.
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Write(p)
-	b.partial = append(b.partial, p...)
-	for {
-		i := bytes.IndexByte(b.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := b.partial[:i]
-		if !b.announced {
-			var entry struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if json.Unmarshal(line, &entry) == nil && entry.Msg == "sessiond started" && entry.Addr != "" {
-				b.announced = true
-				b.started <- entry.Addr
-			}
-		}
-		b.partial = b.partial[i+1:]
-	}
-	return len(p), nil
-}
-
-// String returns everything written so far.
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // testContext returns a context that ends with the test or after d,

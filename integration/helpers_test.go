@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -85,11 +86,16 @@ func mustLoad(t *testing.T, ctx context.Context, c sessiondv1.SessionStoreServic
 
 // listSessions reads a whole ListSessions stream.
 func listSessions(ctx context.Context, c sessiondv1.SessionStoreServiceClient, req *sessiondv1.ListSessionsRequest) ([]*sessiondv1.ListSessionsResponse, error) {
-	stream, err := c.ListSessions(ctx, req)
+	return recvAll(c.ListSessions(ctx, req))
+}
+
+// recvAll reads a whole server stream, as opened by a streaming call that
+// returned stream and err.
+func recvAll[F any](stream grpc.ServerStreamingClient[F], err error) ([]*F, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []*sessiondv1.ListSessionsResponse
+	var out []*F
 	for {
 		resp, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -119,21 +125,7 @@ func mustList(t *testing.T, ctx context.Context, c sessiondv1.SessionStoreServic
 
 // searchSessions reads a whole SearchSessions stream.
 func searchSessions(ctx context.Context, c sessiondv1.SessionStoreServiceClient, req *sessiondv1.SearchSessionsRequest) ([]*sessiondv1.SearchSessionsResponse, error) {
-	stream, err := c.SearchSessions(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	var out []*sessiondv1.SearchSessionsResponse
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, resp)
-	}
+	return recvAll(c.SearchSessions(ctx, req))
 }
 
 // saveSession sends a SaveSession stream: the header, then each batch of

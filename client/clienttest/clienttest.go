@@ -5,17 +5,9 @@
 package clienttest
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -182,115 +174,4 @@ func (s *Server) Restart() error {
 		}
 	}
 	return s.start(lis)
-}
-
-// BuildDaemon builds cmd/sessiond into dir and returns the binary's path. It
-// suits TestMain, where no *testing.T exists yet.
-func BuildDaemon(dir string) (string, error) {
-	bin := filepath.Join(dir, "sessiond")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/sessiond/sessiond/cmd/sessiond")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("clienttest: go build cmd/sessiond: %w\n%s", err, out)
-	}
-	return bin, nil
-}
-
-// Daemon is a running sessiond binary.
-type Daemon struct {
-	Bin     string
-	DataDir string
-	Addr    string // the bound address, from its "sessiond started" log line
-
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // the process's exit, once exited is closed
-}
-
-// StartDaemon runs bin with --listen listen (e.g. "127.0.0.1:0") and
-// --data-dir dataDir, waits for its "sessiond started" log line, and kills it
-// when the test ends if it still runs.
-func StartDaemon(t testing.TB, bin, dataDir, listen string) *Daemon {
-	t.Helper()
-	d := &Daemon{Bin: bin, DataDir: dataDir, exited: make(chan struct{})}
-	d.cmd = exec.Command(bin, "--listen", listen, "--data-dir", dataDir, "--log-format", "json")
-	stderr, err := d.cmd.StderrPipe()
-	if err != nil {
-		t.Fatalf("clienttest: stderr pipe: %v", err)
-	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("clienttest: start %s: %v", bin, err)
-	}
-	addrc := make(chan string, 1)
-	go func() {
-		// Keep reading to the end so that the daemon never blocks on a full
-		// pipe; report the first "started" line's address.
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		sent := false
-		for sc.Scan() {
-			var line struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if !sent && json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "sessiond started" {
-				addrc <- line.Addr
-				sent = true
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		d.err = d.cmd.Wait()
-		close(d.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-d.exited:
-		default:
-			_ = d.cmd.Process.Kill()
-			<-d.exited
-		}
-	})
-	select {
-	case d.Addr = <-addrc:
-	case <-d.exited:
-		t.Fatalf("clienttest: %s exited before it started: %v", bin, d.err)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("clienttest: %s did not log \"sessiond started\" within 20s", bin)
-	}
-	return d
-}
-
-// Kill sends SIGKILL and waits for the process to end.
-func (d *Daemon) Kill(t testing.TB) {
-	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Fatalf("clienttest: kill: %v", err)
-	}
-	<-d.exited
-}
-
-// Stop sends SIGTERM, waits, and fails the test unless the daemon exits 0.
-func (d *Daemon) Stop(t testing.TB) {
-	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Fatalf("clienttest: SIGTERM: %v", err)
-	}
-	select {
-	case <-d.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("clienttest: daemon still running 30s after SIGTERM")
-	}
-	if d.err != nil {
-		t.Fatalf("clienttest: daemon exit after SIGTERM: %v", d.err)
-	}
-}
-
-// Restart starts the same binary again on the same data dir and address
-// (the port a killed daemon held, so clients reconnect to it).
-func (d *Daemon) Restart(t testing.TB) *Daemon {
-	t.Helper()
-	listen := d.Addr
-	if strings.HasPrefix(listen, "unix:") {
-		_ = os.Remove(strings.TrimPrefix(listen, "unix:"))
-	}
-	return StartDaemon(t, d.Bin, d.DataDir, listen)
 }

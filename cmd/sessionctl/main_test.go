@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sessiond/sessiond/client/clienttest"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -32,10 +30,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	sessiondBin = filepath.Join(dir, "sessiond")
-	out, err := exec.Command("go", "build", "-o", sessiondBin, "github.com/sessiond/sessiond/cmd/sessiond").CombinedOutput()
+	sessiondBin, err = clienttest.BuildDaemon(dir)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "build sessiond: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -44,8 +41,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once (the
-// daemon's stderr, watch's stdout).
+// syncBuffer is a bytes.Buffer safe for a writer and a reader at once
+// (watch's stdout and stderr).
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -63,16 +60,14 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// daemon is a running sessiond process on a temp data dir.
+// daemon is a running sessiond process on a temp data dir, with a
+// connection to it.
 type daemon struct {
-	t       *testing.T
-	addr    string
-	dataDir string
-	cmd     *exec.Cmd
-	logs    *syncBuffer
-	exited  chan struct{}
-	conn    *grpc.ClientConn
-	client  sessiondv1.SessionStoreServiceClient
+	t      *testing.T
+	addr   string
+	proc   *clienttest.Daemon
+	conn   *grpc.ClientConn
+	client sessiondv1.SessionStoreServiceClient
 }
 
 // startDaemon starts sessiond on dataDir listening on listen (a free
@@ -83,47 +78,12 @@ func startDaemon(t *testing.T, dataDir, listen string) *daemon {
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	cmd := exec.Command(sessiondBin, "--listen", listen, "--data-dir", dataDir, "--log-format", "json")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{t: t, dataDir: dataDir, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			d.logs.Write(append(append([]byte(nil), line...), '\n'))
-			var rec struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if json.Unmarshal(line, &rec) == nil && rec.Msg == "sessiond started" {
-				select {
-				case addrc <- rec.Addr:
-				default:
-				}
-			}
-		}
-	}()
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait(); close(d.exited) }()
-	select {
-	case d.addr = <-addrc:
-	case err := <-waitErr:
-		t.Fatalf("sessiond exited before it started: %v\n%s", err, d.logs.String())
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("sessiond did not log \"sessiond started\" within 30s\n%s", d.logs.String())
-	}
+	d := &daemon{t: t, proc: clienttest.StartDaemon(t, sessiondBin, dataDir, listen)}
+	d.addr = d.proc.Addr
 	if strings.HasPrefix(listen, "unix:") {
 		d.addr = listen
 	}
+	var err error
 	d.conn, err = grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -136,23 +96,17 @@ func startDaemon(t *testing.T, dataDir, listen string) *daemon {
 // stop sends SIGTERM and checks that the daemon exits 0, as it promises.
 func (d *daemon) stop() {
 	d.t.Helper()
-	select {
-	case <-d.exited:
+	if d.proc.Exited() {
 		return
-	default:
 	}
 	d.conn.Close()
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.exited:
-	case <-time.After(20 * time.Second):
-		_ = d.cmd.Process.Kill()
-		<-d.exited
-		d.t.Errorf("sessiond did not exit within 20s of SIGTERM\n%s", d.logs.String())
+	err := d.proc.SignalWait(syscall.SIGTERM, 20*time.Second)
+	if err != nil && !errors.Is(err, clienttest.ErrExited) {
+		d.t.Errorf("stop sessiond: %v\n%s", err, d.proc.Logs())
 		return
 	}
-	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
-		d.t.Errorf("sessiond exited %d after SIGTERM\n%s", code, d.logs.String())
+	if err := d.proc.Err(); err != nil {
+		d.t.Errorf("sessiond exited after SIGTERM: %v\n%s", err, d.proc.Logs())
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -53,32 +55,44 @@ func cmdLs(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return e.rpcError("ls", err)
 	}
+	return printStream(e, "ls", stream, "ID\tALIAS\tMESSAGES\tUPDATED\tTITLE\tLABELS",
+		func(resp *sessiondv1.ListSessionsResponse) proto.Message { return resp.GetSession() },
+		func(w io.Writer, resp *sessiondv1.ListSessionsResponse) {
+			s := resp.GetSession()
+			alias := s.GetAlias()
+			if alias == "" {
+				alias = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", s.GetId(), alias, s.GetMessageCount(),
+				fmtTime(s.GetUpdatedAt()), clip(s.GetTitle(), 40), sortedPairs(s.GetLabels()))
+		})
+}
+
+// printStream prints each frame of a listing's stream: as a JSON line (of
+// what jsonOf picks) with --json, else as a row of a table under header.
+// op names the command in errors.
+func printStream[F any](e *env, op string, stream grpc.ServerStreamingClient[F], header string,
+	jsonOf func(*F) proto.Message, row func(io.Writer, *F)) error {
 	var tw *tabwriter.Writer
 	if !e.json {
 		tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tALIAS\tMESSAGES\tUPDATED\tTITLE\tLABELS")
+		fmt.Fprintln(tw, header)
 	}
 	for {
-		resp, err := stream.Recv()
+		frame, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return e.rpcError("ls", err)
+			return e.rpcError(op, err)
 		}
-		s := resp.GetSession()
 		if e.json {
-			if err := writeJSONLine(e.stdout, s); err != nil {
+			if err := writeJSONLine(e.stdout, jsonOf(frame)); err != nil {
 				return err
 			}
 			continue
 		}
-		alias := s.GetAlias()
-		if alias == "" {
-			alias = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", s.GetId(), alias, s.GetMessageCount(),
-			fmtTime(s.GetUpdatedAt()), clip(s.GetTitle(), 40), sortedPairs(s.GetLabels()))
+		row(tw, frame)
 	}
 	if tw != nil {
 		return tw.Flush()
@@ -340,33 +354,13 @@ func cmdSearch(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return e.rpcError("search", err)
 	}
-	var tw *tabwriter.Writer
-	if !e.json {
-		tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SESSION\tMESSAGE\tSNIPPET")
-	}
-	for {
-		hit, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return e.rpcError("search", err)
-		}
-		if e.json {
-			if err := writeJSONLine(e.stdout, hit); err != nil {
-				return err
+	return printStream(e, "search", stream, "SESSION\tMESSAGE\tSNIPPET",
+		func(hit *sessiondv1.SearchSessionsResponse) proto.Message { return hit },
+		func(w io.Writer, hit *sessiondv1.SearchSessionsResponse) {
+			idx := "-"
+			if hit.GetMessageIndex() >= 0 {
+				idx = fmt.Sprint(hit.GetMessageIndex())
 			}
-			continue
-		}
-		idx := "-"
-		if hit.GetMessageIndex() >= 0 {
-			idx = fmt.Sprint(hit.GetMessageIndex())
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", displayName(hit.GetSession()), idx, clip(hit.GetSnippet(), 100))
-	}
-	if tw != nil {
-		return tw.Flush()
-	}
-	return nil
+			fmt.Fprintf(w, "%s\t%s\t%s\n", displayName(hit.GetSession()), idx, clip(hit.GetSnippet(), 100))
+		})
 }

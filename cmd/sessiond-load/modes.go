@@ -256,9 +256,24 @@ func runHealth(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		}
 		return nil
 	}
+	lat, elapsed, err := timeSequential(ctx, c, check)
+	if err != nil {
+		return nil, err
+	}
+	return &healthReport{
+		Mode: "health", Ops: int64(len(lat)), Seconds: elapsed.Seconds(),
+		OpsPerSec: float64(len(lat)) / elapsed.Seconds(), Latency: summarize(lat),
+	}, ctx.Err()
+}
+
+// timeSequential calls op --warmup times untimed, then times one call after
+// another until --count calls, --duration or ctx ends the run. It returns
+// each timed call's latency and the run's wall time; an error of op ends
+// the run.
+func timeSequential(ctx context.Context, c *config, op func() error) ([]time.Duration, time.Duration, error) {
 	for range c.warmup {
-		if err := check(); err != nil {
-			return nil, err
+		if err := op(); err != nil {
+			return nil, 0, err
 		}
 	}
 	lat := make([]time.Duration, 0, min(c.count, 1<<20))
@@ -266,16 +281,12 @@ func runHealth(ctx context.Context, c *config, stderr io.Writer) (report, error)
 	deadline := start.Add(c.duration)
 	for len(lat) < c.count && time.Now().Before(deadline) && ctx.Err() == nil {
 		t0 := time.Now()
-		if err := check(); err != nil {
-			return nil, err
+		if err := op(); err != nil {
+			return nil, 0, err
 		}
 		lat = append(lat, time.Since(t0))
 	}
-	elapsed := time.Since(start)
-	return &healthReport{
-		Mode: "health", Ops: int64(len(lat)), Seconds: elapsed.Seconds(),
-		OpsPerSec: float64(len(lat)) / elapsed.Seconds(), Latency: summarize(lat),
-	}, ctx.Err()
+	return lat, time.Since(start), nil
 }
 
 // --- list ---
@@ -560,22 +571,10 @@ func runFsync(ctx context.Context, c *config, stderr io.Writer) (report, error) 
 		}
 		return nil
 	}
-	for range c.warmup {
-		if err := appendSync(); err != nil {
-			return nil, err
-		}
+	lat, elapsed, err := timeSequential(ctx, c, appendSync)
+	if err != nil {
+		return nil, err
 	}
-	lat := make([]time.Duration, 0, min(c.count, 1<<20))
-	start := time.Now()
-	deadline := start.Add(c.duration)
-	for len(lat) < c.count && time.Now().Before(deadline) && ctx.Err() == nil {
-		t0 := time.Now()
-		if err := appendSync(); err != nil {
-			return nil, err
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	elapsed := time.Since(start)
 	return &fsyncReport{
 		Mode: "fsync", Dir: c.dir, Size: c.size, Ops: int64(len(lat)), Seconds: elapsed.Seconds(),
 		OpsPerSec: float64(len(lat)) / elapsed.Seconds(), Latency: summarize(lat),
