@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sessiond/sessiond/server"
+	"github.com/sessiond/sessiond/storage/file"
 )
 
 // config is the daemon's configuration after flags and environment.
@@ -24,6 +25,7 @@ type config struct {
 	logFormat       string
 	limits          server.Limits
 	shutdownTimeout time.Duration
+	maxOpenJournals int
 	showVersion     bool
 }
 
@@ -58,6 +60,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: "+strings.Join(logLevels, ", "))
 	fs.StringVar(&cfg.logFormat, "log-format", "json", "log format on stderr: "+strings.Join(logFormats, ", "))
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long in-flight calls may finish before they are cut off")
+	fs.IntVar(&cfg.maxOpenJournals, "max-open-journals", file.DefaultMaxOpenJournals, "most session journals the file store keeps open at once (keep well under ulimit -n)")
 	fs.Int64Var(&cfg.limits.MaxMessageBytes, "max-message-bytes", cfg.limits.MaxMessageBytes, "largest encoded message, in bytes")
 	fs.Int64Var(&cfg.limits.MaxFrameBytes, "max-frame-bytes", cfg.limits.MaxFrameBytes, "largest request frame, in bytes")
 	fs.Int64Var(&cfg.limits.MaxTitleBytes, "max-title-bytes", cfg.limits.MaxTitleBytes, "longest title, in bytes")
@@ -120,6 +123,9 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	}
 	if !slices.Contains(logFormats, cfg.logFormat) {
 		return usagef("--log-format %q: choose one of: %s", cfg.logFormat, strings.Join(logFormats, ", "))
+	}
+	if cfg.maxOpenJournals < 1 {
+		return usagef("--max-open-journals %d must be at least 1", cfg.maxOpenJournals)
 	}
 	if cfg.shutdownTimeout < 0 {
 		return usagef("--shutdown-timeout %v is negative", cfg.shutdownTimeout)

@@ -61,10 +61,11 @@ func TestParseConfig(t *testing.T) {
 		{"environment", nil, map[string]string{
 			"SESSIOND_LISTEN": "unix:/run/s.sock", "SESSIOND_DATA_DIR": "/d", "SESSIOND_LOG_LEVEL": "debug",
 			"SESSIOND_LOG_FORMAT": "console", "SESSIOND_MAX_TITLE_BYTES": "99", "SESSIOND_SHUTDOWN_TIMEOUT": "3s",
-			"SESSIOND_MAX_FRAME_BYTES": "12345", "SESSIOND_STORAGE": "file",
+			"SESSIOND_MAX_FRAME_BYTES": "12345", "SESSIOND_STORAGE": "file", "SESSIOND_MAX_OPEN_JOURNALS": "64",
 		}, func(t *testing.T, c *config) {
 			if c.listen != "unix:/run/s.sock" || c.dataDir != "/d" || c.logLevel != "debug" || c.logFormat != "console" ||
-				c.limits.MaxTitleBytes != 99 || c.limits.MaxFrameBytes != 12345 || c.shutdownTimeout != 3*time.Second {
+				c.limits.MaxTitleBytes != 99 || c.limits.MaxFrameBytes != 12345 || c.shutdownTimeout != 3*time.Second ||
+				c.maxOpenJournals != 64 {
 				t.Fatalf("from environment: %+v", c)
 			}
 		}},
@@ -105,6 +106,7 @@ func TestParseConfig(t *testing.T) {
 		{"bad number", []string{"--max-frame-bytes", "lots"}, nil, "max-frame-bytes"},
 		{"bad env value", nil, map[string]string{"SESSIOND_MAX_MESSAGE_BYTES": "big"}, "SESSIOND_MAX_MESSAGE_BYTES"},
 		{"negative timeout", []string{"--shutdown-timeout", "-1s"}, nil, "shutdown-timeout"},
+		{"no open journals", []string{"--max-open-journals", "0"}, nil, "max-open-journals"},
 		{"empty listen", []string{"--listen", ""}, nil, "listen"},
 	}
 	for _, tt := range usage {

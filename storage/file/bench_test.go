@@ -256,14 +256,9 @@ func abandon(s *Store) {
 	s.dirty.j = nil
 	s.dirty.mu.Unlock()
 	s.mu.Lock()
-	for _, e := range s.byID {
-		if e.j != nil {
-			_ = e.j.f.Close()
-			e.j = nil
-		}
-	}
 	s.closed = true
 	s.mu.Unlock()
+	s.closeJournalFiles()
 	_ = s.lock.Close()
 }
 

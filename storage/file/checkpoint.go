@@ -404,7 +404,7 @@ func (s *Store) openDirty(seq uint64, epoch []byte, recs []dirtyRec) (*journal, 
 			_ = f.Close()
 		}
 		_ = os.Remove(path)
-		return nil, noSpace(err)
+		return nil, ioErr(err)
 	}
 	return &journal{f: f, tail: int64(len(data)), alloc: int64(len(data))}, nil
 }
@@ -493,7 +493,7 @@ func (s *Store) checkpoint() error {
 	folder := filepath.Join(idx, seqName(ckptPref, seq))
 	err = func() error {
 		if err := os.Mkdir(folder, dirPerm); err != nil {
-			return noSpace(err)
+			return ioErr(err)
 		}
 		for ns, metas := range byNS {
 			slices.SortFunc(metas, func(a, b *storage.Session) int { return strings.Compare(a.ID, b.ID) })
@@ -502,7 +502,7 @@ func (s *Store) checkpoint() error {
 			}
 		}
 		if err := syncDir(folder); err != nil {
-			return noSpace(err)
+			return ioErr(err)
 		}
 		if s.testHookMark != nil {
 			if err := s.testHookMark(); err != nil {

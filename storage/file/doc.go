@@ -89,6 +89,24 @@
 // messages are read on first use and kept, as encoded bytes, in a cache
 // bounded by WithCacheBytes.
 //
+// # Open files
+//
+// Between writes the store keeps open the LOCK file, the current dirty
+// file, and the journals of at most WithMaxOpenJournals sessions (default
+// 1,024), whatever the number of sessions. A session's journal is opened by
+// its first write, not by a create or a read, and stays open for the next
+// appends; past the bound the least recently written journal is closed. Its
+// session keeps the write offset and the reserved size in memory, so its
+// next write reopens the file with one open(2), reading and replaying
+// nothing. A journal is closed only under its session's write lock, so
+// never during a write to it; when every open journal's session is being
+// written, a write that needs another waits for one of them to end.
+// Snapshots, folders and temp files are open only during the operation
+// that uses them. The descriptor limit (ulimit -n) must therefore exceed
+// the bound plus the operations in progress; an open refused for want of
+// descriptors (EMFILE, ENFILE) is ErrTooManyOpenFiles, never a damaged
+// session.
+//
 // # Checkpoints and the dirty set
 //
 // Scanning every session costs about 2.5 s per 100,000 sessions with a warm

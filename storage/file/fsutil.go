@@ -29,10 +29,25 @@ type ioStats struct {
 	journalSyncs atomic.Int64 // journal fdatasyncs
 }
 
-// noSpace turns a full-disk error into storage.ErrNoSpace, keeping others.
-func noSpace(err error) error {
-	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+// ErrTooManyOpenFiles is the store's error when an open fails because the
+// process (EMFILE) or the system (ENFILE) has no file descriptor left. The
+// store keeps at most WithMaxOpenJournals journal files open, plus a few
+// for the operations in progress, so this means the limit is set below what
+// the store needs, or something else in the process holds the descriptors.
+var ErrTooManyOpenFiles = errors.New("file: too many open files (raise the process's descriptor limit, e.g. ulimit -n or systemd LimitNOFILE, or lower WithMaxOpenJournals)")
+
+// ioErr turns a full-disk error into storage.ErrNoSpace and running out of
+// file descriptors into ErrTooManyOpenFiles, keeping others. The system
+// error's text stays in the message; it leaves the chain, so that mapping
+// twice changes nothing.
+func ioErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT):
 		return fmt.Errorf("%v: %w", err, storage.ErrNoSpace)
+	case errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE):
+		return fmt.Errorf("%v: %w", err, ErrTooManyOpenFiles)
 	}
 	return err
 }
@@ -46,7 +61,7 @@ func randSuffix() string {
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
-		return err
+		return ioErr(err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
@@ -60,7 +75,7 @@ func syncDir(dir string) error {
 func writeFileSync(st *ioStats, path string, data []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, filePerm)
 	if err != nil {
-		return noSpace(err)
+		return ioErr(err)
 	}
 	n, err := f.Write(data)
 	st.bytesWritten.Add(int64(n))
@@ -72,7 +87,7 @@ func writeFileSync(st *ioStats, path string, data []byte) error {
 	}
 	if err != nil {
 		_ = os.Remove(path)
-		return noSpace(fmt.Errorf("write %s: %w", path, err))
+		return ioErr(fmt.Errorf("write %s: %w", path, err))
 	}
 	return nil
 }
@@ -87,16 +102,16 @@ func writeAtomic(st *ioStats, path string, data []byte) error {
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		_ = os.Remove(tmp)
-		return noSpace(err)
+		return ioErr(err)
 	}
-	return noSpace(syncDir(filepath.Dir(path)))
+	return ioErr(syncDir(filepath.Dir(path)))
 }
 
 // readHead reads up to n bytes from the start of path.
 func readHead(path string, n int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, ioErr(err)
 	}
 	defer f.Close()
 	buf := make([]byte, n)
@@ -111,7 +126,7 @@ func readHead(path string, n int) ([]byte, error) {
 func lockDir(dir string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, filePerm)
 	if err != nil {
-		return nil, fmt.Errorf("file: open lock of %s: %w", dir, err)
+		return nil, fmt.Errorf("file: open lock of %s: %w", dir, ioErr(err))
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()

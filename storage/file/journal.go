@@ -1,11 +1,15 @@
 package file
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -15,12 +19,188 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-// journal is a session's open journal file.
+// journal is a session's journal file (or the dirty file), and what a
+// write needs to know about it. The store owns its files while it holds the
+// data dir's lock, so tail and alloc stay true while the file is closed.
 type journal struct {
+	// f is nil while closed: a session's journal file is opened by its
+	// first write (journalFile) and closed again to keep the open journal
+	// files within WithMaxOpenJournals. The dirty file's is always open.
 	f          *os.File
+	path       string
 	tail       int64 // end of the valid data; the next flush writes here
 	alloc      int64 // file size: bytes past tail are reserved, and read as zeros
 	noPrealloc bool  // the file system cannot fallocate
+}
+
+// journalFiles bounds the session journal files the store keeps open.
+// Keeping every written session's journal open would use one descriptor
+// per session written since Open, and a daemon past its descriptor limit
+// fails every open, creates included. Past the bound the least recently
+// written journal is closed; its session keeps tail and alloc, so its next
+// write reopens the file with one open(2), reading nothing.
+//
+// Only the holder of a session's wmu opens or closes its journal file: the
+// session's own writer, or acquireJournalSlot, which TryLocks the sessions
+// it closes and so passes over those being written. Should every open
+// journal belong to a session being written, it waits for one of those
+// writes to end (Store.unlock wakes it). A writer holds one session's wmu
+// at a time and needs no second slot while its journal is open, so the
+// wait ends.
+type journalFiles struct {
+	mu      sync.Mutex
+	max     int
+	open    int           // journal files open, or about to be opened: at most max
+	peak    int           // the most open has been, for tests
+	reopens int64         // opens of a journal closed to stay within max, for tests
+	lru     *list.List    // of *entry whose j.f is open, most recently written first
+	wake    chan struct{} // closed and replaced to wake acquireJournalSlot's waiters
+	waiters atomic.Int32
+}
+
+// wakeLocked wakes the writers waiting for a journal slot. Caller holds mu.
+func (p *journalFiles) wakeLocked() {
+	if p.waiters.Load() > 0 {
+		close(p.wake)
+		p.wake = make(chan struct{})
+	}
+}
+
+// unlock releases e's write lock, waking writers that wait for a journal
+// slot: e's journal may be closeable now. Every write path unlocks through
+// it; a missed wake-up would cost acquireJournalSlot a short timeout only.
+func (s *Store) unlock(e *entry) {
+	e.wmu.Unlock()
+	if s.jfiles.waiters.Load() > 0 {
+		s.jfiles.mu.Lock()
+		s.jfiles.wakeLocked()
+		s.jfiles.mu.Unlock()
+	}
+}
+
+// acquireJournalSlot reserves room for one more open journal file. At the
+// bound it closes the least recently written journal whose session no one
+// is writing, or, if there is none, waits until there is. Caller holds
+// e.wmu, and e's journal file is closed.
+func (s *Store) acquireJournalSlot(e *entry) {
+	p := &s.jfiles
+	p.mu.Lock()
+	if p.open < p.max {
+		p.open++
+		p.peak = max(p.peak, p.open)
+		p.mu.Unlock()
+		return
+	}
+	// Counted before the sessions are tried, so that an unlock after a
+	// failed TryLock sees the waiter and wakes it.
+	p.waiters.Add(1)
+	defer p.waiters.Add(-1)
+	for {
+		if p.open < p.max {
+			p.open++
+			p.peak = max(p.peak, p.open)
+			p.mu.Unlock()
+			return
+		}
+		for el := p.lru.Back(); el != nil; el = el.Prev() {
+			o := el.Value.(*entry)
+			if o == e || !o.wmu.TryLock() {
+				continue // being written: its writer closes nothing it uses
+			}
+			p.lru.Remove(el)
+			o.jelem = nil
+			p.mu.Unlock()
+			// The slot passes from o to e: closed before e's opens.
+			_ = o.j.f.Close()
+			o.j.f = nil
+			o.wmu.Unlock()
+			return
+		}
+		wake := p.wake
+		p.mu.Unlock()
+		t := time.NewTimer(10 * time.Millisecond)
+		select {
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+		p.mu.Lock()
+	}
+}
+
+// releaseJournalSlot gives back a slot whose file is closed (or was never
+// opened). Caller holds e.wmu.
+func (s *Store) releaseJournalSlot(e *entry) {
+	p := &s.jfiles
+	p.mu.Lock()
+	if e.jelem != nil {
+		p.lru.Remove(e.jelem)
+		e.jelem = nil
+	}
+	p.open--
+	p.wakeLocked()
+	p.mu.Unlock()
+}
+
+// journalFile makes sure e's journal file is open for a write, and marks it
+// the most recently written. Caller holds e.wmu and has loaded e.
+func (s *Store) journalFile(e *entry) error {
+	j := e.j
+	if j.f != nil {
+		s.jfiles.mu.Lock()
+		if e.jelem != nil {
+			s.jfiles.lru.MoveToFront(e.jelem)
+		}
+		s.jfiles.mu.Unlock()
+		return nil
+	}
+	s.acquireJournalSlot(e)
+	f, err := os.OpenFile(j.path, os.O_RDWR, filePerm)
+	if err != nil {
+		s.releaseJournalSlot(e)
+		return ioErr(fmt.Errorf("open journal: %w", err))
+	}
+	j.f = f
+	s.jfiles.mu.Lock()
+	e.jelem = s.jfiles.lru.PushFront(e)
+	s.jfiles.reopens++
+	s.jfiles.mu.Unlock()
+	return nil
+}
+
+// closeJournalFile closes e's journal file if it is open. e keeps its
+// journal state; the next write reopens the file. Caller holds e.wmu.
+func (s *Store) closeJournalFile(e *entry) {
+	if e.j == nil || e.j.f == nil {
+		return
+	}
+	_ = e.j.f.Close()
+	e.j.f = nil
+	s.releaseJournalSlot(e)
+}
+
+// closeJournalFiles closes every open journal file, at Close.
+func (s *Store) closeJournalFiles() {
+	s.jfiles.mu.Lock()
+	var open []*entry
+	for el := s.jfiles.lru.Front(); el != nil; el = el.Next() {
+		open = append(open, el.Value.(*entry))
+	}
+	s.jfiles.mu.Unlock()
+	for _, e := range open {
+		// A load may still hold the lock: Close waits for writes only.
+		e.wmu.Lock()
+		s.closeJournalFile(e)
+		e.wmu.Unlock()
+	}
+}
+
+// openJournals reports how many journal files are open, and the most that
+// have been at once.
+func (s *Store) openJournals() (open, peak int) {
+	s.jfiles.mu.Lock()
+	defer s.jfiles.mu.Unlock()
+	return s.jfiles.open, s.jfiles.peak
 }
 
 // Preallocation sizes: reserve ahead so that most flushes are data-only
@@ -59,14 +239,13 @@ func (s *Store) loadLocked(e *entry) error {
 			s.markDamaged(e, err)
 			return err
 		}
-		return fmt.Errorf("file: load session %s: %w", e.id, err)
+		return fmt.Errorf("file: load session %s: %w", e.id, ioErr(err))
 	}
 	ids := make(map[string]int, len(msgs))
 	mids := make([]string, len(msgs))
 	for i, m := range msgs {
 		id, err := messageID(m)
 		if err != nil {
-			_ = j.f.Close()
 			err = damage(e.id, err)
 			s.markDamaged(e, err)
 			return err
@@ -115,7 +294,8 @@ func messageID(b []byte) (string, error) {
 	return m.Id, nil
 }
 
-// readSession reads a session's files and opens its journal for appending.
+// readSession reads a session's files. The journal it returns is closed:
+// reads need no descriptor kept, and the first write opens it.
 //
 // known is the revision the store last knew the session at (0 if none):
 // files that hold less lost acknowledged changes (a truncated journal looks
@@ -173,23 +353,14 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 	if meta.Revision < known {
 		return nil, nil, 0, nil, fmt.Errorf("files hold revision %d, but revision %d was acknowledged: %w", meta.Revision, known, errCorrupt)
 	}
-	f, err := os.OpenFile(jpath, os.O_RDWR, filePerm)
-	if err != nil {
-		return nil, nil, 0, nil, err
-	}
-	j := &journal{f: f, tail: int64(jc.end), alloc: int64(len(jdata))}
+	j := &journal{path: jpath, tail: int64(jc.end), alloc: int64(len(jdata))}
 	if jc.torn || (j.alloc > j.tail && !allZero(jdata[jc.end:])) {
 		// Only an incomplete last flush can be here, never acknowledged.
 		// Cut it off (and give back the zeros) so that the next flush cannot
 		// end up next to its remains.
 		s.log.Warn("trimming an incomplete last journal record", zap.String("session", id),
 			zap.Int64("valid_bytes", j.tail), zap.Int64("file_bytes", j.alloc))
-		if err := f.Truncate(j.tail); err != nil {
-			f.Close()
-			return nil, nil, 0, nil, err
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
+		if err := truncateSync(jpath, j.tail); err != nil {
 			return nil, nil, 0, nil, err
 		}
 		j.alloc = j.tail
@@ -200,6 +371,9 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 // write appends one frame to the journal and makes it durable with one
 // fdatasync. On error nothing of the frame stays in the file.
 func (s *Store) journalWrite(j *journal, frame []byte) error {
+	if j.f == nil {
+		return fmt.Errorf("journal %s is not open", j.path) // a caller skipped journalFile
+	}
 	need := j.tail + int64(len(frame))
 	if need > j.alloc && !j.noPrealloc {
 		size := max(j.alloc*2, preallocMin, need)
@@ -218,7 +392,7 @@ func (s *Store) journalWrite(j *journal, frame []byte) error {
 		default:
 			_ = j.f.Truncate(j.tail)
 			j.alloc = j.tail
-			return noSpace(fmt.Errorf("reserve journal space: %w", err))
+			return ioErr(fmt.Errorf("reserve journal space: %w", err))
 		}
 	}
 	n, err := j.f.WriteAt(frame, j.tail)
@@ -232,7 +406,7 @@ func (s *Store) journalWrite(j *journal, frame []byte) error {
 		_ = j.f.Truncate(j.tail)
 		_ = j.f.Sync()
 		j.alloc = j.tail
-		return noSpace(fmt.Errorf("journal append: %w", err))
+		return ioErr(fmt.Errorf("journal append: %w", err))
 	}
 	j.tail = need
 	if need > j.alloc {
@@ -269,17 +443,10 @@ func (s *Store) rewriteLocked(e *entry, meta *storage.Session, msgs [][]byte) er
 		_ = os.Remove(jpath)
 		return err
 	}
-	f, err := os.OpenFile(jpath, os.O_RDWR, filePerm)
-	if err != nil {
-		// The new state is durable; the journal is reopened on next load.
-		s.forget(e)
-		return nil
-	}
-	if e.j != nil {
-		_ = e.j.f.Close()
-	}
+	// The new journal's file is opened by the next write.
+	s.closeJournalFile(e)
 	_ = os.Remove(filepath.Join(dir, journalName(e.gen)))
-	e.j = &journal{f: f, tail: int64(len(head)), alloc: int64(len(head))}
+	e.j = &journal{path: jpath, tail: int64(len(head)), alloc: int64(len(head))}
 	e.gen = gen
 	return nil
 }
@@ -290,11 +457,11 @@ func (s *Store) createFiles(meta *storage.Session, msgs [][]byte) (*journal, err
 	root := filepath.Join(s.dir, "sessions")
 	tmp := filepath.Join(root, tmpPref+meta.ID+"-"+randSuffix())
 	if err := os.Mkdir(tmp, dirPerm); err != nil {
-		return nil, noSpace(err)
+		return nil, ioErr(err)
 	}
 	fail := func(err error) (*journal, error) {
 		_ = os.RemoveAll(tmp)
-		return nil, noSpace(err)
+		return nil, ioErr(err)
 	}
 	head := encodeJournalHead(1, meta.ID)
 	if err := writeFileSync(&s.stats, filepath.Join(tmp, journalName(1)), head); err != nil {
@@ -315,13 +482,11 @@ func (s *Store) createFiles(meta *storage.Session, msgs [][]byte) (*journal, err
 		return fail(err)
 	}
 	if err := syncDir(root); err != nil {
-		return nil, noSpace(err)
+		return nil, ioErr(err)
 	}
-	f, err := os.OpenFile(filepath.Join(final, journalName(1)), os.O_RDWR, filePerm)
-	if err != nil {
-		return nil, nil //nolint:nilerr // durable already; the journal is reopened on first load
-	}
-	return &journal{f: f, tail: int64(len(head)), alloc: int64(len(head))}, nil
+	// The journal's file is opened by the first write: a session that is
+	// only created holds no descriptor.
+	return &journal{path: filepath.Join(final, journalName(1)), tail: int64(len(head)), alloc: int64(len(head))}, nil
 }
 
 // removeFiles deletes a session folder: renamed out of the way first (the
@@ -331,7 +496,7 @@ func (s *Store) removeFiles(id string) error {
 	root := filepath.Join(s.dir, "sessions")
 	gone := filepath.Join(root, delPref+id+"-"+randSuffix())
 	if err := os.Rename(s.sessionDir(id), gone); err != nil {
-		return err
+		return ioErr(err)
 	}
 	if err := syncDir(root); err != nil {
 		return err

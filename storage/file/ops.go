@@ -216,12 +216,10 @@ func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte,
 			id, _ := messageID(b)
 			e.ids[id], e.mids[i] = i, id
 		}
-		if j != nil {
-			e.view.Store(&view{meta: meta, msgs: enc[:len(enc):len(enc)]})
-		}
+		e.view.Store(&view{meta: meta, msgs: enc[:len(enc):len(enc)]})
 		s.setMeta(e, meta)
 		s.touch(e)
-		e.wmu.Unlock()
+		s.unlock(e)
 		s.noteChange() // unknown to the last checkpoint: rescanned after a crash
 		return cloneMeta(meta), nil
 	}
@@ -235,7 +233,7 @@ var errRetry = errors.New("retry")
 func (s *Store) createRetry(_ context.Context, e *entry, req *storage.CreateRequest) (*storage.Session, error) {
 	exists := fmt.Errorf("file: session %s: %w", req.ID, storage.ErrAlreadyExists)
 	e.wmu.Lock() // waits for a create in progress to finish
-	defer e.wmu.Unlock()
+	defer s.unlock(e)
 	s.mu.RLock()
 	meta, gone, damaged := e.meta, e.gone, e.damaged
 	s.mu.RUnlock()
@@ -603,7 +601,7 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest) (storage.
 			e.qmu.Unlock()
 			s.commitAppends(e, batch)
 		}
-		e.wmu.Unlock()
+		s.unlock(e)
 		if errors.Is(op.err, errRetry) {
 			continue
 		}
@@ -719,12 +717,17 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		}
 		return
 	}
-	if err := s.journalWrite(e.j, encodeCommit(recs)); err != nil {
+	opened := s.journalFile(e) // nothing was written if it fails
+	err := opened
+	if err == nil {
+		err = s.journalWrite(e.j, encodeCommit(recs))
+	}
+	if err != nil {
 		err = fmt.Errorf("file: append to session %s: %w", e.id, err)
 		for _, c := range changes {
 			finish(c.op, storage.AppendResult{}, err)
 		}
-		if !errors.Is(err, storage.ErrNoSpace) {
+		if opened == nil && !errors.Is(err, storage.ErrNoSpace) {
 			s.forget(e) // unsure what the file holds now: read it again
 		}
 		return
@@ -840,9 +843,14 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 		}
 		m.Revision++
 		m.UpdatedAt = now(v.meta.UpdatedAt)
-		if err := s.journalWrite(e.j, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}})); err != nil {
+		opened := s.journalFile(e) // nothing was written if it fails
+		err := opened
+		if err == nil {
+			err = s.journalWrite(e.j, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}}))
+		}
+		if err != nil {
 			unreserve()
-			if !errors.Is(err, storage.ErrNoSpace) {
+			if opened == nil && !errors.Is(err, storage.ErrNoSpace) {
 				s.forget(e)
 			}
 			return fmt.Errorf("file: update session %s: %w", e.id, err)

@@ -32,6 +32,7 @@ type options struct {
 	cacheBytes   int64
 	ckptInterval time.Duration
 	ckptDirty    int
+	maxJournals  int
 }
 
 // WithLogger sets the logger (default: none).
@@ -46,6 +47,19 @@ func WithFoldThreshold(bytes int64) Option { return func(o *options) { o.foldByt
 // sessions (default 256 MiB). Sessions beyond it are read from disk again.
 func WithCacheBytes(bytes int64) Option { return func(o *options) { o.cacheBytes = bytes } }
 
+// DefaultMaxOpenJournals is how many journal files a Store keeps open at
+// most unless WithMaxOpenJournals says otherwise.
+const DefaultMaxOpenJournals = 1024
+
+// WithMaxOpenJournals bounds the journal files kept open between writes
+// (default DefaultMaxOpenJournals; values below 1 count as 1). Each session
+// written keeps its journal open for its next append; past the bound the
+// least recently written one is closed, and reopened (one open(2), nothing
+// read) by the session's next write. The process's descriptor limit must
+// leave room for this many plus one per operation in progress and a few
+// more (the lock file, the dirty file).
+func WithMaxOpenJournals(n int) Option { return func(o *options) { o.maxJournals = max(n, 1) } }
+
 // Store is the file backend. See the package doc.
 type Store struct {
 	dir    string
@@ -59,7 +73,9 @@ type Store struct {
 	// gone, key, busy and dirtySeq fields. It is held briefly, never across
 	// disk I/O, and never while calling back into the caller. Lock order:
 	// entry.wmu, then dirty.mu, then mu. A checkpoint holds ckptMu and takes
-	// dirty.mu and mu, one at a time, and never a session's wmu.
+	// dirty.mu and mu, one at a time, and never a session's wmu. cacheMu and
+	// jfiles.mu (in that order) come after wmu; holding them, other
+	// sessions' wmu are only TryLocked.
 	mu      sync.RWMutex
 	byID    map[string]*entry
 	ns      map[string]*nsIndex
@@ -79,6 +95,8 @@ type Store struct {
 	cacheSize int64
 	closeOnce sync.Once
 	closeErr  error
+
+	jfiles journalFiles // bounds the open journal files; see journal.go
 
 	// faultSync, when set by a test, runs before each journal fdatasync and
 	// can fail it.
@@ -130,6 +148,10 @@ type entry struct {
 	// Guarded by Store.cacheMu.
 	lruElem   *list.Element
 	cacheSize int64
+
+	// jelem is e in Store.jfiles.lru while j.f is open. Guarded by
+	// Store.jfiles.mu.
+	jelem *list.Element
 }
 
 // view is a consistent state of a session for readers. msgs may share its
@@ -143,7 +165,7 @@ type view struct {
 // fails with an error wrapping storage.ErrLocked if another store holds dir.
 func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(dir, dirPerm); err != nil {
-		return nil, fmt.Errorf("file: create data dir: %w", noSpace(err))
+		return nil, fmt.Errorf("file: create data dir: %w", ioErr(err))
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
@@ -159,7 +181,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 
 func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) (*Store, error) {
 	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: 256 << 20,
-		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty}
+		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty, maxJournals: DefaultMaxOpenJournals}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -167,6 +189,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 		dir: dir, log: o.log, opts: o, lock: lock, broker: storage.NewBroker(),
 		byID: make(map[string]*entry), ns: make(map[string]*nsIndex), lru: list.New(),
 		ckptKick: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{}),
+		jfiles: journalFiles{max: o.maxJournals, lru: list.New(), wake: make(chan struct{})},
 	}
 	start := time.Now()
 	if err := checkFormat(&s.stats, dir); err != nil {
@@ -174,7 +197,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	}
 	for _, d := range []string{"sessions", "index"} {
 		if err := os.Mkdir(filepath.Join(dir, d), dirPerm); err != nil && !errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("file: create %s: %w", d, noSpace(err))
+			return nil, fmt.Errorf("file: create %s: %w", d, ioErr(err))
 		}
 	}
 	ids, err := s.sweepSessions()
@@ -256,7 +279,7 @@ func (s *Store) sweepSessions() ([]string, error) {
 	root := filepath.Join(s.dir, "sessions")
 	des, err := os.ReadDir(root)
 	if err != nil {
-		return nil, fmt.Errorf("file: list sessions: %w", err)
+		return nil, fmt.Errorf("file: list sessions: %w", ioErr(err))
 	}
 	ids := make([]string, 0, len(des))
 	for _, de := range des {
@@ -292,6 +315,7 @@ func (s *Store) scanSessions(ctx context.Context, ids []string, bounds map[strin
 	}
 	entries := make([]*entry, len(ids))
 	var next atomic.Int64
+	var noFiles atomic.Pointer[error] // running out of descriptors says nothing about the session
 	var wg sync.WaitGroup
 	workers := min(4*runtime.GOMAXPROCS(0), len(ids))
 	for range workers {
@@ -303,6 +327,11 @@ func (s *Store) scanSessions(ctx context.Context, ids []string, bounds map[strin
 				}
 				e := &entry{id: ids[i]}
 				meta, err := scanSession(filepath.Join(s.dir, "sessions", ids[i]), ids[i])
+				if err = ioErr(err); errors.Is(err, ErrTooManyOpenFiles) {
+					err = fmt.Errorf("file: scan session %s: %w", ids[i], err)
+					noFiles.CompareAndSwap(nil, &err)
+					return
+				}
 				b := bounds[ids[i]]
 				if err == nil && b != nil && meta.Revision < b.Revision {
 					err = fmt.Errorf("files hold revision %d, but the checkpoint recorded revision %d: %w", meta.Revision, b.Revision, errCorrupt)
@@ -322,6 +351,9 @@ func (s *Store) scanSessions(ctx context.Context, ids []string, bounds map[strin
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if err := noFiles.Load(); err != nil {
+		return *err
 	}
 	for _, e := range entries {
 		s.byID[e.id] = e
@@ -431,14 +463,7 @@ func (s *Store) Close() error {
 			s.dirty.j = nil
 		}
 		s.dirty.mu.Unlock()
-		s.mu.Lock()
-		for _, e := range s.byID {
-			if e.j != nil {
-				_ = e.j.f.Close()
-				e.j = nil
-			}
-		}
-		s.mu.Unlock()
+		s.closeJournalFiles()
 		s.closeErr = s.lock.Close()
 	})
 	return s.closeErr
@@ -512,15 +537,15 @@ func (s *Store) withSession(ref storage.Ref, fn func(e *entry) error) error {
 		again, err := s.resolveLocked(ref)
 		s.mu.RUnlock()
 		if err != nil {
-			e.wmu.Unlock()
+			s.unlock(e)
 			return err
 		}
 		if again != e {
-			e.wmu.Unlock()
+			s.unlock(e)
 			continue // renamed or replaced meanwhile: look up again
 		}
 		err = fn(e)
-		e.wmu.Unlock()
+		s.unlock(e)
 		return err
 	}
 	return fmt.Errorf("file: session %v keeps changing identity: %w", ref, storage.ErrConflict)
@@ -549,7 +574,7 @@ func (s *Store) touch(e *entry) {
 		prev := el.Prev()
 		o := el.Value.(*entry)
 		if o != e && o.wmu.TryLock() {
-			o.dropLocked()
+			s.dropLocked(o)
 			s.cacheSize -= o.cacheSize
 			o.cacheSize = 0
 			s.lru.Remove(el)
@@ -562,7 +587,7 @@ func (s *Store) touch(e *entry) {
 
 // forget removes e from the cache. Caller holds e.wmu.
 func (s *Store) forget(e *entry) {
-	e.dropLocked()
+	s.dropLocked(e)
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
 	if e.lruElem != nil {
@@ -575,12 +600,10 @@ func (s *Store) forget(e *entry) {
 
 // dropLocked forgets e's in-memory state; the next access reloads it.
 // Caller holds e.wmu.
-func (e *entry) dropLocked() {
+func (s *Store) dropLocked(e *entry) {
 	e.view.Store(nil)
-	if e.j != nil {
-		_ = e.j.f.Close()
-		e.j = nil
-	}
+	s.closeJournalFile(e)
+	e.j = nil
 	e.ids, e.mids = nil, nil
 }
 
