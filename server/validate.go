@@ -19,19 +19,13 @@ func validRef(field string, r *sessiondv1.SessionRef) (storage.Ref, error) {
 	if r == nil {
 		return storage.Ref{}, fmt.Errorf("%s is required: %w", field, storage.ErrInvalid)
 	}
-	ref := refFromProto(r)
-	if err := storage.ValidateNamespace(ref.Namespace); err != nil {
-		return ref, fmt.Errorf("%s.%w", field, err)
+	ref, err := storage.ValidateRef(refFromProto(r))
+	if err != nil && field != "ref" {
+		// storage names the fields "ref.namespace", "ref.id", "ref.alias";
+		// say which ref.
+		err = fmt.Errorf("%s: %w", field, err)
 	}
-	ref, err := storage.ValidateRef(ref)
-	if err != nil {
-		// storage names the fields "ref.id"/"ref.alias"; say which ref.
-		if field != "ref" {
-			return ref, fmt.Errorf("%s: %w", field, err)
-		}
-		return ref, err
-	}
-	return ref, nil
+	return ref, err
 }
 
 // validOptionalAlias checks an alias that may be empty (no alias).
@@ -39,13 +33,11 @@ func validOptionalAlias(field, alias string) error {
 	if alias == "" {
 		return nil
 	}
-	if err := storage.ValidateAlias(alias); err != nil {
-		if field != "alias" {
-			return fmt.Errorf("%s: %w", field, err)
-		}
-		return err
+	err := storage.ValidateAlias(alias)
+	if err != nil && field != "alias" {
+		err = fmt.Errorf("%s: %w", field, err)
 	}
-	return nil
+	return err
 }
 
 func validTimestamp(field string, ts *timestamppb.Timestamp) error {

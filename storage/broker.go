@@ -5,8 +5,6 @@ import (
 	"sync"
 
 	"google.golang.org/protobuf/proto"
-
-	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
 // Broker sizes. A watcher that has WatchBuffer events not yet taken is cut off
@@ -31,18 +29,22 @@ const (
 type Broker struct {
 	mu      sync.Mutex // guards everything below
 	subs    map[string]map[*Subscription]struct{}
-	history map[string][]Event
-	// historyBytes is the encoded size of the messages in history, per session.
-	historyBytes map[string]int
-	closed       bool
+	history map[string]*history
+	closed  bool
+}
+
+// history is what a watched session keeps for resuming watches.
+type history struct {
+	events []Event
+	sizes  []int // encoded size of each event's messages
+	bytes  int   // sum of sizes
 }
 
 // NewBroker returns an empty broker.
 func NewBroker() *Broker {
 	return &Broker{
-		subs:         make(map[string]map[*Subscription]struct{}),
-		history:      make(map[string][]Event),
-		historyBytes: make(map[string]int),
+		subs:    make(map[string]map[*Subscription]struct{}),
+		history: make(map[string]*history),
 	}
 }
 
@@ -91,7 +93,10 @@ func (b *Broker) Subscribe(sessionID string, current, from uint64) (*Subscriptio
 	}
 	var replay []Event
 	if from < current {
-		hist := b.history[sessionID]
+		var hist []Event
+		if h := b.history[sessionID]; h != nil {
+			hist = h.events
+		}
 		if len(hist) == 0 || hist[0].Revision > from+1 || hist[len(hist)-1].Revision != current {
 			return nil, fmt.Errorf("from_revision %d is older than the history kept: %w", from, ErrWatchReset)
 		}
@@ -110,7 +115,7 @@ func (b *Broker) Subscribe(sessionID string, current, from uint64) (*Subscriptio
 	}
 	b.subs[sessionID][s] = struct{}{}
 	if _, ok := b.history[sessionID]; !ok {
-		b.history[sessionID] = []Event{}
+		b.history[sessionID] = &history{}
 	}
 	return s, nil
 }
@@ -124,19 +129,8 @@ func (b *Broker) Publish(sessionID string, ev Event) {
 	if b.closed {
 		return
 	}
-	if hist, ok := b.history[sessionID]; ok && ev.Type != EventDeleted {
-		size := b.historyBytes[sessionID] + messagesSize(ev.Messages)
-		hist = append(hist, ev)
-		drop := 0
-		for len(hist)-drop > WatchHistory || (size > WatchHistoryBytes && drop < len(hist)-1) {
-			size -= messagesSize(hist[drop].Messages)
-			drop++
-		}
-		if drop > 0 {
-			hist = append(hist[:0:0], hist[drop:]...)
-		}
-		b.history[sessionID] = hist
-		b.historyBytes[sessionID] = size
+	if h := b.history[sessionID]; h != nil && ev.Type != EventDeleted {
+		h.add(ev)
 	}
 	for s := range b.subs[sessionID] {
 		select {
@@ -150,7 +144,6 @@ func (b *Broker) Publish(sessionID string, ev Event) {
 	}
 	if ev.Type == EventDeleted {
 		delete(b.history, sessionID)
-		delete(b.historyBytes, sessionID)
 	}
 }
 
@@ -166,12 +159,24 @@ func (b *Broker) Close() {
 	}
 }
 
-func messagesSize(msgs []*sessiondv1.Message) int {
-	n := 0
-	for _, m := range msgs {
-		n += proto.Size(m)
+// add keeps ev, dropping the oldest events beyond WatchHistory or
+// WatchHistoryBytes (the newest is always kept).
+func (h *history) add(ev Event) {
+	size := 0
+	for _, m := range ev.Messages {
+		size += proto.Size(m)
 	}
-	return n
+	h.events, h.sizes, h.bytes = append(h.events, ev), append(h.sizes, size), h.bytes+size
+	drop := 0
+	for len(h.events)-drop > WatchHistory || (h.bytes > WatchHistoryBytes && drop < len(h.events)-1) {
+		h.bytes -= h.sizes[drop]
+		drop++
+	}
+	if drop > 0 {
+		// Copy rather than reslice, so that dropped events are freed.
+		h.events = append(h.events[:0:0], h.events[drop:]...)
+		h.sizes = append(h.sizes[:0:0], h.sizes[drop:]...)
+	}
 }
 
 func (b *Broker) endLocked(s *Subscription, err error) {

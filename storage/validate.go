@@ -90,7 +90,7 @@ func ValidateMessageID(field, id string) error {
 // ValidateRef checks a reference and returns it with a canonical id.
 func ValidateRef(ref Ref) (Ref, error) {
 	if err := ValidateNamespace(ref.Namespace); err != nil {
-		return ref, err
+		return ref, fmt.Errorf("ref.%w", err)
 	}
 	switch {
 	case ref.ID != "":
