@@ -236,7 +236,7 @@ func TestDataLossIsolated(t *testing.T) {
 		t.Errorf("SearchSessions found nothing in the healthy session")
 	}
 	// The daemon is still up after all that.
-	if d.exited() {
+	if d.Exited() {
 		t.Fatal("sessiond exited after serving a damaged session")
 	}
 	if _, err := c.GetServerInfo(ctx, &sessiondv1.GetServerInfoRequest{}); err != nil {
@@ -463,6 +463,21 @@ func verifyWrites(t *testing.T, ctx context.Context, c sessiondv1.SessionStoreSe
 	return res
 }
 
+// createSessions creates n empty sessions aliased prefix-0, prefix-1, ...
+// and returns their ids.
+func createSessions(t *testing.T, ctx context.Context, c sessiondv1.SessionStoreServiceClient, prefix string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		r, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Alias: fmt.Sprintf("%s-%d", prefix, i)})
+		if err != nil {
+			t.Fatalf("CreateSession: %v", err)
+		}
+		ids[i] = r.GetSession().GetId()
+	}
+	return ids
+}
+
 // killDuringStart starts a daemon on dir and kills it after delay, whether
 // or not it has finished starting.
 func killDuringStart(t *testing.T, dir string, delay time.Duration) {
@@ -486,14 +501,7 @@ func TestSIGTERMDuringWrites(t *testing.T) {
 	d := startDaemon(t, dir)
 	ctx := testContext(t, 60*time.Second)
 	c := d.client(t)
-	var ids []string
-	for i := range sessions {
-		r, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Alias: fmt.Sprintf("term-%d", i)})
-		if err != nil {
-			t.Fatalf("CreateSession: %v", err)
-		}
-		ids = append(ids, r.GetSession().GetId())
-	}
+	ids := createSessions(t, ctx, c, "term", sessions)
 	logs := make([]*writeLog, sessions*clientsPerSession)
 	var (
 		wg   sync.WaitGroup
@@ -545,14 +553,7 @@ func TestKill9DuringConcurrentWrites(t *testing.T) {
 
 	d := startDaemon(t, dir)
 	c := d.client(t)
-	var ids []string
-	for i := range sessions {
-		r, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Alias: fmt.Sprintf("crash-%d", i)})
-		if err != nil {
-			t.Fatalf("CreateSession: %v", err)
-		}
-		ids = append(ids, r.GetSession().GetId())
-	}
+	ids := createSessions(t, ctx, c, "crash", sessions)
 	logs := make([]*writeLog, sessions*clientsPerSession)
 	seqs := make([]int, len(logs))
 	var acks atomic.Int64 // appendLoop counts acknowledged writes here; this test reads the logs

@@ -198,9 +198,6 @@ func (d *daemon) kill(t *testing.T) {
 	}
 }
 
-// exited reports whether the process has ended.
-func (d *daemon) exited() bool { return d.Exited() }
-
 // logLines returns the JSON log lines the daemon has written so far, decoded;
 // lines that are not JSON objects are left out.
 func (d *daemon) logLines() []map[string]any {

@@ -44,31 +44,23 @@ func textMsg(id string, role sessiondv1.Role, content string) *sessiondv1.Messag
 // frame and every message of every frame. It also returns the number of
 // frames, so tests can see how the messages were batched.
 func loadSession(ctx context.Context, c sessiondv1.SessionStoreServiceClient, req *sessiondv1.LoadSessionRequest) (*sessiondv1.Session, []*sessiondv1.Message, int, error) {
-	stream, err := c.LoadSession(ctx, req)
+	frames, err := recvAll(c.LoadSession(ctx, req))
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	var (
-		sess   *sessiondv1.Session
-		msgs   []*sessiondv1.Message
-		frames int
+		sess *sessiondv1.Session
+		msgs []*sessiondv1.Message
 	)
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return sess, msgs, frames, nil
-		}
-		if err != nil {
-			return nil, nil, frames, err
-		}
-		if frames == 0 {
+	for i, resp := range frames {
+		if i == 0 {
 			sess = resp.GetSession()
 		} else if resp.GetSession() != nil {
-			return nil, nil, frames, status.Errorf(codes.Internal, "test: frame %d carries a session; only the first may", frames)
+			return nil, nil, i, status.Errorf(codes.Internal, "test: frame %d carries a session; only the first may", i)
 		}
-		frames++
 		msgs = append(msgs, resp.GetMessages()...)
 	}
+	return sess, msgs, len(frames), nil
 }
 
 // mustLoad is loadSession that fails the test on error.

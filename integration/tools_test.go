@@ -21,11 +21,7 @@ func TestGrpcurlReflection(t *testing.T) {
 	ctx := testContext(t, 60*time.Second)
 	run := func(args ...string) string {
 		t.Helper()
-		out, err := exec.CommandContext(ctx, grpcurl, append([]string{"-plaintext"}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("grpcurl %q: %v\n%s", args, err, out)
-		}
-		return string(out)
+		return runScript(t, ctx, nil, grpcurl, append([]string{"-plaintext"}, args...)...)
 	}
 
 	list := run(d.Addr, "list")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -278,18 +277,7 @@ func isTerminal(f any) bool {
 // parseLabels turns repeated K=V flags into a map.
 type labelsFlag map[string]string
 
-func (l labelsFlag) String() string {
-	keys := make([]string, 0, len(l))
-	for k := range l {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + l[k]
-	}
-	return strings.Join(parts, ",")
-}
+func (l labelsFlag) String() string { return sortedPairs(l) }
 
 func (l labelsFlag) Set(s string) error {
 	k, v, ok := strings.Cut(s, "=")

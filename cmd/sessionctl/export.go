@@ -185,15 +185,12 @@ func (e *env) listAll(ctx context.Context, c sessiondv1.SessionStoreServiceClien
 		return nil, e.rpcError("export", err)
 	}
 	var ss []*sessiondv1.Session
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, e.rpcError("export", err)
-		}
+	err = recvEach(e, "export", stream, func(resp *sessiondv1.ListSessionsResponse) error {
 		ss = append(ss, resp.GetSession())
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(ss, func(i, j int) bool {
 		a, b := ss[i].GetCreatedAt().AsTime(), ss[j].GetCreatedAt().AsTime()
@@ -296,14 +293,7 @@ func (x *exporter) session(ctx context.Context, ref *sessiondv1.SessionRef) erro
 	}
 	var sess *sessiondv1.Session
 	var n int64
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return x.e.rpcError("load", err)
-		}
+	err = recvEach(x.e, "load", stream, func(resp *sessiondv1.LoadSessionResponse) error {
 		if sess == nil {
 			if sess = resp.GetSession(); sess == nil {
 				return errors.New("the daemon sent messages before the session header")
@@ -321,6 +311,10 @@ func (x *exporter) session(ctx context.Context, ref *sessiondv1.SessionRef) erro
 		if x.msgProgress {
 			x.prog.update(n, sess.GetMessageCount(), "messages")
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if sess == nil {
 		return errors.New("the daemon sent no session header")

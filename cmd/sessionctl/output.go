@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -11,7 +9,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -55,16 +52,11 @@ func (e *env) rpcError(op string, err error) error {
 // writeJSONLine writes m as one line of proto3 JSON. protojson varies its
 // whitespace on purpose; compacting makes the output stable for scripts.
 func writeJSONLine(w io.Writer, m proto.Message) error {
-	b, err := protojson.Marshal(m)
+	b, err := protoJSON(m)
 	if err != nil {
-		return fmt.Errorf("encode %T as JSON: %w", m, err)
+		return err
 	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, b); err != nil {
-		return fmt.Errorf("compact JSON: %w", err)
-	}
-	buf.WriteByte('\n')
-	_, err = w.Write(buf.Bytes())
+	_, err = w.Write(append(b, '\n'))
 	return err
 }
 

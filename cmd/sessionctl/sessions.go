@@ -78,26 +78,34 @@ func printStream[F any](e *env, op string, stream grpc.ServerStreamingClient[F],
 		tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, header)
 	}
+	err := recvEach(e, op, stream, func(frame *F) error {
+		if e.json {
+			return writeJSONLine(e.stdout, jsonOf(frame))
+		}
+		row(tw, frame)
+		return nil
+	})
+	if err != nil || tw == nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+// recvEach calls f on each frame of stream until the stream ends. A failed
+// receive is explained by rpcError(op); f's errors are returned as they are.
+func recvEach[F any](e *env, op string, stream grpc.ServerStreamingClient[F], f func(*F) error) error {
 	for {
 		frame, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		if err != nil {
 			return e.rpcError(op, err)
 		}
-		if e.json {
-			if err := writeJSONLine(e.stdout, jsonOf(frame)); err != nil {
-				return err
-			}
-			continue
+		if err := f(frame); err != nil {
+			return err
 		}
-		row(tw, frame)
 	}
-	if tw != nil {
-		return tw.Flush()
-	}
-	return nil
 }
 
 // loadSession streams a whole session (or the part opts asks for) into memory.
@@ -112,18 +120,15 @@ func (e *env) loadSession(ctx context.Context, op string, req *sessiondv1.LoadSe
 	}
 	var sess *sessiondv1.Session
 	var msgs []*sessiondv1.Message
-	for {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, nil, e.rpcError(op, err)
-		}
+	err = recvEach(e, op, stream, func(resp *sessiondv1.LoadSessionResponse) error {
 		if resp.GetSession() != nil && sess == nil {
 			sess = resp.GetSession()
 		}
 		msgs = append(msgs, resp.GetMessages()...)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	if sess == nil {
 		return nil, nil, fmt.Errorf("%s: the daemon sent no session header; is it a sessiond?", op)
