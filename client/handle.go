@@ -379,28 +379,9 @@ func (h *Handle) savable(from, to int) int {
 // caller may reuse msgs. A nil message, an unspecified role or an id already
 // in the handle is ErrInvalid, and then nothing is appended.
 func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
-	now := timestamppb.Now()
-	add := make([]entry, 0, len(msgs))
-	seen := make(map[string]struct{}, len(msgs))
-	for i, m := range msgs {
-		if m == nil {
-			return fmt.Errorf("client: append: message %d is nil: %w", i, ErrInvalid)
-		}
-		if m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
-			return fmt.Errorf("client: append: message %d has no role: %w", i, ErrInvalid)
-		}
-		c := proto.CloneOf(m)
-		if c.Id == "" {
-			c.Id = newID()
-		}
-		if c.CreatedAt == nil {
-			c.CreatedAt = now
-		}
-		if _, dup := seen[c.Id]; dup {
-			return fmt.Errorf("client: append: message id %q repeats: %w", c.Id, ErrInvalid)
-		}
-		seen[c.Id] = struct{}{}
-		add = append(add, entry{m: c, local: h.opts.noSystem && c.GetRole() == sessiondv1.Role_ROLE_SYSTEM})
+	add, _, err := h.prepare("append", msgs)
+	if err != nil {
+		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -420,16 +401,19 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	return nil
 }
 
-// SetMessages replaces the handle's messages (a local rewrite, e.g. after
-// compaction): the next save replaces the stored ones with SaveSession.
-// Messages get ids and created_at as in Append.
-func (h *Handle) SetMessages(msgs ...*sessiondv1.Message) error {
+// prepare copies msgs into entries for Append and SetMessages, giving each
+// an id and created_at where missing, and returns their ids. A nil message,
+// an unspecified role or an id repeated within msgs is ErrInvalid.
+func (h *Handle) prepare(op string, msgs []*sessiondv1.Message) ([]entry, map[string]struct{}, error) {
 	now := timestamppb.Now()
 	entries := make([]entry, 0, len(msgs))
 	ids := make(map[string]struct{}, len(msgs))
 	for i, m := range msgs {
-		if m == nil || m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
-			return fmt.Errorf("client: set messages: message %d is nil or has no role: %w", i, ErrInvalid)
+		if m == nil {
+			return nil, nil, fmt.Errorf("client: %s: message %d is nil: %w", op, i, ErrInvalid)
+		}
+		if m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
+			return nil, nil, fmt.Errorf("client: %s: message %d has no role: %w", op, i, ErrInvalid)
 		}
 		c := proto.CloneOf(m)
 		if c.Id == "" {
@@ -439,10 +423,21 @@ func (h *Handle) SetMessages(msgs ...*sessiondv1.Message) error {
 			c.CreatedAt = now
 		}
 		if _, dup := ids[c.Id]; dup {
-			return fmt.Errorf("client: set messages: message id %q repeats: %w", c.Id, ErrInvalid)
+			return nil, nil, fmt.Errorf("client: %s: message id %q repeats: %w", op, c.Id, ErrInvalid)
 		}
 		ids[c.Id] = struct{}{}
 		entries = append(entries, entry{m: c, local: h.opts.noSystem && c.GetRole() == sessiondv1.Role_ROLE_SYSTEM})
+	}
+	return entries, ids, nil
+}
+
+// SetMessages replaces the handle's messages (a local rewrite, e.g. after
+// compaction): the next save replaces the stored ones with SaveSession.
+// Messages get ids and created_at as in Append.
+func (h *Handle) SetMessages(msgs ...*sessiondv1.Message) error {
+	entries, ids, err := h.prepare("set messages", msgs)
+	if err != nil {
+		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -4,50 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime/debug"
 
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/buildinfo"
 )
 
 // version is set at release time with -ldflags "-X main.version=v1.2.3";
 // otherwise ctlVersion falls back to what the Go toolchain recorded.
 var version = ""
 
-func ctlVersion() string {
-	if version != "" {
-		return version
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "+dirty"
-			}
-		}
-	}
-	if (v == "" || v == "(devel)") && rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		return "devel-" + rev + modified
-	}
-	if v == "" {
-		return "(devel)"
-	}
-	return v
-}
+func ctlVersion() string { return buildinfo.Version(version) }
 
 func cmdHealth(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("health", e)

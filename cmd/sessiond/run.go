@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"time"
 
 	"go.uber.org/zap"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/buildinfo"
 	"github.com/sessiond/sessiond/server"
 	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/file"
@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.showVersion {
-		_, err := fmt.Fprintln(stdout, "sessiond", buildVersion())
+		_, err := fmt.Fprintln(stdout, "sessiond", buildinfo.Version(version))
 		return err
 	}
 	log, err := newLogger(cfg, stderr)
@@ -82,11 +82,11 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		}
 	}()
 
-	version := buildVersion()
+	ver := buildinfo.Version(version)
 	srv := server.New(store,
 		server.WithLogger(log.Named("server")),
 		server.WithLimits(cfg.limits),
-		server.WithVersion(version),
+		server.WithVersion(ver),
 		server.WithBackend(cfg.storage),
 	)
 	gs := grpc.NewServer(srv.ServerOptions()...)
@@ -105,7 +105,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		zap.String("addr", lis.display),
 		zap.String("data_dir", cfg.dataDir),
 		zap.String("storage", cfg.storage),
-		zap.String("version", version),
+		zap.String("version", ver),
 	)
 	if !lis.loopback {
 		log.Warn("listening beyond loopback: anyone who can reach this address can read and change every session", zap.String("addr", lis.display))
@@ -163,38 +163,4 @@ func newLogger(cfg *config, stderr io.Writer) (*zap.Logger, error) {
 	}
 	core := zapcore.NewCore(encoder, zapcore.Lock(zapcore.AddSync(stderr)), level)
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(stderr)))), nil
-}
-
-// buildVersion is -X main.version if set, else the module version and VCS
-// revision recorded by the go command.
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				modified = "-dirty"
-			}
-		}
-	}
-	if rev != "" && (v == "(devel)" || v == "") {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		return v + " " + rev + modified
-	}
-	return v
 }

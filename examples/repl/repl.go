@@ -130,11 +130,7 @@ func (r *repl) greet() {
 		return
 	}
 	fmt.Fprintf(r.out, "resumed session %s (%d messages)\n", r.h.ID(), len(msgs))
-	r.printMessages(msgs)
-}
-
-func (r *repl) printMessages(msgs []*sessiondv1.Message) {
-	r.printMessagesTo(r.out, msgs)
+	printMessages(r.out, msgs)
 }
 
 func speaker(role sessiondv1.Role) string {
@@ -338,7 +334,7 @@ func (r *repl) quit(ctx context.Context) error {
 	if err := r.h.Close(cctx); err != nil {
 		fmt.Fprintf(r.errOut, "could not save session %s: %v\nunsaved turns:\n", r.h.ID(), err)
 		msgs := r.h.Messages()
-		r.printMessagesTo(r.errOut, msgs[len(msgs)-r.h.Unsaved():])
+		printMessages(r.errOut, msgs[len(msgs)-r.h.Unsaved():])
 		return err
 	}
 	fmt.Fprintf(r.out, "saved session %s\n", r.h.ID())
@@ -346,7 +342,8 @@ func (r *repl) quit(ctx context.Context) error {
 	return nil
 }
 
-func (r *repl) printMessagesTo(w io.Writer, msgs []*sessiondv1.Message) {
+// printMessages writes msgs one a line, as "speaker: content".
+func printMessages(w io.Writer, msgs []*sessiondv1.Message) {
 	for _, m := range msgs {
 		fmt.Fprintf(w, "%s: %s\n", speaker(m.GetRole()), m.GetContent())
 	}
