@@ -52,7 +52,7 @@ type journalFiles struct {
 	max     int
 	open    int           // journal files open, or about to be opened: at most max
 	peak    int           // the most open has been, for tests
-	reopens int64         // opens of a journal closed to stay within max, for tests
+	reopens int64         // journal file opens (each written session's first, and after a close), for tests
 	lru     *list.List    // of *entry whose j.f is open, most recently written first
 	wake    chan struct{} // closed and replaced to wake acquireJournalSlot's waiters
 	waiters atomic.Int32
@@ -168,6 +168,21 @@ func (s *Store) journalFile(e *entry) error {
 	return nil
 }
 
+// writeJournal appends frame durably to e's journal, opening its file if
+// needed. When the write fails after the file was opened (other than for a
+// full disk), what the file holds is unsure, so e's state is dropped: the
+// next access reads the files again. Caller holds e.wmu and has loaded e.
+func (s *Store) writeJournal(e *entry, frame []byte) error {
+	if err := s.journalFile(e); err != nil {
+		return err // nothing was written
+	}
+	err := s.journalWrite(e.j, frame)
+	if err != nil && !errors.Is(err, storage.ErrNoSpace) {
+		s.forget(e)
+	}
+	return err
+}
+
 // closeJournalFile closes e's journal file if it is open. e keeps its
 // journal state; the next write reopens the file. Caller holds e.wmu.
 func (s *Store) closeJournalFile(e *entry) {
@@ -241,20 +256,14 @@ func (s *Store) loadLocked(e *entry) error {
 		}
 		return fmt.Errorf("file: load session %s: %w", e.id, ioErr(err))
 	}
-	ids := make(map[string]int, len(msgs))
-	mids := make([]string, len(msgs))
-	for i, m := range msgs {
-		id, err := messageID(m)
-		if err != nil {
-			err = damage(e.id, err)
-			s.markDamaged(e, err)
-			return err
-		}
-		ids[id] = i
-		mids[i] = id
+	ids, err := indexIDs(msgs)
+	if err != nil {
+		err = damage(e.id, err)
+		s.markDamaged(e, err)
+		return err
 	}
-	e.j, e.gen, e.ids, e.mids = j, gen, ids, mids
-	e.view.Store(&view{meta: meta, msgs: msgs})
+	e.j, e.gen, e.ids = j, gen, ids
+	e.view.Store(newView(meta, msgs))
 	s.mu.RLock()
 	same := e.meta != nil && metaEqual(e.meta, meta)
 	s.mu.RUnlock()
@@ -280,6 +289,19 @@ func (s *Store) markDamaged(e *entry, err error) {
 	if _, rerr := s.recordDirty(dirtyRec{kind: dirtyWrite, id: e.id}); rerr != nil {
 		s.log.Warn("could not record the damaged session for the next open", zap.String("session", e.id), zap.Error(rerr))
 	}
+}
+
+// indexIDs maps the stored messages' ids to their indexes.
+func indexIDs(msgs [][]byte) (map[string]int, error) {
+	ids := make(map[string]int, len(msgs))
+	for i, b := range msgs {
+		id, err := messageID(b)
+		if err != nil {
+			return nil, err
+		}
+		ids[id] = i
+	}
+	return ids, nil
 }
 
 // messageID reads a stored message's id.

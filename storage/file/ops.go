@@ -7,7 +7,6 @@ import (
 	"maps"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
@@ -36,24 +35,6 @@ func metaEqual(a, b *storage.Session) bool {
 		a.Revision == b.Revision && a.MessageCount == b.MessageCount &&
 		mapsEqual(a.Metadata, b.Metadata) && mapsEqual(a.Labels, b.Labels) &&
 		(pa == nil) == (pb == nil) && (pa == nil || *pa == *pb)
-}
-
-// validText refuses strings that protobuf cannot encode (invalid UTF-8) in
-// the metadata fields a request sets, naming the field.
-func validText(fields map[string]string, maps map[string]map[string]string) error {
-	for name, v := range fields {
-		if !utf8.ValidString(v) {
-			return fmt.Errorf("file: %s is not valid UTF-8: %w", name, storage.ErrInvalid)
-		}
-	}
-	for name, m := range maps {
-		for k, v := range m {
-			if !utf8.ValidString(k) || !utf8.ValidString(v) {
-				return fmt.Errorf("file: %s has an entry that is not valid UTF-8: %w", name, storage.ErrInvalid)
-			}
-		}
-	}
-	return nil
 }
 
 func marshalMessages(ms []*sessiondv1.Message) ([][]byte, error) {
@@ -103,8 +84,9 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest) (*storage
 	if req.Parent != nil {
 		parentID = req.Parent.SessionID
 	}
-	if err := validText(map[string]string{"title": req.Title, "summary": req.Summary, "parent.session_id": parentID},
-		map[string]map[string]string{"metadata": req.Metadata, "labels": req.Labels}); err != nil {
+	if err := errors.Join(storage.ValidateText("title", req.Title), storage.ValidateText("summary", req.Summary),
+		storage.ValidateText("parent.session_id", parentID),
+		storage.ValidateStringMap("metadata", req.Metadata), storage.ValidateStringMap("labels", req.Labels)); err != nil {
 		return nil, err
 	}
 	id := ""
@@ -153,6 +135,10 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest) (*storage
 // (or, when retry is set and matches, the existing session); otherwise a
 // fresh UUIDv7 is drawn.
 func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte, retry *storage.CreateRequest, fixedID bool) (*storage.Session, error) {
+	ids, err := indexIDs(enc)
+	if err != nil {
+		return nil, fmt.Errorf("file: create session: %w", err)
+	}
 	for range 100 {
 		if !fixedID {
 			u, err := uuid.NewV7()
@@ -209,14 +195,8 @@ func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte,
 			e.wmu.Unlock()
 			return nil, fmt.Errorf("file: create session %s: %w", meta.ID, err)
 		}
-		e.j, e.gen = j, 1
-		e.ids = make(map[string]int, len(enc))
-		e.mids = make([]string, len(enc))
-		for i, b := range enc {
-			id, _ := messageID(b)
-			e.ids[id], e.mids[i] = i, id
-		}
-		e.view.Store(&view{meta: meta, msgs: enc[:len(enc):len(enc)]})
+		e.j, e.gen, e.ids = j, 1, ids
+		e.view.Store(newView(meta, enc[:len(enc):len(enc)]))
 		s.setMeta(e, meta)
 		s.touch(e)
 		s.unlock(e)
@@ -273,12 +253,19 @@ func (s *Store) Get(ctx context.Context, ref storage.Ref) (*storage.Session, err
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	e, err := s.resolve(ref)
+	ref, err := storage.ValidateRef(ref)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, fmt.Errorf("file: %w", storage.ErrClosed)
+	}
+	e, err := s.resolveLocked(ref)
+	if err != nil {
+		return nil, err
+	}
 	if e.damaged != nil {
 		return nil, e.damaged
 	}
@@ -288,6 +275,10 @@ func (s *Store) Get(ctx context.Context, ref storage.Ref) (*storage.Session, err
 // readView returns a consistent state of ref's session, loading it if
 // needed.
 func (s *Store) readView(ref storage.Ref) (*view, error) {
+	ref, err := storage.ValidateRef(ref)
+	if err != nil {
+		return nil, err
+	}
 	e, err := s.resolve(ref)
 	if err != nil {
 		return nil, err
@@ -296,14 +287,36 @@ func (s *Store) readView(ref storage.Ref) (*view, error) {
 		return v, nil
 	}
 	var v *view
-	err = s.withSession(ref, func(e *entry) error {
-		if err := s.loadLocked(e); err != nil {
-			return err
-		}
-		v = e.view.Load()
+	err = s.withLoaded(ref, func(_ *entry, loaded *view) error {
+		v = loaded
 		return nil
 	})
 	return v, err
+}
+
+// withLoaded runs fn like withSession, with the session's state in memory:
+// v is its current view.
+func (s *Store) withLoaded(ref storage.Ref, fn func(e *entry, v *view) error) error {
+	return s.withSession(ref, func(e *entry) error {
+		if err := s.loadLocked(e); err != nil {
+			return err
+		}
+		return fn(e, e.view.Load())
+	})
+}
+
+// replaceWrite records e as changed, makes m and msgs its new state, and
+// tells watchers. what names the operation for errors. Caller holds e.wmu
+// and has loaded e.
+func (s *Store) replaceWrite(e *entry, what string, m *storage.Session, msgs [][]byte) error {
+	if err := s.beginWrite(e, dirtyWrite); err != nil {
+		return fmt.Errorf("file: %s session %s: %w", what, e.id, err)
+	}
+	if err := s.replaceLocked(e, m, msgs); err != nil {
+		return fmt.Errorf("file: %s session %s: %w", what, e.id, err)
+	}
+	s.broker.Publish(e.id, storage.Event{Type: storage.EventReplaced, Revision: m.Revision, Session: cloneMeta(m)})
+	return nil
 }
 
 // Load returns a session's metadata and the selected messages.
@@ -350,9 +363,10 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*
 	if opts.Limit < 0 {
 		return fmt.Errorf("file: list limit %d is negative: %w", opts.Limit, storage.ErrInvalid)
 	}
-	var cur *listKey
-	if opts.After != nil {
-		cur = &listKey{t: opts.After.UpdatedAt, id: opts.After.ID}
+	var cur listKey // the last session looked at, when started
+	started := opts.After != nil
+	if started {
+		cur = listKey{t: opts.After.UpdatedAt, id: opts.After.ID}
 	}
 	sent := int64(0)
 	page := make([]*storage.Session, 0, 256)
@@ -369,8 +383,8 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*
 		done := true
 		if n := s.ns[opts.Namespace]; n != nil {
 			i := len(n.list) - 1
-			if cur != nil {
-				i = n.search(*cur) - 1
+			if started {
+				i = n.search(cur) - 1
 			}
 			for ; i >= 0; i-- {
 				e := n.list[i]
@@ -382,8 +396,7 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*
 					done = false
 					break
 				}
-				k := e.key
-				cur = &k
+				cur, started = e.key, true
 				if matches(m, &opts) {
 					page = append(page, m)
 				}
@@ -429,8 +442,8 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest) (*storage.Ses
 	if err != nil {
 		return nil, err
 	}
-	if err := validText(map[string]string{"title": req.Title, "summary": req.Summary},
-		map[string]map[string]string{"metadata": req.Metadata}); err != nil {
+	if err := errors.Join(storage.ValidateText("title", req.Title), storage.ValidateText("summary", req.Summary),
+		storage.ValidateStringMap("metadata", req.Metadata)); err != nil {
 		return nil, err
 	}
 	prepared, err := storage.PrepareMessages("messages", req.Messages, time.Now().UTC())
@@ -448,11 +461,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest) (*storage.Ses
 	var raced error // a create that lost a race, to answer if the winner is not ours to save into
 	for range 10 {
 		var out *storage.Session
-		err := s.withSession(ref, func(e *entry) error {
-			if err := s.loadLocked(e); err != nil {
-				return err
-			}
-			v := e.view.Load()
+		err := s.withLoaded(ref, func(e *entry, v *view) error {
 			if noop, err := s.sameContent(e.id, v, req.Title, req.Summary, req.Metadata, req.Messages); err != nil {
 				return err
 			} else if noop {
@@ -465,13 +474,9 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest) (*storage.Ses
 			m := cloneMeta(v.meta)
 			m.Title, m.Summary, m.Metadata = req.Title, req.Summary, maps.Clone(req.Metadata)
 			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(enc)), m.Revision+1, now(v.meta.UpdatedAt)
-			if err := s.beginWrite(e, dirtyWrite); err != nil {
-				return fmt.Errorf("file: save session %s: %w", e.id, err)
+			if err := s.replaceWrite(e, "save", m, enc); err != nil {
+				return err
 			}
-			if err := s.replaceLocked(e, m, enc); err != nil {
-				return fmt.Errorf("file: save session %s: %w", e.id, err)
-			}
-			s.broker.Publish(e.id, storage.Event{Type: storage.EventReplaced, Revision: m.Revision, Session: cloneMeta(m)})
 			out = cloneMeta(m)
 			return nil
 		})
@@ -530,17 +535,12 @@ func (s *Store) replaceLocked(e *entry, m *storage.Session, msgs [][]byte) error
 	if err := s.rewriteLocked(e, m, msgs); err != nil {
 		return err
 	}
-	ids := make(map[string]int, len(msgs))
-	mids := make([]string, len(msgs))
-	for i, b := range msgs {
-		id, err := messageID(b)
-		if err != nil {
-			return damage(e.id, err)
-		}
-		ids[id], mids[i] = i, id
+	ids, err := indexIDs(msgs)
+	if err != nil {
+		return damage(e.id, err)
 	}
-	e.ids, e.mids = ids, mids
-	e.view.Store(&view{meta: m, msgs: msgs})
+	e.ids = ids
+	e.view.Store(newView(m, msgs))
 	s.setMeta(e, m)
 	s.touch(e)
 	return nil
@@ -643,7 +643,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	v := e.view.Load()
 	meta := *v.meta
 	msgs := v.msgs
-	added := map[string][]byte{} // ids appended earlier in this batch
+	added := map[string]int{} // ids appended earlier in this batch -> index in msgs
 	type change struct {
 		op   *appendOp
 		meta storage.Session
@@ -659,20 +659,16 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		old, fresh := 0, 0
 		var err error
 		for i, m := range op.orig {
-			var stored []byte
-			if m.GetId() != "" {
-				if j, ok := e.ids[m.GetId()]; ok {
-					stored = msgs[j]
-				} else if b, ok := added[m.GetId()]; ok {
-					stored = b
-				}
+			j, ok := e.ids[m.GetId()]
+			if !ok {
+				j, ok = added[m.GetId()]
 			}
-			if stored == nil {
+			if m.GetId() == "" || !ok {
 				fresh++
 				continue
 			}
 			old++
-			same, serr := sameStored(e.id, stored, m)
+			same, serr := sameStored(e.id, msgs[j], m)
 			if serr != nil {
 				err = serr
 				break
@@ -700,8 +696,8 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		meta.Revision++
 		meta.MessageCount += int64(len(op.enc))
 		meta.UpdatedAt = now(meta.UpdatedAt)
-		for i, b := range op.enc {
-			added[op.prepared[i].GetId()] = b
+		for i, p := range op.prepared {
+			added[p.GetId()] = len(msgs) + i
 		}
 		msgs = append(msgs, op.enc...)
 		recs = append(recs, record{kind: recAppend, rev: meta.Revision, updatedAt: meta.UpdatedAt, msgs: op.enc})
@@ -717,29 +713,16 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		}
 		return
 	}
-	opened := s.journalFile(e) // nothing was written if it fails
-	err := opened
-	if err == nil {
-		err = s.journalWrite(e.j, encodeCommit(recs))
-	}
-	if err != nil {
+	if err := s.writeJournal(e, encodeCommit(recs)); err != nil {
 		err = fmt.Errorf("file: append to session %s: %w", e.id, err)
 		for _, c := range changes {
 			finish(c.op, storage.AppendResult{}, err)
 		}
-		if opened == nil && !errors.Is(err, storage.ErrNoSpace) {
-			s.forget(e) // unsure what the file holds now: read it again
-		}
 		return
 	}
-	base := len(v.msgs)
-	for i := base; i < len(msgs); i++ {
-		id, _ := messageID(msgs[i])
-		e.ids[id] = i
-		e.mids = append(e.mids, id)
-	}
+	maps.Copy(e.ids, added)
 	final := meta
-	e.view.Store(&view{meta: &final, msgs: msgs})
+	e.view.Store(&view{meta: &final, msgs: msgs, size: v.size + msgsSize(msgs[len(v.msgs):])})
 	s.setMeta(e, &final)
 	for _, c := range changes {
 		m := c.meta
@@ -773,8 +756,8 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 	if req.Fields&UpdateAll != req.Fields {
 		return nil, fmt.Errorf("file: update names unknown fields %#x: %w", req.Fields&^UpdateAll, storage.ErrInvalid)
 	}
-	if err := validText(map[string]string{"title": req.Title, "summary": req.Summary},
-		map[string]map[string]string{"metadata": req.Metadata, "labels": req.Labels}); err != nil {
+	if err := errors.Join(storage.ValidateText("title", req.Title), storage.ValidateText("summary", req.Summary),
+		storage.ValidateStringMap("metadata", req.Metadata), storage.ValidateStringMap("labels", req.Labels)); err != nil {
 		return nil, err
 	}
 	if req.Fields&storage.UpdateAlias != 0 && req.Alias != "" {
@@ -787,11 +770,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 	}
 	defer s.writes.Done()
 	var out *storage.Session
-	err := s.withSession(req.Ref, func(e *entry) error {
-		if err := s.loadLocked(e); err != nil {
-			return err
-		}
-		v := e.view.Load()
+	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
 		m := cloneMeta(v.meta)
 		if req.Fields&storage.UpdateAlias != 0 {
 			m.Alias = req.Alias
@@ -843,19 +822,11 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 		}
 		m.Revision++
 		m.UpdatedAt = now(v.meta.UpdatedAt)
-		opened := s.journalFile(e) // nothing was written if it fails
-		err := opened
-		if err == nil {
-			err = s.journalWrite(e.j, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}}))
-		}
-		if err != nil {
+		if err := s.writeJournal(e, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}})); err != nil {
 			unreserve()
-			if opened == nil && !errors.Is(err, storage.ErrNoSpace) {
-				s.forget(e)
-			}
 			return fmt.Errorf("file: update session %s: %w", e.id, err)
 		}
-		e.view.Store(&view{meta: m, msgs: v.msgs})
+		e.view.Store(&view{meta: m, msgs: v.msgs, size: v.size})
 		s.setMeta(e, m)
 		s.broker.Publish(e.id, storage.Event{Type: storage.EventUpdated, Revision: m.Revision, Session: cloneMeta(m)})
 		out = cloneMeta(m)
@@ -922,7 +893,7 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := validText(map[string]string{"title": req.Title}, nil); err != nil {
+	if err := storage.ValidateText("title", req.Title); err != nil {
 		return nil, err
 	}
 	if req.MessageCount < 0 {
@@ -976,11 +947,7 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 	}
 	defer s.writes.Done()
 	var out *storage.Session
-	err := s.withSession(req.Ref, func(e *entry) error {
-		if err := s.loadLocked(e); err != nil {
-			return err
-		}
-		v := e.view.Load()
+	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
 		if req.MessageCount > int64(len(v.msgs)) {
 			return fmt.Errorf("file: message_count %d is more than the %d messages of session %s: %w", req.MessageCount, len(v.msgs), e.id, storage.ErrInvalid)
 		}
@@ -993,13 +960,9 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		}
 		m := cloneMeta(v.meta)
 		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, m.Revision+1, now(v.meta.UpdatedAt)
-		if err := s.beginWrite(e, dirtyWrite); err != nil {
-			return fmt.Errorf("file: rewind session %s: %w", e.id, err)
+		if err := s.replaceWrite(e, "rewind", m, v.msgs[:req.MessageCount]); err != nil {
+			return err
 		}
-		if err := s.replaceLocked(e, m, v.msgs[:req.MessageCount]); err != nil {
-			return fmt.Errorf("file: rewind session %s: %w", e.id, err)
-		}
-		s.broker.Publish(e.id, storage.Event{Type: storage.EventReplaced, Revision: m.Revision, Session: cloneMeta(m)})
 		out = cloneMeta(m)
 		return nil
 	})

@@ -118,13 +118,12 @@ type entry struct {
 	id string
 
 	// wmu serialises the writes to this session, and the first load of its
-	// files: whoever holds it owns the session's files, j, gen, ids and mids.
+	// files: whoever holds it owns the session's files, j, gen and ids.
 	// It is held across disk I/O; readers of a loaded session never take it.
-	wmu  sync.Mutex
-	j    *journal
-	gen  uint64
-	ids  map[string]int // message id -> index, for idempotency checks
-	mids []string       // message ids in order
+	wmu sync.Mutex
+	j   *journal
+	gen uint64
+	ids map[string]int // message id -> index, for idempotency checks
 
 	// view is what readers see: replaced (never modified) by writers while
 	// holding wmu; nil when the session's messages are not in memory.
@@ -159,6 +158,20 @@ type entry struct {
 type view struct {
 	meta *storage.Session
 	msgs [][]byte // protobuf-encoded messages
+	size int64    // msgsSize(msgs): kept so that touch costs no walk over msgs
+}
+
+func newView(meta *storage.Session, msgs [][]byte) *view {
+	return &view{meta: meta, msgs: msgs, size: msgsSize(msgs)}
+}
+
+// msgsSize is what msgs count against the cache budget.
+func msgsSize(msgs [][]byte) int64 {
+	var n int64
+	for _, m := range msgs {
+		n += int64(len(m)) + 48
+	}
+	return n
 }
 
 // Open opens (creating if needed) the data dir and returns the store. It
@@ -480,7 +493,7 @@ func (s *Store) begin() error {
 	return nil
 }
 
-// resolve finds ref's session. Caller holds mu.
+// resolveLocked finds ref's session. Caller holds mu.
 func (s *Store) resolveLocked(ref storage.Ref) (*entry, error) {
 	if ref.ID != "" {
 		e := s.byID[ref.ID]
@@ -506,11 +519,8 @@ func (s *Store) resolveLocked(ref storage.Ref) (*entry, error) {
 	return nil, fmt.Errorf("file: session with alias %q in namespace %q: %w", ref.Alias, ref.Namespace, storage.ErrNotFound)
 }
 
+// resolve finds ref's session, validated by the caller.
 func (s *Store) resolve(ref storage.Ref) (*entry, error) {
-	ref, err := storage.ValidateRef(ref)
-	if err != nil {
-		return nil, err
-	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -554,12 +564,9 @@ func (s *Store) withSession(ref storage.Ref, fn func(e *entry) error) error {
 // touch records that e's view is in memory and evicts the least recently
 // used views past the cache budget. Caller holds e.wmu.
 func (s *Store) touch(e *entry) {
-	v := e.view.Load()
 	var size int64
-	if v != nil {
-		for _, m := range v.msgs {
-			size += int64(len(m)) + 48
-		}
+	if v := e.view.Load(); v != nil {
+		size = v.size
 	}
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
@@ -604,7 +611,7 @@ func (s *Store) dropLocked(e *entry) {
 	e.view.Store(nil)
 	s.closeJournalFile(e)
 	e.j = nil
-	e.ids, e.mids = nil, nil
+	e.ids = nil
 }
 
 // setMeta publishes a session's new metadata to readers and the list index.
