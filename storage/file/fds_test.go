@@ -3,6 +3,7 @@ package file
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,6 +23,11 @@ import (
 // journalFDs counts this process's descriptors open on a session journal
 // under dir (not on the temp folders of creates in progress). ok is false
 // where /proc/self/fd cannot tell.
+//
+// Reading /proc/self/fd is not atomic: a descriptor listed for a journal
+// that is then closed, and a journal opened meanwhile on the number of
+// another listed descriptor, would both be counted. So the descriptors are
+// read until two passes in a row agree, and counted then.
 func journalFDs(t *testing.T, dir string) (n int, ok bool) {
 	t.Helper()
 	if runtime.GOOS != "linux" {
@@ -32,10 +38,28 @@ func journalFDs(t *testing.T, dir string) (n int, ok bool) {
 		t.Fatalf("resolve %s: %v", dir, err)
 	}
 	root := filepath.Join(real, "sessions") + string(filepath.Separator)
+	prev, ok := journalFDTargets(root)
+	for ok {
+		cur, curOK := journalFDTargets(root)
+		if !curOK {
+			return 0, false
+		}
+		if maps.Equal(prev, cur) {
+			return len(cur), true
+		}
+		prev = cur
+	}
+	return 0, false
+}
+
+// journalFDTargets maps this process's descriptors open on a session
+// journal under root to the journal's path.
+func journalFDTargets(root string) (map[string]string, bool) {
 	des, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		return 0, false
+		return nil, false
 	}
+	fds := map[string]string{}
 	for _, de := range des {
 		target, err := os.Readlink(filepath.Join("/proc/self/fd", de.Name()))
 		if err != nil || !strings.HasPrefix(target, root) {
@@ -43,10 +67,10 @@ func journalFDs(t *testing.T, dir string) (n int, ok bool) {
 		}
 		sid, name, found := strings.Cut(strings.TrimPrefix(target, root), string(filepath.Separator))
 		if found && isSessionID(sid) && strings.HasPrefix(name, "journal-") {
-			n++
+			fds[de.Name()] = target
 		}
 	}
-	return n, true
+	return fds, true
 }
 
 // fdWatch samples the open journal descriptors under dir, by /proc and by

@@ -183,6 +183,24 @@ func (s *Store) writeJournal(e *entry, frame []byte) error {
 	return err
 }
 
+// reserveJournalSlot closes e's journal file, keeping its slot, or takes a
+// slot if the file was closed; releaseJournalSlot gives it back. Caller
+// holds e.wmu.
+func (s *Store) reserveJournalSlot(e *entry) {
+	if e.j == nil || e.j.f == nil {
+		s.acquireJournalSlot(e)
+		return
+	}
+	_ = e.j.f.Close()
+	e.j.f = nil
+	s.jfiles.mu.Lock()
+	if e.jelem != nil {
+		s.jfiles.lru.Remove(e.jelem)
+		e.jelem = nil
+	}
+	s.jfiles.mu.Unlock()
+}
+
 // closeJournalFile closes e's journal file if it is open. e keeps its
 // journal state; the next write reopens the file. Caller holds e.wmu.
 func (s *Store) closeJournalFile(e *entry) {
@@ -458,6 +476,12 @@ func (s *Store) rewriteLocked(e *entry, meta *storage.Session, msgs [][]byte) er
 	gen := e.gen + 1
 	jpath := filepath.Join(dir, journalName(gen))
 	head := encodeJournalHead(gen, e.id)
+	// The new journal is written in e's journal slot, so that a rewrite
+	// never has more journal files open than the bound. The new journal's
+	// file is opened by the next write; after a failure the next write
+	// reopens the old one.
+	s.reserveJournalSlot(e)
+	defer s.releaseJournalSlot(e)
 	if err := writeFileSync(&s.stats, jpath, head); err != nil {
 		return err
 	}
@@ -465,8 +489,6 @@ func (s *Store) rewriteLocked(e *entry, meta *storage.Session, msgs [][]byte) er
 		_ = os.Remove(jpath)
 		return err
 	}
-	// The new journal's file is opened by the next write.
-	s.closeJournalFile(e)
 	_ = os.Remove(filepath.Join(dir, journalName(e.gen)))
 	e.j = &journal{path: jpath, tail: int64(len(head)), alloc: int64(len(head))}
 	e.gen = gen
