@@ -60,6 +60,95 @@ func PrepareMessages(field string, msgs []*sessiondv1.Message, now time.Time) ([
 	return out, nil
 }
 
+// CheckMessages checks a batch of messages the way every write does and
+// returns its encoded size: each message is not null, has a known role, only
+// valid UTF-8 strings, a valid id (when set) and tool-call ids, a valid
+// created_at, and an encoding within max_message_bytes; no id repeats. field
+// names the batch ("messages"); offset is the index of msgs[0] in it, and
+// seen, when not nil, carries ids across the calls for one batch sent in
+// several frames.
+func (l Limits) CheckMessages(field string, msgs []*sessiondv1.Message, offset int, seen map[string]int) (int64, error) {
+	var total int64
+	for i, m := range msgs {
+		n, err := l.checkMessage(field, offset+i, m, seen)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+func (l Limits) checkMessage(field string, i int, m *sessiondv1.Message, seen map[string]int) (int64, error) {
+	f := fmt.Sprintf("%s[%d]", field, i)
+	if m == nil {
+		return 0, Invalid(f, "is null")
+	}
+	if m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
+		return 0, Invalid(f+".role", "is unspecified")
+	}
+	if _, ok := sessiondv1.Role_name[int32(m.GetRole())]; !ok {
+		return 0, Invalid(f+".role", "%d is not a known role", m.GetRole())
+	}
+	// Protobuf strings must be UTF-8; refuse here what would otherwise
+	// fail (or panic) later, inside a backend's encoder.
+	if path, bad := invalidUTF8(m.ProtoReflect()); bad {
+		return 0, Invalid(f+"."+path, "is not valid UTF-8")
+	}
+	if id := m.GetId(); id != "" {
+		if err := ValidateMessageID(f+".id", id); err != nil {
+			return 0, err
+		}
+		if seen != nil {
+			if j, dup := seen[id]; dup {
+				return 0, Invalid(f+".id", "%q repeats %s[%d].id", clip(id), field, j)
+			}
+			seen[id] = i
+		}
+	}
+	for j, tc := range m.GetToolCalls() {
+		if err := ValidateMessageID(fmt.Sprintf("%s.tool_calls[%d].id", f, j), tc.GetId()); err != nil {
+			return 0, err
+		}
+	}
+	if ts := m.GetCreatedAt(); ts != nil {
+		if err := ts.CheckValid(); err != nil {
+			return 0, Invalid(f+".created_at", "is not a valid time: %v", err)
+		}
+	}
+	n := int64(proto.Size(m))
+	if n > l.MaxMessageBytes {
+		return 0, &LimitError{Field: f, Limit: "max_message_bytes", Size: n, Max: l.MaxMessageBytes}
+	}
+	return n, nil
+}
+
+// PrepareMessages checks msgs with CheckMessages and returns copies ready to
+// store: a missing id becomes a new UUID and a missing created_at becomes
+// now. maxTotal, when positive, bounds the batch's encoded size
+// (max_session_bytes). The caller's messages are not modified.
+func (l Limits) PrepareMessages(field string, msgs []*sessiondv1.Message, now time.Time, maxTotal int64) ([]*sessiondv1.Message, error) {
+	total, err := l.CheckMessages(field, msgs, 0, make(map[string]int, len(msgs)))
+	if err != nil {
+		return nil, err
+	}
+	if maxTotal > 0 && total > maxTotal {
+		return nil, &LimitError{Field: field, Limit: "max_session_bytes", Size: total, Max: maxTotal}
+	}
+	out := make([]*sessiondv1.Message, len(msgs))
+	for i, m := range msgs {
+		c := proto.Clone(m).(*sessiondv1.Message)
+		if c.Id == "" {
+			c.Id = uuid.NewString()
+		}
+		if c.CreatedAt == nil {
+			c.CreatedAt = timestamppb.New(now)
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
 // SameMessage reports whether incoming, as a client sent it again, is the
 // message stored: equal field for field (unknown fields included), ignoring
 // created_at when the client left it for the server to fill in.

@@ -1,5 +1,20 @@
-// Package storage defines the Store interface that every sessiond backend
-// implements, its plain Go request and option types, and its sentinel errors.
+// Package storage is the layer between the server and the backends: the
+// Store the server calls, the Driver a backend implements, their plain Go
+// request and option types, the request rules every backend shares, and the
+// sentinel errors.
+//
+// # Layers
+//
+// In the manner of go-cloud's portable blob.Bucket over driver.Bucket, New
+// wraps a backend's Driver in the portable Store. The portable Store checks
+// every request once (names, ids, UTF-8, counts, messages, and the Limits)
+// and prepares messages (ids and created_at filled in); the Driver
+// implements only the primitives, receives only valid requests, and applies
+// the rules that need the stored state through this package's functions
+// (CheckAppend, CheckRevision, SameCreate, SameSave, ApplyUpdate,
+// CheckCount), so that no rule is written twice. An invalid request is a
+// *FieldError (ErrInvalid) naming the field, a request over a limit a
+// *LimitError (ErrTooLarge) naming the limit; errors.As finds both.
 //
 // The server translates gRPC requests into these types and knows nothing of
 // files or SQL; backends know nothing of RPC. The one protobuf type used here

@@ -1,0 +1,219 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+// Driver is what a backend implements: the primitive operations on stored
+// sessions, with none of the request rules. The portable Store that New
+// returns checks every argument, applies the Limits and prepares messages
+// before it calls a Driver, so a Driver receives only valid requests:
+//
+//   - every Ref has a valid namespace and either a canonical (lowercase)
+//     session id or a valid alias, never both;
+//   - aliases, titles, summaries, metadata and labels are valid and within
+//     the limits; an UpdateRequest names at least one known field;
+//   - counts, offsets and limits are not negative; a tail load has no offset;
+//   - a search query is not empty;
+//   - messages arrive as a Messages batch: already checked, with every id and
+//     created_at filled in (the request's own Messages field is nil).
+//
+// A Driver still decides what needs the stored state, under its own lock or
+// transaction, using the shared rule functions of this package so that each
+// rule is written once: CheckAppend (idempotent append, then the expected
+// revision), CheckRevision, SameCreate, SameSave, ApplyUpdate, CheckCount.
+//
+// # Errors
+//
+// A Driver returns errors that wrap the package's sentinels (ErrNotFound,
+// ErrAliasInUse, ErrConflict, ...) or the context's error; anything else is
+// an internal error. Callers never parse error text: a Driver's wording may
+// name its own internals (paths, SQL) and is logged, not shown to clients,
+// except for ErrInvalid, ErrTooLarge, ErrConflict, ErrAliasInUse and
+// ErrMessageConflict, whose text the server shows. Those texts must
+// therefore name the field, alias or revision and nothing internal, without
+// a backend prefix.
+//
+// # Concurrency and durability
+//
+// The package doc's contracts (concurrency, durability, revisions, watch)
+// are the Driver's to keep: every method is safe for concurrent use; a write
+// that returns nil is durable; a write that fails changed nothing. Every
+// method returns ErrClosed after Close.
+type Driver interface {
+	// Create makes a session with revision 1 holding msgs.Prepared. req.ID is
+	// "" (the driver draws a new id, a UUIDv7 preferred) or a canonical UUID;
+	// if that id exists, SameCreate decides between answering the existing
+	// session (a retried create) and ErrAlreadyExists. Errors:
+	// ErrAliasInUse, ErrAlreadyExists, ErrNoSpace.
+	Create(ctx context.Context, req CreateRequest, msgs Messages) (*Session, error)
+
+	// Get returns a session's metadata. Errors: ErrNotFound, ErrDataLoss.
+	Get(ctx context.Context, ref Ref) (*Session, error)
+
+	// Load returns the metadata and the messages opts selects as one
+	// snapshot; an offset beyond the session is an empty answer. Errors:
+	// ErrNotFound, ErrDataLoss.
+	Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error)
+
+	// List yields matching sessions in list order (UpdatedAt newest first,
+	// then ID), without locks held while yield runs, and stops at the first
+	// error yield returns, returning it.
+	List(ctx context.Context, opts ListOptions, yield func(*Session) error) error
+
+	// Save replaces messages (msgs.Prepared), title, summary and metadata.
+	// SameSave decides the no-op before CheckRevision. With
+	// req.CreateIfMissing and no such session, it creates one (revision 1;
+	// a non-zero ExpectedRevision is then ErrConflict). Errors: ErrNotFound,
+	// ErrConflict, ErrAliasInUse, ErrNoSpace, ErrDataLoss.
+	Save(ctx context.Context, req SaveRequest, msgs Messages) (*Session, error)
+
+	// Append adds msgs.Prepared atomically. Under the session's lock (or in
+	// its transaction) it reads the stored messages with the ids of
+	// msgs.SentIDs and calls CheckAppend, which classifies the batch
+	// (no-op, ErrMessageConflict) before checking the expected revision
+	// (ErrConflict). Errors: ErrNotFound, ErrConflict, ErrMessageConflict,
+	// ErrNoSpace, ErrDataLoss.
+	Append(ctx context.Context, req AppendRequest, msgs Messages) (AppendResult, error)
+
+	// Update changes the fields req.Fields names; ApplyUpdate computes the
+	// new metadata and whether anything changed (the no-op check comes
+	// before CheckRevision). Errors: ErrNotFound, ErrConflict, ErrAliasInUse,
+	// ErrNoSpace.
+	Update(ctx context.Context, req UpdateRequest) (*Session, error)
+
+	// Delete removes a session. Errors: ErrNotFound, ErrConflict.
+	Delete(ctx context.Context, ref Ref, expectedRevision uint64) error
+
+	// Fork copies a session's first req.MessageCount messages (0 = all) into
+	// a new session; CheckCount refuses a count beyond the session. Errors:
+	// ErrNotFound, ErrInvalid (from CheckCount), ErrAliasInUse, ErrNoSpace,
+	// ErrDataLoss.
+	Fork(ctx context.Context, req ForkRequest) (*Session, error)
+
+	// Rewind keeps a session's first req.MessageCount messages; CheckCount
+	// refuses a count beyond the session, and keeping every message is a
+	// no-op before CheckRevision. Errors: ErrNotFound, ErrConflict,
+	// ErrInvalid (from CheckCount), ErrNoSpace, ErrDataLoss.
+	Rewind(ctx context.Context, req RewindRequest) (*Session, error)
+
+	// Search yields hits session by session in list order, and within a
+	// session in message order (metadata hit first); a damaged session is
+	// skipped.
+	Search(ctx context.Context, opts SearchOptions, yield func(SearchHit) error) error
+
+	// Watch subscribes to a session's changes after fromRevision (0 = from
+	// now). Errors: ErrNotFound, ErrWatchReset.
+	Watch(ctx context.Context, ref Ref, fromRevision uint64) (*Subscription, error)
+
+	// Close releases the backend; it waits for writes in progress and ends
+	// every subscription with ErrClosed.
+	Close() error
+}
+
+// Messages is a request's batch of messages as the portable Store hands it
+// to a Driver: checked once, and prepared once.
+type Messages struct {
+	// Prepared are the messages to store, in order: copies of Sent with every
+	// missing id set to a new UUID and every missing created_at set to the
+	// request's time. The Driver owns them (it may keep them, and publish
+	// them in events) and must not modify them.
+	Prepared []*sessiondv1.Message
+	// Sent are the messages as the client sent them, for comparing a retry
+	// with what is stored (SameMessage ignores a created_at the client left
+	// unset). Read only.
+	Sent []*sessiondv1.Message
+}
+
+// SentIDs returns the ids the client chose, in batch order: the only ids of
+// the batch that can already be stored. A Driver reads the stored messages
+// with these ids before calling CheckAppend.
+func (m Messages) SentIDs() []string {
+	ids := make([]string, 0, len(m.Sent))
+	for _, s := range m.Sent {
+		if id := s.GetId(); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// StoredFunc looks up the message with a given id in the session a write is
+// about: the stored message and true, or false when the session holds no
+// message with that id. An error (ErrDataLoss for a stored message that does
+// not decode) ends the check with that error.
+type StoredFunc func(id string) (*sessiondv1.Message, bool, error)
+
+// CheckAppend applies the idempotent-append rule to msgs against a session
+// whose id is sessionID and whose revision is revision:
+//
+//   - every message already stored with the same content (SameMessage), or
+//     an empty batch: a no-op; it returns noop true and the Driver answers
+//     the session's current revision and count, changing nothing;
+//   - a stored id with other content, or a batch that mixes stored and new
+//     messages: ErrMessageConflict, naming the message;
+//   - only new messages: CheckRevision(sessionID, expected, revision), so a
+//     stale expected revision is ErrConflict; nil means append.
+//
+// The idempotency classification comes before the revision check, so a retry
+// of an append that landed succeeds. stored is called only for the ids the
+// client chose.
+func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, stored StoredFunc) (noop bool, err error) {
+	old, fresh := 0, 0
+	for i, m := range msgs.Sent {
+		id := m.GetId()
+		if id == "" {
+			fresh++
+			continue
+		}
+		s, ok, err := stored(id)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			fresh++
+			continue
+		}
+		if !SameMessage(s, m) {
+			return false, fmt.Errorf("messages[%d].id %q is in session %s with other content: %w", i, clip(id), sessionID, ErrMessageConflict)
+		}
+		old++
+	}
+	switch {
+	case old > 0 && fresh > 0:
+		return false, fmt.Errorf("the append to session %s mixes %d stored and %d new messages: %w", sessionID, old, fresh, ErrMessageConflict)
+	case fresh == 0:
+		return true, nil
+	}
+	return false, CheckRevision(sessionID, expected, revision)
+}
+
+// CheckRevision returns ErrConflict when expected is not zero and differs
+// from the session's current revision.
+func CheckRevision(sessionID string, expected, current uint64) error {
+	if expected != 0 && expected != current {
+		return fmt.Errorf("session %s is at revision %d, expected %d: %w", sessionID, current, expected, ErrConflict)
+	}
+	return nil
+}
+
+// CheckCount refuses a fork or rewind message_count beyond the session's
+// messages (ErrInvalid naming message_count).
+func CheckCount(sessionID string, count, have int64) error {
+	if count > have {
+		return Invalid("message_count", "%d is more than the %d messages of session %s", count, have, sessionID)
+	}
+	return nil
+}
+
+// clip shortens a client's string for an error message.
+func clip(s string) string {
+	const n = 32
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,124 @@
+package storage
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+// Limits are the sizes the portable Store enforces before a request reaches
+// a Driver. A request over one fails with a *LimitError (ErrTooLarge) naming
+// the limit by its ServerLimits field name (e.g. "max_title_bytes"), which is
+// also the daemon's flag name with dashes.
+type Limits struct {
+	MaxMessageBytes  int64 // one encoded message
+	MaxFrameBytes    int64 // one encoded request frame (the server's gRPC receive limit)
+	MaxTitleBytes    int64
+	MaxSummaryBytes  int64
+	MaxMapEntries    int64 // entries of a session's metadata or labels
+	MaxMapKeyBytes   int64
+	MaxMapValueBytes int64
+	// MaxSessionBytes bounds the encoded messages of one Save (and of one
+	// SaveSession stream, which the server holds in memory until complete).
+	MaxSessionBytes int64
+}
+
+// DefaultLimits returns the daemon's default limits.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxMessageBytes:  16 << 20,
+		MaxFrameBytes:    64 << 20,
+		MaxTitleBytes:    1 << 10,
+		MaxSummaryBytes:  1 << 20,
+		MaxMapEntries:    256,
+		MaxMapKeyBytes:   256,
+		MaxMapValueBytes: 64 << 10,
+		MaxSessionBytes:  1 << 30,
+	}
+}
+
+// Validate reports a limit that is not positive, naming it.
+func (l Limits) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"max_message_bytes", l.MaxMessageBytes},
+		{"max_frame_bytes", l.MaxFrameBytes},
+		{"max_title_bytes", l.MaxTitleBytes},
+		{"max_summary_bytes", l.MaxSummaryBytes},
+		{"max_map_entries", l.MaxMapEntries},
+		{"max_map_key_bytes", l.MaxMapKeyBytes},
+		{"max_map_value_bytes", l.MaxMapValueBytes},
+		{"max_session_bytes", l.MaxSessionBytes},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("limit %s is %d; it must be positive", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// Proto returns the limits as GetServerInfo reports them.
+func (l Limits) Proto() *sessiondv1.ServerLimits {
+	return &sessiondv1.ServerLimits{
+		MaxMessageBytes:  l.MaxMessageBytes,
+		MaxFrameBytes:    l.MaxFrameBytes,
+		MaxTitleBytes:    l.MaxTitleBytes,
+		MaxMapEntries:    l.MaxMapEntries,
+		MaxMapKeyBytes:   l.MaxMapKeyBytes,
+		MaxMapValueBytes: l.MaxMapValueBytes,
+		MaxSummaryBytes:  l.MaxSummaryBytes,
+		MaxSessionBytes:  l.MaxSessionBytes,
+	}
+}
+
+// CheckFrame enforces max_frame_bytes on one encoded request frame.
+func (l Limits) CheckFrame(m proto.Message) error {
+	if n := int64(proto.Size(m)); n > l.MaxFrameBytes {
+		return &LimitError{Field: "request frame", Limit: "max_frame_bytes", Size: n, Max: l.MaxFrameBytes}
+	}
+	return nil
+}
+
+// CheckTitle checks a title (or a search query, which the title limit also
+// bounds): valid UTF-8, at most max_title_bytes.
+func (l Limits) CheckTitle(field, s string) error {
+	if int64(len(s)) > l.MaxTitleBytes {
+		return &LimitError{Field: field, Limit: "max_title_bytes", Size: int64(len(s)), Max: l.MaxTitleBytes}
+	}
+	return ValidateText(field, s)
+}
+
+// CheckSummary checks a summary: valid UTF-8, at most max_summary_bytes.
+func (l Limits) CheckSummary(field, s string) error {
+	if int64(len(s)) > l.MaxSummaryBytes {
+		return &LimitError{Field: field, Limit: "max_summary_bytes", Size: int64(len(s)), Max: l.MaxSummaryBytes}
+	}
+	return ValidateText(field, s)
+}
+
+// CheckMap checks a session's metadata or labels: at most max_map_entries
+// entries; keys non-empty, valid UTF-8 and at most max_map_key_bytes; values
+// valid UTF-8 and at most max_map_value_bytes. A message's own metadata is
+// bounded by max_message_bytes instead: it is part of the message's
+// encoding, which is stored as it came.
+func (l Limits) CheckMap(field string, m map[string]string) error {
+	if int64(len(m)) > l.MaxMapEntries {
+		return &LimitError{Field: field, Limit: "max_map_entries", Size: int64(len(m)), Max: l.MaxMapEntries}
+	}
+	for k, v := range m {
+		if k == "" {
+			return Invalid(field, "has an empty key")
+		}
+		if int64(len(k)) > l.MaxMapKeyBytes {
+			return &LimitError{Field: fmt.Sprintf("%s key %q", field, clip(k)), Limit: "max_map_key_bytes", Size: int64(len(k)), Max: l.MaxMapKeyBytes}
+		}
+		if int64(len(v)) > l.MaxMapValueBytes {
+			return &LimitError{Field: fmt.Sprintf("%s[%q]", field, clip(k)), Limit: "max_map_value_bytes", Size: int64(len(v)), Max: l.MaxMapValueBytes}
+		}
+	}
+	return ValidateStringMap(field, m)
+}
