@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
@@ -13,8 +12,8 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-// codeOf is the one table from storage's sentinel errors to gRPC codes
-// (DESIGN.md "Errors"). Order matters only for errors that wrap several.
+// codeOf is the one table from storage's sentinel errors to gRPC codes.
+// Order matters only for errors that wrap several.
 var codeOf = []struct {
 	err  error
 	code codes.Code
@@ -25,7 +24,7 @@ var codeOf = []struct {
 	{storage.ErrMessageConflict, codes.AlreadyExists},
 	{storage.ErrConflict, codes.Aborted},
 	{storage.ErrInvalid, codes.InvalidArgument},
-	{errTooLarge, codes.ResourceExhausted},
+	{storage.ErrTooLarge, codes.ResourceExhausted},
 	{storage.ErrNoSpace, codes.ResourceExhausted},
 	{storage.ErrWatchReset, codes.OutOfRange},
 	{storage.ErrDataLoss, codes.DataLoss},
@@ -44,14 +43,15 @@ func (s *Server) toStatus(method string, err error) error {
 // refStatus turns an error from storage or validation into a gRPC status
 // error for a call about the session ref names (nil: none).
 //
-// What a client reads is written here, not by the backend: a backend's
-// wording ("file: session with alias ..."), paths and OS errors are its
-// internals. So a missing session is answered in the server's words, naming
-// the ref; damage, a full disk and a closed store get a fixed message and
-// their detail goes to the log, since it holds paths; the other expected
-// errors keep their message, which names the field, limit, alias or
-// revision, without the backend's prefix. Anything else is logged in full
-// and answered INTERNAL without detail.
+// What a client reads is written here or by package storage, never by a
+// backend: a backend's wording, paths and OS errors are its internals. So a
+// missing session is answered in the server's words, naming the ref; damage,
+// a full disk and a closed store get a fixed message and their detail goes
+// to the log, since it holds paths. The other expected errors keep their
+// message, which storage's rules word (storage.FieldError names the field,
+// storage.LimitError the limit, CheckRevision the revisions, AliasInUse the
+// alias), and which a Driver must keep free of internals. Anything else is
+// logged in full and answered INTERNAL without detail.
 func (s *Server) refStatus(method string, ref *storage.Ref, err error) error {
 	if err == nil {
 		return nil
@@ -98,11 +98,7 @@ func (s *Server) publicMessage(method string, sentinel error, ref *storage.Ref, 
 		s.log.Warn("store unavailable", zap.String("method", method), zap.Error(err))
 		return "the store is closed; the daemon is shutting down"
 	}
-	msg := err.Error()
-	if s.backend != "" {
-		msg = strings.TrimPrefix(msg, s.backend+": ")
-	}
-	return msg
+	return err.Error()
 }
 
 // describeRef names a session as a client asked for it.

@@ -2,13 +2,13 @@ package server
 
 import (
 	"context"
-	"fmt"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
 )
 
-// Unary handlers: validate, call storage, convert, map errors. Nothing else.
+// Unary handlers: convert, call storage, convert back, map errors. Nothing
+// else: storage checks the request.
 
 const (
 	mCreate = "CreateSession"
@@ -22,7 +22,11 @@ const (
 
 // CreateSession implements SessionStoreService.
 func (s *Server) CreateSession(ctx context.Context, req *sessiondv1.CreateSessionRequest) (*sessiondv1.CreateSessionResponse, error) {
-	if err := s.validCreate(req); err != nil {
+	err := s.limits.CheckFrame(req)
+	if err == nil {
+		err = validTimestamp("created_at", req.GetCreatedAt())
+	}
+	if err != nil {
 		return nil, s.toStatus(mCreate, err)
 	}
 	sess, err := s.store.Create(ctx, createFromProto(req))
@@ -32,46 +36,9 @@ func (s *Server) CreateSession(ctx context.Context, req *sessiondv1.CreateSessio
 	return &sessiondv1.CreateSessionResponse{Session: sessionToProto(sess)}, nil
 }
 
-func (s *Server) validCreate(req *sessiondv1.CreateSessionRequest) error {
-	if err := s.limits.checkFrame(req); err != nil {
-		return err
-	}
-	if err := storage.ValidateNamespace(req.GetNamespace()); err != nil {
-		return err
-	}
-	if id := req.GetId(); id != "" {
-		canon, err := storage.ParseSessionID("id", id)
-		if err != nil {
-			return err
-		}
-		req.Id = canon
-	}
-	if err := validOptionalAlias("alias", req.GetAlias()); err != nil {
-		return err
-	}
-	if err := s.limits.validSessionFields("", req.GetTitle(), req.GetSummary(), req.GetMetadata(), req.GetLabels()); err != nil {
-		return err
-	}
-	if err := validTimestamp("created_at", req.GetCreatedAt()); err != nil {
-		return err
-	}
-	if p := req.GetParent(); p != nil {
-		canon, err := storage.ParseSessionID("parent.session_id", p.GetSessionId())
-		if err != nil {
-			return err
-		}
-		p.SessionId = canon
-		if err := notNegative("parent.message_count", p.GetMessageCount()); err != nil {
-			return err
-		}
-	}
-	_, err := s.limits.checkMessages("messages", req.GetMessages(), 0, map[string]int{})
-	return err
-}
-
 // GetSession implements SessionStoreService.
 func (s *Server) GetSession(ctx context.Context, req *sessiondv1.GetSessionRequest) (*sessiondv1.GetSessionResponse, error) {
-	ref, err := validRef("ref", req.GetRef())
+	ref, err := refArg("ref", req.GetRef())
 	if err != nil {
 		return nil, s.toStatus(mGet, err)
 	}
@@ -85,36 +52,31 @@ func (s *Server) GetSession(ctx context.Context, req *sessiondv1.GetSessionReque
 // AppendMessages implements SessionStoreService.
 func (s *Server) AppendMessages(ctx context.Context, req *sessiondv1.AppendMessagesRequest) (*sessiondv1.AppendMessagesResponse, error) {
 	r := appendFromProto(req)
-	ref, err := s.validAppend(req)
+	err := s.limits.CheckFrame(req)
+	if err == nil {
+		r.Ref, err = refArg("ref", req.GetRef())
+	}
 	if err != nil {
 		return nil, s.toStatus(mAppend, err)
 	}
-	r.Ref = ref
 	res, err := s.store.Append(ctx, r)
 	if err != nil {
-		return nil, s.refStatus(mAppend, &ref, err)
+		return nil, s.refStatus(mAppend, &r.Ref, err)
 	}
 	return &sessiondv1.AppendMessagesResponse{Revision: res.Revision, MessageCount: res.MessageCount}, nil
 }
 
-func (s *Server) validAppend(req *sessiondv1.AppendMessagesRequest) (storage.Ref, error) {
-	if err := s.limits.checkFrame(req); err != nil {
-		return storage.Ref{}, err
-	}
-	ref, err := validRef("ref", req.GetRef())
-	if err != nil {
-		return ref, err
-	}
-	if len(req.GetMessages()) == 0 {
-		return ref, fmt.Errorf("messages is empty; an append needs at least one: %w", storage.ErrInvalid)
-	}
-	_, err = s.limits.checkMessages("messages", req.GetMessages(), 0, map[string]int{})
-	return ref, err
-}
-
 // UpdateSession implements SessionStoreService.
 func (s *Server) UpdateSession(ctx context.Context, req *sessiondv1.UpdateSessionRequest) (*sessiondv1.UpdateSessionResponse, error) {
-	ref, fields, err := s.validUpdate(req)
+	err := s.limits.CheckFrame(req)
+	var ref storage.Ref
+	if err == nil {
+		ref, err = refArg("ref", req.GetRef())
+	}
+	var fields storage.UpdateField
+	if err == nil {
+		fields, err = maskFields(req.GetUpdateMask().GetPaths())
+	}
 	if err != nil {
 		return nil, s.toStatus(mUpdate, err)
 	}
@@ -122,50 +84,14 @@ func (s *Server) UpdateSession(ctx context.Context, req *sessiondv1.UpdateSessio
 	r.Ref = ref
 	sess, err := s.store.Update(ctx, r)
 	if err != nil {
-		return nil, s.refStatus(mUpdate, &ref, err)
+		return nil, s.refStatus(mUpdate, &ref, underParent("session", sessionField, err))
 	}
 	return &sessiondv1.UpdateSessionResponse{Session: sessionToProto(sess)}, nil
 }
 
-func (s *Server) validUpdate(req *sessiondv1.UpdateSessionRequest) (storage.Ref, storage.UpdateField, error) {
-	if err := s.limits.checkFrame(req); err != nil {
-		return storage.Ref{}, 0, err
-	}
-	ref, err := validRef("ref", req.GetRef())
-	if err != nil {
-		return ref, 0, err
-	}
-	fields, err := maskFields(req.GetUpdateMask().GetPaths())
-	if err != nil {
-		return ref, 0, err
-	}
-	// Only masked fields are checked: the others are ignored, as the mask says.
-	in := req.GetSession()
-	if fields&storage.UpdateAlias != 0 {
-		if err := validOptionalAlias("session.alias", in.GetAlias()); err != nil {
-			return ref, 0, err
-		}
-	}
-	var title, summary string
-	var metadata, labels map[string]string
-	if fields&storage.UpdateTitle != 0 {
-		title = in.GetTitle()
-	}
-	if fields&storage.UpdateSummary != 0 {
-		summary = in.GetSummary()
-	}
-	if fields&storage.UpdateMetadata != 0 {
-		metadata = in.GetMetadata()
-	}
-	if fields&storage.UpdateLabels != 0 {
-		labels = in.GetLabels()
-	}
-	return ref, fields, s.limits.validSessionFields("session.", title, summary, metadata, labels)
-}
-
 // DeleteSession implements SessionStoreService.
 func (s *Server) DeleteSession(ctx context.Context, req *sessiondv1.DeleteSessionRequest) (*sessiondv1.DeleteSessionResponse, error) {
-	ref, err := validRef("ref", req.GetRef())
+	ref, err := refArg("ref", req.GetRef())
 	if err != nil {
 		return nil, s.toStatus(mDelete, err)
 	}
@@ -178,23 +104,11 @@ func (s *Server) DeleteSession(ctx context.Context, req *sessiondv1.DeleteSessio
 // ForkSession implements SessionStoreService.
 func (s *Server) ForkSession(ctx context.Context, req *sessiondv1.ForkSessionRequest) (*sessiondv1.ForkSessionResponse, error) {
 	r := forkFromProto(req)
-	err := func() error {
-		ref, err := validRef("ref", req.GetRef())
-		if err != nil {
-			return err
-		}
-		r.Ref = ref
-		if err := notNegative("message_count", r.MessageCount); err != nil {
-			return err
-		}
-		if err := validOptionalAlias("alias", r.Alias); err != nil {
-			return err
-		}
-		return s.limits.checkTitle("title", r.Title)
-	}()
+	ref, err := refArg("ref", req.GetRef())
 	if err != nil {
 		return nil, s.toStatus(mFork, err)
 	}
+	r.Ref = ref
 	sess, err := s.store.Fork(ctx, r)
 	if err != nil {
 		return nil, s.refStatus(mFork, &r.Ref, err)
@@ -205,10 +119,7 @@ func (s *Server) ForkSession(ctx context.Context, req *sessiondv1.ForkSessionReq
 // RewindSession implements SessionStoreService.
 func (s *Server) RewindSession(ctx context.Context, req *sessiondv1.RewindSessionRequest) (*sessiondv1.RewindSessionResponse, error) {
 	r := rewindFromProto(req)
-	ref, err := validRef("ref", req.GetRef())
-	if err == nil {
-		err = notNegative("message_count", r.MessageCount)
-	}
+	ref, err := refArg("ref", req.GetRef())
 	if err != nil {
 		return nil, s.toStatus(mRewind, err)
 	}
@@ -225,6 +136,6 @@ func (s *Server) GetServerInfo(context.Context, *sessiondv1.GetServerInfoRequest
 	return &sessiondv1.GetServerInfoResponse{
 		Version: s.version,
 		Backend: s.backend,
-		Limits:  s.limits.toProto(),
+		Limits:  s.limits.Proto(),
 	}, nil
 }

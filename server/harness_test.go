@@ -34,16 +34,18 @@ type harness struct {
 
 type harnessConfig struct {
 	wrap     func(storage.Store) storage.Store
+	limits   storage.Limits // zero fields: the defaults
 	opts     []Option
 	grpcOpts []grpc.ServerOption // after the Server's own, so they win
 }
 
 func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	t.Helper()
-	st, err := file.Open(t.Context(), t.TempDir())
+	d, err := file.Open(t.Context(), t.TempDir())
 	if err != nil {
 		t.Fatalf("file.Open: %v", err)
 	}
+	st := storage.New(d, cfg.limits)
 	var store storage.Store = st
 	if cfg.wrap != nil {
 		store = cfg.wrap(st)

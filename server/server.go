@@ -1,13 +1,16 @@
-// Package server is sessiond's gRPC face: it validates every request,
-// converts it to a plain storage call, maps storage's errors to gRPC codes,
-// and streams answers in bounded frames. It holds no session state of its
-// own and knows nothing of files or SQL (see storage.Store).
+// Package server is sessiond's gRPC face: it converts every request to a
+// plain storage call, maps storage's errors to gRPC codes, and streams
+// answers in bounded frames. It holds no session state of its own and knows
+// nothing of files or SQL (see storage.Store).
 //
-// Requests are checked before storage sees them: names and ids by storage's
-// validators, roles, update masks, offsets and limits here, and sizes against
-// Limits (RESOURCE_EXHAUSTED naming the limit). Errors follow DESIGN.md's
-// table in one function, toStatus; unexpected errors are logged and answered
-// INTERNAL without detail.
+// The request rules (names, ids, roles, messages, counts, and the store's
+// Limits) are storage's, checked once by the portable storage.Store; the
+// server checks only what storage cannot see: the frame size, absent
+// fields, timestamps, page tokens, update-mask paths and the shape of a
+// SaveSession stream. An invalid field is INVALID_ARGUMENT and a request
+// over a limit RESOURCE_EXHAUSTED, both naming the field (and the limit).
+// Errors follow one table in one function, toStatus; unexpected errors are
+// logged and answered INTERNAL without detail.
 //
 // The interceptors from ServerOptions log every call and turn a panicking
 // handler into INTERNAL, so that one bad request never takes the daemon down.
@@ -31,7 +34,7 @@ type Server struct {
 
 	store   storage.Store
 	log     *zap.Logger
-	limits  Limits
+	limits  storage.Limits
 	version string
 	backend string
 
@@ -51,22 +54,19 @@ func WithLogger(l *zap.Logger) Option {
 	}
 }
 
-// WithLimits sets the size limits (default DefaultLimits). Callers should
-// check them with Limits.Validate first; New does not.
-func WithLimits(l Limits) Option { return func(s *Server) { s.limits = l } }
-
 // WithVersion sets the version GetServerInfo reports.
 func WithVersion(v string) Option { return func(s *Server) { s.version = v } }
 
 // WithBackend sets the backend name GetServerInfo reports (e.g. "file").
 func WithBackend(b string) Option { return func(s *Server) { s.backend = b } }
 
-// New returns a Server over store.
+// New returns a Server over store (made by storage.New), enforcing its
+// limits.
 func New(store storage.Store, opts ...Option) *Server {
 	s := &Server{
 		store:   store,
 		log:     zap.NewNop(),
-		limits:  DefaultLimits(),
+		limits:  store.Limits(),
 		version: "devel",
 		drained: make(chan struct{}),
 	}
@@ -76,8 +76,8 @@ func New(store storage.Store, opts ...Option) *Server {
 	return s
 }
 
-// Limits returns the limits the server enforces.
-func (s *Server) Limits() Limits { return s.limits }
+// Limits returns the limits the server enforces: its store's.
+func (s *Server) Limits() storage.Limits { return s.limits }
 
 // Register adds the SessionStoreService to a gRPC server.
 func (s *Server) Register(r grpc.ServiceRegistrar) {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // withUnknown returns m carrying a field (number 999) this daemon does not know.
@@ -130,7 +131,7 @@ func TestUnaryHappyPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &sessiondv1.GetServerInfoResponse{Version: "v-test", Backend: "file", Limits: DefaultLimits().toProto()}
+	want := &sessiondv1.GetServerInfoResponse{Version: "v-test", Backend: "file", Limits: storage.DefaultLimits().Proto()}
 	if diff := cmp.Diff(want, info, protocmp.Transform()); diff != "" {
 		t.Fatalf("GetServerInfo (-want +got):\n%s", diff)
 	}
@@ -426,11 +427,11 @@ func TestErrorCodes(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	lim := Limits{
+	lim := storage.Limits{
 		MaxMessageBytes: 200, MaxFrameBytes: 4096, MaxTitleBytes: 8, MaxSummaryBytes: 16,
 		MaxMapEntries: 2, MaxMapKeyBytes: 4, MaxMapValueBytes: 8, MaxSessionBytes: 1000,
 	}
-	h := newHarness(t, harnessConfig{opts: []Option{WithLimits(lim)}})
+	h := newHarness(t, harnessConfig{limits: lim})
 	c := h.client
 	s := h.create(t, &sessiondv1.CreateSessionRequest{Title: "12345678"})
 	id := s.GetId()
@@ -540,24 +541,13 @@ func TestLimits(t *testing.T) {
 // The handlers check max_frame_bytes themselves too, naming it, for a
 // grpc.Server whose receive limit was set higher than ServerOptions sets it.
 func TestFrameLimitWithoutGRPCLimit(t *testing.T) {
-	lim := DefaultLimits()
+	lim := storage.DefaultLimits()
 	lim.MaxFrameBytes = 4096
-	h := newHarness(t, harnessConfig{opts: []Option{WithLimits(lim)}, grpcOpts: []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20)}})
+	h := newHarness(t, harnessConfig{limits: lim, grpcOpts: []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20)}})
 	s := h.create(t, &sessiondv1.CreateSessionRequest{})
 	msgs := []*sessiondv1.Message{user("a", strings.Repeat("x", 5000))}
 	_, err := h.client.AppendMessages(t.Context(), &sessiondv1.AppendMessagesRequest{Ref: byID(s.GetId()), Messages: msgs})
 	wantCode(t, err, codes.ResourceExhausted, "max_frame_bytes")
 	_, err = h.client.CreateSession(t.Context(), &sessiondv1.CreateSessionRequest{Messages: msgs})
 	wantCode(t, err, codes.ResourceExhausted, "max_frame_bytes")
-}
-
-func TestLimitsValidate(t *testing.T) {
-	if err := DefaultLimits().Validate(); err != nil {
-		t.Fatalf("default limits: %v", err)
-	}
-	l := DefaultLimits()
-	l.MaxMapEntries = 0
-	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "max_map_entries") {
-		t.Fatalf("Validate with a zero limit = %v; want an error naming max_map_entries", err)
-	}
 }

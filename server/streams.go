@@ -2,7 +2,6 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"io"
 
 	"google.golang.org/grpc"
@@ -33,10 +32,7 @@ const loadBatchBytes = 1 << 20
 // LoadSession implements SessionStoreService.
 func (s *Server) LoadSession(req *sessiondv1.LoadSessionRequest, stream grpc.ServerStreamingServer[sessiondv1.LoadSessionResponse]) error {
 	ctx := stream.Context()
-	ref, err := validRef("ref", req.GetRef())
-	if err == nil {
-		err = validLoad(req)
-	}
+	ref, err := refArg("ref", req.GetRef())
 	if err != nil {
 		return s.toStatus(mLoad, err)
 	}
@@ -64,19 +60,6 @@ func (s *Server) LoadSession(req *sessiondv1.LoadSessionRequest, stream grpc.Ser
 	return s.toStatus(mLoad, stream.Send(frame))
 }
 
-func validLoad(req *sessiondv1.LoadSessionRequest) error {
-	if err := notNegative("offset", req.GetOffset()); err != nil {
-		return err
-	}
-	if err := notNegative("limit", req.GetLimit()); err != nil {
-		return err
-	}
-	if req.GetTail() && req.GetOffset() != 0 {
-		return fmt.Errorf("offset is %d with tail set; tail counts from the end, so offset must be 0: %w", req.GetOffset(), storage.ErrInvalid)
-	}
-	return nil
-}
-
 // ListSessions implements SessionStoreService.
 func (s *Server) ListSessions(req *sessiondv1.ListSessionsRequest, stream grpc.ServerStreamingServer[sessiondv1.ListSessionsResponse]) error {
 	ctx := stream.Context()
@@ -96,22 +79,10 @@ func (s *Server) ListSessions(req *sessiondv1.ListSessionsRequest, stream grpc.S
 }
 
 func (s *Server) validList(req *sessiondv1.ListSessionsRequest) (*storage.Cursor, error) {
-	if err := storage.ValidateNamespace(req.GetNamespace()); err != nil {
-		return nil, err
-	}
-	if err := validAliasPrefix(req.GetAliasPrefix()); err != nil {
-		return nil, err
-	}
-	if err := s.limits.checkMap("labels", req.GetLabels()); err != nil {
-		return nil, err
-	}
 	if err := validTimestamp("updated_after", req.GetUpdatedAfter()); err != nil {
 		return nil, err
 	}
 	if err := validTimestamp("updated_before", req.GetUpdatedBefore()); err != nil {
-		return nil, err
-	}
-	if err := notNegative("limit", req.GetLimit()); err != nil {
 		return nil, err
 	}
 	if req.GetPageToken() == "" {
@@ -124,10 +95,11 @@ func (s *Server) validList(req *sessiondv1.ListSessionsRequest) (*storage.Cursor
 	return &c, nil
 }
 
-// SaveSession implements SessionStoreService. The whole stream is read and
-// checked before storage is called, so a stream that breaks off (a client
-// that cancels, a connection that drops, a frame over a limit) changes
-// nothing. MaxSessionBytes bounds what is held in memory meanwhile.
+// SaveSession implements SessionStoreService. The whole stream is read
+// before storage is called (and checks it), so a stream that breaks off (a
+// client that cancels, a connection that drops, a frame over a limit)
+// changes nothing. max_session_bytes bounds what is held in memory
+// meanwhile.
 func (s *Server) SaveSession(stream grpc.ClientStreamingServer[sessiondv1.SaveSessionRequest, sessiondv1.SaveSessionResponse]) error {
 	ctx := stream.Context()
 	var (
@@ -135,7 +107,6 @@ func (s *Server) SaveSession(stream grpc.ClientStreamingServer[sessiondv1.SaveSe
 		ref    storage.Ref
 		msgs   []*sessiondv1.Message
 		total  int64
-		seen   = map[string]int{}
 	)
 	for frameNo := 0; ; frameNo++ {
 		frame, err := stream.Recv()
@@ -145,68 +116,43 @@ func (s *Server) SaveSession(stream grpc.ClientStreamingServer[sessiondv1.SaveSe
 		if err != nil {
 			return s.toStatus(mSave, err)
 		}
-		if err := s.limits.checkFrame(frame); err != nil {
+		if err := s.limits.CheckFrame(frame); err != nil {
 			return s.toStatus(mSave, err)
 		}
 		if frameNo == 0 {
-			if header, ref, err = s.validSaveHeader(frame.GetHeader()); err != nil {
+			if header = frame.GetHeader(); header == nil {
+				return s.toStatus(mSave, storage.Invalid("header", "is required in the first frame"))
+			}
+			if ref, err = refArg("header.ref", header.GetRef()); err != nil {
 				return s.toStatus(mSave, err)
 			}
 		} else if frame.GetHeader() != nil {
-			return s.toStatus(mSave, fmt.Errorf("frame %d carries a header; only the first frame does: %w", frameNo, storage.ErrInvalid))
+			return s.toStatus(mSave, storage.Invalid("header", "is in frame %d; only the first frame carries it", frameNo))
 		}
-		n, err := s.limits.checkMessages("messages", frame.GetMessages(), len(msgs), seen)
-		if err != nil {
+		for _, m := range frame.GetMessages() {
+			total += int64(proto.Size(m))
+		}
+		if err := s.limits.CheckSessionBytes("messages", total); err != nil {
 			return s.toStatus(mSave, err)
-		}
-		if total += n; total > s.limits.MaxSessionBytes {
-			return s.toStatus(mSave, &limitError{msg: fmt.Sprintf("the saved messages are more than %d bytes, over the max_session_bytes limit", s.limits.MaxSessionBytes)})
 		}
 		msgs = append(msgs, frame.GetMessages()...)
 	}
 	if header == nil {
-		return s.toStatus(mSave, fmt.Errorf("header is required in the first frame: %w", storage.ErrInvalid))
+		return s.toStatus(mSave, storage.Invalid("header", "is required in the first frame"))
 	}
 	r := saveFromProto(header, msgs)
 	r.Ref = ref
 	sess, err := s.store.Save(ctx, r)
 	if err != nil {
-		return s.refStatus(mSave, &ref, err)
+		return s.refStatus(mSave, &ref, underParent("header", headerField, err))
 	}
 	return stream.SendAndClose(&sessiondv1.SaveSessionResponse{Session: sessionToProto(sess)})
-}
-
-func (s *Server) validSaveHeader(h *sessiondv1.SaveSessionHeader) (*sessiondv1.SaveSessionHeader, storage.Ref, error) {
-	if h == nil {
-		return nil, storage.Ref{}, fmt.Errorf("header is required in the first frame: %w", storage.ErrInvalid)
-	}
-	ref, err := validRef("header.ref", h.GetRef())
-	if err != nil {
-		return nil, ref, err
-	}
-	if err := s.limits.validSessionFields("header.", h.GetTitle(), h.GetSummary(), h.GetMetadata(), nil); err != nil {
-		return nil, ref, err
-	}
-	return h, ref, nil
 }
 
 // SearchSessions implements SessionStoreService.
 func (s *Server) SearchSessions(req *sessiondv1.SearchSessionsRequest, stream grpc.ServerStreamingServer[sessiondv1.SearchSessionsResponse]) error {
 	ctx := stream.Context()
-	err := storage.ValidateNamespace(req.GetNamespace())
-	if err == nil {
-		err = validQuery(req.GetQuery())
-	}
-	if err == nil {
-		err = notNegative("limit", req.GetLimit())
-	}
-	if err == nil {
-		err = s.limits.checkTitle("query", req.GetQuery())
-	}
-	if err != nil {
-		return s.toStatus(mSearch, err)
-	}
-	err = s.store.Search(ctx, searchFromProto(req), func(h storage.SearchHit) error {
+	err := s.store.Search(ctx, searchFromProto(req), func(h storage.SearchHit) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -223,7 +169,7 @@ func (s *Server) SearchSessions(req *sessiondv1.SearchSessionsRequest, stream gr
 // UNAVAILABLE when the server drains or the store closes.
 func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.ServerStreamingServer[sessiondv1.WatchSessionResponse]) error {
 	ctx := stream.Context()
-	ref, err := validRef("ref", req.GetRef())
+	ref, err := refArg("ref", req.GetRef())
 	if err != nil {
 		return s.toStatus(mWatch, err)
 	}

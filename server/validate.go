@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -9,35 +10,20 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-// Validation errors wrap storage.ErrInvalid (INVALID_ARGUMENT) or
-// errTooLarge (RESOURCE_EXHAUSTED) and name the request field, so that they
-// go through the same toStatus mapping as storage's own errors.
+// The request rules live in package storage, which checks every request
+// once. The server checks only what storage cannot see: the encoded frame's
+// size, fields that are absent (storage has no "unset"), timestamps and page
+// tokens before they become Go values, update-mask paths, and the shape of a
+// SaveSession stream. Its errors are storage's (*storage.FieldError,
+// *storage.LimitError), so they go through the same toStatus mapping.
 
-// validRef checks a request's ref (field names it, e.g. "ref" or
-// "header.ref") and returns it with the id in canonical form.
-func validRef(field string, r *sessiondv1.SessionRef) (storage.Ref, error) {
+// refArg converts a request's ref (field names it, e.g. "ref" or
+// "header.ref"), which must be present; the store checks the rest.
+func refArg(field string, r *sessiondv1.SessionRef) (storage.Ref, error) {
 	if r == nil {
-		return storage.Ref{}, fmt.Errorf("%s is required: %w", field, storage.ErrInvalid)
+		return storage.Ref{}, storage.Invalid(field, "is required")
 	}
-	ref, err := storage.ValidateRef(refFromProto(r))
-	if err != nil && field != "ref" {
-		// storage names the fields "ref.namespace", "ref.id", "ref.alias";
-		// say which ref.
-		err = fmt.Errorf("%s: %w", field, err)
-	}
-	return ref, err
-}
-
-// validOptionalAlias checks an alias that may be empty (no alias).
-func validOptionalAlias(field, alias string) error {
-	if alias == "" {
-		return nil
-	}
-	err := storage.ValidateAlias(alias)
-	if err != nil && field != "alias" {
-		err = fmt.Errorf("%s: %w", field, err)
-	}
-	return err
+	return refFromProto(r), nil
 }
 
 func validTimestamp(field string, ts *timestamppb.Timestamp) error {
@@ -45,70 +31,65 @@ func validTimestamp(field string, ts *timestamppb.Timestamp) error {
 		return nil
 	}
 	if err := ts.CheckValid(); err != nil {
-		return fmt.Errorf("%s: %v: %w", field, err, storage.ErrInvalid)
-	}
-	return nil
-}
-
-func notNegative(field string, v int64) error {
-	if v < 0 {
-		return fmt.Errorf("%s is %d; it must not be negative: %w", field, v, storage.ErrInvalid)
-	}
-	return nil
-}
-
-// validAliasPrefix allows any prefix of a valid alias: the alias characters,
-// at most MaxNameBytes.
-func validAliasPrefix(p string) error {
-	if len(p) > storage.MaxNameBytes {
-		return fmt.Errorf("alias_prefix is %d bytes, more than %d: %w", len(p), storage.MaxNameBytes, storage.ErrInvalid)
-	}
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return fmt.Errorf("alias_prefix has byte %q at %d, which no alias holds: %w", c, i, storage.ErrInvalid)
-		}
+		return storage.Invalid(field, "is not a valid time: %v", err)
 	}
 	return nil
 }
 
 // maskFields turns update_mask paths into storage fields. An empty mask is
-// refused: with proto3 zero values, "update nothing" and "clear everything"
-// would otherwise be a client bug away from each other.
+// refused (storage.CheckUpdateFields): with proto3 zero values, "update
+// nothing" and "clear everything" would otherwise be a client bug away from
+// each other.
 func maskFields(paths []string) (storage.UpdateField, error) {
-	if len(paths) == 0 {
-		return 0, fmt.Errorf("update_mask is empty; name at least one of alias, title, summary, metadata, labels: %w", storage.ErrInvalid)
-	}
 	var fields storage.UpdateField
 	for i, p := range paths {
 		f, ok := updateFields[p]
 		if !ok {
-			return 0, fmt.Errorf("update_mask.paths[%d] %q is not one of alias, title, summary, metadata, labels: %w", i, clip(p), storage.ErrInvalid)
+			return 0, storage.Invalid(fmt.Sprintf("update_mask.paths[%d]", i), "%q is not one of alias, title, summary, metadata, labels", clip(p))
 		}
 		fields |= f
 	}
-	return fields, nil
+	return fields, storage.CheckUpdateFields(fields)
 }
 
-// validSessionFields checks the session-level fields that every write
-// carrying them shares; prefix names their parent ("" or "session.").
-func (l Limits) validSessionFields(prefix, title, summary string, metadata, labels map[string]string) error {
-	if err := l.checkTitle(prefix+"title", title); err != nil {
-		return err
+// clip shortens a client's string for an error message.
+func clip(s string) string {
+	const n = 32
+	if len(s) <= n {
+		return s
 	}
-	if err := l.checkSummary(prefix+"summary", summary); err != nil {
-		return err
-	}
-	if err := l.checkMap(prefix+"metadata", metadata); err != nil {
-		return err
-	}
-	return l.checkMap(prefix+"labels", labels)
+	return s[:n] + "..."
 }
 
-func validQuery(q string) error {
-	if q == "" {
-		return fmt.Errorf("query is empty: %w", storage.ErrInvalid)
+// underParent moves the fields storage names for a request whose proto puts
+// some of them under a parent message: an UpdateSession's session fields
+// ("title" is "session.title"), a SaveSession's header fields ("ref.id" is
+// "header.ref.id"). moved says which top-level storage fields move.
+func underParent(parent string, moved func(top string) bool, err error) error {
+	f, ok := storage.ErrorField(err)
+	if !ok {
+		return err
 	}
-	return nil
+	top := f
+	if i := strings.IndexAny(f, ".[ "); i >= 0 {
+		top = f[:i]
+	}
+	if !moved(top) {
+		return err
+	}
+	return storage.InField(parent, err)
 }
+
+// sessionField reports the storage fields an UpdateSession carries in its
+// session message.
+func sessionField(top string) bool {
+	switch top {
+	case "alias", "title", "summary", "metadata", "labels":
+		return true
+	}
+	return false
+}
+
+// headerField reports the storage fields a SaveSession carries in its
+// header: all but the messages.
+func headerField(top string) bool { return top != "messages" }

@@ -217,3 +217,16 @@ func clip(s string) string {
 	}
 	return s[:n] + "..."
 }
+
+// AliasInUse is the ErrAliasInUse a Driver returns when another session of
+// namespace has alias.
+func AliasInUse(namespace, alias string) error {
+	return fmt.Errorf("alias %q is taken by another session in %s: %w", alias, describeNamespace(namespace), ErrAliasInUse)
+}
+
+func describeNamespace(ns string) string {
+	if ns == "" {
+		return "the default namespace"
+	}
+	return fmt.Sprintf("namespace %q", ns)
+}

@@ -91,3 +91,17 @@ func (e *LimitError) Error() string {
 
 // Unwrap makes a LimitError an ErrTooLarge.
 func (e *LimitError) Unwrap() error { return ErrTooLarge }
+
+// ErrorField returns the request field a *FieldError or *LimitError in err's
+// chain names.
+func ErrorField(err error) (string, bool) {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe.Field, true
+	}
+	var le *LimitError
+	if errors.As(err, &le) {
+		return le.Field, true
+	}
+	return "", false
+}

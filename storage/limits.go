@@ -122,3 +122,12 @@ func (l Limits) CheckMap(field string, m map[string]string) error {
 	}
 	return ValidateStringMap(field, m)
 }
+
+// CheckSessionBytes enforces max_session_bytes on the encoded size of the
+// messages one Save (field names them) replaces a session's with.
+func (l Limits) CheckSessionBytes(field string, total int64) error {
+	if total > l.MaxSessionBytes {
+		return &LimitError{Field: field, Limit: "max_session_bytes", Size: total, Max: l.MaxSessionBytes}
+	}
+	return nil
+}

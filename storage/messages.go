@@ -13,53 +13,6 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-// PrepareMessages returns copies of msgs ready to store: a missing id becomes
-// a new UUID and a missing created_at becomes now. It checks what every
-// backend must refuse (ErrInvalid naming the field): an unspecified role, a
-// bad message or tool-call id, and a message id used twice in the batch. The
-// caller's messages are not modified.
-func PrepareMessages(field string, msgs []*sessiondv1.Message, now time.Time) ([]*sessiondv1.Message, error) {
-	out := make([]*sessiondv1.Message, len(msgs))
-	seen := make(map[string]int, len(msgs))
-	for i, m := range msgs {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		if m == nil {
-			return nil, fmt.Errorf("%s is null: %w", f, ErrInvalid)
-		}
-		if m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
-			return nil, fmt.Errorf("%s.role is unspecified: %w", f, ErrInvalid)
-		}
-		if _, ok := sessiondv1.Role_name[int32(m.GetRole())]; !ok {
-			return nil, fmt.Errorf("%s.role %d is not a known role: %w", f, m.GetRole(), ErrInvalid)
-		}
-		// Protobuf strings must be UTF-8; refuse here what would otherwise
-		// fail (or panic) later, inside a backend's encoder.
-		if path, bad := invalidUTF8(m.ProtoReflect()); bad {
-			return nil, fmt.Errorf("%s.%s is not valid UTF-8: %w", f, path, ErrInvalid)
-		}
-		for j, tc := range m.GetToolCalls() {
-			if err := ValidateMessageID(fmt.Sprintf("%s.tool_calls[%d].id", f, j), tc.GetId()); err != nil {
-				return nil, err
-			}
-		}
-		c := proto.Clone(m).(*sessiondv1.Message)
-		if c.Id == "" {
-			c.Id = uuid.NewString()
-		} else if err := ValidateMessageID(f+".id", c.Id); err != nil {
-			return nil, err
-		}
-		if j, dup := seen[c.Id]; dup {
-			return nil, fmt.Errorf("%s.id %q repeats %s[%d].id: %w", f, c.Id, field, j, ErrInvalid)
-		}
-		seen[c.Id] = i
-		if c.CreatedAt == nil {
-			c.CreatedAt = timestamppb.New(now)
-		}
-		out[i] = c
-	}
-	return out, nil
-}
-
 // CheckMessages checks a batch of messages the way every write does and
 // returns its encoded size: each message is not null, has a known role, only
 // valid UTF-8 strings, a valid id (when set) and tool-call ids, a valid
@@ -125,15 +78,18 @@ func (l Limits) checkMessage(field string, i int, m *sessiondv1.Message, seen ma
 
 // PrepareMessages checks msgs with CheckMessages and returns copies ready to
 // store: a missing id becomes a new UUID and a missing created_at becomes
-// now. maxTotal, when positive, bounds the batch's encoded size
-// (max_session_bytes). The caller's messages are not modified.
-func (l Limits) PrepareMessages(field string, msgs []*sessiondv1.Message, now time.Time, maxTotal int64) ([]*sessiondv1.Message, error) {
+// now. When whole is set, msgs are a session's whole messages (a create or
+// save), which max_session_bytes bounds. The caller's messages are not
+// modified.
+func (l Limits) PrepareMessages(field string, msgs []*sessiondv1.Message, now time.Time, whole bool) ([]*sessiondv1.Message, error) {
 	total, err := l.CheckMessages(field, msgs, 0, make(map[string]int, len(msgs)))
 	if err != nil {
 		return nil, err
 	}
-	if maxTotal > 0 && total > maxTotal {
-		return nil, &LimitError{Field: field, Limit: "max_session_bytes", Size: total, Max: maxTotal}
+	if whole {
+		if err := l.CheckSessionBytes(field, total); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]*sessiondv1.Message, len(msgs))
 	for i, m := range msgs {

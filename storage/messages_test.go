@@ -36,7 +36,7 @@ func TestPrepareMessagesFills(t *testing.T) {
 	for i, m := range in {
 		before[i] = proto.Clone(m).(*sessiondv1.Message)
 	}
-	out, err := PrepareMessages("messages", in, now)
+	out, err := DefaultLimits().PrepareMessages("messages", in, now, false)
 	if err != nil {
 		t.Fatalf("PrepareMessages: %v", err)
 	}
@@ -78,10 +78,10 @@ func TestPrepareMessagesFills(t *testing.T) {
 	}
 	// Bytes fields are not text: any bytes are fine there.
 	blob := &sessiondv1.Message{Id: "b", Role: sessiondv1.Role_ROLE_USER, Parts: []*sessiondv1.ContentPart{{Kind: &sessiondv1.ContentPart_Blob{Blob: &sessiondv1.Blob{Data: []byte{0xff, 0xfe, 0}}}}}}
-	if _, err := PrepareMessages("m", []*sessiondv1.Message{blob}, now); err != nil {
+	if _, err := DefaultLimits().PrepareMessages("m", []*sessiondv1.Message{blob}, now, false); err != nil {
 		t.Errorf("PrepareMessages of a binary blob: %v", err)
 	}
-	if out, err := PrepareMessages("m", nil, now); err != nil || len(out) != 0 {
+	if out, err := DefaultLimits().PrepareMessages("m", nil, now, false); err != nil || len(out) != 0 {
 		t.Errorf("PrepareMessages(nil) = %v, %v", out, err)
 	}
 }
@@ -111,7 +111,7 @@ func TestPrepareMessagesRefuses(t *testing.T) {
 		{"invalid UTF-8 id", []*sessiondv1.Message{user("\xff")}, "messages[0].id"},
 		{"bad tool-call id", []*sessiondv1.Message{{Id: "a", Role: sessiondv1.Role_ROLE_ASSISTANT, ToolCalls: []*sessiondv1.ToolCall{{Id: "x\ny"}}}}, "messages[0].tool_calls[0].id"},
 	} {
-		out, err := PrepareMessages("messages", c.msgs, time.Now())
+		out, err := DefaultLimits().PrepareMessages("messages", c.msgs, time.Now(), false)
 		if !errors.Is(err, ErrInvalid) || out != nil {
 			t.Errorf("%s: got %v, %v; want nil, ErrInvalid", c.name, out, err)
 			continue

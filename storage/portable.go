@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -34,8 +33,8 @@ type portable struct {
 	lim Limits
 }
 
-func (p *portable) messages(field string, sent []*sessiondv1.Message, maxTotal int64) (Messages, error) {
-	prepared, err := p.lim.PrepareMessages(field, sent, time.Now().UTC(), maxTotal)
+func (p *portable) messages(field string, sent []*sessiondv1.Message, whole bool) (Messages, error) {
+	prepared, err := p.lim.PrepareMessages(field, sent, time.Now().UTC(), whole)
 	if err != nil {
 		return Messages{}, err
 	}
@@ -57,8 +56,18 @@ func optionalAlias(field, alias string) error {
 }
 
 func (p *portable) sessionFields(title, summary string, metadata, labels map[string]string) error {
-	return errors.Join(p.lim.CheckTitle("title", title), p.lim.CheckSummary("summary", summary),
+	return firstErr(p.lim.CheckTitle("title", title), p.lim.CheckSummary("summary", summary),
 		p.lim.CheckMap("metadata", metadata), p.lim.CheckMap("labels", labels))
+}
+
+// firstErr returns the first error that is not nil: one field is named.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (p *portable) Create(ctx context.Context, req CreateRequest) (*Session, error) {
@@ -82,14 +91,16 @@ func (p *portable) Create(ctx context.Context, req CreateRequest) (*Session, err
 		return nil, err
 	}
 	if req.Parent != nil {
-		if err := ValidateText("parent.session_id", req.Parent.SessionID); err != nil {
+		id, err := ParseSessionID("parent.session_id", req.Parent.SessionID)
+		if err != nil {
 			return nil, err
 		}
 		if err := notNegative("parent.message_count", req.Parent.MessageCount); err != nil {
 			return nil, err
 		}
+		req.Parent = &ForkOrigin{SessionID: id, MessageCount: req.Parent.MessageCount}
 	}
-	msgs, err := p.messages("messages", req.Messages, p.lim.MaxSessionBytes)
+	msgs, err := p.messages("messages", req.Messages, true)
 	if err != nil {
 		return nil, err
 	}
@@ -108,10 +119,10 @@ func (p *portable) Get(ctx context.Context, ref Ref) (*Session, error) {
 func (p *portable) Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error) {
 	ref, err := ValidateRef(ref)
 	if err == nil {
-		err = errors.Join(notNegative("offset", opts.Offset), notNegative("limit", opts.Limit))
+		err = firstErr(notNegative("offset", opts.Offset), notNegative("limit", opts.Limit))
 	}
 	if err == nil && opts.Tail && opts.Offset != 0 {
-		err = Invalid("offset", "is %d; a tail load takes no offset", opts.Offset)
+		err = Invalid("offset", "is %d with tail set; tail counts from the end, so offset must be 0", opts.Offset)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -120,7 +131,7 @@ func (p *portable) Load(ctx context.Context, ref Ref, opts LoadOptions) (*Sessio
 }
 
 func (p *portable) List(ctx context.Context, opts ListOptions, yield func(*Session) error) error {
-	err := errors.Join(ValidateNamespace(opts.Namespace), ValidateAliasPrefix("alias_prefix", opts.AliasPrefix),
+	err := firstErr(ValidateNamespace(opts.Namespace), ValidateAliasPrefix("alias_prefix", opts.AliasPrefix),
 		p.lim.CheckMap("labels", opts.Labels), notNegative("limit", opts.Limit))
 	if err != nil {
 		return err
@@ -137,7 +148,7 @@ func (p *portable) Save(ctx context.Context, req SaveRequest) (*Session, error) 
 	if err := p.sessionFields(req.Title, req.Summary, req.Metadata, nil); err != nil {
 		return nil, err
 	}
-	msgs, err := p.messages("messages", req.Messages, p.lim.MaxSessionBytes)
+	msgs, err := p.messages("messages", req.Messages, true)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +162,10 @@ func (p *portable) Append(ctx context.Context, req AppendRequest) (AppendResult,
 		return AppendResult{}, err
 	}
 	req.Ref = ref
-	msgs, err := p.messages("messages", req.Messages, 0)
+	if len(req.Messages) == 0 {
+		return AppendResult{}, Invalid("messages", "is empty; an append needs at least one")
+	}
+	msgs, err := p.messages("messages", req.Messages, false)
 	if err != nil {
 		return AppendResult{}, err
 	}
@@ -162,25 +176,37 @@ func (p *portable) Append(ctx context.Context, req AppendRequest) (AppendResult,
 // updateFields is every field Update knows.
 const updateFields = UpdateAlias | UpdateTitle | UpdateSummary | UpdateMetadata | UpdateLabels
 
+// CheckUpdateFields checks an update's field set (its update_mask): at least
+// one field, and only known ones.
+func CheckUpdateFields(f UpdateField) error {
+	if f == 0 {
+		return Invalid("update_mask", "is empty; name at least one of alias, title, summary, metadata, labels")
+	}
+	if f&updateFields != f {
+		return Invalid("update_mask", "names unknown fields %#x", f&^updateFields)
+	}
+	return nil
+}
+
 func (p *portable) Update(ctx context.Context, req UpdateRequest) (*Session, error) {
 	ref, err := ValidateRef(req.Ref)
 	if err != nil {
 		return nil, err
 	}
 	req.Ref = ref
-	if req.Fields == 0 {
-		return nil, Invalid("update_mask", "is empty; name at least one of alias, title, summary, metadata, labels")
-	}
-	if req.Fields&updateFields != req.Fields {
-		return nil, Invalid("update_mask", "names unknown fields %#x", req.Fields&^updateFields)
-	}
-	if err := p.sessionFields(req.Title, req.Summary, req.Metadata, req.Labels); err != nil {
+	if err := CheckUpdateFields(req.Fields); err != nil {
 		return nil, err
 	}
-	if req.Fields&UpdateAlias != 0 {
-		if err := optionalAlias("", req.Alias); err != nil {
-			return nil, err
-		}
+	// Only the fields named are checked: the others are ignored.
+	f := req.Fields
+	err = firstErr(
+		when(f&UpdateAlias != 0, func() error { return optionalAlias("", req.Alias) }),
+		when(f&UpdateTitle != 0, func() error { return p.lim.CheckTitle("title", req.Title) }),
+		when(f&UpdateSummary != 0, func() error { return p.lim.CheckSummary("summary", req.Summary) }),
+		when(f&UpdateMetadata != 0, func() error { return p.lim.CheckMap("metadata", req.Metadata) }),
+		when(f&UpdateLabels != 0, func() error { return p.lim.CheckMap("labels", req.Labels) }))
+	if err != nil {
+		return nil, err
 	}
 	return p.d.Update(ctx, req)
 }
@@ -199,7 +225,7 @@ func (p *portable) Fork(ctx context.Context, req ForkRequest) (*Session, error) 
 		return nil, err
 	}
 	req.Ref = ref
-	if err := errors.Join(notNegative("message_count", req.MessageCount), optionalAlias("", req.Alias),
+	if err := firstErr(notNegative("message_count", req.MessageCount), optionalAlias("", req.Alias),
 		p.lim.CheckTitle("title", req.Title)); err != nil {
 		return nil, err
 	}
@@ -222,7 +248,7 @@ func (p *portable) Search(ctx context.Context, opts SearchOptions, yield func(Se
 	if opts.Query == "" {
 		return Invalid("query", "is empty")
 	}
-	if err := errors.Join(ValidateNamespace(opts.Namespace), p.lim.CheckTitle("query", opts.Query),
+	if err := firstErr(ValidateNamespace(opts.Namespace), p.lim.CheckTitle("query", opts.Query),
 		notNegative("limit", opts.Limit)); err != nil {
 		return err
 	}
@@ -238,6 +264,16 @@ func (p *portable) Watch(ctx context.Context, ref Ref, fromRevision uint64) (*Su
 }
 
 func (p *portable) Close() error { return p.d.Close() }
+
+func (p *portable) Limits() Limits { return p.lim }
+
+// when runs check if cond holds.
+func when(cond bool, check func() error) error {
+	if cond {
+		return check()
+	}
+	return nil
+}
 
 // ValidateAliasPrefix checks a listing's alias prefix: any prefix of a valid
 // alias (the alias characters, at most MaxNameBytes); "" matches all.

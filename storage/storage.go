@@ -330,4 +330,7 @@ type Store interface {
 	// Close releases the store; it waits for writes in progress and ends
 	// every subscription with ErrClosed.
 	Close() error
+
+	// Limits returns the limits the store enforces.
+	Limits() Limits
 }

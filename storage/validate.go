@@ -30,7 +30,7 @@ func ValidateAlias(alias string) error {
 		return err
 	}
 	if _, err := uuid.Parse(alias); err == nil {
-		return fmt.Errorf("alias %q is shaped like a UUID: %w", alias, ErrInvalid)
+		return Invalid("alias", "%q is shaped like a UUID", alias)
 	}
 	return nil
 }
@@ -40,19 +40,17 @@ func ValidateAlias(alias string) error {
 // rule keeps names safe as file names and in URLs.
 func validateName(field, s string) error {
 	if s == "" {
-		return fmt.Errorf("%s is empty: %w", field, ErrInvalid)
+		return Invalid(field, "is empty")
 	}
 	if len(s) > MaxNameBytes {
-		return fmt.Errorf("%s is %d bytes, more than %d: %w", field, len(s), MaxNameBytes, ErrInvalid)
+		return Invalid(field, "is %d bytes, more than %d", len(s), MaxNameBytes)
 	}
 	if s == "." || s == ".." {
-		return fmt.Errorf("%s %q is not allowed: %w", field, s, ErrInvalid)
+		return Invalid(field, "%q is not allowed", s)
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return fmt.Errorf("%s %q has byte %q at %d; use letters, digits, '.', '_', '-': %w", field, s, c, i, ErrInvalid)
+		if c := s[i]; !nameByte(c) {
+			return Invalid(field, "%q has byte %q at %d; use letters, digits, '.', '_', '-'", s, c, i)
 		}
 	}
 	return nil
@@ -62,7 +60,7 @@ func validateName(field, s string) error {
 func ParseSessionID(field, id string) (string, error) {
 	u, err := uuid.Parse(id)
 	if err != nil || len(id) != 36 {
-		return "", fmt.Errorf("%s %q is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx): %w", field, id, ErrInvalid)
+		return "", Invalid(field, "%q is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", id)
 	}
 	return u.String(), nil
 }
@@ -71,18 +69,18 @@ func ParseSessionID(field, id string) (string, error) {
 // bytes of UTF-8, no control characters (C0, DEL or C1).
 func ValidateMessageID(field, id string) error {
 	if id == "" {
-		return fmt.Errorf("%s is empty: %w", field, ErrInvalid)
+		return Invalid(field, "is empty")
 	}
 	if len(id) > MaxMessageIDBytes {
-		return fmt.Errorf("%s is %d bytes, more than %d: %w", field, len(id), MaxMessageIDBytes, ErrInvalid)
+		return Invalid(field, "is %d bytes, more than %d", len(id), MaxMessageIDBytes)
 	}
 	// Invalid UTF-8 would only fail later, when the message is encoded
 	// (protobuf strings are UTF-8), as an internal error.
 	if !utf8.ValidString(id) {
-		return fmt.Errorf("%s is not valid UTF-8: %w", field, ErrInvalid)
+		return Invalid(field, "is not valid UTF-8")
 	}
 	if i := strings.IndexFunc(id, unicode.IsControl); i >= 0 {
-		return fmt.Errorf("%s has a control character at byte %d: %w", field, i, ErrInvalid)
+		return Invalid(field, "has a control character at byte %d", i)
 	}
 	return nil
 }
@@ -90,7 +88,7 @@ func ValidateMessageID(field, id string) error {
 // ValidateRef checks a reference and returns it with a canonical id.
 func ValidateRef(ref Ref) (Ref, error) {
 	if err := ValidateNamespace(ref.Namespace); err != nil {
-		return ref, fmt.Errorf("ref.%w", err)
+		return ref, InField("ref", err)
 	}
 	switch {
 	case ref.ID != "":
@@ -101,10 +99,10 @@ func ValidateRef(ref Ref) (Ref, error) {
 		ref.ID, ref.Alias = id, ""
 	case ref.Alias != "":
 		if err := ValidateAlias(ref.Alias); err != nil {
-			return ref, fmt.Errorf("ref.%w", err)
+			return ref, InField("ref", err)
 		}
 	default:
-		return ref, fmt.Errorf("ref names no session: set ref.id or ref.alias: %w", ErrInvalid)
+		return ref, Invalid("ref", "names no session: set ref.id or ref.alias")
 	}
 	return ref, nil
 }
@@ -114,7 +112,7 @@ func ValidateRef(ref Ref) (Ref, error) {
 // stored as protobuf nor sent to a client.
 func ValidateText(field, s string) error {
 	if !utf8.ValidString(s) {
-		return fmt.Errorf("%s is not valid UTF-8: %w", field, ErrInvalid)
+		return Invalid(field, "is not valid UTF-8")
 	}
 	return nil
 }
@@ -123,10 +121,10 @@ func ValidateText(field, s string) error {
 func ValidateStringMap(field string, m map[string]string) error {
 	for k, v := range m {
 		if !utf8.ValidString(k) {
-			return fmt.Errorf("%s has a key that is not valid UTF-8: %w", field, ErrInvalid)
+			return Invalid(field, "has a key that is not valid UTF-8")
 		}
 		if !utf8.ValidString(v) {
-			return fmt.Errorf("%s[%q] is not valid UTF-8: %w", field, k, ErrInvalid)
+			return Invalid(fmt.Sprintf("%s[%q]", field, clip(k)), "is not valid UTF-8")
 		}
 	}
 	return nil

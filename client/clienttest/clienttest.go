@@ -18,6 +18,7 @@ import (
 
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/server"
+	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/file"
 )
 
@@ -33,7 +34,7 @@ type Server struct {
 
 	mu    sync.Mutex // guards the fields below
 	gs    *grpc.Server
-	store *file.Store
+	store storage.Store
 	buf   *bufconn.Listener // nil when stopped, or on TCP
 }
 
@@ -86,10 +87,11 @@ func NewServer(t testing.TB, opts ...Option) *Server {
 }
 
 func (s *Server) start(lis net.Listener) error {
-	store, err := file.Open(context.Background(), s.dir)
+	driver, err := file.Open(context.Background(), s.dir)
 	if err != nil {
 		return fmt.Errorf("clienttest: open store %s: %w", s.dir, err)
 	}
+	store := storage.New(driver, storage.DefaultLimits())
 	srv := server.New(store, server.WithBackend("file"))
 	gs := grpc.NewServer(append(srv.ServerOptions(), s.grpcOpts...)...)
 	srv.Register(gs)

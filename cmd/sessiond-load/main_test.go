@@ -24,15 +24,16 @@ import (
 // loopback port.
 type daemon struct {
 	addr  string
-	store *file.Store
+	store storage.Store
 }
 
 func startDaemon(t *testing.T) *daemon {
 	t.Helper()
-	store, err := file.Open(t.Context(), t.TempDir())
+	driver, err := file.Open(t.Context(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
+	store := storage.New(driver, storage.DefaultLimits())
 	srv := server.New(store, server.WithBackend("file"))
 	gs := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(gs)

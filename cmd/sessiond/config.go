@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sessiond/sessiond/server"
+	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/file"
 )
 
@@ -23,7 +23,7 @@ type config struct {
 	storage         string
 	logLevel        string
 	logFormat       string
-	limits          server.Limits
+	limits          storage.Limits
 	shutdownTimeout time.Duration
 	maxOpenJournals int
 	showVersion     bool
@@ -48,7 +48,7 @@ var logFormats = []string{"json", "console"}
 // bad value is a usageError; --help prints usage on stdout and returns
 // flag.ErrHelp.
 func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io.Writer) (*config, error) {
-	cfg := &config{limits: server.DefaultLimits()}
+	cfg := &config{limits: storage.DefaultLimits()}
 	fs := flag.NewFlagSet("sessiond", flag.ContinueOnError)
 	// Errors are reported once, by main, as usage errors; usage goes to
 	// stdout only when asked for.

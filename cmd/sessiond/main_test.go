@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
-	"github.com/sessiond/sessiond/server"
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -44,7 +43,7 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{"defaults", nil, map[string]string{"HOME": "/home/u"}, func(t *testing.T, c *config) {
 			if c.listen != "127.0.0.1:7437" || c.dataDir != "/home/u/.local/share/sessiond" || c.storage != "file" ||
-				c.logLevel != "info" || c.logFormat != "json" || c.shutdownTimeout != 10*time.Second || c.limits != server.DefaultLimits() {
+				c.logLevel != "info" || c.logFormat != "json" || c.shutdownTimeout != 10*time.Second || c.limits != storage.DefaultLimits() {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},

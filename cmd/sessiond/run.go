@@ -22,9 +22,11 @@ import (
 	"github.com/sessiond/sessiond/storage/file"
 )
 
-// backends are the storage backends of this build, by --storage name.
-var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Store, error){
-	"file": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Store, error) {
+// backends are the storage backends of this build, by --storage name. Each
+// opens its driver; serve wraps it in the portable store, which checks every
+// request and enforces the limits.
+var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error){
+	"file": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error) {
 		// The data dir holds every conversation: private to its user.
 		if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
@@ -66,7 +68,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		_ = lis.Close()
 	}()
 
-	store, err := backends[cfg.storage](ctx, cfg, log)
+	driver, err := backends[cfg.storage](ctx, cfg, log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: a clean exit
@@ -76,6 +78,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		}
 		return fmt.Errorf("open %s store in %s: %w", cfg.storage, cfg.dataDir, err)
 	}
+	store := storage.New(driver, cfg.limits)
 	defer func() {
 		if cerr := store.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("close store: %w", cerr)
@@ -85,7 +88,6 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	ver := buildinfo.Version(version)
 	srv := server.New(store,
 		server.WithLogger(log.Named("server")),
-		server.WithLimits(cfg.limits),
 		server.WithVersion(ver),
 		server.WithBackend(cfg.storage),
 	)

@@ -55,7 +55,7 @@ func BenchmarkAppendCheckpointing(b *testing.B) {
 }
 
 func benchAppend(b *testing.B, length, writers int, opts ...Option) {
-	s, err := Open(b.Context(), b.TempDir(), opts...)
+	s, err := openPortable(b.Context(), b.TempDir(), opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func bigFixture(b *testing.B) string {
 			if err := <-errs; err != nil {
 				return err
 			}
-			s, err := Open(b.Context(), dir)
+			s, err := openPortable(b.Context(), dir)
 			if err != nil {
 				return err
 			}
@@ -195,7 +195,7 @@ func BenchmarkOpen100k(b *testing.B) {
 					_ = os.Remove(filepath.Join(dir, "index", cleanName))
 				}
 				b.StartTimer()
-				s, err := Open(b.Context(), dir)
+				s, err := openPortable(b.Context(), dir)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -220,7 +220,7 @@ const crashDirty = defaultCkptDirty
 // and abandons the store the way kill -9 would: no last checkpoint.
 func crashAfterWrites(b *testing.B, dir string, n int) {
 	b.Helper()
-	s, err := Open(b.Context(), dir, WithCheckpoints(time.Hour, 1<<30))
+	s, err := openPortable(b.Context(), dir, WithCheckpoints(time.Hour, 1<<30))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func crashAfterWrites(b *testing.B, dir string, n int) {
 
 // abandon releases a store without writing anything more, as a crash
 // would: the checkpoint loop stops, files and the lock are closed.
-func abandon(s *Store) {
+func abandon(s *testStore) {
 	close(s.ckptStop)
 	<-s.ckptDone
 	s.dirty.mu.Lock()
@@ -266,7 +266,7 @@ func abandon(s *Store) {
 // result and to all of them.
 func BenchmarkList100k(b *testing.B) {
 	dir := bigFixture(b)
-	s, err := Open(b.Context(), dir)
+	s, err := openPortable(b.Context(), dir)
 	if err != nil {
 		b.Fatal(err)
 	}

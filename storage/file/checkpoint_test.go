@@ -40,7 +40,7 @@ func markSeq(t *testing.T, dir string) uint64 {
 
 // snapshotState returns every live session's metadata, in list order per
 // namespace, and its message ids.
-func snapshotState(t *testing.T, s *Store, namespaces ...string) (map[string][]*storage.Session, map[string][]string) {
+func snapshotState(t *testing.T, s *testStore, namespaces ...string) (map[string][]*storage.Session, map[string][]string) {
 	t.Helper()
 	lists := map[string][]*storage.Session{}
 	msgIDs := map[string][]string{}
@@ -64,7 +64,7 @@ func snapshotState(t *testing.T, s *Store, namespaces ...string) (map[string][]*
 	return lists, msgIDs
 }
 
-func checkState(t *testing.T, s *Store, wantLists map[string][]*storage.Session, wantMsgs map[string][]string) {
+func checkState(t *testing.T, s *testStore, wantLists map[string][]*storage.Session, wantMsgs map[string][]string) {
 	t.Helper()
 	var namespaces []string
 	for ns := range wantLists {

@@ -82,7 +82,7 @@ type fdWatch struct {
 	samples atomic.Int64
 }
 
-func watchFDs(t *testing.T, s *Store, dir string) *fdWatch {
+func watchFDs(t *testing.T, s *testStore, dir string) *fdWatch {
 	t.Helper()
 	w := &fdWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	if _, ok := journalFDs(t, dir); !ok {
@@ -120,7 +120,7 @@ func (w *fdWatch) end() (maxProc, samples int64) {
 // checkJournalBound checks, with no write in progress, that the store's
 // counter is within bound and has never been above it, and that /proc shows
 // exactly the journals the counter counts.
-func checkJournalBound(t *testing.T, s *Store, dir string, bound int) {
+func checkJournalBound(t *testing.T, s *testStore, dir string, bound int) {
 	t.Helper()
 	open, peak := s.openJournals()
 	if open > bound || peak > bound {
@@ -141,7 +141,7 @@ func checkJournalBound(t *testing.T, s *Store, dir string, bound int) {
 // goroutines (session i belongs to writer i%writers, so each session's
 // order is known), and records what was acknowledged. Some rounds change
 // a session's title instead, another journal write.
-func appendRounds(t *testing.T, s *Store, sessions []string, writers, rounds int, tag string, acked map[string][]string, mu *sync.Mutex) {
+func appendRounds(t *testing.T, s *testStore, sessions []string, writers, rounds int, tag string, acked map[string][]string, mu *sync.Mutex) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
@@ -181,7 +181,7 @@ func appendRounds(t *testing.T, s *Store, sessions []string, writers, rounds int
 
 // checkAcked checks that every session holds exactly the acknowledged
 // messages, in order.
-func checkAcked(t *testing.T, s *Store, acked map[string][]string) {
+func checkAcked(t *testing.T, s *testStore, acked map[string][]string) {
 	t.Helper()
 	for id, want := range acked {
 		got, err := loadIDs(t, s, id)

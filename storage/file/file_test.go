@@ -1,6 +1,7 @@
 package file
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,15 +12,42 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.RunConformance(t, func(t *testing.T) storage.Store {
-		return openStore(t, t.TempDir())
+	storetest.RunConformance(t, storetest.Harness{
+		NewData: func(t *testing.T) string {
+			dir := t.TempDir()
+			t.Cleanup(func() {
+				if !t.Failed() {
+					checkDir(t, dir)
+				}
+			})
+			return dir
+		},
+		Open: func(ctx context.Context, dir string) (storage.Driver, error) {
+			return Open(ctx, dir)
+		},
+		Shared: false, // one process holds a data dir
 	})
+}
+
+// testStore is a file Store behind the portable layer, as the daemon runs
+// it. The portable Store's methods win (they are the ones tests mean); the
+// file Store's own methods and fields are promoted from one level deeper.
+type testStore struct {
+	storage.Store
+	driver
+}
+
+type driver struct{ *Store }
+
+// portable wraps d as the daemon does.
+func portable(d *Store) *testStore {
+	return &testStore{Store: storage.New(d, storage.DefaultLimits()), driver: driver{d}}
 }
 
 // openStore opens a store on dir and registers a cleanup that closes it and
 // checks what every state on disk must satisfy: no temp files left behind,
 // and a reopened store that reads every session.
-func openStore(t *testing.T, dir string, opts ...Option) *Store {
+func openStore(t *testing.T, dir string, opts ...Option) *testStore {
 	t.Helper()
 	s, err := Open(t.Context(), dir, opts...)
 	if err != nil {
@@ -34,7 +62,7 @@ func openStore(t *testing.T, dir string, opts ...Option) *Store {
 		}
 		checkDir(t, dir)
 	})
-	return s
+	return portable(s)
 }
 
 // checkDir checks a closed data dir: no temp files, and Check finds nothing.
@@ -46,4 +74,13 @@ func checkDir(t *testing.T, dir string) {
 		}
 		return nil
 	})
+}
+
+// openPortable opens dir and wraps the store as the daemon does.
+func openPortable(ctx context.Context, dir string, opts ...Option) (*testStore, error) {
+	d, err := Open(ctx, dir, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return portable(d), nil
 }

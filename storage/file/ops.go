@@ -42,7 +42,7 @@ func marshalMessages(ms []*sessiondv1.Message) ([][]byte, error) {
 	for i, m := range ms {
 		b, err := proto.Marshal(m)
 		if err != nil {
-			return nil, fmt.Errorf("file: encode message %d: %v: %w", i, err, storage.ErrInvalid)
+			return nil, fmt.Errorf("file: encode message %d: %w", i, err)
 		}
 		out[i] = b
 	}
@@ -57,51 +57,18 @@ func unmarshalMessage(id string, b []byte) (*sessiondv1.Message, error) {
 	return m, nil
 }
 
-// sameStored reports whether the stored encoded message is the one the
-// client sent again.
-func sameStored(sid string, stored []byte, incoming *sessiondv1.Message) (bool, error) {
-	m, err := unmarshalMessage(sid, stored)
-	if err != nil {
-		return false, err
-	}
-	return storage.SameMessage(m, incoming), nil
+// storedAt reads v's messages for the shared rule functions.
+func (v *view) storedAt(i int) (*sessiondv1.Message, error) {
+	return unmarshalMessage(v.meta.ID, v.msgs[i])
 }
 
 // Create makes a session with revision 1.
-func (s *Store) Create(ctx context.Context, req storage.CreateRequest) (*storage.Session, error) {
+func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs storage.Messages) (*storage.Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := storage.ValidateNamespace(req.Namespace); err != nil {
-		return nil, err
-	}
-	if req.Alias != "" {
-		if err := storage.ValidateAlias(req.Alias); err != nil {
-			return nil, err
-		}
-	}
-	parentID := ""
-	if req.Parent != nil {
-		parentID = req.Parent.SessionID
-	}
-	if err := errors.Join(storage.ValidateText("title", req.Title), storage.ValidateText("summary", req.Summary),
-		storage.ValidateText("parent.session_id", parentID),
-		storage.ValidateStringMap("metadata", req.Metadata), storage.ValidateStringMap("labels", req.Labels)); err != nil {
-		return nil, err
-	}
-	id := ""
-	if req.ID != "" {
-		var err error
-		if id, err = storage.ParseSessionID("id", req.ID); err != nil {
-			return nil, err
-		}
-	}
 	t := now(time.Time{})
-	prepared, err := storage.PrepareMessages("messages", req.Messages, t)
-	if err != nil {
-		return nil, err
-	}
-	enc, err := marshalMessages(prepared)
+	enc, err := marshalMessages(msgs.Prepared)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +80,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest) (*storage
 		}
 	}
 	meta := &storage.Session{
-		ID: id, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, Summary: req.Summary,
+		ID: req.ID, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, Summary: req.Summary,
 		CreatedAt: created, UpdatedAt: t, Revision: 1, MessageCount: int64(len(enc)),
 		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels),
 	}
@@ -125,7 +92,14 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest) (*storage
 		return nil, err
 	}
 	defer s.writes.Done()
-	return s.create(ctx, meta, enc, &req, req.ID != "")
+	return s.create(ctx, meta, enc, &createRetry{req, msgs}, req.ID != "")
+}
+
+// createRetry is a create with a client-chosen id, to compare with the
+// session that has the id.
+type createRetry struct {
+	req  storage.CreateRequest
+	msgs storage.Messages
 }
 
 // create reserves the id and alias, writes the files, and publishes the
@@ -134,7 +108,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest) (*storage
 // With fixedID, meta.ID is the caller's and a taken id is ErrAlreadyExists
 // (or, when retry is set and matches, the existing session); otherwise a
 // fresh UUIDv7 is drawn.
-func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte, retry *storage.CreateRequest, fixedID bool) (*storage.Session, error) {
+func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte, retry *createRetry, fixedID bool) (*storage.Session, error) {
 	ids, err := indexIDs(enc)
 	if err != nil {
 		return nil, fmt.Errorf("file: create session: %w", err)
@@ -174,7 +148,7 @@ func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte,
 		if meta.Alias != "" && n.byAlias[meta.Alias] != nil {
 			s.mu.Unlock()
 			e.wmu.Unlock()
-			return nil, fmt.Errorf("file: alias %q in namespace %q: %w", meta.Alias, meta.Namespace, storage.ErrAliasInUse)
+			return nil, storage.AliasInUse(meta.Namespace, meta.Alias)
 		}
 		// Reserve id and alias; e.meta stays nil (invisible) until durable.
 		s.byID[meta.ID] = e
@@ -210,8 +184,8 @@ var errRetry = errors.New("retry")
 
 // createRetry answers a create whose client-chosen id exists: the session
 // itself if the create is an exact retry, else ErrAlreadyExists.
-func (s *Store) createRetry(_ context.Context, e *entry, req *storage.CreateRequest) (*storage.Session, error) {
-	exists := fmt.Errorf("file: session %s: %w", req.ID, storage.ErrAlreadyExists)
+func (s *Store) createRetry(_ context.Context, e *entry, retry *createRetry) (*storage.Session, error) {
+	exists := fmt.Errorf("file: session %s: %w", retry.req.ID, storage.ErrAlreadyExists)
 	e.wmu.Lock() // waits for a create in progress to finish
 	defer s.unlock(e)
 	s.mu.RLock()
@@ -220,41 +194,31 @@ func (s *Store) createRetry(_ context.Context, e *entry, req *storage.CreateRequ
 	if gone {
 		return nil, errRetry
 	}
-	if meta == nil || damaged != nil || meta.Namespace != req.Namespace || meta.Revision != 1 {
+	if meta == nil || damaged != nil {
 		return nil, exists
 	}
-	p := req.Parent
-	same := meta.Alias == req.Alias && meta.Title == req.Title && meta.Summary == req.Summary &&
-		mapsEqual(meta.Metadata, req.Metadata) && mapsEqual(meta.Labels, req.Labels) &&
-		(p == nil) == (meta.Parent == nil) && (p == nil || *p == *meta.Parent) &&
-		(req.CreatedAt.IsZero() || req.CreatedAt.Equal(meta.CreatedAt)) &&
-		meta.MessageCount == int64(len(req.Messages))
+	var v *view
+	same, err := storage.SameCreate(meta, retry.req, retry.msgs, func(i int) (*sessiondv1.Message, error) {
+		if v == nil {
+			if err := s.loadLocked(e); err != nil {
+				return nil, err
+			}
+			v = e.view.Load()
+		}
+		return v.storedAt(i)
+	})
+	if err != nil {
+		return nil, err
+	}
 	if !same {
 		return nil, exists
 	}
-	if err := s.loadLocked(e); err != nil {
-		return nil, err
-	}
-	v := e.view.Load()
-	for i, m := range req.Messages {
-		ok, err := sameStored(e.id, v.msgs[i], m)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, exists
-		}
-	}
-	return cloneMeta(v.meta), nil
+	return cloneMeta(meta), nil
 }
 
 // Get returns a session's metadata.
 func (s *Store) Get(ctx context.Context, ref storage.Ref) (*storage.Session, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	ref, err := storage.ValidateRef(ref)
-	if err != nil {
 		return nil, err
 	}
 	s.mu.RLock()
@@ -275,10 +239,6 @@ func (s *Store) Get(ctx context.Context, ref storage.Ref) (*storage.Session, err
 // readView returns a consistent state of ref's session, loading it if
 // needed.
 func (s *Store) readView(ref storage.Ref) (*view, error) {
-	ref, err := storage.ValidateRef(ref)
-	if err != nil {
-		return nil, err
-	}
 	e, err := s.resolve(ref)
 	if err != nil {
 		return nil, err
@@ -324,12 +284,6 @@ func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOpti
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	if opts.Offset < 0 || opts.Limit < 0 {
-		return nil, nil, fmt.Errorf("file: load offset %d, limit %d: must not be negative: %w", opts.Offset, opts.Limit, storage.ErrInvalid)
-	}
-	if opts.Tail && opts.Offset != 0 {
-		return nil, nil, fmt.Errorf("file: load with tail takes no offset (got %d): %w", opts.Offset, storage.ErrInvalid)
-	}
 	v, err := s.readView(ref)
 	if err != nil {
 		return nil, nil, err
@@ -357,12 +311,6 @@ func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOpti
 // List calls yield for each matching session in list order. It collects a
 // page under the read lock, then yields it with no lock held.
 func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*storage.Session) error) error {
-	if err := storage.ValidateNamespace(opts.Namespace); err != nil {
-		return err
-	}
-	if opts.Limit < 0 {
-		return fmt.Errorf("file: list limit %d is negative: %w", opts.Limit, storage.ErrInvalid)
-	}
 	var cur listKey // the last session looked at, when started
 	started := opts.After != nil
 	if started {
@@ -434,23 +382,12 @@ func matches(m *storage.Session, o *storage.ListOptions) bool {
 }
 
 // Save replaces a session's messages, title, summary and metadata.
-func (s *Store) Save(ctx context.Context, req storage.SaveRequest) (*storage.Session, error) {
+func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.Messages) (*storage.Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ref, err := storage.ValidateRef(req.Ref)
-	if err != nil {
-		return nil, err
-	}
-	if err := errors.Join(storage.ValidateText("title", req.Title), storage.ValidateText("summary", req.Summary),
-		storage.ValidateStringMap("metadata", req.Metadata)); err != nil {
-		return nil, err
-	}
-	prepared, err := storage.PrepareMessages("messages", req.Messages, time.Now().UTC())
-	if err != nil {
-		return nil, err
-	}
-	enc, err := marshalMessages(prepared)
+	ref := req.Ref
+	enc, err := marshalMessages(msgs.Prepared)
 	if err != nil {
 		return nil, err
 	}
@@ -462,13 +399,13 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest) (*storage.Ses
 	for range 10 {
 		var out *storage.Session
 		err := s.withLoaded(ref, func(e *entry, v *view) error {
-			if noop, err := s.sameContent(e.id, v, req.Title, req.Summary, req.Metadata, req.Messages); err != nil {
+			if noop, err := storage.SameSave(v.meta, req, msgs, v.storedAt); err != nil {
 				return err
 			} else if noop {
 				out = cloneMeta(v.meta)
 				return nil
 			}
-			if err := checkRev(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
+			if err := storage.CheckRevision(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
 				return err
 			}
 			m := cloneMeta(v.meta)
@@ -492,7 +429,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest) (*storage.Ses
 			CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: int64(len(enc)), Metadata: maps.Clone(req.Metadata),
 		}
 		if req.ExpectedRevision != 0 {
-			return nil, fmt.Errorf("file: save with expected revision %d creates nothing: %w", req.ExpectedRevision, storage.ErrConflict)
+			return nil, fmt.Errorf("save with expected revision %d creates nothing: %w", req.ExpectedRevision, storage.ErrConflict)
 		}
 		out, err = s.create(ctx, meta, enc, nil, ref.ID != "")
 		if err == nil {
@@ -504,28 +441,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest) (*storage.Ses
 		}
 		return nil, err
 	}
-	return nil, fmt.Errorf("file: save of %v keeps racing creates: %w", ref, storage.ErrConflict)
-}
-
-// sameContent reports whether a save would change nothing.
-func (s *Store) sameContent(id string, v *view, title, summary string, md map[string]string, msgs []*sessiondv1.Message) (bool, error) {
-	if v.meta.Title != title || v.meta.Summary != summary || !mapsEqual(v.meta.Metadata, md) || len(v.msgs) != len(msgs) {
-		return false, nil
-	}
-	for i, m := range msgs {
-		same, err := sameStored(id, v.msgs[i], m)
-		if err != nil || !same {
-			return false, err
-		}
-	}
-	return true, nil
-}
-
-func checkRev(id string, expected, current uint64) error {
-	if expected != 0 && expected != current {
-		return fmt.Errorf("file: session %s is at revision %d, expected %d: %w", id, current, expected, storage.ErrConflict)
-	}
-	return nil
+	return nil, fmt.Errorf("save of %v keeps racing creates: %w", ref, storage.ErrConflict)
 }
 
 // replaceLocked writes a whole new state (save, rewind, fold) and publishes
@@ -548,34 +464,26 @@ func (s *Store) replaceLocked(e *entry, m *storage.Session, msgs [][]byte) error
 
 // appendOp is one Append waiting for a group commit.
 type appendOp struct {
-	ctx      context.Context
-	ref      storage.Ref
-	exp      uint64
-	orig     []*sessiondv1.Message
-	prepared []*sessiondv1.Message
-	enc      [][]byte
-	done     bool // set under the session's wmu
-	res      storage.AppendResult
-	err      error
+	ctx  context.Context
+	ref  storage.Ref
+	exp  uint64
+	msgs storage.Messages
+	enc  [][]byte
+	done bool // set under the session's wmu
+	res  storage.AppendResult
+	err  error
 }
 
 // Append adds messages atomically, sharing one journal flush with the
 // appends to the same session that are waiting at that moment (group
 // commit): the first to get the session's lock writes everyone's records
 // in one frame with one fdatasync.
-func (s *Store) Append(ctx context.Context, req storage.AppendRequest) (storage.AppendResult, error) {
+func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
 	if err := ctx.Err(); err != nil {
 		return storage.AppendResult{}, err
 	}
-	ref, err := storage.ValidateRef(req.Ref)
-	if err != nil {
-		return storage.AppendResult{}, err
-	}
-	prepared, err := storage.PrepareMessages("messages", req.Messages, time.Now().UTC())
-	if err != nil {
-		return storage.AppendResult{}, err
-	}
-	enc, err := marshalMessages(prepared)
+	ref := req.Ref
+	enc, err := marshalMessages(msgs.Prepared)
 	if err != nil {
 		return storage.AppendResult{}, err
 	}
@@ -583,7 +491,7 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest) (storage.
 		return storage.AppendResult{}, err
 	}
 	defer s.writes.Done()
-	op := &appendOp{ctx: ctx, ref: ref, exp: req.ExpectedRevision, orig: req.Messages, prepared: prepared, enc: enc}
+	op := &appendOp{ctx: ctx, ref: ref, exp: req.ExpectedRevision, msgs: msgs, enc: enc}
 	for range 100 {
 		e, err := s.resolve(ref)
 		if err != nil {
@@ -607,7 +515,7 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest) (storage.
 		}
 		return op.res, op.err
 	}
-	return storage.AppendResult{}, fmt.Errorf("file: append to %v keeps racing renames: %w", ref, storage.ErrConflict)
+	return storage.AppendResult{}, fmt.Errorf("append to %v keeps racing renames: %w", ref, storage.ErrConflict)
 }
 
 // commitAppends applies a batch of appends to e in order, with one journal
@@ -655,48 +563,29 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 			finish(op, storage.AppendResult{}, err)
 			continue
 		}
-		cur := storage.AppendResult{Revision: meta.Revision, MessageCount: meta.MessageCount}
-		old, fresh := 0, 0
-		var err error
-		for i, m := range op.orig {
-			j, ok := e.ids[m.GetId()]
+		noop, err := storage.CheckAppend(e.id, op.msgs, op.exp, meta.Revision, func(id string) (*sessiondv1.Message, bool, error) {
+			j, ok := e.ids[id]
 			if !ok {
-				j, ok = added[m.GetId()]
+				j, ok = added[id]
 			}
-			if m.GetId() == "" || !ok {
-				fresh++
-				continue
+			if !ok {
+				return nil, false, nil
 			}
-			old++
-			same, serr := sameStored(e.id, msgs[j], m)
-			if serr != nil {
-				err = serr
-				break
-			}
-			if !same {
-				err = fmt.Errorf("file: messages[%d].id %q is in session %s with other content: %w", i, m.GetId(), e.id, storage.ErrMessageConflict)
-				break
-			}
-		}
-		switch {
-		case err != nil:
+			m, err := unmarshalMessage(e.id, msgs[j])
+			return m, err == nil, err
+		})
+		if err != nil {
 			finish(op, storage.AppendResult{}, err)
 			continue
-		case old > 0 && fresh > 0:
-			finish(op, storage.AppendResult{}, fmt.Errorf("file: append to %s mixes %d stored and %d new messages: %w", e.id, old, fresh, storage.ErrMessageConflict))
-			continue
-		case fresh == 0:
-			finish(op, cur, nil) // a retry of an append that landed, or nothing to add
-			continue
 		}
-		if err := checkRev(e.id, op.exp, meta.Revision); err != nil {
-			finish(op, storage.AppendResult{}, err)
+		if noop { // a retry of an append that landed, or nothing to add
+			finish(op, storage.AppendResult{Revision: meta.Revision, MessageCount: meta.MessageCount}, nil)
 			continue
 		}
 		meta.Revision++
 		meta.MessageCount += int64(len(op.enc))
 		meta.UpdatedAt = now(meta.UpdatedAt)
-		for i, p := range op.prepared {
+		for i, p := range op.msgs.Prepared {
 			added[p.GetId()] = len(msgs) + i
 		}
 		msgs = append(msgs, op.enc...)
@@ -726,7 +615,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	s.setMeta(e, &final)
 	for _, c := range changes {
 		m := c.meta
-		s.broker.Publish(e.id, storage.Event{Type: storage.EventAppended, Revision: m.Revision, Session: cloneMeta(&m), Messages: c.op.prepared})
+		s.broker.Publish(e.id, storage.Event{Type: storage.EventAppended, Revision: m.Revision, Session: cloneMeta(&m), Messages: c.op.msgs.Prepared})
 		finish(c.op, storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}, nil)
 	}
 	s.touch(e)
@@ -750,48 +639,18 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if req.Fields == 0 {
-		return nil, fmt.Errorf("file: update names no field: %w", storage.ErrInvalid)
-	}
-	if req.Fields&UpdateAll != req.Fields {
-		return nil, fmt.Errorf("file: update names unknown fields %#x: %w", req.Fields&^UpdateAll, storage.ErrInvalid)
-	}
-	if err := errors.Join(storage.ValidateText("title", req.Title), storage.ValidateText("summary", req.Summary),
-		storage.ValidateStringMap("metadata", req.Metadata), storage.ValidateStringMap("labels", req.Labels)); err != nil {
-		return nil, err
-	}
-	if req.Fields&storage.UpdateAlias != 0 && req.Alias != "" {
-		if err := storage.ValidateAlias(req.Alias); err != nil {
-			return nil, err
-		}
-	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
 	defer s.writes.Done()
 	var out *storage.Session
 	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
-		m := cloneMeta(v.meta)
-		if req.Fields&storage.UpdateAlias != 0 {
-			m.Alias = req.Alias
-		}
-		if req.Fields&storage.UpdateTitle != 0 {
-			m.Title = req.Title
-		}
-		if req.Fields&storage.UpdateSummary != 0 {
-			m.Summary = req.Summary
-		}
-		if req.Fields&storage.UpdateMetadata != 0 {
-			m.Metadata = maps.Clone(req.Metadata)
-		}
-		if req.Fields&storage.UpdateLabels != 0 {
-			m.Labels = maps.Clone(req.Labels)
-		}
-		if metaEqual(m, v.meta) {
+		m, changed := storage.ApplyUpdate(v.meta, req)
+		if !changed {
 			out = cloneMeta(v.meta)
 			return nil
 		}
-		if err := checkRev(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
+		if err := storage.CheckRevision(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
 			return err
 		}
 		// Reserve the new alias before writing, so that no other session
@@ -802,7 +661,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 			n = s.nsFor(m.Namespace)
 			if other := n.byAlias[m.Alias]; other != nil && other != e {
 				s.mu.Unlock()
-				return fmt.Errorf("file: alias %q in namespace %q: %w", m.Alias, m.Namespace, storage.ErrAliasInUse)
+				return storage.AliasInUse(m.Namespace, m.Alias)
 			}
 			n.byAlias[m.Alias] = e
 			s.mu.Unlock()
@@ -836,9 +695,6 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 	return out, err
 }
 
-// UpdateAll is every field Update knows.
-const UpdateAll = storage.UpdateAlias | storage.UpdateTitle | storage.UpdateSummary | storage.UpdateMetadata | storage.UpdateLabels
-
 // Delete removes a session and its files.
 func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision uint64) error {
 	if err := ctx.Err(); err != nil {
@@ -853,7 +709,7 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 		meta, damaged := e.meta, e.damaged
 		s.mu.RUnlock()
 		if damaged == nil {
-			if err := checkRev(e.id, expectedRevision, meta.Revision); err != nil {
+			if err := storage.CheckRevision(e.id, expectedRevision, meta.Revision); err != nil {
 				return err
 			}
 		} else if expectedRevision != 0 {
@@ -893,17 +749,6 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := storage.ValidateText("title", req.Title); err != nil {
-		return nil, err
-	}
-	if req.MessageCount < 0 {
-		return nil, fmt.Errorf("file: fork message_count %d is negative: %w", req.MessageCount, storage.ErrInvalid)
-	}
-	if req.Alias != "" {
-		if err := storage.ValidateAlias(req.Alias); err != nil {
-			return nil, err
-		}
-	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -913,11 +758,11 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 		return nil, err
 	}
 	n := req.MessageCount
+	if err := storage.CheckCount(v.meta.ID, n, int64(len(v.msgs))); err != nil {
+		return nil, err
+	}
 	if n == 0 {
 		n = int64(len(v.msgs))
-	}
-	if n > int64(len(v.msgs)) {
-		return nil, fmt.Errorf("file: message_count %d is more than the %d messages of session %s: %w", n, len(v.msgs), v.meta.ID, storage.ErrInvalid)
 	}
 	t := now(time.Time{})
 	src := v.meta
@@ -939,23 +784,20 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if req.MessageCount < 0 {
-		return nil, fmt.Errorf("file: rewind message_count %d is negative: %w", req.MessageCount, storage.ErrInvalid)
-	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
 	defer s.writes.Done()
 	var out *storage.Session
 	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
-		if req.MessageCount > int64(len(v.msgs)) {
-			return fmt.Errorf("file: message_count %d is more than the %d messages of session %s: %w", req.MessageCount, len(v.msgs), e.id, storage.ErrInvalid)
+		if err := storage.CheckCount(e.id, req.MessageCount, int64(len(v.msgs))); err != nil {
+			return err
 		}
 		if req.MessageCount == int64(len(v.msgs)) {
 			out = cloneMeta(v.meta)
 			return nil
 		}
-		if err := checkRev(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
+		if err := storage.CheckRevision(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
 			return err
 		}
 		m := cloneMeta(v.meta)
@@ -984,10 +826,7 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 		}
 		var err error
 		sub, err = s.broker.Subscribe(e.id, meta.Revision, fromRevision)
-		if err != nil {
-			return fmt.Errorf("file: watch session %s: %w", e.id, err)
-		}
-		return nil
+		return err // the broker's words name from_revision
 	})
 	return sub, err
 }

@@ -3,7 +3,6 @@ package file
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -13,15 +12,6 @@ import (
 // Search calls yield for each hit, session by session in list order.
 // Damaged sessions are skipped.
 func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield func(storage.SearchHit) error) error {
-	if err := storage.ValidateNamespace(opts.Namespace); err != nil {
-		return err
-	}
-	if opts.Query == "" {
-		return fmt.Errorf("file: search query is empty: %w", storage.ErrInvalid)
-	}
-	if opts.Limit < 0 {
-		return fmt.Errorf("file: search limit %d is negative: %w", opts.Limit, storage.ErrInvalid)
-	}
 	q := strings.ToLower(opts.Query)
 	var sessions []*storage.Session
 	if err := s.List(ctx, storage.ListOptions{Namespace: opts.Namespace}, func(m *storage.Session) error {

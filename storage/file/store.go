@@ -21,7 +21,7 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-var _ storage.Store = (*Store)(nil)
+var _ storage.Driver = (*Store)(nil)
 
 // Option tunes a Store.
 type Option func(*options)
@@ -174,8 +174,9 @@ func msgsSize(msgs [][]byte) int64 {
 	return n
 }
 
-// Open opens (creating if needed) the data dir and returns the store. It
-// fails with an error wrapping storage.ErrLocked if another store holds dir.
+// Open opens (creating if needed) the data dir and returns the store, a
+// storage.Driver to wrap with storage.New. It fails with an error wrapping
+// storage.ErrLocked if another store holds dir.
 func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(dir, dirPerm); err != nil {
 		return nil, fmt.Errorf("file: create data dir: %w", ioErr(err))
@@ -533,10 +534,6 @@ func (s *Store) resolve(ref storage.Ref) (*entry, error) {
 // checking that ref still names it. The closure form makes forgetting to
 // unlock impossible.
 func (s *Store) withSession(ref storage.Ref, fn func(e *entry) error) error {
-	ref, err := storage.ValidateRef(ref)
-	if err != nil {
-		return err
-	}
 	for range 100 {
 		e, err := s.resolve(ref)
 		if err != nil {
@@ -558,7 +555,7 @@ func (s *Store) withSession(ref storage.Ref, fn func(e *entry) error) error {
 		s.unlock(e)
 		return err
 	}
-	return fmt.Errorf("file: session %v keeps changing identity: %w", ref, storage.ErrConflict)
+	return fmt.Errorf("session %v keeps changing identity: %w", ref, storage.ErrConflict)
 }
 
 // touch records that e's view is in memory and evicts the least recently

@@ -33,9 +33,9 @@ func msgs(prefix string, n int) []*sessiondv1.Message {
 
 // open opens dir without the cleanup checks of openStore, for tests that
 // close and reopen by hand.
-func open(t *testing.T, dir string, opts ...Option) *Store {
+func open(t *testing.T, dir string, opts ...Option) *testStore {
 	t.Helper()
-	s, err := Open(t.Context(), dir, opts...)
+	s, err := openPortable(t.Context(), dir, opts...)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", dir, err)
 	}
@@ -43,7 +43,7 @@ func open(t *testing.T, dir string, opts ...Option) *Store {
 	return s
 }
 
-func mustCreate(t *testing.T, s *Store, req storage.CreateRequest) *storage.Session {
+func mustCreate(t *testing.T, s storage.Store, req storage.CreateRequest) *storage.Session {
 	t.Helper()
 	se, err := s.Create(t.Context(), req)
 	if err != nil {
@@ -52,14 +52,14 @@ func mustCreate(t *testing.T, s *Store, req storage.CreateRequest) *storage.Sess
 	return se
 }
 
-func mustAppend(t *testing.T, s *Store, id string, ms ...*sessiondv1.Message) {
+func mustAppend(t *testing.T, s *testStore, id string, ms ...*sessiondv1.Message) {
 	t.Helper()
 	if _, err := s.Append(t.Context(), storage.AppendRequest{Ref: storage.Ref{ID: id}, Messages: ms}); err != nil {
 		t.Fatalf("Append to %s: %v", id, err)
 	}
 }
 
-func loadIDs(t *testing.T, s *Store, id string) ([]string, error) {
+func loadIDs(t *testing.T, s *testStore, id string) ([]string, error) {
 	t.Helper()
 	_, ms, err := s.Load(t.Context(), storage.Ref{ID: id}, storage.LoadOptions{})
 	if err != nil {
@@ -132,7 +132,7 @@ func indexFile(t *testing.T, dir, ns string) string {
 	return filepath.Join(dir, "index", seqName(ckptPref, seq), nsFileName(ns))
 }
 
-func entryOf(t *testing.T, s *Store, id string) *entry {
+func entryOf(t *testing.T, s *testStore, id string) *entry {
 	t.Helper()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -439,7 +439,7 @@ func TestCrashDuringAppend(t *testing.T) {
 				want = wantAfter
 			}
 			func() {
-				s2, err := Open(t.Context(), d)
+				s2, err := openPortable(t.Context(), d)
 				if err != nil {
 					t.Fatalf("%s cut at %d: Open: %v", v.name, c, err)
 				}
@@ -458,7 +458,7 @@ func TestCrashDuringAppend(t *testing.T) {
 				if err := s2.Close(); err != nil {
 					t.Fatal(err)
 				}
-				s3, err := Open(t.Context(), d)
+				s3, err := openPortable(t.Context(), d)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -19,25 +19,54 @@ import (
 )
 
 // TestConformanceMemStore runs the suite against memStore, a deliberately
-// simple in-memory reference store. It checks the suite itself: every rule
+// simple in-memory reference driver. It checks the suite itself: every rule
 // the suite asserts can be met, and the suite does not depend on one
-// backend's accidents.
+// backend's accidents. Its data outlives a closed driver and may be shared
+// by several open ones, so it also exercises the suite's reopen and shared
+// checks.
 func TestConformanceMemStore(t *testing.T) {
-	RunConformance(t, func(t *testing.T) storage.Store {
-		s := newMemStore()
-		t.Cleanup(func() { _ = s.Close() })
-		return s
+	var mu sync.Mutex
+	data := map[string]*memData{}
+	RunConformance(t, Harness{
+		NewData: func(t *testing.T) string {
+			mu.Lock()
+			defer mu.Unlock()
+			addr := fmt.Sprintf("mem-%d", len(data))
+			data[addr] = &memData{sessions: map[string]*memSession{}, aliases: map[string]map[string]string{}}
+			return addr
+		},
+		Open: func(_ context.Context, addr string) (storage.Driver, error) {
+			mu.Lock()
+			d := data[addr]
+			mu.Unlock()
+			if d == nil {
+				return nil, fmt.Errorf("mem: no data at %s", addr)
+			}
+			s := &memStore{memData: d, broker: storage.NewBroker()}
+			d.mu.Lock()
+			d.open = append(d.open, s)
+			d.mu.Unlock()
+			return s, nil
+		},
+		Shared: true,
 	})
 }
 
-// memStore keeps everything in maps under one mutex.
-type memStore struct {
-	mu       sync.Mutex // guards everything below
-	closed   bool
+// memData is a store's data, under one mutex. Every driver open on it
+// publishes its changes to the brokers of all.
+type memData struct {
+	mu       sync.Mutex                   // guards everything below and each open driver's closed
 	sessions map[string]*memSession       // by id
 	aliases  map[string]map[string]string // namespace -> alias -> id
-	broker   *storage.Broker
 	lastTime time.Time
+	open     []*memStore
+}
+
+// memStore is one open driver on a memData.
+type memStore struct {
+	*memData
+	broker *storage.Broker
+	closed bool
 }
 
 type memSession struct {
@@ -45,11 +74,7 @@ type memSession struct {
 	msgs []*sessiondv1.Message
 }
 
-var _ storage.Store = (*memStore)(nil)
-
-func newMemStore() *memStore {
-	return &memStore{sessions: map[string]*memSession{}, aliases: map[string]map[string]string{}, broker: storage.NewBroker()}
-}
+var _ storage.Driver = (*memStore)(nil)
 
 // now returns a strictly increasing time, so updated_at orders writes.
 func (s *memStore) now() time.Time {
@@ -80,8 +105,6 @@ func cloneMsgs(ms []*sessiondv1.Message) []*sessiondv1.Message {
 	return out
 }
 
-func mapsEqual(a, b map[string]string) bool { return maps.Equal(a, b) }
-
 // locked runs fn under the lock, after the closed check.
 func (s *memStore) locked(fn func() error) error {
 	s.mu.Lock()
@@ -93,10 +116,6 @@ func (s *memStore) locked(fn func() error) error {
 }
 
 func (s *memStore) find(ref storage.Ref) (*memSession, error) {
-	ref, err := storage.ValidateRef(ref)
-	if err != nil {
-		return nil, err
-	}
 	id := ref.ID
 	if id == "" {
 		id = s.aliases[ref.Namespace][ref.Alias]
@@ -127,63 +146,54 @@ func (s *memStore) aliasTaken(ns, alias, self string) bool {
 	return alias != "" && ok && id != self
 }
 
+// publish tells the watchers of every open driver.
+func (s *memStore) publish(id string, ev storage.Event) {
+	for _, o := range s.open {
+		o.broker.Publish(id, ev)
+	}
+}
+
 // bump records a change and tells the watchers.
 func (s *memStore) bump(se *memSession, typ storage.EventType, appended []*sessiondv1.Message) {
 	se.meta.Revision++
 	se.meta.UpdatedAt = s.now()
 	se.meta.MessageCount = int64(len(se.msgs))
-	s.broker.Publish(se.meta.ID, storage.Event{Type: typ, Revision: se.meta.Revision, Session: copyMeta(&se.meta), Messages: cloneMsgs(appended)})
+	s.publish(se.meta.ID, storage.Event{Type: typ, Revision: se.meta.Revision, Session: copyMeta(&se.meta), Messages: appended})
 }
 
-func (s *memStore) Create(_ context.Context, req storage.CreateRequest) (*storage.Session, error) {
+// storedAt reads a session's messages for the shared rule functions.
+func (se *memSession) storedAt(i int) (*sessiondv1.Message, error) { return se.msgs[i], nil }
+
+func (s *memStore) Create(_ context.Context, req storage.CreateRequest, msgs storage.Messages) (*storage.Session, error) {
 	var out *storage.Session
 	err := s.locked(func() error {
-		if err := storage.ValidateNamespace(req.Namespace); err != nil {
-			return err
-		}
-		if err := checkText(req.Title, req.Summary, req.Metadata, req.Labels); err != nil {
-			return err
-		}
-		if req.Alias != "" {
-			if err := storage.ValidateAlias(req.Alias); err != nil {
-				return err
-			}
-		}
 		now := s.now()
-		ms, err := storage.PrepareMessages("messages", req.Messages, now)
-		if err != nil {
-			return err
-		}
-		id := ""
-		if req.ID != "" {
-			if id, err = storage.ParseSessionID("id", req.ID); err != nil {
-				return err
-			}
+		id := req.ID
+		if id != "" {
 			if old, ok := s.sessions[id]; ok {
-				if old.meta.Namespace == req.Namespace && old.meta.Revision == 1 && old.meta.Alias == req.Alias &&
-					old.meta.Title == req.Title && old.meta.Summary == req.Summary &&
-					mapsEqual(old.meta.Metadata, req.Metadata) && mapsEqual(old.meta.Labels, req.Labels) &&
-					(req.CreatedAt.IsZero() || req.CreatedAt.Equal(old.meta.CreatedAt)) &&
-					parentEqual(old.meta.Parent, req.Parent) &&
-					slices.EqualFunc(old.msgs, req.Messages, storage.SameMessage) {
-					out = copyMeta(&old.meta)
-					return nil
+				same, err := storage.SameCreate(&old.meta, req, msgs, old.storedAt)
+				if err != nil {
+					return err
 				}
-				return fmt.Errorf("mem: id %s: %w", id, storage.ErrAlreadyExists)
+				if !same {
+					return fmt.Errorf("mem: id %s: %w", id, storage.ErrAlreadyExists)
+				}
+				out = copyMeta(&old.meta)
+				return nil
 			}
 		} else {
 			id = uuid.Must(uuid.NewV7()).String()
 		}
 		if s.aliasTaken(req.Namespace, req.Alias, "") {
-			return fmt.Errorf("mem: alias %q: %w", req.Alias, storage.ErrAliasInUse)
+			return storage.AliasInUse(req.Namespace, req.Alias)
 		}
 		created := req.CreatedAt
 		if created.IsZero() {
 			created = now
 		}
-		se := &memSession{msgs: ms, meta: storage.Session{
+		se := &memSession{msgs: msgs.Prepared, meta: storage.Session{
 			ID: id, Namespace: req.Namespace, Title: req.Title, Summary: req.Summary,
-			CreatedAt: created, UpdatedAt: now, Revision: 1, MessageCount: int64(len(ms)),
+			CreatedAt: created, UpdatedAt: now, Revision: 1, MessageCount: int64(len(msgs.Prepared)),
 			Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels),
 		}}
 		if req.Parent != nil {
@@ -196,19 +206,6 @@ func (s *memStore) Create(_ context.Context, req storage.CreateRequest) (*storag
 		return nil
 	})
 	return out, err
-}
-
-// checkText applies the storage text validators to session fields.
-func checkText(title, summary string, metadata, labels map[string]string) error {
-	return errors.Join(storage.ValidateText("title", title), storage.ValidateText("summary", summary),
-		storage.ValidateStringMap("metadata", metadata), storage.ValidateStringMap("labels", labels))
-}
-
-func parentEqual(a, b *storage.ForkOrigin) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
 }
 
 func (s *memStore) Get(_ context.Context, ref storage.Ref) (*storage.Session, error) {
@@ -228,9 +225,6 @@ func (s *memStore) Load(_ context.Context, ref storage.Ref, opts storage.LoadOpt
 	var out *storage.Session
 	var ms []*sessiondv1.Message
 	err := s.locked(func() error {
-		if opts.Offset < 0 || opts.Limit < 0 || opts.Tail && opts.Offset != 0 {
-			return fmt.Errorf("mem: load options %+v: %w", opts, storage.ErrInvalid)
-		}
 		se, err := s.find(ref)
 		if err != nil {
 			return err
@@ -253,9 +247,6 @@ func (s *memStore) Load(_ context.Context, ref storage.Ref, opts storage.LoadOpt
 func (s *memStore) List(_ context.Context, opts storage.ListOptions, yield func(*storage.Session) error) error {
 	var list []*storage.Session
 	err := s.locked(func() error {
-		if err := storage.ValidateNamespace(opts.Namespace); err != nil {
-			return err
-		}
 		for _, se := range s.sessions {
 			m := &se.meta
 			if m.Namespace != opts.Namespace || !strings.HasPrefix(m.Alias, opts.AliasPrefix) ||
@@ -302,48 +293,45 @@ func (s *memStore) List(_ context.Context, opts storage.ListOptions, yield func(
 	return nil
 }
 
-func (s *memStore) Save(_ context.Context, req storage.SaveRequest) (*storage.Session, error) {
+func (s *memStore) Save(_ context.Context, req storage.SaveRequest, msgs storage.Messages) (*storage.Session, error) {
 	var out *storage.Session
 	err := s.locked(func() error {
-		ms, err := storage.PrepareMessages("messages", req.Messages, s.now())
-		if err != nil {
-			return err
-		}
-		if err := checkText(req.Title, req.Summary, req.Metadata, nil); err != nil {
-			return err
-		}
 		se, err := s.find(req.Ref)
 		if err != nil {
-			if !req.CreateIfMissing || !isNotFound(err) {
+			if !req.CreateIfMissing || !errors.Is(err, storage.ErrNotFound) {
 				return err
 			}
-			ref, _ := storage.ValidateRef(req.Ref)
+			ref := req.Ref
 			if _, taken := s.sessions[ref.ID]; taken {
 				return fmt.Errorf("mem: id %s: %w", ref.ID, storage.ErrAlreadyExists)
+			}
+			if req.ExpectedRevision != 0 {
+				return storage.CheckRevision(ref.ID, req.ExpectedRevision, 0)
 			}
 			id := ref.ID
 			if id == "" {
 				id = uuid.Must(uuid.NewV7()).String()
 			}
 			now := s.now()
-			se = &memSession{msgs: ms, meta: storage.Session{
+			se = &memSession{msgs: msgs.Prepared, meta: storage.Session{
 				ID: id, Namespace: ref.Namespace, Title: req.Title, Summary: req.Summary,
-				CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: int64(len(ms)), Metadata: maps.Clone(req.Metadata),
+				CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: int64(len(msgs.Prepared)), Metadata: maps.Clone(req.Metadata),
 			}}
 			s.sessions[id] = se
 			s.setAlias(se, ref.Alias)
 			out = copyMeta(&se.meta)
 			return nil
 		}
-		if se.meta.Title == req.Title && se.meta.Summary == req.Summary && mapsEqual(se.meta.Metadata, req.Metadata) &&
-			slices.EqualFunc(se.msgs, req.Messages, storage.SameMessage) {
+		if same, err := storage.SameSave(&se.meta, req, msgs, se.storedAt); err != nil {
+			return err
+		} else if same {
 			out = copyMeta(&se.meta)
 			return nil
 		}
-		if req.ExpectedRevision != 0 && req.ExpectedRevision != se.meta.Revision {
-			return fmt.Errorf("mem: %w", storage.ErrConflict)
+		if err := storage.CheckRevision(se.meta.ID, req.ExpectedRevision, se.meta.Revision); err != nil {
+			return err
 		}
-		se.meta.Title, se.meta.Summary, se.meta.Metadata, se.msgs = req.Title, req.Summary, maps.Clone(req.Metadata), ms
+		se.meta.Title, se.meta.Summary, se.meta.Metadata, se.msgs = req.Title, req.Summary, maps.Clone(req.Metadata), msgs.Prepared
 		s.bump(se, storage.EventReplaced, nil)
 		out = copyMeta(&se.meta)
 		return nil
@@ -351,45 +339,27 @@ func (s *memStore) Save(_ context.Context, req storage.SaveRequest) (*storage.Se
 	return out, err
 }
 
-func isNotFound(err error) bool { return errors.Is(err, storage.ErrNotFound) }
-
-func (s *memStore) Append(_ context.Context, req storage.AppendRequest) (storage.AppendResult, error) {
+func (s *memStore) Append(_ context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
 	var out storage.AppendResult
 	err := s.locked(func() error {
-		ms, err := storage.PrepareMessages("messages", req.Messages, s.now())
-		if err != nil {
-			return err
-		}
 		se, err := s.find(req.Ref)
 		if err != nil {
 			return err
 		}
-		stored := 0
-		for _, m := range req.Messages {
-			if m.GetId() == "" {
-				continue
-			}
-			i := slices.IndexFunc(se.msgs, func(x *sessiondv1.Message) bool { return x.GetId() == m.GetId() })
+		noop, err := storage.CheckAppend(se.meta.ID, msgs, req.ExpectedRevision, se.meta.Revision, func(id string) (*sessiondv1.Message, bool, error) {
+			i := slices.IndexFunc(se.msgs, func(x *sessiondv1.Message) bool { return x.GetId() == id })
 			if i < 0 {
-				continue
+				return nil, false, nil
 			}
-			if !storage.SameMessage(se.msgs[i], m) {
-				return fmt.Errorf("mem: message %s: %w", m.GetId(), storage.ErrMessageConflict)
-			}
-			stored++
+			return se.msgs[i], true, nil
+		})
+		if err != nil {
+			return err
 		}
-		if stored == len(req.Messages) && stored > 0 {
-			out = storage.AppendResult{Revision: se.meta.Revision, MessageCount: int64(len(se.msgs))}
-			return nil
+		if !noop {
+			se.msgs = append(se.msgs[:len(se.msgs):len(se.msgs)], msgs.Prepared...)
+			s.bump(se, storage.EventAppended, msgs.Prepared)
 		}
-		if stored > 0 {
-			return fmt.Errorf("mem: batch mixes stored and new messages: %w", storage.ErrMessageConflict)
-		}
-		if req.ExpectedRevision != 0 && req.ExpectedRevision != se.meta.Revision {
-			return fmt.Errorf("mem: %w", storage.ErrConflict)
-		}
-		se.msgs = append(se.msgs, ms...)
-		s.bump(se, storage.EventAppended, ms)
 		out = storage.AppendResult{Revision: se.meta.Revision, MessageCount: int64(len(se.msgs))}
 		return nil
 	})
@@ -399,55 +369,27 @@ func (s *memStore) Append(_ context.Context, req storage.AppendRequest) (storage
 func (s *memStore) Update(_ context.Context, req storage.UpdateRequest) (*storage.Session, error) {
 	var out *storage.Session
 	err := s.locked(func() error {
-		if req.Fields == 0 {
-			return fmt.Errorf("mem: no fields: %w", storage.ErrInvalid)
-		}
-		if err := checkText(req.Title, req.Summary, req.Metadata, req.Labels); err != nil {
-			return err
-		}
-		if req.Fields&storage.UpdateAlias != 0 && req.Alias != "" {
-			if err := storage.ValidateAlias(req.Alias); err != nil {
-				return err
-			}
-		}
 		se, err := s.find(req.Ref)
 		if err != nil {
 			return err
 		}
-		m := &se.meta
-		f := req.Fields
-		same := (f&storage.UpdateAlias == 0 || m.Alias == req.Alias) &&
-			(f&storage.UpdateTitle == 0 || m.Title == req.Title) &&
-			(f&storage.UpdateSummary == 0 || m.Summary == req.Summary) &&
-			(f&storage.UpdateMetadata == 0 || mapsEqual(m.Metadata, req.Metadata)) &&
-			(f&storage.UpdateLabels == 0 || mapsEqual(m.Labels, req.Labels))
-		if same {
-			out = copyMeta(m)
+		next, changed := storage.ApplyUpdate(&se.meta, req)
+		if !changed {
+			out = copyMeta(&se.meta)
 			return nil
 		}
-		if req.ExpectedRevision != 0 && req.ExpectedRevision != m.Revision {
-			return fmt.Errorf("mem: %w", storage.ErrConflict)
+		if err := storage.CheckRevision(se.meta.ID, req.ExpectedRevision, se.meta.Revision); err != nil {
+			return err
 		}
-		if f&storage.UpdateAlias != 0 && s.aliasTaken(m.Namespace, req.Alias, m.ID) {
-			return fmt.Errorf("mem: alias %q: %w", req.Alias, storage.ErrAliasInUse)
+		if s.aliasTaken(next.Namespace, next.Alias, next.ID) {
+			return storage.AliasInUse(next.Namespace, next.Alias)
 		}
-		if f&storage.UpdateAlias != 0 {
-			s.setAlias(se, req.Alias)
-		}
-		if f&storage.UpdateTitle != 0 {
-			m.Title = req.Title
-		}
-		if f&storage.UpdateSummary != 0 {
-			m.Summary = req.Summary
-		}
-		if f&storage.UpdateMetadata != 0 {
-			m.Metadata = maps.Clone(req.Metadata)
-		}
-		if f&storage.UpdateLabels != 0 {
-			m.Labels = maps.Clone(req.Labels)
-		}
+		alias := next.Alias
+		next.Alias = se.meta.Alias
+		se.meta = *next
+		s.setAlias(se, alias)
 		s.bump(se, storage.EventUpdated, nil)
-		out = copyMeta(m)
+		out = copyMeta(&se.meta)
 		return nil
 	})
 	return out, err
@@ -459,12 +401,14 @@ func (s *memStore) Delete(_ context.Context, ref storage.Ref, expected uint64) e
 		if err != nil {
 			return err
 		}
-		if expected != 0 && expected != se.meta.Revision {
-			return fmt.Errorf("mem: %w", storage.ErrConflict)
+		if err := storage.CheckRevision(se.meta.ID, expected, se.meta.Revision); err != nil {
+			return err
 		}
 		s.setAlias(se, "")
 		delete(s.sessions, se.meta.ID)
-		s.broker.Publish(se.meta.ID, storage.Event{Type: storage.EventDeleted, Revision: se.meta.Revision + 1, Session: copyMeta(&se.meta)})
+		gone := copyMeta(&se.meta)
+		gone.Revision++
+		s.publish(gone.ID, storage.Event{Type: storage.EventDeleted, Revision: gone.Revision, Session: gone})
 		return nil
 	})
 }
@@ -472,34 +416,26 @@ func (s *memStore) Delete(_ context.Context, ref storage.Ref, expected uint64) e
 func (s *memStore) Fork(_ context.Context, req storage.ForkRequest) (*storage.Session, error) {
 	var out *storage.Session
 	err := s.locked(func() error {
-		if req.Alias != "" {
-			if err := storage.ValidateAlias(req.Alias); err != nil {
-				return err
-			}
-		}
-		if err := checkText(req.Title, "", nil, nil); err != nil {
-			return err
-		}
 		src, err := s.find(req.Ref)
 		if err != nil {
 			return err
 		}
 		n := req.MessageCount
-		if n < 0 || n > int64(len(src.msgs)) {
-			return fmt.Errorf("mem: message_count %d: %w", n, storage.ErrInvalid)
+		if err := storage.CheckCount(src.meta.ID, n, int64(len(src.msgs))); err != nil {
+			return err
 		}
 		if n == 0 {
 			n = int64(len(src.msgs))
 		}
 		if s.aliasTaken(src.meta.Namespace, req.Alias, "") {
-			return fmt.Errorf("mem: alias %q: %w", req.Alias, storage.ErrAliasInUse)
+			return storage.AliasInUse(src.meta.Namespace, req.Alias)
 		}
 		now := s.now()
 		title := req.Title
 		if title == "" {
 			title = src.meta.Title
 		}
-		se := &memSession{msgs: cloneMsgs(src.msgs[:n]), meta: storage.Session{
+		se := &memSession{msgs: src.msgs[:n:n], meta: storage.Session{
 			ID: uuid.Must(uuid.NewV7()).String(), Namespace: src.meta.Namespace, Title: title, Summary: src.meta.Summary,
 			CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: n,
 			Metadata: maps.Clone(src.meta.Metadata), Labels: maps.Clone(src.meta.Labels),
@@ -520,15 +456,15 @@ func (s *memStore) Rewind(_ context.Context, req storage.RewindRequest) (*storag
 		if err != nil {
 			return err
 		}
-		if req.MessageCount < 0 || req.MessageCount > int64(len(se.msgs)) {
-			return fmt.Errorf("mem: message_count %d: %w", req.MessageCount, storage.ErrInvalid)
+		if err := storage.CheckCount(se.meta.ID, req.MessageCount, int64(len(se.msgs))); err != nil {
+			return err
 		}
 		if req.MessageCount == int64(len(se.msgs)) {
 			out = copyMeta(&se.meta)
 			return nil
 		}
-		if req.ExpectedRevision != 0 && req.ExpectedRevision != se.meta.Revision {
-			return fmt.Errorf("mem: %w", storage.ErrConflict)
+		if err := storage.CheckRevision(se.meta.ID, req.ExpectedRevision, se.meta.Revision); err != nil {
+			return err
 		}
 		se.msgs = se.msgs[:req.MessageCount:req.MessageCount]
 		s.bump(se, storage.EventReplaced, nil)
@@ -539,12 +475,6 @@ func (s *memStore) Rewind(_ context.Context, req storage.RewindRequest) (*storag
 }
 
 func (s *memStore) Search(ctx context.Context, opts storage.SearchOptions, yield func(storage.SearchHit) error) error {
-	if opts.Query == "" {
-		if err := s.locked(func() error { return nil }); err != nil {
-			return err
-		}
-		return fmt.Errorf("mem: empty query: %w", storage.ErrInvalid)
-	}
 	q := strings.ToLower(opts.Query)
 	var hits []storage.SearchHit
 	err := s.List(ctx, storage.ListOptions{Namespace: opts.Namespace}, func(meta *storage.Session) error {
@@ -611,6 +541,7 @@ func (s *memStore) Close() error {
 		return storage.ErrClosed
 	}
 	s.closed = true
+	s.open = slices.DeleteFunc(s.open, func(o *memStore) bool { return o == s })
 	s.broker.Close()
 	return nil
 }

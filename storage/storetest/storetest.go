@@ -39,16 +39,43 @@ const (
 
 var namespaces = []string{nsDefault, nsA, nsB}
 
-// RunConformance runs the suite against stores made by newStore.
-//
-// newStore returns a fresh, empty, open store and registers its own cleanup
-// (t.Cleanup) that closes it and removes its data. Subtests run in parallel,
-// so newStore may be called concurrently. Some subtests close the store
-// themselves, so the cleanup must accept a store that is already closed
-// (Close then returns ErrClosed or nil; the suite does not mind which).
-func RunConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
+// Harness is how the suite makes a backend's stores, in the manner of
+// go-cloud drivertest's HarnessMaker and MakeDriver: fresh data, and drivers
+// opened, closed and opened again on it. The suite wraps every driver in the
+// portable store (storage.New), as the daemon does.
+type Harness struct {
+	// NewData returns the address of fresh, empty data for a store (a
+	// directory, a database) and registers on t the cleanup that removes
+	// it; that cleanup runs after every store opened on it is closed.
+	// Subtests run in parallel, so NewData may be called concurrently.
+	NewData func(t *testing.T) string
+
+	// Open opens a driver on the data at addr. The suite closes every
+	// driver it opens, and opens addr again after closing it: writes the
+	// driver acknowledged must then be there. When Shared is false, Open
+	// on data another open driver holds must fail with an error wrapping
+	// storage.ErrLocked.
+	Open func(ctx context.Context, addr string) (storage.Driver, error)
+
+	// Shared says that several drivers may be open on the same data at
+	// once, each seeing the others' writes at once, with every rule (ids,
+	// aliases, revisions, idempotent appends) holding across them, and a
+	// watcher on one seeing, in order, the changes made through another
+	// (PostgreSQL: many daemons on one database).
+	Shared bool
+
+	// Limits are the limits of the suite's stores (zero fields: the
+	// defaults).
+	Limits storage.Limits
+}
+
+// RunConformance runs the suite against stores made by h.
+func RunConformance(t *testing.T, h Harness) {
 	t.Helper()
-	h := &harness{newStore: newStore}
+	if h.NewData == nil || h.Open == nil {
+		t.Fatal("storetest: Harness needs NewData and Open")
+	}
+	hh := &harness{h}
 	groups := []struct {
 		name string
 		fn   func(t *testing.T, h *harness)
@@ -71,33 +98,51 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) storage.Store) {
 		{"Fidelity", testFidelity},
 		{"Aliasing", testAliasing},
 		{"Closed", testClosed},
+		{"Reopen", testReopen},
+		{"SecondOpen", testSecondOpen},
 		{"Simulation", testSimulation},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
-			g.fn(t, h)
+			g.fn(t, hh)
 		})
 	}
 }
 
-type harness struct {
-	newStore func(t *testing.T) storage.Store
-}
+type harness struct{ Harness }
 
-// open returns a fresh store and registers a check, run before the store's
-// own cleanup closes it, that the store's state is consistent.
+// open returns a store on fresh data and registers a check, run before the
+// store is closed, that the store's state is consistent.
 func (h *harness) open(t *testing.T) storage.Store {
 	t.Helper()
-	s := h.newStore(t)
+	s := h.openUnchecked(t)
 	t.Cleanup(func() { checkInvariants(t, s) })
 	return s
 }
 
-// openUnchecked returns a fresh store for tests that close it themselves.
+// openUnchecked returns a store on fresh data, for tests that close it
+// themselves.
 func (h *harness) openUnchecked(t *testing.T) storage.Store {
 	t.Helper()
-	return h.newStore(t)
+	s, err := h.openOn(t, h.NewData(t))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+// openOn opens a store on the data at addr and registers its Close (which
+// may already have happened) as a cleanup.
+func (h *harness) openOn(t *testing.T, addr string) (storage.Store, error) {
+	t.Helper()
+	d, err := h.Open(t.Context(), addr)
+	if err != nil {
+		return nil, err
+	}
+	s := storage.New(d, h.Limits)
+	t.Cleanup(func() { _ = s.Close() })
+	return s, nil
 }
 
 // checkInvariants checks what must hold in every state of every store: the
