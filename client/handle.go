@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/msgcheck"
 )
 
 // DefaultAutoSaveInterval is the auto-save period of WithAutoSave(0).
@@ -376,8 +377,9 @@ func (h *Handle) savable(from, to int) int {
 
 // Append adds messages to the handle, in memory: each gets a UUID id unless
 // it has one and created_at unless set. The handle keeps copies, so the
-// caller may reuse msgs. A nil message, an unspecified role or an id already
-// in the handle is ErrInvalid, and then nothing is appended.
+// caller may reuse msgs. A nil message, an unspecified role, a malformed id
+// or invalid UTF-8 (the rules the daemon applies to one message), or an id
+// already in the handle is ErrInvalid, and then nothing is appended.
 func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	add, _, err := h.prepare("append", msgs)
 	if err != nil {
@@ -402,18 +404,19 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 }
 
 // prepare copies msgs into entries for Append and SetMessages, giving each
-// an id and created_at where missing, and returns their ids. A nil message,
-// an unspecified role or an id repeated within msgs is ErrInvalid.
+// an id and created_at where missing, and returns their ids. A message that
+// breaks the daemon's rules for one message (msgcheck.Message: nil, no or
+// unknown role, invalid UTF-8, a bad id) or an id repeated within msgs is
+// ErrInvalid.
 func (h *Handle) prepare(op string, msgs []*sessiondv1.Message) ([]entry, map[string]struct{}, error) {
 	now := timestamppb.Now()
 	entries := make([]entry, 0, len(msgs))
 	ids := make(map[string]struct{}, len(msgs))
 	for i, m := range msgs {
-		if m == nil {
-			return nil, nil, fmt.Errorf("client: %s: message %d is nil: %w", op, i, ErrInvalid)
-		}
-		if m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
-			return nil, nil, fmt.Errorf("client: %s: message %d has no role: %w", op, i, ErrInvalid)
+		// The daemon's own rules for one message: a message the daemon
+		// would refuse fails here, not in a background save.
+		if f := msgcheck.Message(fmt.Sprintf("messages[%d]", i), m); f != nil {
+			return nil, nil, fmt.Errorf("client: %s: %s %s: %w", op, f.Field, f.Description, ErrInvalid)
 		}
 		c := proto.CloneOf(m)
 		if c.Id == "" {

@@ -122,6 +122,11 @@ func TestHandleAppendAndMessages(t *testing.T) {
 		{"no role", []*sessiondv1.Message{{Content: "x"}}},
 		{"id already in the handle", []*sessiondv1.Message{{Id: got[1].GetId(), Role: sessiondv1.Role_ROLE_USER}}},
 		{"id twice in the batch", []*sessiondv1.Message{{Id: "a", Role: sessiondv1.Role_ROLE_USER}, {Id: "a", Role: sessiondv1.Role_ROLE_USER}}},
+		// The daemon's rules for one message, applied before a save would
+		// send it.
+		{"control character in the id", []*sessiondv1.Message{{Id: "a\nb", Role: sessiondv1.Role_ROLE_USER}}},
+		{"invalid UTF-8 content", []*sessiondv1.Message{{Role: sessiondv1.Role_ROLE_USER, Content: "x\xff"}}},
+		{"unknown role", []*sessiondv1.Message{{Role: sessiondv1.Role(42)}}},
 	}
 	for _, tt := range bad {
 		if err := h.Append(tt.msgs...); !errors.Is(err, client.ErrInvalid) {

@@ -2,18 +2,18 @@ package storage
 
 import (
 	"fmt"
-	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/sessiond/sessiond/internal/msgcheck"
 )
 
 // MaxNameBytes is the longest alias or namespace.
 const MaxNameBytes = 128
 
 // MaxMessageIDBytes is the longest message or tool-call id.
-const MaxMessageIDBytes = 256
+const MaxMessageIDBytes = msgcheck.MaxIDBytes
 
 // ValidateNamespace checks a namespace: "" (the default) or a name.
 func ValidateNamespace(ns string) error {
@@ -67,23 +67,7 @@ func ParseSessionID(field, id string) (string, error) {
 
 // ValidateMessageID checks a client-chosen message or tool-call id: 1-256
 // bytes of UTF-8, no control characters (C0, DEL or C1).
-func ValidateMessageID(field, id string) error {
-	if id == "" {
-		return Invalid(field, "is empty")
-	}
-	if len(id) > MaxMessageIDBytes {
-		return Invalid(field, "is %d bytes, more than %d", len(id), MaxMessageIDBytes)
-	}
-	// Invalid UTF-8 would only fail later, when the message is encoded
-	// (protobuf strings are UTF-8), as an internal error.
-	if !utf8.ValidString(id) {
-		return Invalid(field, "is not valid UTF-8")
-	}
-	if i := strings.IndexFunc(id, unicode.IsControl); i >= 0 {
-		return Invalid(field, "has a control character at byte %d", i)
-	}
-	return nil
-}
+func ValidateMessageID(field, id string) error { return fromFault(msgcheck.ID(field, id)) }
 
 // ValidateRef checks a reference and returns it with a canonical id.
 func ValidateRef(ref Ref) (Ref, error) {

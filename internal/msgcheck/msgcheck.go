@@ -1,0 +1,137 @@
+// Package msgcheck holds the rules for one message that both the daemon
+// (package storage, which checks every request) and the client SDK (which
+// checks a message when it is added to a handle, long before a background
+// save would send it) apply, so that each rule is written once. It needs
+// nothing but the generated types, so the SDK can import it.
+package msgcheck
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+// MaxIDBytes is the longest message or tool-call id.
+const MaxIDBytes = 256
+
+// Fault is a field that breaks a rule: Description is the rest of a
+// sentence that starts with the field's name.
+type Fault struct {
+	Field       string
+	Description string
+}
+
+func fault(field, format string, args ...any) *Fault {
+	return &Fault{Field: field, Description: fmt.Sprintf(format, args...)}
+}
+
+// ID checks a client-chosen message or tool-call id: 1-256 bytes of UTF-8,
+// no control characters (C0, DEL or C1).
+func ID(field, id string) *Fault {
+	if id == "" {
+		return fault(field, "is empty")
+	}
+	if len(id) > MaxIDBytes {
+		return fault(field, "is %d bytes, more than %d", len(id), MaxIDBytes)
+	}
+	// Invalid UTF-8 would only fail later, when the message is encoded
+	// (protobuf strings are UTF-8), as an internal error.
+	if !utf8.ValidString(id) {
+		return fault(field, "is not valid UTF-8")
+	}
+	if i := strings.IndexFunc(id, unicode.IsControl); i >= 0 {
+		return fault(field, "has a control character at byte %d", i)
+	}
+	return nil
+}
+
+// Message checks one message (field names it, e.g. "messages[3]"): not
+// null, a known role, only valid UTF-8 strings, a valid id when set, valid
+// tool-call ids, and a valid created_at when set.
+func Message(field string, m *sessiondv1.Message) *Fault {
+	if m == nil {
+		return fault(field, "is null")
+	}
+	if m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
+		return fault(field+".role", "is unspecified")
+	}
+	if _, ok := sessiondv1.Role_name[int32(m.GetRole())]; !ok {
+		return fault(field+".role", "%d is not a known role", m.GetRole())
+	}
+	// Protobuf strings must be UTF-8; refuse here what would otherwise
+	// fail (or panic) later, inside an encoder.
+	if path, bad := invalidUTF8(m.ProtoReflect()); bad {
+		return fault(field+"."+path, "is not valid UTF-8")
+	}
+	if id := m.GetId(); id != "" {
+		if f := ID(field+".id", id); f != nil {
+			return f
+		}
+	}
+	for j, tc := range m.GetToolCalls() {
+		if f := ID(fmt.Sprintf("%s.tool_calls[%d].id", field, j), tc.GetId()); f != nil {
+			return f
+		}
+	}
+	if ts := m.GetCreatedAt(); ts != nil {
+		if err := ts.CheckValid(); err != nil {
+			return fault(field+".created_at", "is not a valid time: %v", err)
+		}
+	}
+	return nil
+}
+
+// invalidUTF8 finds the first string (field, list element, map key or value,
+// nested ones included) of m that is not valid UTF-8 and returns its path.
+func invalidUTF8(m protoreflect.Message) (path string, bad bool) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		name := string(fd.Name())
+		switch {
+		case fd.IsList():
+			l := v.List()
+			for i := range l.Len() {
+				if p, ok := invalidUTF8Value(fd, l.Get(i)); ok {
+					path, bad = fmt.Sprintf("%s[%d]%s", name, i, p), true
+					return false
+				}
+			}
+		case fd.IsMap():
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				if fd.MapKey().Kind() == protoreflect.StringKind && !utf8.ValidString(k.String()) {
+					path, bad = name+" (a key)", true
+					return false
+				}
+				if p, ok := invalidUTF8Value(fd.MapValue(), mv); ok {
+					path, bad = fmt.Sprintf("%s[%q]%s", name, k.String(), p), true
+					return false
+				}
+				return true
+			})
+			return !bad
+		default:
+			if p, ok := invalidUTF8Value(fd, v); ok {
+				path, bad = name+p, true
+				return false
+			}
+		}
+		return true
+	})
+	return path, bad
+}
+
+func invalidUTF8Value(fd protoreflect.FieldDescriptor, v protoreflect.Value) (string, bool) {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		return "", !utf8.ValidString(v.String())
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		if p, bad := invalidUTF8(v.Message()); bad {
+			return "." + p, true
+		}
+	}
+	return "", false
+}

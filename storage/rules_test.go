@@ -1,0 +1,90 @@
+package storage
+
+import (
+	"errors"
+	"testing"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+func TestCheckAppend(t *testing.T) {
+	stored := map[string]*sessiondv1.Message{
+		"a": {Id: "a", Role: sessiondv1.Role_ROLE_USER, Content: "A"},
+		"b": {Id: "b", Role: sessiondv1.Role_ROLE_USER, Content: "B"},
+	}
+	lookups := 0
+	lookup := func(id string) (*sessiondv1.Message, bool, error) {
+		lookups++
+		m, ok := stored[id]
+		return m, ok, nil
+	}
+	user := func(id, content string) *sessiondv1.Message {
+		return &sessiondv1.Message{Id: id, Role: sessiondv1.Role_ROLE_USER, Content: content}
+	}
+	batch := func(ms ...*sessiondv1.Message) Messages { return Messages{Prepared: ms, Sent: ms} }
+	for _, c := range []struct {
+		name     string
+		msgs     Messages
+		expected uint64
+		noop     bool
+		err      error
+	}{
+		{"all stored, same content: a retry", batch(user("a", "A"), user("b", "B")), 0, true, nil},
+		{"a retry with a stale revision still succeeds", batch(user("a", "A")), 3, true, nil},
+		{"stored id, other content", batch(user("a", "other")), 0, false, ErrMessageConflict},
+		{"stored and new mixed", batch(user("a", "A"), user("c", "C")), 0, false, ErrMessageConflict},
+		{"stored and server-id mixed", batch(user("a", "A"), user("", "C")), 0, false, ErrMessageConflict},
+		{"new only", batch(user("c", "C"), user("", "D")), 0, false, nil},
+		{"new only, matching revision", batch(user("c", "C")), 7, false, nil},
+		{"new only, stale revision", batch(user("c", "C")), 6, false, ErrConflict},
+		{"empty", batch(), 0, true, nil},
+	} {
+		noop, err := CheckAppend("s", c.msgs, c.expected, 7, lookup)
+		if noop != c.noop || !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
+			t.Errorf("%s: CheckAppend = %v, %v; want %v, %v", c.name, noop, err, c.noop, c.err)
+		}
+	}
+	lookups = 0
+	if _, err := CheckAppend("s", batch(user("", "x"), user("", "y")), 0, 7, lookup); err != nil || lookups != 0 {
+		t.Errorf("server-chosen ids: %v, %d lookups; want none", err, lookups)
+	}
+	boom := errors.New("boom")
+	if _, err := CheckAppend("s", batch(user("a", "A")), 0, 7, func(string) (*sessiondv1.Message, bool, error) { return nil, false, boom }); !errors.Is(err, boom) {
+		t.Errorf("a failing lookup = %v, want its error", err)
+	}
+}
+
+func TestFieldErrors(t *testing.T) {
+	err := InField("header", Invalid("ref.id", "is bad"))
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "header.ref.id" || !errors.Is(err, ErrInvalid) || err.Error() != "header.ref.id is bad" {
+		t.Errorf("InField = %#v (%v)", err, err)
+	}
+	if f, ok := ErrorField(InField("x", &LimitError{Field: "[2]", Limit: "max_message_bytes"})); !ok || f != "x[2]" {
+		t.Errorf("ErrorField of a LimitError under x = %q, %v", f, ok)
+	}
+	if err := InField("x", ErrConflict); err != ErrConflict {
+		t.Errorf("InField changed an error without a field: %v", err)
+	}
+	_, err = ValidateRef(Ref{Namespace: "a/b", ID: "x"})
+	if f, _ := ErrorField(err); f != "ref.namespace" {
+		t.Errorf("ValidateRef with a bad namespace names %q, want ref.namespace", f)
+	}
+}
+
+func TestApplyUpdate(t *testing.T) {
+	cur := &Session{ID: "s", Alias: "a", Title: "t", Metadata: map[string]string{"k": "v"}, Parent: &ForkOrigin{SessionID: "p"}}
+	next, changed := ApplyUpdate(cur, UpdateRequest{Fields: UpdateTitle | UpdateMetadata, Title: "t", Metadata: map[string]string{"k": "v"}, Alias: "ignored"})
+	if changed || next.Alias != "a" {
+		t.Errorf("an update to the stored values = %+v, changed %v; want no change", next, changed)
+	}
+	next, changed = ApplyUpdate(cur, UpdateRequest{Fields: UpdateAlias | UpdateLabels, Alias: "", Labels: map[string]string{"l": "1"}})
+	if !changed || next.Alias != "" || next.Labels["l"] != "1" || next.Title != "t" {
+		t.Errorf("ApplyUpdate = %+v, %v", next, changed)
+	}
+	next.Metadata["k"] = "changed"
+	next.Parent.SessionID = "changed"
+	if cur.Metadata["k"] != "v" || cur.Parent.SessionID != "p" {
+		t.Errorf("ApplyUpdate's result shares the current session's maps or parent")
+	}
+}
