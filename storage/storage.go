@@ -60,7 +60,9 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-// Sentinel errors. Backends wrap them with fmt.Errorf("...: %w", ErrX).
+// Sentinel errors. Drivers wrap them with fmt.Errorf("...: %w", ErrX); the
+// portable Store's argument errors are *FieldError (ErrInvalid) and
+// *LimitError (ErrTooLarge).
 var (
 	// ErrNotFound: no session with that id or alias in the namespace.
 	ErrNotFound = errors.New("session not found")
@@ -74,8 +76,8 @@ var (
 	ErrMessageConflict = errors.New("message id in use with other content")
 	// ErrConflict: the expected revision did not match the session's.
 	ErrConflict = errors.New("revision conflict")
-	// ErrInvalid: a request field is malformed or out of range; the message
-	// names the field.
+	// ErrInvalid: a request field is malformed or out of range; the error
+	// is a *FieldError naming the field.
 	ErrInvalid = errors.New("invalid argument")
 	// ErrNoSpace: the storage device is full; nothing was written.
 	ErrNoSpace = errors.New("no space left on storage")
@@ -269,8 +271,9 @@ type Event struct {
 	Messages []*sessiondv1.Message // for EventAppended only
 }
 
-// Store is a session store. See the package doc for the contracts every
-// method keeps. Every method returns ErrClosed after Close.
+// Store is a session store: what the server calls. New returns one over a
+// backend's Driver; tests may wrap it. See the package doc for the contracts
+// every method keeps. Every method returns ErrClosed after Close.
 type Store interface {
 	// Create makes a session with revision 1. Errors: ErrInvalid,
 	// ErrAliasInUse, ErrAlreadyExists, ErrNoSpace.
