@@ -26,14 +26,12 @@ func now(prev time.Time) time.Time {
 	return t
 }
 
-func mapsEqual(a, b map[string]string) bool { return maps.Equal(a, b) } // nil equals empty
-
 func metaEqual(a, b *storage.Session) bool {
 	pa, pb := a.Parent, b.Parent
 	return a.ID == b.ID && a.Namespace == b.Namespace && a.Alias == b.Alias && a.Title == b.Title &&
 		a.Summary == b.Summary && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) &&
 		a.Revision == b.Revision && a.MessageCount == b.MessageCount &&
-		mapsEqual(a.Metadata, b.Metadata) && mapsEqual(a.Labels, b.Labels) &&
+		maps.Equal(a.Metadata, b.Metadata) && maps.Equal(a.Labels, b.Labels) &&
 		(pa == nil) == (pb == nil) && (pa == nil || *pa == *pb)
 }
 
