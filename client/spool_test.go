@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -254,5 +255,41 @@ func TestSpoolRewriteConflict(t *testing.T) {
 	}
 	if got := storedContents(t, other, client.ID(id)); !slices.Equal(got, []string{"q0", "a0", "by another writer"}) {
 		t.Errorf("stored = %q", got)
+	}
+}
+
+// BenchmarkAppend measures what a spool adds to Append: each call rewrites
+// the spool file (temp file, fsync, rename, folder fsync). A save every 16
+// calls (not timed) keeps the unsaved tail short, as auto-save does. Run it
+// with a fixed count (-benchtime 2000x): the untimed saves would make an
+// adaptive b.N run for minutes.
+func BenchmarkAppend(b *testing.B) {
+	for _, spool := range []bool{false, true} {
+		b.Run(fmt.Sprintf("spool=%v", spool), func(b *testing.B) {
+			srv := clienttest.NewServer(b)
+			c := srv.Dial(b)
+			var opts []client.HandleOption
+			if spool {
+				opts = append(opts, client.WithSpool(b.TempDir()))
+			}
+			h, err := c.New(b.Context(), opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			msg := userMsg(strings.Repeat("x", 1024))
+			b.ResetTimer()
+			for i := range b.N {
+				if err := h.Append(msg); err != nil {
+					b.Fatal(err)
+				}
+				if i%16 == 15 {
+					b.StopTimer()
+					if err := h.Save(b.Context()); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			}
+		})
 	}
 }
