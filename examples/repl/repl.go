@@ -196,7 +196,11 @@ func (r *repl) describe(err error, subject string) string {
 	case errors.Is(err, client.ErrConflict):
 		return "another program changed this session; /load it to see its current state (your unsaved turns are kept)"
 	case errors.Is(err, client.ErrSpool):
-		return strings.TrimPrefix(lastPart(err.Error(), "spool: "), "client: ")
+		// "client: open ID: spool: spool file F: damaged: ...; kept as F.damaged"
+		if _, after, ok := strings.Cut(err.Error(), client.ErrSpool.Error()+": "); ok {
+			return after
+		}
+		return err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Sprintf("sessiond at %s did not answer in time", r.addr)
 	case errors.Is(err, context.Canceled):
@@ -208,14 +212,6 @@ func (r *repl) describe(err error, subject string) string {
 		return se.GRPCStatus().Message()
 	}
 	return err.Error()
-}
-
-// lastPart returns what follows the last sep in s, or s.
-func lastPart(s, sep string) string {
-	if i := strings.LastIndex(s, sep); i >= 0 {
-		return s[i+len(sep):]
-	}
-	return s
 }
 
 // greet names the session and replays its history.

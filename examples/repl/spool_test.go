@@ -12,6 +12,7 @@ import (
 
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/client/clienttest"
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
 // TestSpoolAcrossDaemonOutage is the promise of the spool, with the real
@@ -103,4 +104,44 @@ func restartAndCheck(t *testing.T, d *clienttest.Daemon, state string, args, tur
 		t.Errorf("spool folder after the replay holds %d files", len(left))
 	}
 	d.Stop(t)
+}
+
+// TestDamagedSpool: a damaged spool file is reported in words, kept aside,
+// and the REPL opens the session all the same.
+func TestDamagedSpool(t *testing.T) {
+	srv := loopbackServer(t)
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	spoolDir := filepath.Join(state, "sessiond", "spool")
+	c, err := client.Dial(t.Context(), srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h, err := c.OpenOrCreate(t.Context(), client.Alias("damaged"), client.WithSpool(spoolDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Append(&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "lost to a bad disk"}); err != nil {
+		t.Fatal(err)
+	}
+	p := h.SpoolPath() // h is abandoned, as by a crash
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b[:len(b)-3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut := runREPL(t, []string{"--addr", srv.Addr(), "--session", "damaged"}, "/quit\n")
+	want := "warning: spool file " + p + ": damaged: "
+	if !strings.Contains(errOut, want) || !strings.Contains(errOut, "kept as "+p+".damaged\n") {
+		t.Errorf("stderr lacks %q ... kept as %s.damaged:\n%s", want, p, errOut)
+	}
+	if !strings.Contains(out, "new session "+h.ID()) {
+		t.Errorf("the REPL did not open the session:\n%s", out)
+	}
+	if _, err := os.Stat(p + ".damaged"); err != nil {
+		t.Errorf("damaged spool not kept: %v", err)
+	}
 }
