@@ -3,12 +3,12 @@ package client
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
@@ -33,7 +33,7 @@ type Client struct {
 type conn struct {
 	cc     *grpc.ClientConn
 	rpc    sessiondv1.SessionStoreServiceClient
-	log    *zap.Logger
+	log    *slog.Logger
 	mu     sync.Mutex // guards closed
 	closed bool
 }
@@ -42,7 +42,7 @@ type dialOptions struct {
 	creds     credentials.TransportCredentials
 	perRPC    credentials.PerRPCCredentials
 	namespace string
-	logger    *zap.Logger
+	logger    *slog.Logger
 	dialer    func(context.Context, string) (net.Conn, error)
 	lazy      bool
 	grpcOpts  []grpc.DialOption
@@ -77,9 +77,11 @@ func WithNamespace(ns string) DialOption {
 	return func(o *dialOptions) { o.namespace = ns }
 }
 
-// WithLogger sets the logger for auto-save failures and retries; the default
-// discards everything.
-func WithLogger(l *zap.Logger) DialOption {
+// WithLogger sets the logger for auto-save failures, retries and spool
+// problems; the default discards everything. The SDK takes the standard
+// library's structured logger so that a program embedding it keeps its own
+// logging library: slog.New(handler) adapts most of them.
+func WithLogger(l *slog.Logger) DialOption {
 	return func(o *dialOptions) { o.logger = l }
 }
 
@@ -118,12 +120,12 @@ func (bearerToken) RequireTransportSecurity() bool { return false }
 // Unless WithLazyConnect is given, Dial waits until the connection is up, and
 // fails with ErrUnavailable when the first attempt fails or ctx ends first.
 func Dial(ctx context.Context, addr string, opts ...DialOption) (*Client, error) {
-	o := dialOptions{logger: zap.NewNop()}
+	var o dialOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.logger == nil {
-		o.logger = zap.NewNop()
+		o.logger = slog.New(slog.DiscardHandler)
 	}
 	target, err := dialTarget(addr)
 	if err != nil {

@@ -20,10 +20,27 @@
 // save sends exactly that write again before anything else.
 //
 // Auto-save (WithAutoSave, WithIdleSave) runs on its own goroutine, skips a
-// clean handle, retries a few times with backoff, and reports failures to
-// WithErrorHandler. Close stops it, then saves with retries until its ctx
-// ends. While the daemon is down, unsaved messages stay in the handle; the
-// first save after it is back sends them once.
+// clean handle, retries a few times with exponential backoff and jitter
+// (github.com/cenkalti/backoff), and reports failures to WithErrorHandler.
+// Close stops it, then saves with retries until its ctx ends. While the
+// daemon is down, unsaved messages stay in the handle; the first save after
+// it is back sends them once.
+//
+// # Spooling
+//
+// With WithSpool(dir), the handle also keeps what is unsaved in a spool file
+// in dir (checksummed, fsync'd, replaced atomically on every change, removed
+// once saved), so a program that quits or crashes while the daemon is down
+// loses nothing: the next Open of the session with the same dir sends the
+// spooled messages before it returns, leaving out those the daemon already
+// holds. A damaged spool file is never sent and never deleted: Open renames
+// it aside and fails with ErrSpool, naming it.
+//
+// # Logging
+//
+// WithLogger takes a *slog.Logger (the default discards): retries at Debug,
+// auto-save failures that no WithErrorHandler takes and spool problems at
+// Warn.
 //
 // # Conflicts
 //
@@ -35,7 +52,7 @@
 //
 // Errors wrap a sentinel (ErrNotFound, ErrAliasInUse, ErrMessageConflict,
 // ErrConflict, ErrInvalid, ErrTooLarge, ErrDataLoss, ErrWatchReset,
-// ErrUnavailable, ErrClosed), chosen per RPC from the gRPC code, and the
+// ErrUnavailable, ErrClosed, and ErrSpool), chosen per RPC from the gRPC code, and the
 // original gRPC status, which status.FromError still finds.
 //
 // # Concurrency

@@ -42,6 +42,10 @@ var (
 	ErrUnavailable = errors.New("sessiond unavailable")
 	// ErrClosed: the Client or Handle has been closed.
 	ErrClosed = errors.New("closed")
+	// ErrSpool: a handle's spool (WithSpool) could not be written, or a
+	// spool file found by Open was damaged or conflicted with the session;
+	// the message names the file, which is kept.
+	ErrSpool = errors.New("spool")
 )
 
 // rpc names an RPC for error mapping and messages.
@@ -132,7 +136,7 @@ func retryable(err error) bool {
 		return false
 	}
 	for _, final := range []error{ErrNotFound, ErrAliasInUse, ErrMessageConflict, ErrConflict,
-		ErrInvalid, ErrTooLarge, ErrDataLoss, ErrClosed} {
+		ErrInvalid, ErrTooLarge, ErrDataLoss, ErrClosed, ErrSpool} {
 		if errors.Is(err, final) {
 			return false
 		}

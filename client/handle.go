@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/google/uuid"
-	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -31,10 +31,10 @@ const DefaultCloseTimeout = 30 * time.Second
 // again, so a daemon that stays down is reported every round, never retried
 // silently.
 const (
-	autoSaveAttempts   = 5
-	autoSaveAttemptTTL = 30 * time.Second
-	backoffBase        = 100 * time.Millisecond
-	backoffMax         = 2 * time.Second
+	autoSaveAttempts   uint = 5
+	autoSaveAttemptTTL      = 30 * time.Second
+	backoffBase             = 100 * time.Millisecond
+	backoffMax              = 2 * time.Second
 )
 
 type handleOptions struct {
@@ -45,6 +45,7 @@ type handleOptions struct {
 	closeTimeout time.Duration
 	alias, title string
 	labels, md   map[string]string
+	spoolDir     string
 }
 
 // HandleOption configures a Handle.
@@ -87,6 +88,25 @@ func WithoutSystemMessages() HandleOption {
 // deadline (default DefaultCloseTimeout).
 func WithCloseTimeout(d time.Duration) HandleOption {
 	return func(o *handleOptions) { o.closeTimeout = d }
+}
+
+// WithSpool keeps the handle's unsaved messages (and an unsaved rewrite,
+// summary or metadata) in a spool file in dir, created 0700 if missing, so
+// that nothing is lost when the program quits or crashes while the daemon
+// is down. Every change is in the file, fsync'd and checksummed, before the
+// call that made it returns (Append and the Set* methods fail with ErrSpool,
+// changing nothing, if it cannot be written); a save that leaves the handle
+// clean removes the file.
+//
+// The next Open (or OpenOrCreate) of the session with WithSpool and the same
+// dir sends the spooled messages before it returns, leaving out any the
+// daemon already holds (ids make this idempotent), and removes the spool
+// files. If that save fails, Open fails and the messages stay spooled. A
+// damaged spool file is never sent nor deleted: Open renames it to
+// "<file>.damaged" and fails with ErrSpool naming it; a spooled rewrite
+// whose session changed meanwhile is kept as "<file>.conflict" the same way.
+func WithSpool(dir string) HandleOption {
+	return func(o *handleOptions) { o.spoolDir = dir }
 }
 
 // WithAlias gives a session that New creates an alias.
@@ -170,6 +190,10 @@ type Handle struct {
 	// refusal); a successful Save or Reload clears it.
 	paused error
 	closed bool
+	// spoolPath is this handle's spool file (WithSpool), or ""; spooled
+	// says it exists.
+	spoolPath string
+	spooled   bool
 }
 
 // Open opens an existing session by id or alias, loading its messages. A
@@ -180,7 +204,16 @@ func (c *Client) Open(ctx context.Context, r Ref, opts ...HandleOption) (*Handle
 	if err != nil {
 		return nil, err
 	}
-	return newHandle(hc, sess, msgs, nil, opts), nil
+	h := newHandle(hc, sess, msgs, nil, opts)
+	if h.spoolPath != "" {
+		if err := h.replaySpools(ctx); err != nil {
+			h.closeMu.Lock()
+			h.stopLoop()
+			h.closeMu.Unlock()
+			return nil, err
+		}
+	}
+	return h, nil
 }
 
 // OpenOrCreate opens the session r names, creating it (with r's alias or id,
@@ -278,6 +311,9 @@ func newHandle(c *Client, sess *Session, stored []*sessiondv1.Message, locals []
 	}
 	h.entries = merge(stored, locals)
 	h.synced = len(h.entries)
+	if h.opts.spoolDir != "" {
+		h.spoolPath = filepath.Join(h.opts.spoolDir, spoolPrefix(c.namespace, h.id)+newID()+spoolExt)
+	}
 	h.ids = make(map[string]struct{}, len(h.entries))
 	for _, e := range h.entries {
 		h.ids[e.m.GetId()] = struct{}{}
@@ -395,10 +431,15 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 			return fmt.Errorf("client: append: message id %q is already in the session: %w", e.m.Id, ErrInvalid)
 		}
 	}
+	n := len(h.entries)
+	h.entries = append(h.entries, add...)
+	if err := h.syncSpoolLocked(); err != nil {
+		h.entries = h.entries[:n]
+		return fmt.Errorf("client: append: %w", err)
+	}
 	for _, e := range add {
 		h.ids[e.m.Id] = struct{}{}
 	}
-	h.entries = append(h.entries, add...)
 	h.poke()
 	return nil
 }
@@ -447,8 +488,13 @@ func (h *Handle) SetMessages(msgs ...*sessiondv1.Message) error {
 	if h.closed {
 		return fmt.Errorf("client: set messages: %w", ErrClosed)
 	}
+	old := h.snapshotLocked()
 	h.entries, h.ids, h.synced = entries, ids, 0
 	h.rewrite, h.rewriteLen = true, len(entries)
+	if err := h.syncSpoolLocked(); err != nil {
+		h.restoreLocked(old)
+		return fmt.Errorf("client: set messages: %w", err)
+	}
 	h.gen++
 	h.poke()
 	return nil
@@ -461,7 +507,12 @@ func (h *Handle) SetSummary(summary string) error {
 	if h.closed {
 		return fmt.Errorf("client: set summary: %w", ErrClosed)
 	}
+	old := h.snapshotLocked()
 	h.summary, h.summaryDirty = summary, true
+	if err := h.syncSpoolLocked(); err != nil {
+		h.restoreLocked(old)
+		return fmt.Errorf("client: set summary: %w", err)
+	}
 	h.metaGen++
 	h.poke()
 	return nil
@@ -474,7 +525,12 @@ func (h *Handle) SetMetadata(md map[string]string) error {
 	if h.closed {
 		return fmt.Errorf("client: set metadata: %w", ErrClosed)
 	}
+	old := h.snapshotLocked()
 	h.metadata, h.metadataDirty = maps.Clone(md), true
+	if err := h.syncSpoolLocked(); err != nil {
+		h.restoreLocked(old)
+		return fmt.Errorf("client: set metadata: %w", err)
+	}
 	h.metaGen++
 	h.poke()
 	return nil
@@ -720,41 +776,56 @@ func (h *Handle) send(ctx context.Context, w *write) error {
 			h.metadataDirty = false
 		}
 	}
+	h.refreshSpoolLocked()
 	return nil
 }
 
 // saveRetry saves, retrying what may succeed later with exponential backoff
-// and jitter, until it succeeds, fails for good, ctx ends, or (attempts > 0)
-// it has tried that many times. attemptTTL > 0 bounds each attempt.
-func (h *Handle) saveRetry(ctx context.Context, attempts int, attemptTTL time.Duration, closeWhenClean bool) error {
-	delay := backoffBase
-	var prev error // the last failure before ctx ended, which says more
-	for n := 1; ; n++ {
+// and jitter (cenkalti/backoff), until it succeeds, fails for good, ctx
+// ends, or (attempts > 0) it has tried that many times. attemptTTL > 0
+// bounds each attempt. When ctx ends, the error names the last failure too,
+// which says more than the context's.
+func (h *Handle) saveRetry(ctx context.Context, attempts uint, attemptTTL time.Duration, closeWhenClean bool) error {
+	var last error
+	n := 0
+	attempt := func() (struct{}, error) {
+		n++
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if attemptTTL > 0 {
 			actx, cancel = context.WithTimeout(ctx, attemptTTL)
 		}
+		defer cancel()
 		err := h.saveLocked(actx, closeWhenClean)
-		cancel()
-		if err != nil && ctx.Err() != nil && prev != nil {
-			return fmt.Errorf("%w; before that: %w", err, prev)
+		if err != nil && !retryable(err) {
+			return struct{}{}, backoff.Permanent(err)
 		}
-		if err == nil || !retryable(err) || ctx.Err() != nil || (attempts > 0 && n >= attempts) {
-			return err
+		if err != nil && ctx.Err() != nil && last != nil {
+			err = fmt.Errorf("%w; before that: %w", err, last)
 		}
-		prev = err
-		h.c.conn.log.Debug("sessiond save failed; retrying",
-			zap.String("session", h.id), zap.Int("attempt", n), zap.Error(err))
-		wait := delay/2 + rand.N(delay/2+1)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
+		if err != nil {
+			last = err
 		}
-		delay = min(2*delay, backoffMax)
+		return struct{}{}, err
 	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.Multiplier, b.RandomizationFactor = backoffBase, backoffMax, 2, 0.5
+	_, err := backoff.Retry(ctx, attempt,
+		backoff.WithBackOff(b),
+		backoff.WithMaxTries(attempts), // 0: no limit but ctx
+		backoff.WithMaxElapsedTime(0),
+		backoff.WithNotify(func(err error, next time.Duration) {
+			h.c.conn.log.Debug("sessiond save failed; retrying",
+				"session", h.id, "attempt", n, "next", next, "err", err)
+		}))
+	var perm *backoff.PermanentError
+	if errors.As(err, &perm) {
+		return perm.Unwrap()
+	}
+	if err != nil && last != nil && !errors.Is(err, last) {
+		// Retry gave up with ctx's error while waiting between attempts.
+		return fmt.Errorf("%w: %w", err, last)
+	}
+	return err
 }
 
 // Reload fetches the stored session and puts the handle's unsaved messages
@@ -808,6 +879,7 @@ func (h *Handle) Reload(ctx context.Context) error {
 	}
 	h.rewrite, h.uncertain, h.paused = false, nil, nil
 	h.gen++
+	h.refreshSpoolLocked()
 	return nil
 }
 
@@ -881,6 +953,7 @@ func (h *Handle) Rewind(ctx context.Context, keep int64) error {
 	}
 	h.revision = min(sess.Revision, rev+1)
 	h.gen++
+	h.refreshSpoolLocked()
 	return nil
 }
 
@@ -1025,5 +1098,5 @@ func (h *Handle) autoSave(ctx context.Context) {
 		h.opts.onError(err)
 		return
 	}
-	h.c.conn.log.Warn("sessiond auto-save failed", zap.String("session", h.id), zap.Error(err))
+	h.c.conn.log.Warn("sessiond auto-save failed", "session", h.id, "err", err)
 }

@@ -224,9 +224,7 @@ func TestSaveRetryAfterLostAnswer(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = h.Append(userMsg("q1"), assistantMsg("a1"))
-			rec.mu.Lock()
-			rec.loseAppend = 1
-			rec.mu.Unlock()
+			rec.loseNext(1)
 			err = h.Save(ctx)
 			if status.Code(err) != codes.DeadlineExceeded {
 				t.Fatalf("Save with a lost answer = %v, want DeadlineExceeded", err)

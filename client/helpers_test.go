@@ -87,6 +87,14 @@ func (r *recorder) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 	return handler(srv, ss)
 }
 
+// loseNext makes the next n AppendMessages land but answer
+// DEADLINE_EXCEEDED.
+func (r *recorder) loseNext(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.loseAppend = n
+}
+
 func (r *recorder) count(method string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -6,10 +6,28 @@
 //
 //	repl [--addr 127.0.0.1:7437] [--session ID|ALIAS] [--namespace NS] [--autosave 5m]
 //
+//	     [--spool-dir DIR | --no-spool] [--history-file FILE]
+//
 // Type a line to chat. Commands: /sessions, /save, /load ID|ALIAS, /reset,
-// /fork, /undo, /help, /quit. /quit, Ctrl-D and Ctrl-C save the session and
-// print the command that resumes it. When stdin is not a terminal, repl reads
-// plain lines without prompts, so it can be scripted.
+// /fork, /undo, /help, /quit. /quit, Ctrl-D and Ctrl-C on an empty line save
+// the session and print the command that resumes it (by alias when the
+// session has one).
+//
+// On a terminal, lines are edited with chzyer/readline: arrow keys, Ctrl-A
+// and Ctrl-E, Up/Down and Ctrl-R through a history kept in --history-file
+// ($XDG_STATE_HOME/sessiond/repl_history, else
+// ~/.local/state/sessiond/repl_history). When stdin is not a terminal, repl
+// reads plain lines without prompts, so it can be scripted.
+//
+// Unsaved turns are kept in a spool folder (--spool-dir, by default
+// $XDG_STATE_HOME/sessiond/spool, else ~/.local/state/sessiond/spool) until
+// sessiond has them, so quitting or crashing while the daemon is down loses
+// nothing: the next repl on that session sends them first. On quit with the
+// daemon down, repl says so at once and retries for up to 30 s; Ctrl-C stops
+// waiting.
+//
+// Exit codes: 0 saved, 1 an error (or a session not saved, its turns
+// spooled), 2 usage.
 package main
 
 import (
@@ -23,15 +41,18 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	err := run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr, sigs)
+	signal.Stop(sigs)
 	switch {
 	case err == nil:
 	case errors.Is(err, flag.ErrHelp):
 		os.Exit(0)
 	case errors.Is(err, errUsage):
 		os.Exit(2)
+	case errors.Is(err, errReported):
+		os.Exit(1)
 	default:
 		fmt.Fprintln(os.Stderr, "repl:", err)
 		os.Exit(1)

@@ -1,19 +1,20 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
-	"golang.org/x/term"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sessiond/sessiond/client"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -22,9 +23,18 @@ import (
 // errUsage marks a bad command line (exit code 2).
 var errUsage = errors.New("usage")
 
-// exitSaveTimeout bounds the final save when the REPL ends (the run ctx may
-// already be cancelled by SIGINT by then).
-const exitSaveTimeout = 30 * time.Second
+// errReported marks a failure the REPL has already explained on stderr
+// (exit code 1, nothing more printed).
+var errReported = errors.New("reported")
+
+// Time limits. exitSaveTimeout bounds the retries of the final save; a
+// first attempt that fails within firstSaveTimeout (the daemon is down or
+// not answering) makes the REPL say so at once.
+const (
+	exitSaveTimeout  = 30 * time.Second
+	firstSaveTimeout = 3 * time.Second
+	dialTimeout      = 10 * time.Second
+)
 
 const helpText = `Type a line to chat. Commands:
   /sessions          list the sessions (id, alias, updated, messages)
@@ -34,19 +44,23 @@ const helpText = `Type a line to chat. Commands:
   /fork              continue in a copy of this session
   /undo              drop the last user message and everything after it
   /help              this text
-  /quit              save and quit (also Ctrl-D, Ctrl-C)
+  /quit              save and quit (also Ctrl-D, or Ctrl-C on an empty line)
+On a terminal: arrow keys and Ctrl-A/Ctrl-E move, Up/Down and Ctrl-R search
+the history. Ctrl-C while saving stops waiting; unsaved turns stay spooled.
 `
 
 // repl is one running REPL.
 type repl struct {
-	c      *client.Client
-	h      *client.Handle
-	addr   string
-	ns     string
-	hopts  []client.HandleOption
-	out    io.Writer // stdout, safe for concurrent use
-	errOut io.Writer // stderr, safe for concurrent use
-	prompt bool
+	c          *client.Client
+	h          *client.Handle
+	addr       string
+	ns         string
+	spoolDir   string // "" when spooling is off
+	spoolFlag  string // --spool-dir as given, for the resume command
+	hopts      []client.HandleOption
+	out        io.Writer // stdout, safe for concurrent use
+	errOut     io.Writer // stderr, safe for concurrent use
+	interrupts <-chan os.Signal
 }
 
 // lockedWriter serialises writes, since auto-save reports from its own
@@ -62,13 +76,25 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// run is the whole REPL. interrupts carries SIGINT and SIGTERM (nil in
+// tests): at the prompt one quits (saving), during a command it cancels
+// the command, and during the final save it stops the retries. ctx ending
+// quits too.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, interrupts <-chan os.Signal) error {
 	fs := flag.NewFlagSet("repl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	state := stateDir()
+	defSpool, defHistory := "", ""
+	if state != "" {
+		defSpool, defHistory = filepath.Join(state, "spool"), filepath.Join(state, "repl_history")
+	}
 	addr := fs.String("addr", client.DefaultAddr, "sessiond address: host:port or unix:///path")
 	session := fs.String("session", "", "resume this session, by id or alias (a new alias is created)")
 	ns := fs.String("namespace", "", "session namespace")
 	autosave := fs.Duration("autosave", client.DefaultAutoSaveInterval, "auto-save interval (0 disables)")
+	spoolDir := fs.String("spool-dir", defSpool, "keep unsaved turns in this folder until sessiond has them (\"\" or --no-spool: off)")
+	noSpool := fs.Bool("no-spool", false, "keep unsaved turns in memory only")
+	history := fs.String("history-file", defHistory, "line-editing history on a terminal (\"\": none)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -80,46 +106,112 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return errUsage
 	}
 
-	r := &repl{
-		addr:   *addr,
-		ns:     *ns,
-		out:    &lockedWriter{w: stdout},
-		errOut: &lockedWriter{w: stderr},
-		prompt: isTerminal(stdin),
+	r := &repl{addr: *addr, ns: *ns, interrupts: interrupts}
+	if !*noSpool && *spoolDir != "" {
+		r.spoolDir = *spoolDir
+		if *spoolDir != defSpool {
+			r.spoolFlag = *spoolDir
+		}
 	}
+	var in lineReader
+	if f, ok := stdin.(*os.File); ok && isTerminal(stdin) {
+		e, err := newEditReader(f, stdout, stderr, *history)
+		if err != nil {
+			return err
+		}
+		in, stdout, stderr = e, e.Stdout(), e.Stderr()
+	} else {
+		in = newPlainReader(stdin)
+	}
+	defer in.Close()
+	r.out, r.errOut = &lockedWriter{w: stdout}, &lockedWriter{w: stderr}
 	r.hopts = append(r.hopts, client.WithErrorHandler(func(err error) {
-		fmt.Fprintf(r.errOut, "auto-save: %v (the turns stay here and are retried)\n", err)
+		fmt.Fprintf(r.errOut, "auto-save: %s (the turns stay here and are retried)\n", r.describe(err, ""))
 	}))
 	if *autosave > 0 {
 		r.hopts = append(r.hopts, client.WithAutoSave(*autosave))
 	}
+	if r.spoolDir != "" {
+		r.hopts = append(r.hopts, client.WithSpool(r.spoolDir))
+	}
 
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	c, err := client.Dial(dctx, *addr, client.WithNamespace(*ns))
 	cancel()
 	if err != nil {
-		return fmt.Errorf("is sessiond running at %s? %w", *addr, err)
+		if errors.Is(err, client.ErrUnavailable) {
+			return fmt.Errorf("is sessiond running at %s? It does not answer", *addr)
+		}
+		return errors.New(r.describe(err, ""))
 	}
 	defer c.Close()
 	r.c = c
 
-	if *session == "" {
-		r.h, err = c.New(ctx, r.hopts...)
-	} else if ref := client.ParseRef(*session); ref.ID() != "" {
-		r.h, err = c.Open(ctx, ref, r.hopts...)
-	} else {
-		r.h, err = c.OpenOrCreate(ctx, ref, r.hopts...)
-	}
-	if err != nil {
-		return fmt.Errorf("open session: %w", err)
+	if err := r.open(ctx, *session); err != nil {
+		return err
 	}
 	r.greet()
-	return r.loop(ctx, stdin)
+	return r.loop(ctx, in)
 }
 
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
+// open opens the session the user named (or a new one). A damaged spool
+// file is reported and set aside by the SDK; opening again then works.
+func (r *repl) open(ctx context.Context, session string) error {
+	var err error
+	for range 2 {
+		switch ref := client.ParseRef(session); {
+		case session == "":
+			r.h, err = r.c.New(ctx, r.hopts...)
+		case ref.ID() != "":
+			r.h, err = r.c.Open(ctx, ref, r.hopts...)
+		default:
+			r.h, err = r.c.OpenOrCreate(ctx, ref, r.hopts...)
+		}
+		if !errors.Is(err, client.ErrSpool) {
+			break
+		}
+		fmt.Fprintf(r.errOut, "warning: %s\n", r.describe(err, session))
+	}
+	if err != nil {
+		return errors.New(r.describe(err, session))
+	}
+	return nil
+}
+
+// describe says what went wrong in words a REPL user reads, without the
+// SDK's and gRPC's layers. subject names the session the user asked for,
+// for "session X not found".
+func (r *repl) describe(err error, subject string) string {
+	if subject == "" && r.h != nil {
+		subject = r.h.ID()
+	}
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		if subject == "" {
+			return "session not found"
+		}
+		return fmt.Sprintf("session %s not found", subject)
+	case errors.Is(err, client.ErrUnavailable):
+		return fmt.Sprintf("sessiond at %s is not answering", r.addr)
+	case errors.Is(err, client.ErrConflict):
+		return "another program changed this session; /load it to see its current state (your unsaved turns are kept)"
+	case errors.Is(err, client.ErrSpool):
+		// "client: open ID: spool: spool file F: damaged: ...; kept as F.damaged"
+		if _, after, ok := strings.Cut(err.Error(), client.ErrSpool.Error()+": "); ok {
+			return after
+		}
+		return err.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("sessiond at %s did not answer in time", r.addr)
+	case errors.Is(err, context.Canceled):
+		return "interrupted"
+	}
+	// The daemon's own message names the field or limit at fault.
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) && se.GRPCStatus().Code() != codes.Unknown {
+		return se.GRPCStatus().Message()
+	}
+	return err.Error()
 }
 
 // greet names the session and replays its history.
@@ -147,47 +239,68 @@ func speaker(role sessiondv1.Role) string {
 	return "?"
 }
 
-// loop reads lines until /quit, EOF or ctx ends (SIGINT), then saves.
-func (r *repl) loop(ctx context.Context, stdin io.Reader) error {
-	lines := make(chan string)
-	readErr := make(chan error, 1)
+// loop reads lines until /quit, EOF, Ctrl-C at the prompt, an interrupt
+// or the end of ctx, then saves.
+func (r *repl) loop(ctx context.Context, in lineReader) error {
+	type read struct {
+		line string
+		err  error
+	}
+	// The reader goroutine reads one line each time it is asked, so that
+	// the prompt appears only when the previous line is done. It may
+	// outlive run when ctx ends while it waits for input; the process exits
+	// right after, in main.
+	want, got := make(chan struct{}), make(chan read, 1)
 	go func() {
-		// This goroutine may outlive run when ctx ends while it waits for
-		// input; the process exits right after, in main.
-		sc := bufio.NewScanner(stdin)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			case <-ctx.Done():
-				return
-			}
+		for range want {
+			line, err := in.ReadLine()
+			got <- read{line, err}
 		}
-		readErr <- sc.Err()
 	}()
+	defer close(want)
 	for {
-		if r.prompt {
-			fmt.Fprint(r.out, "> ")
-		}
+		want <- struct{}{}
 		select {
 		case <-ctx.Done():
 			fmt.Fprintln(r.out)
 			return r.quit(ctx)
-		case err := <-readErr:
-			if err != nil {
-				fmt.Fprintf(r.errOut, "reading input: %v\n", err)
-			}
+		case <-r.interrupts:
+			fmt.Fprintln(r.out)
 			return r.quit(ctx)
-		case line := <-lines:
-			done, err := r.handle(ctx, strings.TrimSpace(line))
+		case rd := <-got:
+			if rd.err != nil {
+				if !errors.Is(rd.err, io.EOF) && !errors.Is(rd.err, errInterrupted) {
+					fmt.Fprintf(r.errOut, "reading input: %v\n", rd.err)
+				}
+				return r.quit(ctx)
+			}
+			cctx, stop := r.interruptible(ctx)
+			done, err := r.handle(cctx, strings.TrimSpace(rd.line))
+			stop()
 			if err != nil {
-				fmt.Fprintf(r.errOut, "error: %v\n", err)
+				fmt.Fprintf(r.errOut, "error: %s\n", r.describe(err, ""))
 			}
 			if done {
 				return r.quit(ctx)
 			}
 		}
 	}
+}
+
+// interruptible returns a ctx that an interrupt cancels, and a stop that
+// releases it.
+func (r *repl) interruptible(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	finished := make(chan struct{})
+	go func() {
+		select {
+		case <-r.interrupts:
+			cancel()
+		case <-finished:
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { close(finished); cancel() }
 }
 
 // handle runs one line; done means quit.
@@ -230,7 +343,7 @@ func (r *repl) handle(ctx context.Context, line string) (done bool, err error) {
 		old := r.h
 		r.h = f
 		if err := old.Close(ctx); err != nil {
-			fmt.Fprintf(r.errOut, "closing %s: %v\n", old.ID(), err)
+			fmt.Fprintf(r.errOut, "closing %s: %s\n", old.ID(), r.describe(err, old.ID()))
 		}
 		fmt.Fprintf(r.out, "forked %s into %s; now in %s\n", old.ID(), f.ID(), f.ID())
 	case "/undo":
@@ -291,11 +404,11 @@ func dash(s string) string {
 // current one stays.
 func (r *repl) load(ctx context.Context, target string) error {
 	if err := r.h.Save(ctx); err != nil {
-		return fmt.Errorf("saving %s first: %w", r.h.ID(), err)
+		return fmt.Errorf("saving %s first: %s", r.h.ID(), r.describe(err, ""))
 	}
 	next, err := r.c.Open(ctx, client.ParseRef(target), r.hopts...)
 	if err != nil {
-		return err
+		return errors.New(r.describe(err, target))
 	}
 	old := r.h
 	r.h = next
@@ -326,16 +439,47 @@ func (r *repl) undo(ctx context.Context) error {
 	return nil
 }
 
-// quit saves the session and prints how to resume it. If the save fails,
-// the unsaved turns are printed so that nothing is lost.
+// quit saves the session and prints how to resume it. When the daemon does
+// not answer, it says so at once and retries for exitSaveTimeout, which an
+// interrupt (Ctrl-C) cuts short. Turns it could not save stay in the spool
+// (the next start of the REPL on this session sends them) or, without a
+// spool, are printed so that nothing is lost.
 func (r *repl) quit(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exitSaveTimeout)
+	base := context.WithoutCancel(ctx)
+	if r.h.Dirty() {
+		fctx, cancel := context.WithTimeout(base, firstSaveTimeout)
+		fctx, stop := r.interruptible(fctx)
+		err := r.h.Save(fctx)
+		stop()
+		cancel()
+		if err != nil {
+			where := "in memory"
+			if p := r.h.SpoolPath(); p != "" {
+				where = "safe in the spool " + p
+			}
+			fmt.Fprintf(r.errOut, "%s; your %d unsaved messages are %s.\nsaving: retrying for up to %v (Ctrl-C stops waiting)...\n",
+				r.describe(err, ""), r.h.Unsaved(), where, exitSaveTimeout)
+		}
+	}
+	cctx, cancel := context.WithTimeout(base, exitSaveTimeout)
 	defer cancel()
-	if err := r.h.Close(cctx); err != nil {
-		fmt.Fprintf(r.errOut, "could not save session %s: %v\nunsaved turns:\n", r.h.ID(), err)
+	cctx, stop := r.interruptible(cctx)
+	err := r.h.Close(cctx)
+	stop()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(r.errOut, "\nstopped waiting.") // after the terminal's ^C
+		}
+		n := r.h.Unsaved()
+		if p := r.h.SpoolPath(); p != "" {
+			fmt.Fprintf(r.errOut, "session %s not saved: %s.\n%d unsaved messages are kept in %s and sent when you resume:\n  %s\n",
+				r.h.ID(), r.describe(err, ""), n, p, r.resumeCommand())
+			return errReported
+		}
+		fmt.Fprintf(r.errOut, "session %s not saved: %s.\nunsaved turns:\n", r.h.ID(), r.describe(err, ""))
 		msgs := r.h.Messages()
-		printMessages(r.errOut, msgs[len(msgs)-r.h.Unsaved():])
-		return err
+		printMessages(r.errOut, msgs[len(msgs)-n:])
+		return errReported
 	}
 	fmt.Fprintf(r.out, "saved session %s\n", r.h.ID())
 	fmt.Fprintf(r.out, "resume with: %s\n", r.resumeCommand())
@@ -349,11 +493,31 @@ func printMessages(w io.Writer, msgs []*sessiondv1.Message) {
 	}
 }
 
-// resumeCommand is the exact command line that reopens this session.
+// resumeCommand is the exact command line that reopens this session: by
+// its alias when it has one, else by id, with the namespace and a
+// non-default spool folder.
 func (r *repl) resumeCommand() string {
-	cmd := fmt.Sprintf("repl --addr %s --session %s", r.addr, r.h.ID())
+	name := r.h.Alias()
+	if name == "" {
+		name = r.h.ID()
+	}
+	cmd := fmt.Sprintf("repl --addr %s --session %s", r.addr, shellQuote(name))
 	if r.ns != "" {
-		cmd += " --namespace " + r.ns
+		cmd += " --namespace " + shellQuote(r.ns)
+	}
+	if r.spoolFlag != "" {
+		cmd += " --spool-dir " + shellQuote(r.spoolFlag)
 	}
 	return cmd
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but letters,
+// digits and -_./:@.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./:@", c))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

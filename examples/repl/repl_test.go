@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -51,13 +50,17 @@ func needBinaries(t *testing.T) {
 	}
 }
 
-// runREPL runs the REPL in process with input as stdin.
+// runREPL runs the REPL in process with input as stdin, its state (spool,
+// history) under the test's XDG_STATE_HOME.
 func runREPL(t *testing.T, args []string, input string) (stdout, stderr string) {
 	t.Helper()
+	if os.Getenv("XDG_STATE_HOME") == "" {
+		t.Setenv("XDG_STATE_HOME", t.TempDir())
+	}
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	if err := run(ctx, args, strings.NewReader(input), &out, &errOut); err != nil {
+	if err := run(ctx, args, strings.NewReader(input), &out, &errOut, nil); err != nil {
 		t.Fatalf("run(%q): %v\nstdout:\n%s\nstderr:\n%s", args, err, out.String(), errOut.String())
 	}
 	return out.String(), errOut.String()
@@ -155,7 +158,7 @@ func TestCommands(t *testing.T) {
 	script := strings.Join([]string{
 		"first", "second", "/undo", "/save", "/sessions",
 		"/fork", "third", "/reset", "/help", "/bogus", "/undo",
-		"/load other", "/quit",
+		"/load nosuch", "/load other", "/quit",
 	}, "\n") + "\n"
 	out, errOut := runREPL(t, []string{"--addr", srv.Addr(), "--autosave", "0"}, script)
 
@@ -173,14 +176,19 @@ func TestCommands(t *testing.T) {
 		"/undo", // from /help
 		"nothing to undo",
 		fmt.Sprintf("resumed session %s (1 messages)\nyou: from other\n", other.ID),
-		"resume with: repl --addr " + srv.Addr() + " --session " + other.ID + "\n",
+		"resume with: repl --addr " + srv.Addr() + " --session other\n", // by alias
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(errOut, "unknown command /bogus") {
-		t.Errorf("stderr lacks the unknown command:\n%s", errOut)
+	for _, want := range []string{
+		"unknown command /bogus",
+		"error: session nosuch not found\n", // in words, not a gRPC error chain
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
 	}
 	if _, got := stored(t, srv.Addr(), client.ID(s1[1])); !slices.Equal(got, []string{"first", "echo: first"}) {
 		t.Errorf("first session stored %q", got)
@@ -191,29 +199,34 @@ func TestCommands(t *testing.T) {
 	}
 }
 
-// TestEOFNamespaceAlias: EOF saves; the resume command keeps the namespace;
-// --session with a new alias creates the session and resumes it later.
+// TestEOFNamespaceAlias: EOF saves; the resume command names the alias and
+// keeps the namespace; --session with a new alias creates the session and
+// the resume command resumes it.
 func TestEOFNamespaceAlias(t *testing.T) {
 	srv := loopbackServer(t)
 	args := []string{"--addr", srv.Addr(), "--namespace", "team", "--session", "notes"}
 	out, _ := runREPL(t, args, "remember this\n")
 	ra := resumeArgs(t, out)
-	if len(ra) != 6 || ra[4] != "--namespace" || ra[5] != "team" {
-		t.Fatalf("resume args %q lack --namespace team", ra)
+	if want := []string{"--addr", srv.Addr(), "--session", "notes", "--namespace", "team"}; !slices.Equal(ra, want) {
+		t.Fatalf("resume args %q, want %q", ra, want)
 	}
-	out2, _ := runREPL(t, args, "")
-	if !strings.Contains(out2, "resumed session "+ra[3]+" (2 messages)\nyou: remember this\n") {
+	id := regexp.MustCompile(`new session (\S+);`).FindStringSubmatch(out)
+	if id == nil {
+		t.Fatalf("no new session line:\n%s", out)
+	}
+	out2, _ := runREPL(t, ra, "")
+	if !strings.Contains(out2, "resumed session "+id[1]+" (2 messages)\nyou: remember this\n") {
 		t.Errorf("resuming by alias:\n%s", out2)
 	}
 	s, got := stored(t, srv.Addr(), client.Alias("notes").In("team"))
-	if s.ID != ra[3] || !slices.Equal(got, []string{"remember this", "echo: remember this"}) {
+	if s.ID != id[1] || !slices.Equal(got, []string{"remember this", "echo: remember this"}) {
 		t.Errorf("stored %s %q", s.ID, got)
 	}
 }
 
 func TestBadUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if err := run(t.Context(), []string{"--nope"}, strings.NewReader(""), &out, &errOut); err == nil {
+	if err := run(t.Context(), []string{"--nope"}, strings.NewReader(""), &out, &errOut, nil); err == nil {
 		t.Error("run with an unknown flag succeeded")
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -221,7 +234,7 @@ func TestBadUsage(t *testing.T) {
 	free, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := free.Addr().String()
 	_ = free.Close()
-	if err := run(ctx, []string{"--addr", addr}, strings.NewReader(""), &out, &errOut); err == nil ||
+	if err := run(ctx, []string{"--addr", addr, "--no-spool"}, strings.NewReader(""), &out, &errOut, nil); err == nil ||
 		!strings.Contains(err.Error(), "is sessiond running") {
 		t.Errorf("run with no daemon = %v", err)
 	}
@@ -232,57 +245,14 @@ func TestBadUsage(t *testing.T) {
 func TestSIGINT(t *testing.T) {
 	needBinaries(t)
 	srv := loopbackServer(t)
-	cmd := exec.Command(replBin, "--addr", srv.Addr())
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errOut bytes.Buffer
-	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = stdin.Close() })
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	waitFor := func(prefix string) string {
-		t.Helper()
-		timeout := time.After(20 * time.Second)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("stdout ended before %q; stderr:\n%s", prefix, errOut.String())
-				}
-				if strings.HasPrefix(l, prefix) {
-					return l
-				}
-			case <-timeout:
-				t.Fatalf("no %q within 20s", prefix)
-			}
-		}
-	}
-	waitFor("new session ")
-	if _, err := stdin.Write([]byte("interrupted turn\n")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor("assistant: echo: interrupted turn")
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	line := waitFor("resume with: ")
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("repl exit after SIGINT: %v; stderr:\n%s", err, errOut.String())
+	p := startREPL(t, t.TempDir(), "--addr", srv.Addr())
+	p.waitFor("new session ")
+	p.send("interrupted turn")
+	p.waitFor("assistant: echo: interrupted turn")
+	p.signal(syscall.SIGINT)
+	line := p.waitFor("resume with: ")
+	if err := p.wait(); err != nil {
+		t.Fatalf("repl exit after SIGINT: %v\n%s", err, p.transcript())
 	}
 	args := strings.Fields(strings.TrimPrefix(line, "resume with: "))
 	_, got := stored(t, srv.Addr(), client.ID(args[len(args)-1]))
