@@ -9,7 +9,9 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-func TestParseArgsInterspersed(t *testing.T) {
+// TestArgsInterspersed checks that a command's flags may come before or
+// after its arguments, and that everything after "--" is an argument.
+func TestArgsInterspersed(t *testing.T) {
 	tests := []struct {
 		args     []string
 		wantPos  []string
@@ -25,16 +27,14 @@ func TestParseArgsInterspersed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			e := &env{}
-			fs := newFlagSet("fork", e)
-			n := fs.Int64("messages", 0, "")
-			name := fs.String("alias", "", "")
-			pos, err := parseArgs(e, fs, tt.args, 0, -1)
-			if err != nil {
+			cmd := forkCmd(&env{})
+			if err := cmd.ParseFlags(tt.args); err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.wantPos, pos); diff != "" || *n != tt.wantN || *name != tt.wantName {
-				t.Errorf("pos (-want +got): %s; messages %d, alias %q", diff, *n, *name)
+			n, _ := cmd.Flags().GetInt64("messages")
+			name, _ := cmd.Flags().GetString("alias")
+			if diff := cmp.Diff(tt.wantPos, cmd.Flags().Args()); diff != "" || n != tt.wantN || name != tt.wantName {
+				t.Errorf("pos (-want +got): %s; messages %d, alias %q", diff, n, name)
 			}
 		})
 	}

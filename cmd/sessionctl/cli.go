@@ -2,17 +2,19 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -21,6 +23,9 @@ import (
 
 // defaultAddr is where sessiond listens unless told otherwise.
 const defaultAddr = "127.0.0.1:7437"
+
+// defaultTimeout bounds connecting to the daemon and each unary call.
+const defaultTimeout = 10 * time.Second
 
 // maxRecvBytes bounds one response frame. LoadSession sends a message bigger
 // than its ~1 MiB batch alone, and the daemon accepts messages of 16 MiB by
@@ -34,179 +39,156 @@ type env struct {
 	namespace    string
 	namespaceSet bool // --namespace or SESSIOND_NAMESPACE given (import uses it)
 	json         bool
+	timeout      time.Duration
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
+
+	// started: a command's own code ran, so an error is the command's, not
+	// the command line's (cobra's unknown-command and argument errors).
+	started bool
 
 	conn   *grpc.ClientConn
 	client sessiondv1.SessionStoreServiceClient
 }
 
-// command is one sessionctl subcommand.
-type command struct {
-	name    string
-	args    string // synopsis of the arguments and flags
-	summary string
-	run     func(ctx context.Context, e *env, args []string) error
-}
+// stdinIsTerminal tells whether rm and rewind may ask for confirmation. A
+// variable so that tests can stand in for a person at a terminal.
+var stdinIsTerminal = isTerminal
 
-// commands returns the subcommands in the order help lists them.
-func commands() []command {
-	return []command{
-		{"ls", "[ALIAS_PREFIX] [--label K=V]... [--since DURATION|RFC3339] [--limit N]", "list sessions, newest-updated first", cmdLs},
-		{"show", "ID|ALIAS [--tail N]", "show a session's header and conversation", cmdShow},
-		{"rm", "ID|ALIAS... [--yes]", "delete sessions (asks unless --yes)", cmdRm},
-		{"rename", "ID|ALIAS NEWALIAS", "set a session's alias (\"\" removes it)", cmdRename},
-		{"fork", "ID|ALIAS [--messages N] [--alias A] [--title T]", "copy a session's first N messages into a new session", cmdFork},
-		{"rewind", "ID|ALIAS N", "keep a session's first N messages", cmdRewind},
-		{"search", "QUERY [--limit N]", "find sessions and messages containing a text", cmdSearch},
-		{"export", "[ID|ALIAS] [--all] [--output FILE] [--format jsonl|markdown]", "write sessions as JSON lines (for import) or Markdown", cmdExport},
-		{"import", "FILE|- [--force]", "read sessions from an export, keeping ids and aliases", cmdImport},
-		{"watch", "ID|ALIAS [--from-revision N]", "print a session's changes as they happen, until interrupted", cmdWatch},
-		{"health", "[--service NAME]", "check the daemon's gRPC health", cmdHealth},
-		{"version", "", "print sessionctl's and the daemon's versions", cmdVersion},
-		{"fsck", "DATA_DIR [--repair]", "check (and repair) a file data dir offline", cmdFsck},
-	}
-}
+// usageTemplate is cobra's default with "usage:" in lower case, as the
+// errors say it.
+const usageTemplate = `usage:{{if .Runnable}} {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}} {{.CommandPath}} COMMAND{{end}}{{if gt (len .Aliases) 0}}
 
-func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
-	fs := flag.NewFlagSet("sessionctl", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	addrEnv, nsEnv := os.Getenv("SESSIOND_ADDR"), os.Getenv("SESSIOND_NAMESPACE")
-	if addrEnv == "" {
-		addrEnv = defaultAddr
-	}
-	fs.StringVar(&e.addr, "addr", addrEnv, "daemon address: host:port or unix:/path (env SESSIOND_ADDR)")
-	fs.StringVar(&e.namespace, "namespace", nsEnv, "namespace; empty is the default one (env SESSIOND_NAMESPACE)")
-	fs.BoolVar(&e.json, "json", false, "machine-readable output (JSON lines, proto3 JSON)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printHelp(stdout, fs)
+Aliases:
+  {{.NameAndAliases}}{{end}}{{if .HasExample}}
+
+Examples:
+{{.Example}}{{end}}{{if .HasAvailableSubCommands}}
+
+Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
+  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}
+
+Flags:
+{{.LocalFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableInheritedFlags}}
+
+Global flags:
+{{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
+
+Run 'sessionctl help COMMAND' (or 'sessionctl COMMAND --help') for a command's flags.{{end}}
+`
+
+// newRoot builds the command tree for one invocation. Every command, its
+// flags and its help come from here: help, shell completion and the man
+// pages are generated from the same definitions.
+func newRoot(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "sessionctl",
+		Short: "administer a sessiond daemon",
+		Long: `sessionctl administers a sessiond daemon: it lists, shows, searches, renames,
+forks, rewinds, deletes, exports, imports and watches sessions over gRPC, and
+checks a file data dir offline (fsck).
+
+A session argument (ID|ALIAS) shaped like a UUID is an id, anything else an
+alias. Flags may come before or after the arguments.
+
+Exit codes: 0 ok, 1 error, 2 usage, 3 not found; fsck: 0 clean, 1 errors
+corrected, 4 errors left. With --json, an error is a JSON object on stderr:
+{"code":"NOT_FOUND","message":"...","exit_code":3}.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args:          noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usageErrorf("no command given; 'sessionctl help' lists the commands")
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := storage.ValidateNamespace(e.namespace); err != nil {
+				return usageErrorf("--namespace: %v", err)
+			}
+			if e.timeout < 0 {
+				return usageErrorf("--timeout must not be negative")
+			}
+			e.namespaceSet = os.Getenv("SESSIOND_NAMESPACE") != "" || cmd.Flags().Changed("namespace")
+			e.started = true
 			return nil
-		}
-		return usageErrorf("%v; see 'sessionctl help'", err)
+		},
 	}
-	e.namespaceSet = nsEnv != ""
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "namespace" {
-			e.namespaceSet = true
-		}
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetUsageTemplate(usageTemplate)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageErrorf("%s: %v; see 'sessionctl help %s'", c.Name(), err, c.Name())
 	})
-	if err := storage.ValidateNamespace(e.namespace); err != nil {
-		return usageErrorf("--namespace: %v", err)
+
+	addr := os.Getenv("SESSIOND_ADDR")
+	if addr == "" {
+		addr = defaultAddr
 	}
-	if fs.NArg() == 0 {
-		return usageErrorf("no command given; 'sessionctl help' lists the commands")
-	}
-	name, rest := fs.Arg(0), fs.Args()[1:]
-	if name == "help" {
-		if len(rest) > 0 {
-			for _, c := range commands() {
-				if c.name == rest[0] {
-					printCommandHelp(stdout, c, newFlagSet(c.name, e))
-					return nil
+	pf := root.PersistentFlags()
+	pf.StringVar(&e.addr, "addr", addr, "daemon address: host:port or unix:/path (env SESSIOND_ADDR)")
+	pf.StringVar(&e.namespace, "namespace", os.Getenv("SESSIOND_NAMESPACE"), "namespace; empty is the default one (env SESSIOND_NAMESPACE)")
+	pf.BoolVar(&e.json, "json", false, "machine-readable output: JSON lines on stdout, errors as a JSON object on stderr")
+	pf.DurationVar(&e.timeout, "timeout", defaultTimeout, "limit for connecting to the daemon and for each single call (0: none); streams (ls, export, watch) run as long as they need once connected")
+
+	root.AddCommand(
+		lsCmd(e), showCmd(e), rmCmd(e), renameCmd(e), forkCmd(e), rewindCmd(e), searchCmd(e),
+		exportCmd(e), importCmd(e), watchCmd(e), healthCmd(e), versionCmd(e), fsckCmd(e),
+		manCmd(root),
+	)
+	root.SetHelpCommand(helpCmd(root))
+	return root
+}
+
+// helpCmd replaces cobra's help command so that help for an unknown command
+// is a usage error (exit 2), as it was before cobra.
+func helpCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [COMMAND]",
+		Short: "show the help of sessionctl or of a command",
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			var names []string
+			for _, c := range root.Commands() {
+				if c.IsAvailableCommand() && strings.HasPrefix(c.Name(), toComplete) {
+					names = append(names, c.Name()+"\t"+c.Short)
 				}
 			}
-			return usageErrorf("unknown command %q; see 'sessionctl help'", rest[0])
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				return usageErrorf("unknown command %q; see 'sessionctl help'", strings.Join(args, " "))
+			}
+			return c.Help()
+		},
+	}
+}
+
+// noArgs, exactArgs and rangeArgs check a command's positional arguments,
+// failing with a usage error (exit 2) that shows the synopsis.
+func noArgs(cmd *cobra.Command, args []string) error { return rangeArgs(0, 0)(cmd, args) }
+
+func exactArgs(n int) cobra.PositionalArgs { return rangeArgs(n, n) }
+
+func rangeArgs(minPos, maxPos int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < minPos || maxPos >= 0 && len(args) > maxPos {
+			if !cmd.HasParent() && len(args) > 0 {
+				return usageErrorf("unknown command %q; see 'sessionctl help'", args[0])
+			}
+			return usageErrorf("%s: wrong number of arguments; usage: %s", cmd.Name(), cmd.UseLine())
 		}
-		printHelp(stdout, fs)
 		return nil
 	}
-	for _, c := range commands() {
-		if c.name == name {
-			defer e.close()
-			err := c.run(ctx, e, rest)
-			if errors.Is(err, flag.ErrHelp) {
-				// The command printed its own help on request.
-				return nil
-			}
-			return err
-		}
-	}
-	return usageErrorf("unknown command %q; see 'sessionctl help'", name)
 }
 
-func printHelp(w io.Writer, global *flag.FlagSet) {
-	fmt.Fprintln(w, "usage: sessionctl [--addr ADDR] [--namespace NS] [--json] COMMAND [ARGS]")
-	fmt.Fprintln(w, "\nCommands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w, "\nGlobal flags:")
-	global.SetOutput(w)
-	global.PrintDefaults()
-	global.SetOutput(io.Discard)
-	fmt.Fprintln(w, "\nExit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 fsck found damage.")
-	fmt.Fprintln(w, "Run 'sessionctl help COMMAND' for a command's flags.")
-}
-
-func printCommandHelp(w io.Writer, c command, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "usage: sessionctl [global flags] %s %s\n\n%s\n", c.name, c.args, c.summary)
-	hasFlags := false
-	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
-	if hasFlags {
-		fmt.Fprintln(w, "\nFlags:")
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-}
-
-// newFlagSet makes a command's flag set. Every command accepts --json too,
-// so that `sessionctl ls --json` works as well as `sessionctl --json ls`.
-func newFlagSet(name string, e *env) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.BoolVar(&e.json, "json", e.json, "machine-readable output (JSON lines, proto3 JSON)")
-	return fs
-}
-
-// parseArgs parses a command's flags wherever they appear among its
-// arguments (`fork X --messages 3` as well as `fork --messages 3 X`) and
-// checks the number of positional arguments. Everything after "--" is
-// positional.
-func parseArgs(e *env, fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error) {
-	c := findCommand(fs.Name())
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				printCommandHelp(e.stdout, c, fs)
-				return nil, err
-			}
-			return nil, usageErrorf("%s: %v; see 'sessionctl help %s'", fs.Name(), err, fs.Name())
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			pos = append(pos, rest...)
-			break
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-	if len(pos) < minPos || maxPos >= 0 && len(pos) > maxPos {
-		return nil, usageErrorf("%s: wrong number of arguments; usage: sessionctl %s %s", fs.Name(), c.name, c.args)
-	}
-	return pos, nil
-}
-
-func findCommand(name string) command {
-	for _, c := range commands() {
-		if c.name == name {
-			return c
-		}
-	}
-	return command{name: name}
-}
-
-// dial opens the connection on first use. grpc.NewClient connects lazily, so
-// an unreachable daemon shows as UNAVAILABLE on the first call; describe
-// turns that into advice.
-func (e *env) dial() (sessiondv1.SessionStoreServiceClient, error) {
+// dial opens the connection on first use and waits, up to --timeout, until
+// it is ready, so that an address where something other than a gRPC server
+// accepts TCP fails fast instead of after gRPC's 20 s handshake limit. A
+// daemon that refuses connections is reported by the first call, with its
+// reason.
+func (e *env) dial(ctx context.Context) (sessiondv1.SessionStoreServiceClient, error) {
 	if e.client != nil {
 		return e.client, nil
 	}
@@ -217,13 +199,54 @@ func (e *env) dial() (sessiondv1.SessionStoreServiceClient, error) {
 	conn, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvBytes), grpc.MaxCallSendMsgSize(maxRecvBytes)),
+		grpc.WithUnaryInterceptor(e.unaryTimeout),
 	)
 	if err != nil {
 		return nil, usageErrorf("--addr %q: %v; give host:port or unix:/path", target, err)
 	}
+	if err := e.waitConnected(ctx, conn); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
 	e.conn = conn
 	e.client = sessiondv1.NewSessionStoreServiceClient(conn)
 	return e.client, nil
+}
+
+// waitConnected waits until conn is ready or has failed to connect (the
+// first call then says why), within --timeout.
+func (e *env) waitConnected(ctx context.Context, conn *grpc.ClientConn) error {
+	conn.Connect()
+	wctx := ctx
+	if e.timeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, e.timeout)
+		defer cancel()
+	}
+	for {
+		st := conn.GetState()
+		if st == connectivity.Ready || st == connectivity.TransientFailure {
+			return nil
+		}
+		if !conn.WaitForStateChange(wctx, st) {
+			if ctx.Err() != nil {
+				return &exitErr{code: exitError, grpc: codes.Canceled, err: fmt.Errorf("interrupted while connecting to %s", e.addr)}
+			}
+			return &exitErr{code: exitError, grpc: codes.DeadlineExceeded, err: fmt.Errorf(
+				"no gRPC answer from %s within %s (--timeout); is sessiond listening there, and not another program?", e.addr, e.timeout)}
+		}
+	}
+}
+
+// unaryTimeout bounds every unary call by --timeout unless its context
+// already has a deadline.
+func (e *env) unaryTimeout(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if _, ok := ctx.Deadline(); !ok && e.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.timeout)
+		defer cancel()
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
 func (e *env) close() {
@@ -247,7 +270,7 @@ func (e *env) parseSessionArg(s string) (sessionArg, error) {
 		return sessionArg{text: s, ref: &sessiondv1.SessionRef{Namespace: e.namespace, Key: &sessiondv1.SessionRef_Id{Id: u.String()}}}, nil
 	}
 	if err := storage.ValidateAlias(s); err != nil {
-		return sessionArg{}, usageErrorf("%q is neither a session id (UUID) nor a valid alias: %v", s, err)
+		return sessionArg{}, usageErrorf("%q is neither a session id (UUID) nor a valid alias: %v", safeLine(s), err)
 	}
 	return sessionArg{text: s, ref: &sessiondv1.SessionRef{Namespace: e.namespace, Key: &sessiondv1.SessionRef_Alias{Alias: s}}}, nil
 }
@@ -274,7 +297,7 @@ func isTerminal(f any) bool {
 	return false
 }
 
-// parseLabels turns repeated K=V flags into a map.
+// labelsFlag collects repeated K=V flags into a map (a pflag.Value).
 type labelsFlag map[string]string
 
 func (l labelsFlag) String() string { return sortedPairs(l) }
@@ -287,6 +310,8 @@ func (l labelsFlag) Set(s string) error {
 	l[k] = v
 	return nil
 }
+
+func (l labelsFlag) Type() string { return "K=V" }
 
 // parseCount parses a non-negative integer argument.
 func parseCount(what, s string) (int64, error) {

@@ -107,7 +107,7 @@ func TestNotFound(t *testing.T) {
 			{"rm", "--yes", target},
 			{"rename", target, "newname"},
 			{"fork", target},
-			{"rewind", target, "0"},
+			{"rewind", "--yes", target, "0"},
 			{"export", target},
 			{"watch", target},
 		} {
@@ -327,7 +327,7 @@ func TestRenameForkRewind(t *testing.T) {
 		t.Errorf("fork beyond the session: want exit 1, got %v", r)
 	}
 
-	r = must(t, d.ctl("rewind", "renamed", "1"))
+	r = must(t, d.ctl("rewind", "renamed", "1", "--yes"))
 	if !strings.Contains(r.stdout, "now has 1 messages") {
 		t.Errorf("rewind output: %q", r.stdout)
 	}
@@ -338,7 +338,7 @@ func TestRenameForkRewind(t *testing.T) {
 	if diff := cmp.Diff(msgs[:1], got.GetMessages(), protocmp.Transform()); diff != "" {
 		t.Errorf("after rewind (-want +got):\n%s", diff)
 	}
-	if r := d.ctl("rewind", "renamed", "5"); r.code != exitError {
+	if r := d.ctl("rewind", "-y", "renamed", "5"); r.code != exitError {
 		t.Errorf("rewind beyond the session: want exit 1, got %v", r)
 	}
 

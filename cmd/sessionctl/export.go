@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -90,72 +92,94 @@ func protoBytes(m proto.Message) ([]byte, error) {
 	return b, nil
 }
 
-func cmdExport(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("export", e)
-	all := fs.Bool("all", false, "export every session of the namespace")
-	output := fs.String("output", "", "write to FILE instead of stdout (written whole, then renamed into place)")
-	fs.StringVar(output, "o", "", "short for --output")
-	format := fs.String("format", "jsonl", "jsonl (for import) or markdown (for people)")
-	pos, err := parseArgs(e, fs, args, 0, 1)
+func exportCmd(e *env) *cobra.Command {
+	var all bool
+	var output, format string
+	cmd := &cobra.Command{
+		Use:   "export ID|ALIAS | --all",
+		Short: "write sessions as JSON lines (for import) or Markdown",
+		Long: `export writes sessions as JSON lines, the format import reads back losslessly,
+or as Markdown for people. With --all it exports every session of the
+namespace: a damaged session (DATA_LOSS) does not stop it; each is named on
+stderr, the others are exported, and the exit code is 1 at the end.`,
+		Args:              rangeArgs(0, 1),
+		ValidArgsFunction: e.completeSessions,
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			switch {
+			case all && len(pos) == 1:
+				return usageErrorf("export: give either ID|ALIAS or --all, not both")
+			case !all && len(pos) == 0:
+				return usageErrorf("export: give ID|ALIAS, or --all for the whole namespace")
+			}
+			switch format {
+			case "jsonl", "json":
+				format = "jsonl"
+			case "markdown", "md":
+				format = "markdown"
+			default:
+				return usageErrorf("export: --format %q: use jsonl or markdown", format)
+			}
+			var single *sessionArg
+			if !all {
+				sa, err := e.parseSessionArg(pos[0])
+				if err != nil {
+					return err
+				}
+				single = &sa
+			}
+			return e.export(cmd.Context(), single, output, format == "markdown")
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&all, "all", false, "export every session of the namespace")
+	f.StringVarP(&output, "output", "o", "", "write to FILE instead of stdout (written whole, then renamed into place)")
+	f.StringVar(&format, "format", "jsonl", "jsonl (for import) or markdown (for people)")
+	return cmd
+}
+
+// export writes one session (single) or all of the namespace's.
+func (e *env) export(ctx context.Context, single *sessionArg, output string, markdown bool) error {
+	c, err := e.dial(ctx)
 	if err != nil {
 		return err
-	}
-	switch {
-	case *all && len(pos) == 1:
-		return usageErrorf("export: give either ID|ALIAS or --all, not both")
-	case !*all && len(pos) == 0:
-		return usageErrorf("export: give ID|ALIAS, or --all for the whole namespace")
-	}
-	switch *format {
-	case "jsonl", "json":
-		*format = "jsonl"
-	case "markdown", "md":
-		*format = "markdown"
-	default:
-		return usageErrorf("export: --format %q: use jsonl or markdown", *format)
 	}
 	var refs []*sessiondv1.SessionRef
-	var single string
-	if !*all {
-		sa, err := e.parseSessionArg(pos[0])
-		if err != nil {
-			return err
-		}
-		refs, single = []*sessiondv1.SessionRef{sa.ref}, sa.text
-	}
-	c, err := e.dial()
-	if err != nil {
+	if single != nil {
+		refs = []*sessiondv1.SessionRef{single.ref}
+	} else if refs, err = e.listAll(ctx, c); err != nil {
 		return err
 	}
-	if *all {
-		if refs, err = e.listAll(ctx, c); err != nil {
-			return err
-		}
-	}
 
-	out, commit, err := openOutput(e, *output)
+	out, commit, err := openOutput(e, output)
 	if err != nil {
 		return err
 	}
 	defer commit(false)
 	w := bufio.NewWriterSize(out, 1<<20)
-	x := &exporter{e: e, c: c, w: w, markdown: *format == "markdown", prog: newProgress(e, "exporting")}
+	x := &exporter{e: e, c: c, w: w, markdown: markdown, prog: newProgress(e, "exporting"), msgProgress: single != nil}
 	defer x.prog.finish()
 	if err := x.header(); err != nil {
 		return err
 	}
+	var damaged []string
 	for i, ref := range refs {
-		if !*all {
-			x.msgProgress = true
-		}
 		x.prog.update(int64(i), int64(len(refs)), "sessions")
 		if err := x.session(ctx, ref); err != nil {
-			if *all && exitCode(err) == exitNotFound {
+			if single != nil {
+				return fmt.Errorf("export %s: %w", single.text, err)
+			}
+			switch grpcCode(err, exitCode(err)) {
+			case codes.NotFound:
 				// Deleted since the listing: not part of the namespace any more.
 				continue
-			}
-			if single != "" {
-				return fmt.Errorf("export %s: %w", single, err)
+			case codes.DataLoss:
+				// Nothing of it was written (the daemon refuses a damaged
+				// session before its first frame): name it, export the rest.
+				x.prog.finish()
+				damaged = append(damaged, ref.GetId())
+				e.notice(map[string]any{"damaged": ref.GetId(), "message": oneLine(err.Error())},
+					"sessionctl: export: session %s is damaged, not exported: %s", ref.GetId(), oneLine(err.Error()))
+				continue
 			}
 			return fmt.Errorf("export: %w", err)
 		}
@@ -171,10 +195,31 @@ func cmdExport(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	x.prog.finish()
-	if *output != "" {
-		fmt.Fprintf(e.stderr, "exported %d sessions to %s\n", x.count, *output)
+	if output != "" && output != "-" {
+		if e.json {
+			b, _ := json.Marshal(map[string]any{"exported": x.count, "output": output, "damaged": len(damaged)})
+			fmt.Fprintf(e.stdout, "%s\n", b)
+		} else {
+			fmt.Fprintf(e.stderr, "exported %d sessions to %s\n", x.count, output)
+		}
+	}
+	if len(damaged) > 0 {
+		return &exitErr{code: exitError, grpc: codes.DataLoss, err: fmt.Errorf(
+			"export: %d damaged sessions were not exported (%s); the other %d were; stop sessiond and run 'sessionctl fsck DATA_DIR'",
+			len(damaged), strings.Join(damaged, ", "), x.count)}
 	}
 	return nil
+}
+
+// notice tells the operator something on stderr while a command carries
+// on: the line for people, or with --json the object.
+func (e *env) notice(obj map[string]any, format string, a ...any) {
+	if e.json {
+		b, _ := json.Marshal(obj)
+		fmt.Fprintf(e.stderr, "%s\n", b)
+		return
+	}
+	fmt.Fprintf(e.stderr, format+"\n", a...)
 }
 
 // listAll names every session of the namespace, oldest first, so that an
@@ -371,10 +416,10 @@ func writeMarkdownHeader(w io.Writer, s *sessiondv1.Session, separate bool) {
 	if title == "" {
 		title = displayName(s)
 	}
-	fmt.Fprintf(w, "# %s\n\n", oneLine(title))
+	fmt.Fprintf(w, "# %s\n\n", safeLine(oneLine(title)))
 	item := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(w, "- **%s:** %s\n", k, v)
+			fmt.Fprintf(w, "- **%s:** %s\n", k, safeLine(v))
 		}
 	}
 	item("id", "`"+s.GetId()+"`")
@@ -391,7 +436,7 @@ func writeMarkdownHeader(w io.Writer, s *sessiondv1.Session, separate bool) {
 	item("labels", sortedPairs(s.GetLabels()))
 	item("metadata", sortedPairs(s.GetMetadata()))
 	if s.GetSummary() != "" {
-		fmt.Fprintf(w, "\n> %s\n", strings.ReplaceAll(strings.TrimSpace(s.GetSummary()), "\n", "\n> "))
+		fmt.Fprintf(w, "\n> %s\n", strings.ReplaceAll(strings.TrimSpace(safeText(s.GetSummary())), "\n", "\n> "))
 	}
 }
 
@@ -403,24 +448,24 @@ func writeMarkdownMessage(w io.Writer, i int64, m *sessiondv1.Message) {
 	if m.GetToolCallId() != "" {
 		who += " — result of `" + m.GetToolCallId() + "`"
 	}
-	fmt.Fprintf(w, "\n## %d. %s · %s\n\n", i, who, fmtTime(m.GetCreatedAt()))
+	fmt.Fprintf(w, "\n## %d. %s · %s\n\n", i, safeLine(who), fmtTime(m.GetCreatedAt()))
 	if r := m.GetReasoning(); r.GetText() != "" {
-		fmt.Fprintf(w, "<details><summary>reasoning</summary>\n\n%s\n\n</details>\n\n", r.GetText())
+		fmt.Fprintf(w, "<details><summary>reasoning</summary>\n\n%s\n\n</details>\n\n", safeText(r.GetText()))
 	}
 	if m.GetContent() != "" {
-		fmt.Fprintf(w, "%s\n", strings.TrimRight(m.GetContent(), "\n"))
+		fmt.Fprintf(w, "%s\n", strings.TrimRight(safeText(m.GetContent()), "\n"))
 	}
 	for _, p := range m.GetParts() {
 		switch k := p.GetKind().(type) {
 		case *sessiondv1.ContentPart_Text:
-			fmt.Fprintf(w, "\n%s\n", strings.TrimRight(k.Text, "\n"))
+			fmt.Fprintf(w, "\n%s\n", strings.TrimRight(safeText(k.Text), "\n"))
 		case *sessiondv1.ContentPart_Json:
-			fmt.Fprintf(w, "\n```json\n%s\n```\n", k.Json)
+			fmt.Fprintf(w, "\n```json\n%s\n```\n", safeText(k.Json))
 		case *sessiondv1.ContentPart_Blob:
-			fmt.Fprintf(w, "\n*(%s, %d bytes)*\n", k.Blob.GetMimeType(), len(k.Blob.GetData()))
+			fmt.Fprintf(w, "\n*(%s, %d bytes)*\n", safeLine(k.Blob.GetMimeType()), len(k.Blob.GetData()))
 		}
 	}
 	for _, tc := range m.GetToolCalls() {
-		fmt.Fprintf(w, "\n**tool call** `%s` (`%s`):\n\n```json\n%s\n```\n", tc.GetName(), tc.GetId(), tc.GetArguments())
+		fmt.Fprintf(w, "\n**tool call** `%s` (`%s`):\n\n```json\n%s\n```\n", safeLine(tc.GetName()), safeLine(tc.GetId()), safeText(tc.GetArguments()))
 	}
 }

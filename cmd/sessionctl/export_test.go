@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -139,7 +140,7 @@ func TestExportRmImportRoundTrip(t *testing.T) {
 	checkOneLineError(t, r)
 
 	// --force replaces a changed session with the exported one.
-	must(t, d.ctl("rewind", "alpha", "1"))
+	must(t, d.ctl("rewind", "alpha", "1", "--yes"))
 	must(t, d.ctl("rename", "alpha-fork", "moved"))
 	must(t, d.ctl("import", "--force", file))
 	for _, id := range ids {
@@ -254,18 +255,51 @@ func TestImportNamespaces(t *testing.T) {
 		t.Errorf("after import (-exported +imported):\n%s", diff)
 	}
 
-	// --namespace overrides the file's namespace.
-	must(t, d.ctl("--namespace", "team", "rm", "--yes", "shared"))
-	must(t, d.ctl("--namespace", "copy", "import", file))
-	got, err = d.load("copy", s.GetId())
+	// --namespace names another namespace: the sessions are copied there
+	// under new ids, while the originals stay; the copies remember their
+	// source, and a fork's parent is its parent's copy.
+	fork := must(t, d.ctl("--json", "--namespace", "team", "fork", "shared", "--messages", "2", "--alias", "shared-fork"))
+	forkSrc := &sessiondv1.Session{}
+	if err := protojson.Unmarshal([]byte(fork.stdout), forkSrc); err != nil {
+		t.Fatal(err)
+	}
+	must(t, d.ctl("--namespace", "team", "export", "--all", "-o", file))
+	r := must(t, d.ctl("--json", "--namespace", "copy", "import", file))
+	copies := map[string]*sessiondv1.Session{}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		c := &sessiondv1.Session{}
+		if err := protojson.Unmarshal([]byte(line), c); err != nil {
+			t.Fatalf("import --json line %q: %v", line, err)
+		}
+		copies[c.GetMetadata()["sessiond.source_id"]] = c
+	}
+	if len(copies) != 2 || copies[s.GetId()] == nil || copies[forkSrc.GetId()] == nil {
+		t.Fatalf("import --namespace copy printed %v", r)
+	}
+	c := copies[s.GetId()]
+	got, err = d.load("copy", c.GetId())
 	if err != nil {
 		t.Fatalf("import --namespace copy: %v", err)
 	}
-	if got.GetNamespace() != "copy" || got.GetAlias() != "shared" || len(got.GetMessages()) != 4 {
+	if got.GetId() == s.GetId() || got.GetNamespace() != "copy" || got.GetAlias() != "shared" || len(got.GetMessages()) != 4 ||
+		got.GetMetadata()["sessiond.source_id"] != s.GetId() || got.GetMetadata()["sessiond.source_namespace"] != "team" {
 		t.Errorf("import --namespace copy: %v", got)
 	}
-	if r := d.ctl("--namespace", "team", "show", "shared"); r.code != exitNotFound {
-		t.Errorf("the session came back in team too: %v", r)
+	if diff := cmp.Diff(orig.GetMessages(), got.GetMessages(), protocmp.Transform()); diff != "" {
+		t.Errorf("copied messages (-source +copy):\n%s", diff)
+	}
+	fc, err := d.load("copy", copies[forkSrc.GetId()].GetId())
+	if err != nil || fc.GetParent().GetSessionId() != c.GetId() || fc.GetParent().GetMessageCount() != 2 {
+		t.Errorf("the fork's copy does not point to its parent's copy %s: %v %v", c.GetId(), fc.GetParent(), err)
+	}
+	must(t, d.ctl("--namespace", "team", "show", "shared"))
+	// Running the same import again finds the copies instead of duplicating.
+	if r := d.ctl("--namespace", "copy", "import", file); r.code != exitError || !strings.Contains(r.stderr, "already exists") || !strings.Contains(r.stderr, "--force") {
+		t.Errorf("second import into copy: want exit 1 naming --force, got %v", r)
+	}
+	must(t, d.ctl("--namespace", "copy", "import", "--force", file))
+	if r := must(t, d.ctl("--namespace", "copy", "ls", "--json")); strings.Count(r.stdout, "\n") != 2 {
+		t.Errorf("namespace copy after a forced second import:\n%s", r.stdout)
 	}
 }
 

@@ -6,20 +6,37 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
 
 	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/file"
 )
 
-func cmdFsck(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("fsck", e)
-	repair := fs.Bool("repair", false, "repair what can be repaired (trim torn journal tails, set damaged sessions aside)")
-	pos, err := parseArgs(e, fs, args, 1, 1)
-	if err != nil {
-		return err
+func fsckCmd(e *env) *cobra.Command {
+	var repair bool
+	cmd := &cobra.Command{
+		Use:   "fsck DATA_DIR",
+		Short: "check (and repair) a stopped daemon's file data dir",
+		Long: `fsck reads every file of a file data dir (the daemon's --data-dir, with the
+daemon stopped) and reports what is damaged. With --repair it trims torn
+journal tails, salvages every intact record of a damaged session (a copy of
+the damaged files goes to quarantine/ first), moves what it cannot read to
+quarantine/, and rebuilds the derived indexes. It never deletes data.
+
+Exit codes, as e2fsck's: 0 no damage, 1 damage found and all of it
+repaired, 4 damage left.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			return e.fsck(cmd.Context(), pos[0], repair)
+		},
 	}
-	dir := pos[0]
+	cmd.Flags().BoolVar(&repair, "repair", false, "repair what can be repaired (trim torn tails, salvage damaged sessions, quarantine the rest)")
+	return cmd
+}
+
+func (e *env) fsck(ctx context.Context, dir string, repair bool) error {
 	if st, err := os.Stat(dir); err != nil {
 		return fmt.Errorf("fsck: %w; give the daemon's --data-dir", err)
 	} else if !st.IsDir() {
@@ -27,15 +44,28 @@ func cmdFsck(ctx context.Context, e *env, args []string) error {
 	}
 	prog := newProgress(e, "checking")
 	defer prog.finish()
-	rep, err := file.Check(ctx, dir, *repair, func(done, total int) {
+	rep, err := file.Check(ctx, dir, repair, func(done, total int) {
 		prog.update(int64(done), int64(total), "sessions")
 	})
 	prog.finish()
 	if errors.Is(err, storage.ErrLocked) {
-		return fmt.Errorf("fsck: %s is in use by a running sessiond; stop the daemon first (fsck works offline)", dir)
+		return &exitErr{code: exitError, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %s is in use by a running sessiond; stop the daemon first (fsck works offline)", dir)}
 	}
 	if err != nil {
 		return fmt.Errorf("fsck %s: %w", dir, err)
+	}
+	unrepaired := 0
+	for _, f := range rep.Findings {
+		if !f.Repaired {
+			unrepaired++
+		}
+	}
+	code := exitFsckClean
+	switch {
+	case unrepaired > 0:
+		code = exitFsckLeft
+	case rep.Damaged():
+		code = exitFsckCorrected
 	}
 	if e.json {
 		for _, f := range rep.Findings {
@@ -45,39 +75,42 @@ func cmdFsck(ctx context.Context, e *env, args []string) error {
 			}
 			fmt.Fprintf(e.stdout, "%s\n", b)
 		}
+		b, err := json.Marshal(map[string]any{"summary": map[string]any{
+			"data_dir": dir, "sessions": rep.Sessions, "problems": len(rep.Findings),
+			"repaired": len(rep.Findings) - unrepaired, "exit_code": code,
+		}})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s\n", b)
 	} else if rep.Damaged() {
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KIND\tPATH\tREPAIRED\tDETAIL")
+		tb := newTable(e.stdout, "KIND", "PATH", "REPAIRED", "DETAIL")
 		for _, f := range rep.Findings {
 			repaired := "no"
 			if f.Repaired {
 				repaired = "yes"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Kind, f.Path, repaired, oneLine(f.Detail))
+			if err := tb.row(string(f.Kind), safeLine(f.Path), repaired, safeLine(oneLine(f.Detail))); err != nil {
+				return err
+			}
 		}
-		if err := tw.Flush(); err != nil {
+		if err := tb.flush(); err != nil {
 			return err
 		}
 	}
-	if !rep.Damaged() {
+	switch {
+	case !rep.Damaged():
 		if !e.json {
 			fmt.Fprintf(e.stdout, "%s: %d sessions checked, no damage found\n", dir, rep.Sessions)
 		}
 		return nil
-	}
-	unrepaired := 0
-	for _, f := range rep.Findings {
-		if !f.Repaired {
-			unrepaired++
-		}
-	}
-	switch {
-	case !*repair:
-		fmt.Fprintf(e.stderr, "sessionctl: fsck: %d problems in %s (%d sessions checked); with the daemon stopped, run 'sessionctl fsck --repair %s' (it moves what it cannot fix to quarantine/, deleting nothing)\n", len(rep.Findings), dir, rep.Sessions, dir)
+	case e.json:
+	case !repair:
+		fmt.Fprintf(e.stderr, "sessionctl: fsck: %d problems in %s (%d sessions checked); with the daemon stopped, run 'sessionctl fsck --repair %s' (it salvages what it can and moves the rest to quarantine/, deleting nothing)\n", len(rep.Findings), dir, rep.Sessions, dir)
 	case unrepaired > 0:
 		fmt.Fprintf(e.stderr, "sessionctl: fsck: %d problems in %s, %d of them not repaired; see the list above\n", len(rep.Findings), dir, unrepaired)
 	default:
-		fmt.Fprintf(e.stderr, "sessionctl: fsck: %d problems in %s, all repaired (damaged sessions moved to quarantine/); the daemon can start again\n", len(rep.Findings), dir)
+		fmt.Fprintf(e.stderr, "sessionctl: fsck: %d problems in %s, all repaired (copies of the damaged files are in quarantine/); the daemon can start again\n", len(rep.Findings), dir)
 	}
-	return &exitErr{code: exitDamage, err: errSilent}
+	return &exitErr{code: code, grpc: codes.DataLoss, err: errSilent}
 }

@@ -22,20 +22,50 @@ type finding struct {
 	Repaired bool   `json:"repaired"`
 }
 
-// fsckJSON runs fsck --json and returns its exit code and findings.
+// fsckSummary is the last line of fsck --json.
+type fsckSummary struct {
+	DataDir  string `json:"data_dir"`
+	Sessions int    `json:"sessions"`
+	Problems int    `json:"problems"`
+	Repaired int    `json:"repaired"`
+	ExitCode int    `json:"exit_code"`
+}
+
+// fsckJSON runs fsck --json and returns its exit code and findings. It
+// checks that the output is JSON lines ending with a summary that agrees
+// with the findings and the exit code.
 func fsckJSON(t *testing.T, args ...string) (int, []finding, result) {
 	t.Helper()
 	r := ctlIn(t, strings.NewReader(""), append([]string{"--json", "fsck"}, args...)...)
 	var fs []finding
+	var sum *fsckSummary
 	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
-		if line == "" {
-			continue
+		if sum != nil {
+			t.Fatalf("fsck --json: line after the summary: %q", line)
 		}
-		var f finding
-		if err := json.Unmarshal([]byte(line), &f); err != nil {
+		var l struct {
+			finding
+			Summary *fsckSummary `json:"summary"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
 			t.Fatalf("fsck --json line %q: %v", line, err)
 		}
-		fs = append(fs, f)
+		if l.Summary != nil {
+			sum = l.Summary
+			continue
+		}
+		fs = append(fs, l.finding)
+	}
+	if r.code <= exitFsckLeft {
+		repaired := 0
+		for _, f := range fs {
+			if f.Repaired {
+				repaired++
+			}
+		}
+		if sum == nil || sum.Problems != len(fs) || sum.Repaired != repaired || sum.ExitCode != r.code {
+			t.Fatalf("fsck --json: summary %+v does not match %d findings (%d repaired) and exit %d\n%v", sum, len(fs), repaired, r.code, r)
+		}
 	}
 	return r.code, fs, r
 }
@@ -191,6 +221,10 @@ func TestFsck(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "5 sessions checked, no damage found") {
 		t.Fatalf("fsck of a clean dir: %v", r)
 	}
+	// A clean check in JSON is one summary line, exit 0.
+	if code, findings, r := fsckJSON(t, dir); code != exitFsckClean || len(findings) != 0 || !strings.Contains(r.stdout, `"sessions":5`) {
+		t.Fatalf("fsck --json of a clean dir: %v", r)
+	}
 
 	corruptPath := corruptMiddle(t, dir, corrupt.GetId())
 	tornPath := tearJournal(t, dir, torn.GetId())
@@ -198,7 +232,7 @@ func TestFsck(t *testing.T) {
 
 	// Found, not yet repaired: exit 4, both files named with their kind.
 	code, findings, r := fsckJSON(t, dir)
-	if code != exitDamage {
+	if code != exitFsckLeft {
 		t.Fatalf("fsck after damage: want exit 4, got %v", r)
 	}
 	wantKinds := map[string]string{rel(corruptPath): "corrupt", rel(tornPath): "truncated"}
@@ -219,13 +253,13 @@ func TestFsck(t *testing.T) {
 	}
 	// The table for people names them too, and the hint says what to do.
 	r = ctlIn(t, strings.NewReader(""), "fsck", dir)
-	if r.code != exitDamage || !strings.Contains(r.stdout, "corrupt") || !strings.Contains(r.stdout, rel(tornPath)) || !strings.Contains(r.stderr, "--repair") {
+	if r.code != exitFsckLeft || !strings.Contains(r.stdout, "corrupt") || !strings.Contains(r.stdout, rel(tornPath)) || !strings.Contains(r.stderr, "--repair") {
 		t.Errorf("fsck table: %v", r)
 	}
 
 	code, findings, r = fsckJSON(t, dir, "--repair")
-	if code != exitDamage || len(findings) != 2 {
-		t.Fatalf("fsck --repair: want exit 4 and the 2 findings, got %v", r)
+	if code != exitFsckCorrected || len(findings) != 2 {
+		t.Fatalf("fsck --repair: want exit 1 (errors corrected) and the 2 findings, got %v", r)
 	}
 	for _, f := range findings {
 		if !f.Repaired {

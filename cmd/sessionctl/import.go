@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -39,49 +41,60 @@ type importLine struct {
 	Sessions     *int64          `json:"sessions"`
 }
 
-// countingReader counts the bytes read, for import's progress.
-type countingReader struct {
-	r io.Reader
-	n int64
-}
+// Metadata keys an import into another namespace records on each session.
+const (
+	metaSourceID        = "sessiond.source_id"
+	metaSourceNamespace = "sessiond.source_namespace"
+)
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
+// importIDSpace is the UUID name space of the ids import gives sessions
+// copied into another namespace (see importer.targetID).
+var importIDSpace = uuid.MustParse("4f6d9a52-0b3e-4c1e-9d7a-6a2f3b8c1e70")
 
-func cmdImport(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("import", e)
-	force := fs.Bool("force", false, "replace sessions that already exist (delete, then recreate)")
-	pos, err := parseArgs(e, fs, args, 1, 1)
-	if err != nil {
-		return err
+func importCmd(e *env) *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "import FILE|-",
+		Short: "read sessions from an export, keeping ids and aliases",
+		Long: `import reads a file written by 'sessionctl export' (or stdin, with -) and
+creates its sessions with their ids, aliases, titles, metadata, labels,
+creation times and fork parents. A session is created only once all of its
+lines have been read, so a file cut short never leaves half a session.
+
+With --namespace (or SESSIOND_NAMESPACE) naming another namespace than the
+one a session was exported from, the session is copied there under a new
+id (derived from the namespace and the source id, so that running the
+same import again finds the copies instead of duplicating them); the
+source id and namespace are kept in its metadata as sessiond.source_id and
+sessiond.source_namespace, and fork parents point to the copies.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			return e.importFile(cmd.Context(), pos[0], force)
+		},
 	}
-	name := pos[0]
+	cmd.Flags().BoolVar(&force, "force", false, "replace sessions that already exist (delete, then recreate)")
+	return cmd
+}
+
+func (e *env) importFile(ctx context.Context, name string, force bool) error {
 	var in io.Reader = e.stdin
-	var size int64
 	if name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
 			return fmt.Errorf("import: %w; give an export file, or - for stdin", err)
 		}
 		defer f.Close()
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-			size = st.Size()
-		}
 		in = f
 	} else {
 		name = "stdin"
 	}
-	c, err := e.dial()
+	c, err := e.dial(ctx)
 	if err != nil {
 		return err
 	}
-	cr := &countingReader{r: in}
-	im := &importer{e: e, c: c, force: *force, name: name, prog: newProgress(e, "importing")}
+	im := &importer{e: e, c: c, force: force, name: name, prog: newProgress(e, "imported")}
 	defer im.prog.finish()
-	err = im.read(ctx, bufio.NewReaderSize(cr, 1<<20), func() { im.prog.update(cr.n, size, "bytes") })
+	err = im.read(ctx, bufio.NewReaderSize(in, 1<<20))
 	im.prog.finish()
 	if err != nil {
 		if im.imported > 0 {
@@ -111,7 +124,7 @@ type importer struct {
 }
 
 // read checks and imports the file line by line.
-func (im *importer) read(ctx context.Context, r *bufio.Reader, tick func()) error {
+func (im *importer) read(ctx context.Context, r *bufio.Reader) error {
 	var lineNo, sessions int64
 	seenHeader, seenTrailer := false, false
 	for {
@@ -123,7 +136,6 @@ func (im *importer) read(ctx context.Context, r *bufio.Reader, tick func()) erro
 			return fmt.Errorf("read: %w", err)
 		}
 		lineNo++
-		tick()
 		if len(trimSpace(raw)) == 0 {
 			continue
 		}
@@ -180,6 +192,7 @@ func (im *importer) read(ctx context.Context, r *bufio.Reader, tick func()) erro
 			if err := im.create(ctx); err != nil {
 				return err
 			}
+			im.prog.update(im.imported, 0, "sessions")
 			im.cur, im.msgs = nil, nil
 		case lineTrailer:
 			if im.cur != nil {
@@ -252,8 +265,26 @@ func (im *importer) create(ctx context.Context) error {
 	if _, err := uuid.Parse(s.GetId()); err != nil || s.GetId() == "" {
 		return fmt.Errorf("session id %q is not a UUID", s.GetId())
 	}
-	ref := &sessiondv1.SessionRef{Namespace: ns, Key: &sessiondv1.SessionRef_Id{Id: s.GetId()}}
-	op := "session " + s.GetId()
+	id, metadata, parent := s.GetId(), s.GetMetadata(), s.GetParent()
+	if ns != s.GetNamespace() {
+		// A copy into another namespace: ids are unique across namespaces,
+		// so it gets its own, and remembers where it came from.
+		id = targetID(ns, s.GetId())
+		metadata = maps.Clone(metadata)
+		if metadata == nil {
+			metadata = map[string]string{}
+		}
+		metadata[metaSourceID] = s.GetId()
+		metadata[metaSourceNamespace] = s.GetNamespace()
+		if parent != nil {
+			parent = &sessiondv1.ForkOrigin{SessionId: targetID(ns, parent.GetSessionId()), MessageCount: parent.GetMessageCount()}
+		}
+	}
+	ref := &sessiondv1.SessionRef{Namespace: ns, Key: &sessiondv1.SessionRef_Id{Id: id}}
+	op := "session " + id
+	if id != s.GetId() {
+		op += " (copy of " + s.GetId() + ")"
+	}
 
 	_, err := im.c.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: ref})
 	switch status.Code(err) {
@@ -276,15 +307,15 @@ func (im *importer) create(ctx context.Context) error {
 	}
 	resp, err := im.c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{
 		Namespace: ns,
-		Id:        s.GetId(),
+		Id:        id,
 		Alias:     s.GetAlias(),
 		Title:     s.GetTitle(),
 		Summary:   s.GetSummary(),
-		Metadata:  s.GetMetadata(),
+		Metadata:  metadata,
 		Labels:    s.GetLabels(),
 		Messages:  first,
 		CreatedAt: s.GetCreatedAt(),
-		Parent:    s.GetParent(),
+		Parent:    parent,
 	})
 	if err != nil {
 		if status.Code(err) == codes.AlreadyExists {
@@ -312,6 +343,14 @@ func (im *importer) create(ctx context.Context) error {
 		return writeJSONLine(e.stdout, resp.GetSession())
 	}
 	return nil
+}
+
+// targetID is the id of the copy of session srcID in namespace ns: a
+// name-based UUID (version 5), the same on every run, so that importing a
+// file into a namespace twice finds the first copies (ALREADY_EXISTS, or
+// replaced with --force) instead of making second ones.
+func targetID(ns, srcID string) string {
+	return uuid.NewSHA1(importIDSpace, []byte(ns+"\x00"+srcID)).String()
 }
 
 // splitBatches cuts msgs into runs of about max encoded bytes each.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -19,20 +20,29 @@ var version = ""
 
 func ctlVersion() string { return buildinfo.Version(version) }
 
-func cmdHealth(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("health", e)
-	service := fs.String("service", "", "the service to check; empty means the whole daemon")
-	if _, err := parseArgs(e, fs, args, 0, 0); err != nil {
+func healthCmd(e *env) *cobra.Command {
+	var service string
+	cmd := &cobra.Command{
+		Use:   "health",
+		Short: "check the daemon's gRPC health",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return e.health(cmd.Context(), service)
+		},
+	}
+	cmd.Flags().StringVar(&service, "service", "", "the service to check; empty means the whole daemon")
+	return cmd
+}
+
+func (e *env) health(ctx context.Context, service string) error {
+	if _, err := e.dial(ctx); err != nil {
 		return err
 	}
-	if _, err := e.dial(); err != nil {
-		return err
-	}
-	resp, err := healthpb.NewHealthClient(e.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: *service})
+	resp, err := healthpb.NewHealthClient(e.conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
 	if status.Code(err) == codes.NotFound {
 		// The health service's NOT_FOUND is an unknown service, not a
 		// missing session (exit code 3): it is a plain failure.
-		return fmt.Errorf("health: sessiond at %s does not serve %q; check --service", e.addr, *service)
+		return &exitErr{code: exitError, grpc: codes.NotFound, err: fmt.Errorf("health: sessiond at %s does not serve %q; check --service", e.addr, service)}
 	}
 	if err != nil {
 		return e.rpcError("health", err)
@@ -46,33 +56,42 @@ func cmdHealth(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, st.String())
 	}
 	if st != healthpb.HealthCheckResponse_SERVING {
-		return &exitErr{code: exitError, err: fmt.Errorf("health: sessiond at %s is %s; see its logs", e.addr, st)}
+		return &exitErr{code: exitError, grpc: codes.Unavailable, err: fmt.Errorf("health: sessiond at %s is %s; see its logs", e.addr, st)}
 	}
 	return nil
 }
 
-func cmdVersion(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("version", e)
-	if _, err := parseArgs(e, fs, args, 0, 0); err != nil {
-		return err
+func versionCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print sessionctl's and the daemon's versions",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return e.version(cmd.Context())
+		},
 	}
+}
+
+func (e *env) version(ctx context.Context) error {
 	own := ctlVersion()
 	if !e.json {
 		// Print our own version first: it is useful even when the daemon
 		// is down.
 		fmt.Fprintf(e.stdout, "sessionctl %s\n", own)
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
+	c, err := e.dial(ctx)
+	var info *sessiondv1.GetServerInfoResponse
+	if err == nil {
+		if info, err = c.GetServerInfo(ctx, &sessiondv1.GetServerInfoRequest{}); err != nil {
+			err = e.rpcError("version", err)
+		}
 	}
-	info, err := c.GetServerInfo(ctx, &sessiondv1.GetServerInfoRequest{})
 	if err != nil {
 		if e.json {
 			b, _ := json.Marshal(map[string]string{"sessionctl": own})
 			fmt.Fprintf(e.stdout, "%s\n", b)
 		}
-		return e.rpcError("version", err)
+		return err
 	}
 	if e.json {
 		b, err := json.Marshal(map[string]string{"sessionctl": own, "sessiond": info.GetVersion(), "backend": info.GetBackend()})

@@ -4,35 +4,61 @@
 //
 // Usage:
 //
-//	sessionctl [--addr ADDR] [--namespace NS] [--json] COMMAND [ARGS]
+//	sessionctl [--addr ADDR] [--namespace NS] [--json] [--timeout D] COMMAND [ARGS]
+//
+// The command tree is built with cobra (cli.go): `sessionctl help CMD` and
+// `sessionctl CMD --help` list a command's flags, `sessionctl completion
+// bash|zsh|fish` prints a shell completion script (session arguments
+// complete to the aliases of a running daemon), and the hidden `sessionctl
+// man DIR` writes one man page per command, generated from the same
+// definitions.
 //
 // --addr (or SESSIOND_ADDR, default 127.0.0.1:7437) is host:port or
 // unix:/path/to.sock; --namespace (or SESSIOND_NAMESPACE) selects the
-// namespace, "" being the default one. Global flags come before the command;
-// each command's own flags may come before or after its arguments. A session
-// argument (ID|ALIAS) that is shaped like a UUID is an id, anything else an
-// alias. `sessionctl help` lists the commands, `sessionctl CMD --help` their
-// flags.
+// namespace, "" being the default one. --timeout (default 10s) bounds
+// connecting and every single call, so that an address where something
+// other than sessiond accepts TCP fails fast. Global flags may come before
+// or after the command, and each command's flags before or after its
+// arguments. A session argument (ID|ALIAS) that is shaped like a UUID is an
+// id, anything else an alias.
 //
 // # Exit codes
 //
 //	0  ok
 //	1  error (daemon unreachable, refused request, damaged data ...)
-//	2  usage (bad flags or arguments; rm without --yes and no terminal)
+//	2  usage (bad flags or arguments; rm or rewind without --yes and no terminal)
 //	3  not found (the session named does not exist)
-//	4  fsck found damage (also when --repair repaired it)
 //
-// Errors are one line on stderr that says what to do next.
+// fsck follows e2fsck: 0 no damage, 1 damage found and all of it repaired,
+// 4 damage left (found without --repair, or not repairable).
+//
+// Errors are one line on stderr that says what to do next; with --json
+// they are one JSON object instead: {"code":"NOT_FOUND","message":"...",
+// "exit_code":3}, where code is the gRPC code name of the failure
+// (INVALID_ARGUMENT for a usage error, DATA_LOSS for fsck damage left).
+//
+// # Output for people
+//
+// Tables are aligned by display width (CJK and emoji titles included),
+// times carry their zone, and every string that came from a client (titles,
+// aliases, labels, message content) is printed with its control characters
+// neutralised (shown as \x1b and the like), so a stored escape sequence can
+// never drive the operator's terminal.
 //
 // # Output for scripts
 //
 // With --json, ls, search and watch write one proto3 JSON object per line
 // (sessiond.v1.Session, SearchSessionsResponse, WatchSessionResponse), show
-// writes the session with its messages as one line, and fork, rename, rewind
-// write the session after the change. watch prints its "watching" notice on
-// stderr then, and when the daemon says OUT_OF_RANGE it reloads the session
-// and writes an EVENT_TYPE_REPLACED event carrying the session as it now is
-// (a reader should reload) before it carries on.
+// writes the session with its messages as one line, fork, rename, rewind
+// and import write the session after the change, rm writes each deleted
+// session, fsck writes one line per finding and a last {"summary":...}
+// line, and export --output FILE writes {"exported":N,"output":FILE}. watch
+// prints its notices on stderr then. When the daemon says OUT_OF_RANGE,
+// watch reloads the session and writes an EVENT_TYPE_REPLACED event
+// carrying the session as it now is (a reader should reload) before it
+// carries on; when the daemon goes away, watch reconnects with exponential
+// backoff and resumes after the last revision it printed, ending only on
+// an interrupt, a delete, or an error that retrying cannot cure.
 //
 // # Export format
 //
@@ -68,6 +94,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -86,7 +113,13 @@ const (
 	exitError    = 1
 	exitUsage    = 2
 	exitNotFound = 3
-	exitDamage   = 4
+)
+
+// fsck's exit codes, as e2fsck's.
+const (
+	exitFsckClean     = 0
+	exitFsckCorrected = 1
+	exitFsckLeft      = 4
 )
 
 func main() {
@@ -99,21 +132,65 @@ func main() {
 // run executes one sessionctl invocation and returns its exit code. It is
 // main without the process: tests call it in-process.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	err := dispatch(ctx, args, stdin, stdout, stderr)
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	defer e.close()
+	root := newRoot(e)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err != nil && !e.started {
+		// cobra's own complaints about the command line (an unknown
+		// command, a bad flag) come before any command runs.
+		var ee *exitErr
+		if !errors.As(err, &ee) {
+			err = usageErrorf("%v; see 'sessionctl help'", err)
+		}
+	}
 	code := exitCode(err)
 	if err != nil && !errors.Is(err, errSilent) {
-		fmt.Fprintf(stderr, "sessionctl: %s\n", oneLine(err.Error()))
+		e.printError(err, code, args)
 	}
 	return code
+}
+
+// printError writes err on stderr: one line for people, or with --json
+// (even when the flags did not parse) one JSON object.
+func (e *env) printError(err error, code int, args []string) {
+	msg := safeLine(oneLine(err.Error()))
+	if !e.json && !jsonRequested(args) {
+		fmt.Fprintf(e.stderr, "sessionctl: %s\n", msg)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Code     string `json:"code"`
+		Message  string `json:"message"`
+		ExitCode int    `json:"exit_code"`
+	}{grpcCode(err, code).String(), msg, code})
+	fmt.Fprintf(e.stderr, "%s\n", b)
+}
+
+// jsonRequested reports whether --json is among args, for errors found
+// before the flags were parsed.
+func jsonRequested(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--json" || a == "--json=true" {
+			return true
+		}
+	}
+	return false
 }
 
 // errSilent ends a command with a non-zero code whose explanation the command
 // has already printed (fsck's findings).
 var errSilent = errors.New("already reported")
 
-// exitErr carries an exit code other than the one exitCode would derive.
+// exitErr carries an exit code other than the one exitCode would derive, and
+// the gRPC code that --json errors report.
 type exitErr struct {
 	code int
+	grpc codes.Code
 	err  error
 }
 
@@ -122,12 +199,12 @@ func (e *exitErr) Unwrap() error { return e.err }
 
 // usageErrorf reports a mistake in the command line (exit code 2).
 func usageErrorf(format string, a ...any) error {
-	return &exitErr{code: exitUsage, err: fmt.Errorf(format, a...)}
+	return &exitErr{code: exitUsage, grpc: codes.InvalidArgument, err: fmt.Errorf(format, a...)}
 }
 
 // notFoundErrorf reports a session that does not exist (exit code 3).
 func notFoundErrorf(format string, a ...any) error {
-	return &exitErr{code: exitNotFound, err: fmt.Errorf(format, a...)}
+	return &exitErr{code: exitNotFound, grpc: codes.NotFound, err: fmt.Errorf(format, a...)}
 }
 
 func exitCode(err error) int {
@@ -142,6 +219,25 @@ func exitCode(err error) int {
 		return exitNotFound
 	}
 	return exitError
+}
+
+// grpcCode is the code a --json error reports: the failed call's, else
+// what the exit code means.
+func grpcCode(err error, exit int) codes.Code {
+	var ee *exitErr
+	if errors.As(err, &ee) && ee.grpc != codes.OK {
+		return ee.grpc
+	}
+	if s, ok := status.FromError(err); ok && s.Code() != codes.OK && s.Code() != codes.Unknown {
+		return s.Code()
+	}
+	switch exit {
+	case exitUsage:
+		return codes.InvalidArgument
+	case exitNotFound:
+		return codes.NotFound
+	}
+	return codes.Unknown
 }
 
 // oneLine keeps an error message on one line, as scripts read stderr by line.

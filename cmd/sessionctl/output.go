@@ -1,11 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/olekukonko/tablewriter"
+	"github.com/olekukonko/tablewriter/renderer"
+	"github.com/olekukonko/tablewriter/tw"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,37 +24,40 @@ import (
 )
 
 // rpcError turns a failed call into one line that says what went wrong and
-// what to do, with the exit code scripts expect (3 for NOT_FOUND).
+// what to do, with the exit code scripts expect (3 for NOT_FOUND) and the
+// call's gRPC code for --json errors.
 func (e *env) rpcError(op string, err error) error {
 	s, ok := status.FromError(err)
 	if !ok {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	msg := s.Message()
+	var out error
 	switch s.Code() {
 	case codes.NotFound:
 		// The daemon's message names the session as it saw it; the op
 		// already names it as the user typed it.
 		return notFoundErrorf("%s: no such session in %s; 'sessionctl ls' lists the sessions", op, e.nsLabel())
 	case codes.Unavailable:
-		return fmt.Errorf("%s: cannot reach sessiond at %s (%s); start it, or point --addr or SESSIOND_ADDR at it", op, e.addr, msg)
+		out = fmt.Errorf("%s: cannot reach sessiond at %s (%s); start it, or point --addr or SESSIOND_ADDR at it", op, e.addr, msg)
 	case codes.DataLoss:
-		return fmt.Errorf("%s: %s; the stored session is damaged: stop sessiond and run 'sessionctl fsck DATA_DIR'", op, msg)
+		out = fmt.Errorf("%s: %s; the stored session is damaged: stop sessiond and run 'sessionctl fsck DATA_DIR'", op, msg)
 	case codes.Aborted:
-		return fmt.Errorf("%s: %s; the session changed meanwhile, run the command again", op, msg)
+		out = fmt.Errorf("%s: %s; the session changed meanwhile, run the command again", op, msg)
 	case codes.Unauthenticated, codes.PermissionDenied:
-		return fmt.Errorf("%s: %s; the daemon refused this client", op, msg)
+		out = fmt.Errorf("%s: %s; the daemon refused this client", op, msg)
 	case codes.Unimplemented:
-		return fmt.Errorf("%s: %s; the daemon is too old for this command, upgrade sessiond", op, msg)
+		out = fmt.Errorf("%s: %s; the daemon is too old for this command, upgrade sessiond", op, msg)
 	case codes.Canceled:
-		return fmt.Errorf("%s: interrupted", op)
+		out = fmt.Errorf("%s: interrupted", op)
 	case codes.DeadlineExceeded:
-		return fmt.Errorf("%s: timed out (%s); check that sessiond is responsive", op, msg)
+		out = fmt.Errorf("%s: timed out (%s); check that sessiond is responsive, or raise --timeout", op, msg)
 	case codes.InvalidArgument, codes.AlreadyExists, codes.ResourceExhausted, codes.OutOfRange:
-		return fmt.Errorf("%s: %s", op, msg)
+		out = fmt.Errorf("%s: %s", op, msg)
 	default:
-		return fmt.Errorf("%s: %s (%s)", op, msg, s.Code())
+		out = fmt.Errorf("%s: %s (%s)", op, msg, s.Code())
 	}
+	return &exitErr{code: exitError, grpc: s.Code(), err: out}
 }
 
 // writeJSONLine writes m as one line of proto3 JSON. protojson varies its
@@ -60,12 +71,16 @@ func writeJSONLine(w io.Writer, m proto.Message) error {
 	return err
 }
 
-// fmtTime renders a timestamp for people, in local time; "-" when unset.
+// timeLayout is how times are shown to people: local time with its zone.
+const timeLayout = "2006-01-02 15:04:05 MST"
+
+// fmtTime renders a timestamp for people, in local time with its zone; "-"
+// when unset.
 func fmtTime(ts *timestamppb.Timestamp) string {
 	if ts == nil {
 		return "-"
 	}
-	return ts.AsTime().Local().Format("2006-01-02 15:04:05")
+	return ts.AsTime().Local().Format(timeLayout)
 }
 
 // displayName is how a session is named in tables: its alias, else its id.
@@ -76,12 +91,12 @@ func displayName(s *sessiondv1.Session) string {
 	return s.GetId()
 }
 
-// clip shortens s to n runes on one line, for table cells.
+// clip makes a client's string a table cell: on one line, control
+// characters neutralised, at most n characters.
 func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	r := []rune(s)
+	r := []rune(safeLine(strings.Join(strings.Fields(s), " ")))
 	if len(r) <= n {
-		return s
+		return string(r)
 	}
 	return string(r[:n-1]) + "…"
 }
@@ -118,7 +133,7 @@ func roleName(r sessiondv1.Role) string {
 func writeHeader(w io.Writer, s *sessiondv1.Session) {
 	line := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(w, "%-10s %s\n", k+":", v)
+			fmt.Fprintf(w, "%-10s %s\n", k+":", safeLine(v))
 		}
 	}
 	line("id", s.GetId())
@@ -135,7 +150,7 @@ func writeHeader(w io.Writer, s *sessiondv1.Session) {
 	line("labels", sortedPairs(s.GetLabels()))
 	line("metadata", sortedPairs(s.GetMetadata()))
 	if s.GetSummary() != "" {
-		fmt.Fprintf(w, "summary:\n%s\n", indent(s.GetSummary(), "  "))
+		fmt.Fprintf(w, "summary:\n%s\n", indent(safeText(s.GetSummary()), "  "))
 	}
 }
 
@@ -187,10 +202,10 @@ func (c *conversation) message(index int64, m *sessiondv1.Message) {
 	if m.GetRole() == sessiondv1.Role_ROLE_TOOL && m.GetToolCallId() != "" {
 		who += " result of " + m.GetToolCallId()
 	}
-	fmt.Fprintf(c.w, "\n[%d] %s  %s\n", index, fmtTime(m.GetCreatedAt()), who)
+	fmt.Fprintf(c.w, "\n[%d] %s  %s\n", index, fmtTime(m.GetCreatedAt()), safeLine(who))
 	c.body(m, "    ")
 	for _, tc := range m.GetToolCalls() {
-		fmt.Fprintf(c.w, "    → tool call %s [%s] %s\n", tc.GetName(), tc.GetId(), tc.GetArguments())
+		fmt.Fprintf(c.w, "    → tool call %s [%s] %s\n", safeLine(tc.GetName()), safeLine(tc.GetId()), safeLine(tc.GetArguments()))
 		if r, ok := c.results[tc.GetId()]; ok && !c.shown[r] {
 			c.shown[r] = true
 			fmt.Fprintf(c.w, "      ← result [%d] %s\n", c.index[r], fmtTime(r.GetCreatedAt()))
@@ -204,34 +219,136 @@ func (c *conversation) message(index int64, m *sessiondv1.Message) {
 // body prints a message's reasoning, content and parts, indented.
 func (c *conversation) body(m *sessiondv1.Message, pre string) {
 	if r := m.GetReasoning(); r.GetText() != "" {
-		fmt.Fprintf(c.w, "%s(reasoning)\n%s\n", pre, indent(r.GetText(), pre+"  "))
+		fmt.Fprintf(c.w, "%s(reasoning)\n%s\n", pre, indent(safeText(r.GetText()), pre+"  "))
 	}
 	if m.GetContent() != "" {
-		fmt.Fprintln(c.w, indent(m.GetContent(), pre))
+		fmt.Fprintln(c.w, indent(safeText(m.GetContent()), pre))
 	}
 	for _, p := range m.GetParts() {
 		switch k := p.GetKind().(type) {
 		case *sessiondv1.ContentPart_Text:
-			fmt.Fprintln(c.w, indent(k.Text, pre))
+			fmt.Fprintln(c.w, indent(safeText(k.Text), pre))
 		case *sessiondv1.ContentPart_Json:
-			fmt.Fprintf(c.w, "%s(json) %s\n", pre, k.Json)
+			fmt.Fprintf(c.w, "%s(json) %s\n", pre, safeLine(k.Json))
 		case *sessiondv1.ContentPart_Blob:
-			fmt.Fprintf(c.w, "%s(%s, %d bytes)\n", pre, k.Blob.GetMimeType(), len(k.Blob.GetData()))
+			fmt.Fprintf(c.w, "%s(%s, %d bytes)\n", pre, safeLine(k.Blob.GetMimeType()), len(k.Blob.GetData()))
 		}
 	}
 }
 
-// parseSince reads --since: a duration back from now ("36h") or an RFC3339
-// time.
+// parseSince reads --since: a duration back from now (a Go duration such
+// as 36h or 90m, or whole days or weeks: 7d, 2w), an RFC3339 time, or a
+// date (2026-11-01: local midnight).
 func parseSince(s string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			d = -d
+		return now.Add(-d.Abs()), nil
+	}
+	if n := len(s); n > 1 && (s[n-1] == 'd' || s[n-1] == 'w') {
+		if k, err := strconv.Atoi(s[:n-1]); err == nil && k >= 0 {
+			days := k
+			if s[n-1] == 'w' {
+				days *= 7
+			}
+			return now.AddDate(0, 0, -days), nil
 		}
-		return now.Add(-d), nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t, nil
 	}
-	return time.Time{}, usageErrorf("--since %q is neither a duration (36h, 90m) nor an RFC3339 time (2025-01-02T15:04:05Z)", s)
+	if t, err := time.ParseInLocation(time.DateOnly, s, time.Local); err == nil {
+		return t, nil
+	}
+	return time.Time{}, usageErrorf("--since %q is neither a duration (36h, 90m, 7d, 2w), a date (2026-11-01) nor an RFC3339 time (2026-11-01T15:04:05Z)", s)
+}
+
+// table prints rows aligned by display width (tablewriter measures East
+// Asian wide characters and emoji as two columns), borderless like
+// kubectl's, without trailing blanks.
+type table struct {
+	w    io.Writer
+	buf  bytes.Buffer
+	t    *tablewriter.Table
+	rows int
+}
+
+func newTable(w io.Writer, header ...string) *table {
+	tb := &table{w: w}
+	tb.t = tablewriter.NewTable(&tb.buf,
+		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
+			Borders: tw.BorderNone,
+			Symbols: tw.NewSymbols(tw.StyleNone),
+			Settings: tw.Settings{
+				Separators: tw.Separators{BetweenColumns: tw.Off, BetweenRows: tw.Off, ShowHeader: tw.Off, ShowFooter: tw.Off},
+				Lines:      tw.Lines{ShowHeaderLine: tw.Off, ShowTop: tw.Off, ShowBottom: tw.Off, ShowFooterLine: tw.Off},
+			},
+		})),
+		tablewriter.WithHeaderAutoFormat(tw.Off),
+		tablewriter.WithHeaderAlignment(tw.AlignLeft),
+		tablewriter.WithRowAlignment(tw.AlignLeft),
+		tablewriter.WithPadding(tw.Padding{Right: "  ", Overwrite: true}),
+		tablewriter.WithHeaderAutoWrap(tw.WrapNone),
+		tablewriter.WithRowAutoWrap(tw.WrapNone),
+		tablewriter.WithTrimSpace(tw.Off),
+	)
+	tb.t.Header(header)
+	return tb
+}
+
+// row adds a row; its cells must already be safe (clip or safeLine).
+func (tb *table) row(cells ...string) error {
+	tb.rows++
+	return tb.t.Append(cells)
+}
+
+// flush renders the table. With no rows it prints the header alone.
+func (tb *table) flush() error {
+	if err := tb.t.Render(); err != nil {
+		return fmt.Errorf("render table: %w", err)
+	}
+	for line := range strings.Lines(tb.buf.String()) {
+		if _, err := io.WriteString(tb.w, strings.TrimRight(line, " \n")+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// safeLine neutralises every control character of a client's string,
+// newlines and tabs included: for one-line places (cells, prompts, errors).
+func safeLine(s string) string { return neutralise(s, false) }
+
+// safeText neutralises the control characters of a client's multi-line
+// text, keeping newlines and tabs (message bodies, summaries).
+func safeText(s string) string { return neutralise(s, true) }
+
+// neutralise writes each control character (C0, DEL, C1, the bidirectional
+// overrides) and each invalid UTF-8 byte as a visible escape such as \x1b or
+// \u202e, so that stored text cannot move the cursor, recolour or retitle
+// the terminal, or reorder what the operator reads.
+func neutralise(s string, keepLines bool) string {
+	bad := func(r rune) bool {
+		if keepLines && (r == '\n' || r == '\t') {
+			return false
+		}
+		return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
+	}
+	if utf8.ValidString(s) && strings.IndexFunc(s, bad) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case bad(r) && r < 0x100:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case bad(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -19,35 +20,49 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-func cmdLs(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("ls", e)
+func lsCmd(e *env) *cobra.Command {
 	labels := labelsFlag{}
-	fs.Var(labels, "label", "only sessions with label K=V (repeatable; all must match)")
-	since := fs.String("since", "", "only sessions updated since a duration ago (36h) or an RFC3339 time")
-	prefix := fs.String("prefix", "", "only sessions whose alias starts with this (same as ALIAS_PREFIX)")
-	limit := fs.Int64("limit", 0, "list at most N sessions (0: all)")
-	pos, err := parseArgs(e, fs, args, 0, 1)
-	if err != nil {
-		return err
+	var since, prefix string
+	var limit int64
+	cmd := &cobra.Command{
+		Use:   "ls [ALIAS_PREFIX]",
+		Short: "list sessions, newest-updated first",
+		Example: `  sessionctl ls
+  sessionctl ls proj- --label team=x --since 7d
+  sessionctl ls --since 2026-11-01 --json`,
+		Args:              rangeArgs(0, 1),
+		ValidArgsFunction: e.completeSessions,
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			if len(pos) == 1 {
+				if prefix != "" && prefix != pos[0] {
+					return usageErrorf("ls: give the alias prefix once, as ALIAS_PREFIX or --prefix")
+				}
+				prefix = pos[0]
+			}
+			if limit < 0 {
+				return usageErrorf("ls: --limit must not be negative")
+			}
+			req := &sessiondv1.ListSessionsRequest{Namespace: e.namespace, AliasPrefix: prefix, Labels: labels, Limit: limit}
+			if since != "" {
+				t, err := parseSince(since, time.Now())
+				if err != nil {
+					return err
+				}
+				req.UpdatedAfter = timestamppb.New(t)
+			}
+			return e.ls(cmd.Context(), req)
+		},
 	}
-	if len(pos) == 1 {
-		if *prefix != "" && *prefix != pos[0] {
-			return usageErrorf("ls: give the alias prefix once, as ALIAS_PREFIX or --prefix")
-		}
-		*prefix = pos[0]
-	}
-	if *limit < 0 {
-		return usageErrorf("ls: --limit must not be negative")
-	}
-	req := &sessiondv1.ListSessionsRequest{Namespace: e.namespace, AliasPrefix: *prefix, Labels: labels, Limit: *limit}
-	if *since != "" {
-		t, err := parseSince(*since, time.Now())
-		if err != nil {
-			return err
-		}
-		req.UpdatedAfter = timestamppb.New(t)
-	}
-	c, err := e.dial()
+	f := cmd.Flags()
+	f.Var(labels, "label", "only sessions with label K=V (repeatable; all must match)")
+	f.StringVar(&since, "since", "", "only sessions updated since: a duration ago (36h, 7d, 2w), a date (2026-11-01) or an RFC3339 time")
+	f.StringVar(&prefix, "prefix", "", "only sessions whose alias starts with this (same as ALIAS_PREFIX)")
+	f.Int64Var(&limit, "limit", 0, "list at most N sessions (0: all)")
+	return cmd
+}
+
+func (e *env) ls(ctx context.Context, req *sessiondv1.ListSessionsRequest) error {
+	c, err := e.dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -55,40 +70,38 @@ func cmdLs(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return e.rpcError("ls", err)
 	}
-	return printStream(e, "ls", stream, "ID\tALIAS\tMESSAGES\tUPDATED\tTITLE\tLABELS",
+	return printStream(e, "ls", stream, []string{"ID", "ALIAS", "MESSAGES", "UPDATED", "TITLE", "LABELS"},
 		func(resp *sessiondv1.ListSessionsResponse) proto.Message { return resp.GetSession() },
-		func(w io.Writer, resp *sessiondv1.ListSessionsResponse) {
+		func(resp *sessiondv1.ListSessionsResponse) []string {
 			s := resp.GetSession()
-			alias := s.GetAlias()
+			alias := safeLine(s.GetAlias())
 			if alias == "" {
 				alias = "-"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", s.GetId(), alias, s.GetMessageCount(),
-				fmtTime(s.GetUpdatedAt()), clip(s.GetTitle(), 40), sortedPairs(s.GetLabels()))
+			return []string{s.GetId(), alias, fmt.Sprint(s.GetMessageCount()),
+				fmtTime(s.GetUpdatedAt()), clip(s.GetTitle(), 40), clip(sortedPairs(s.GetLabels()), 60)}
 		})
 }
 
 // printStream prints each frame of a listing's stream: as a JSON line (of
 // what jsonOf picks) with --json, else as a row of a table under header.
 // op names the command in errors.
-func printStream[F any](e *env, op string, stream grpc.ServerStreamingClient[F], header string,
-	jsonOf func(*F) proto.Message, row func(io.Writer, *F)) error {
-	var tw *tabwriter.Writer
+func printStream[F any](e *env, op string, stream grpc.ServerStreamingClient[F], header []string,
+	jsonOf func(*F) proto.Message, row func(*F) []string) error {
+	var tb *table
 	if !e.json {
-		tw = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, header)
+		tb = newTable(e.stdout, header...)
 	}
 	err := recvEach(e, op, stream, func(frame *F) error {
 		if e.json {
 			return writeJSONLine(e.stdout, jsonOf(frame))
 		}
-		row(tw, frame)
-		return nil
+		return tb.row(row(frame)...)
 	})
-	if err != nil || tw == nil {
+	if err != nil || tb == nil {
 		return err
 	}
-	return tw.Flush()
+	return tb.flush()
 }
 
 // recvEach calls f on each frame of stream until the stream ends. A failed
@@ -110,7 +123,7 @@ func recvEach[F any](e *env, op string, stream grpc.ServerStreamingClient[F], f 
 
 // loadSession streams a whole session (or the part opts asks for) into memory.
 func (e *env) loadSession(ctx context.Context, op string, req *sessiondv1.LoadSessionRequest) (*sessiondv1.Session, []*sessiondv1.Message, error) {
-	c, err := e.dial()
+	c, err := e.dial(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -136,236 +149,316 @@ func (e *env) loadSession(ctx context.Context, op string, req *sessiondv1.LoadSe
 	return sess, msgs, nil
 }
 
-func cmdShow(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("show", e)
-	tail := fs.Int64("tail", 0, "show only the last N messages (0: all)")
-	pos, err := parseArgs(e, fs, args, 1, 1)
-	if err != nil {
-		return err
+func showCmd(e *env) *cobra.Command {
+	var tail int64
+	cmd := &cobra.Command{
+		Use:               "show ID|ALIAS",
+		Short:             "show a session's header and conversation",
+		Args:              exactArgs(1),
+		ValidArgsFunction: e.completeSessions,
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			if tail < 0 {
+				return usageErrorf("show: --tail must not be negative")
+			}
+			sa, err := e.parseSessionArg(pos[0])
+			if err != nil {
+				return err
+			}
+			req := &sessiondv1.LoadSessionRequest{Ref: sa.ref}
+			if tail > 0 {
+				req.Limit, req.Tail = tail, true
+			}
+			sess, msgs, err := e.loadSession(cmd.Context(), "show "+sa.text, req)
+			if err != nil {
+				return err
+			}
+			if e.json {
+				sess.Messages = msgs
+				return writeJSONLine(e.stdout, sess)
+			}
+			w := bufio.NewWriter(e.stdout)
+			writeHeader(w, sess)
+			first := max(sess.GetMessageCount()-int64(len(msgs)), 0)
+			if first > 0 {
+				fmt.Fprintf(w, "\n(%d earlier messages not shown)\n", first)
+			}
+			writeConversation(w, first, msgs)
+			return w.Flush()
+		},
 	}
-	if *tail < 0 {
-		return usageErrorf("show: --tail must not be negative")
-	}
-	sa, err := e.parseSessionArg(pos[0])
-	if err != nil {
-		return err
-	}
-	req := &sessiondv1.LoadSessionRequest{Ref: sa.ref}
-	if *tail > 0 {
-		req.Limit, req.Tail = *tail, true
-	}
-	sess, msgs, err := e.loadSession(ctx, "show "+sa.text, req)
-	if err != nil {
-		return err
-	}
-	if e.json {
-		sess.Messages = msgs
-		return writeJSONLine(e.stdout, sess)
-	}
-	w := bufio.NewWriter(e.stdout)
-	writeHeader(w, sess)
-	first := sess.GetMessageCount() - int64(len(msgs))
-	if first < 0 {
-		first = 0
-	}
-	if first > 0 {
-		fmt.Fprintf(w, "\n(%d earlier messages not shown)\n", first)
-	}
-	writeConversation(w, first, msgs)
-	return w.Flush()
+	cmd.Flags().Int64Var(&tail, "tail", 0, "show only the last N messages (0: all)")
+	return cmd
 }
 
-func cmdRm(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("rm", e)
-	yes := fs.Bool("yes", false, "delete without asking")
-	fs.BoolVar(yes, "y", false, "short for --yes")
-	pos, err := parseArgs(e, fs, args, 1, -1)
-	if err != nil {
-		return err
+// confirm asks the person at the terminal whether to go on with what
+// question describes. Without a terminal on stdin it refuses before any
+// change, so that a script that forgot --yes is not left waiting for an
+// answer nobody will type.
+func (e *env) confirm(in *bufio.Reader, op, question string) (bool, error) {
+	fmt.Fprintf(e.stderr, "%s [y/N] ", question)
+	answer, err := in.ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("%s: read answer: %w", op, err)
 	}
-	sas := make([]sessionArg, len(pos))
-	for i, p := range pos {
-		if sas[i], err = e.parseSessionArg(p); err != nil {
-			return err
-		}
+	a := strings.ToLower(strings.TrimSpace(answer))
+	return a == "y" || a == "yes", nil
+}
+
+// needYes fails with a usage error when a change needs confirmation and
+// nobody can give it.
+func (e *env) needYes(op string, yes bool) error {
+	if !yes && !stdinIsTerminal(e.stdin) {
+		return usageErrorf("%s: refusing to change sessions without confirmation: stdin is not a terminal; pass --yes", op)
 	}
-	// Refuse before touching the daemon: a script that forgot --yes must
-	// not be left waiting for an answer nobody will type.
-	if !*yes && !isTerminal(e.stdin) {
-		return usageErrorf("rm: refusing to delete without confirmation: stdin is not a terminal; pass --yes")
+	return nil
+}
+
+// describe names a session in a confirmation question.
+func describe(s *sessiondv1.Session) string {
+	return fmt.Sprintf("session %s (alias %s, title %s, %d messages, updated %s)", s.GetId(),
+		strconv.Quote(safeLine(s.GetAlias())), strconv.Quote(clip(s.GetTitle(), 60)), s.GetMessageCount(), fmtTime(s.GetUpdatedAt()))
+}
+
+func rmCmd(e *env) *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:               "rm ID|ALIAS...",
+		Short:             "delete sessions (asks unless --yes)",
+		Args:              rangeArgs(1, -1),
+		ValidArgsFunction: e.completeSessions,
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			ctx := cmd.Context()
+			sas := make([]sessionArg, len(pos))
+			for i, p := range pos {
+				var err error
+				if sas[i], err = e.parseSessionArg(p); err != nil {
+					return err
+				}
+			}
+			if err := e.needYes("rm", yes); err != nil {
+				return err
+			}
+			c, err := e.dial(ctx)
+			if err != nil {
+				return err
+			}
+			in := bufio.NewReader(e.stdin)
+			for _, sa := range sas {
+				op := "rm " + sa.text
+				resp, err := c.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: sa.ref})
+				if err != nil {
+					return e.rpcError(op, err)
+				}
+				s := resp.GetSession()
+				if !yes {
+					ok, err := e.confirm(in, op, "Delete "+describe(s)+"?")
+					if err != nil {
+						return err
+					}
+					if !ok {
+						fmt.Fprintf(e.stderr, "kept %s\n", safeLine(sa.text))
+						continue
+					}
+				}
+				// Delete what was looked up: by id, so that an alias moved
+				// meanwhile to another session does not redirect the delete.
+				if _, err := c.DeleteSession(ctx, &sessiondv1.DeleteSessionRequest{Ref: e.idRef(s.GetId())}); err != nil {
+					return e.rpcError(op, err)
+				}
+				if e.json {
+					if err := writeJSONLine(e.stdout, s); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(e.stdout, "deleted %s\n", safeLine(sa.text))
+				}
+			}
+			return nil
+		},
 	}
-	c, err := e.dial()
-	if err != nil {
-		return err
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "delete without asking")
+	return cmd
+}
+
+func renameCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:               "rename ID|ALIAS NEWALIAS",
+		Short:             `set a session's alias ("" removes it)`,
+		Args:              exactArgs(2),
+		ValidArgsFunction: e.completeFirstSession,
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			sa, err := e.parseSessionArg(pos[0])
+			if err != nil {
+				return err
+			}
+			alias := pos[1]
+			if alias != "" {
+				if err := storage.ValidateAlias(alias); err != nil {
+					return usageErrorf("rename: NEWALIAS: %v", err)
+				}
+			}
+			c, err := e.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			resp, err := c.UpdateSession(cmd.Context(), &sessiondv1.UpdateSessionRequest{
+				Ref:        sa.ref,
+				Session:    &sessiondv1.Session{Alias: alias},
+				UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"alias"}},
+			})
+			if err != nil {
+				return e.rpcError("rename "+sa.text, err)
+			}
+			if e.json {
+				return writeJSONLine(e.stdout, resp.GetSession())
+			}
+			if alias == "" {
+				fmt.Fprintf(e.stdout, "%s has no alias now\n", resp.GetSession().GetId())
+			} else {
+				fmt.Fprintf(e.stdout, "%s is now %s\n", resp.GetSession().GetId(), alias)
+			}
+			return nil
+		},
 	}
-	in := bufio.NewReader(e.stdin)
-	for _, sa := range sas {
-		op := "rm " + sa.text
-		ref := sa.ref
-		if !*yes {
-			resp, err := c.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: ref})
+}
+
+func forkCmd(e *env) *cobra.Command {
+	var n int64
+	var alias, title string
+	cmd := &cobra.Command{
+		Use:               "fork ID|ALIAS",
+		Short:             "copy a session's first N messages into a new session",
+		Args:              exactArgs(1),
+		ValidArgsFunction: e.completeSessions,
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			if n < 0 {
+				return usageErrorf("fork: --messages must not be negative")
+			}
+			if alias != "" {
+				if err := storage.ValidateAlias(alias); err != nil {
+					return usageErrorf("fork: --alias: %v", err)
+				}
+			}
+			sa, err := e.parseSessionArg(pos[0])
+			if err != nil {
+				return err
+			}
+			c, err := e.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			resp, err := c.ForkSession(cmd.Context(), &sessiondv1.ForkSessionRequest{Ref: sa.ref, MessageCount: n, Alias: alias, Title: title})
+			if err != nil {
+				return e.rpcError("fork "+sa.text, err)
+			}
+			s := resp.GetSession()
+			if e.json {
+				return writeJSONLine(e.stdout, s)
+			}
+			fmt.Fprintf(e.stdout, "%s\n", s.GetId())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&n, "messages", 0, "copy the first N messages (0: all)")
+	f.StringVar(&alias, "alias", "", "alias of the new session")
+	f.StringVar(&title, "title", "", "title of the new session (default: the source's)")
+	return cmd
+}
+
+func rewindCmd(e *env) *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:               "rewind ID|ALIAS N",
+		Short:             "keep a session's first N messages, dropping the rest (asks unless --yes)",
+		Args:              exactArgs(2),
+		ValidArgsFunction: e.completeFirstSession,
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			ctx := cmd.Context()
+			sa, err := e.parseSessionArg(pos[0])
+			if err != nil {
+				return err
+			}
+			n, err := parseCount("rewind: N", pos[1])
+			if err != nil {
+				return err
+			}
+			if err := e.needYes("rewind", yes); err != nil {
+				return err
+			}
+			c, err := e.dial(ctx)
+			if err != nil {
+				return err
+			}
+			op := "rewind " + sa.text
+			req := &sessiondv1.RewindSessionRequest{Ref: sa.ref, MessageCount: n}
+			if !yes {
+				got, err := c.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: sa.ref})
+				if err != nil {
+					return e.rpcError(op, err)
+				}
+				s := got.GetSession()
+				q := fmt.Sprintf("Rewind %s to its first %d messages, dropping %d?", describe(s), n, max(s.GetMessageCount()-n, 0))
+				ok, err := e.confirm(bufio.NewReader(e.stdin), op, q)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					fmt.Fprintf(e.stderr, "kept %s as it was\n", safeLine(sa.text))
+					return nil
+				}
+				// Rewind what was shown: by id, and only if it has not
+				// changed since.
+				req.Ref, req.ExpectedRevision = e.idRef(s.GetId()), s.GetRevision()
+			}
+			resp, err := c.RewindSession(ctx, req)
 			if err != nil {
 				return e.rpcError(op, err)
 			}
 			s := resp.GetSession()
-			fmt.Fprintf(e.stderr, "Delete session %s (alias %q, title %q, %d messages, updated %s)? [y/N] ",
-				s.GetId(), s.GetAlias(), clip(s.GetTitle(), 60), s.GetMessageCount(), fmtTime(s.GetUpdatedAt()))
-			answer, err := in.ReadString('\n')
-			if err != nil && !errors.Is(err, io.EOF) {
-				return fmt.Errorf("%s: read answer: %w", op, err)
+			if e.json {
+				return writeJSONLine(e.stdout, s)
 			}
-			if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-				fmt.Fprintf(e.stderr, "kept %s\n", sa.text)
-				continue
+			fmt.Fprintf(e.stdout, "%s now has %d messages (revision %d)\n", safeLine(displayName(s)), s.GetMessageCount(), s.GetRevision())
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "rewind without asking")
+	return cmd
+}
+
+func searchCmd(e *env) *cobra.Command {
+	var limit int64
+	cmd := &cobra.Command{
+		Use:   "search QUERY",
+		Short: "find sessions and messages containing a text",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			if pos[0] == "" {
+				return usageErrorf("search: QUERY is empty")
 			}
-			// Delete what was shown: by id, so that an alias moved meanwhile
-			// to another session does not redirect the delete.
-			ref = e.idRef(s.GetId())
-		}
-		if _, err := c.DeleteSession(ctx, &sessiondv1.DeleteSessionRequest{Ref: ref}); err != nil {
-			return e.rpcError(op, err)
-		}
-		if !e.json {
-			fmt.Fprintf(e.stdout, "deleted %s\n", sa.text)
-		}
-	}
-	return nil
-}
-
-func cmdRename(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("rename", e)
-	pos, err := parseArgs(e, fs, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	sa, err := e.parseSessionArg(pos[0])
-	if err != nil {
-		return err
-	}
-	alias := pos[1]
-	if alias != "" {
-		if err := storage.ValidateAlias(alias); err != nil {
-			return usageErrorf("rename: NEWALIAS: %v", err)
-		}
-	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	resp, err := c.UpdateSession(ctx, &sessiondv1.UpdateSessionRequest{
-		Ref:        sa.ref,
-		Session:    &sessiondv1.Session{Alias: alias},
-		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"alias"}},
-	})
-	if err != nil {
-		return e.rpcError("rename "+sa.text, err)
-	}
-	if e.json {
-		return writeJSONLine(e.stdout, resp.GetSession())
-	}
-	if alias == "" {
-		fmt.Fprintf(e.stdout, "%s has no alias now\n", resp.GetSession().GetId())
-	} else {
-		fmt.Fprintf(e.stdout, "%s is now %s\n", resp.GetSession().GetId(), alias)
-	}
-	return nil
-}
-
-func cmdFork(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("fork", e)
-	n := fs.Int64("messages", 0, "copy the first N messages (0: all)")
-	alias := fs.String("alias", "", "alias of the new session")
-	title := fs.String("title", "", "title of the new session (default: the source's)")
-	pos, err := parseArgs(e, fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	if *n < 0 {
-		return usageErrorf("fork: --messages must not be negative")
-	}
-	if *alias != "" {
-		if err := storage.ValidateAlias(*alias); err != nil {
-			return usageErrorf("fork: --alias: %v", err)
-		}
-	}
-	sa, err := e.parseSessionArg(pos[0])
-	if err != nil {
-		return err
-	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	resp, err := c.ForkSession(ctx, &sessiondv1.ForkSessionRequest{Ref: sa.ref, MessageCount: *n, Alias: *alias, Title: *title})
-	if err != nil {
-		return e.rpcError("fork "+sa.text, err)
-	}
-	s := resp.GetSession()
-	if e.json {
-		return writeJSONLine(e.stdout, s)
-	}
-	fmt.Fprintf(e.stdout, "%s\n", s.GetId())
-	return nil
-}
-
-func cmdRewind(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("rewind", e)
-	pos, err := parseArgs(e, fs, args, 2, 2)
-	if err != nil {
-		return err
-	}
-	sa, err := e.parseSessionArg(pos[0])
-	if err != nil {
-		return err
-	}
-	n, err := parseCount("rewind: N", pos[1])
-	if err != nil {
-		return err
-	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	resp, err := c.RewindSession(ctx, &sessiondv1.RewindSessionRequest{Ref: sa.ref, MessageCount: n})
-	if err != nil {
-		return e.rpcError("rewind "+sa.text, err)
-	}
-	s := resp.GetSession()
-	if e.json {
-		return writeJSONLine(e.stdout, s)
-	}
-	fmt.Fprintf(e.stdout, "%s now has %d messages (revision %d)\n", displayName(s), s.GetMessageCount(), s.GetRevision())
-	return nil
-}
-
-func cmdSearch(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("search", e)
-	limit := fs.Int64("limit", 0, "show at most N hits (0: all)")
-	pos, err := parseArgs(e, fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	if pos[0] == "" {
-		return usageErrorf("search: QUERY is empty")
-	}
-	if *limit < 0 {
-		return usageErrorf("search: --limit must not be negative")
-	}
-	c, err := e.dial()
-	if err != nil {
-		return err
-	}
-	stream, err := c.SearchSessions(ctx, &sessiondv1.SearchSessionsRequest{Namespace: e.namespace, Query: pos[0], Limit: *limit})
-	if err != nil {
-		return e.rpcError("search", err)
-	}
-	return printStream(e, "search", stream, "SESSION\tMESSAGE\tSNIPPET",
-		func(hit *sessiondv1.SearchSessionsResponse) proto.Message { return hit },
-		func(w io.Writer, hit *sessiondv1.SearchSessionsResponse) {
-			idx := "-"
-			if hit.GetMessageIndex() >= 0 {
-				idx = fmt.Sprint(hit.GetMessageIndex())
+			if limit < 0 {
+				return usageErrorf("search: --limit must not be negative")
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\n", displayName(hit.GetSession()), idx, clip(hit.GetSnippet(), 100))
-		})
+			c, err := e.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			stream, err := c.SearchSessions(cmd.Context(), &sessiondv1.SearchSessionsRequest{Namespace: e.namespace, Query: pos[0], Limit: limit})
+			if err != nil {
+				return e.rpcError("search", err)
+			}
+			return printStream(e, "search", stream, []string{"SESSION", "MESSAGE", "SNIPPET"},
+				func(hit *sessiondv1.SearchSessionsResponse) proto.Message { return hit },
+				func(hit *sessiondv1.SearchSessionsResponse) []string {
+					idx := "-"
+					if hit.GetMessageIndex() >= 0 {
+						idx = fmt.Sprint(hit.GetMessageIndex())
+					}
+					return []string{safeLine(displayName(hit.GetSession())), idx, clip(hit.GetSnippet(), 100)}
+				})
+		},
+	}
+	cmd.Flags().Int64Var(&limit, "limit", 0, "show at most N hits (0: all)")
+	return cmd
 }

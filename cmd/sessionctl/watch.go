@@ -8,33 +8,53 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-// Bounds of watch's reload loop: OUT_OF_RANGE means "reload and carry on",
-// but a daemon that answers nothing else must not spin the CPU forever.
+// Bounds of watch's retries. OUT_OF_RANGE means "reload and carry on", and
+// a daemon that went away (a restart) is waited for, with exponential
+// backoff between attempts, for as long as it takes; but a daemon that
+// answers nothing but OUT_OF_RANGE must not spin forever.
 const (
-	watchMaxResets    = 20 // consecutive resets without an event in between
-	watchResetBackoff = 50 * time.Millisecond
-	watchMaxBackoff   = 5 * time.Second
-	cleanupTimeout    = 10 * time.Second
+	watchMaxResets     = 20 // consecutive resets without an event in between
+	watchRetryInitial  = 100 * time.Millisecond
+	watchRetryMax      = 5 * time.Second
+	watchRetryMultiply = 2
+	cleanupTimeout     = 10 * time.Second
 )
 
-func cmdWatch(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet("watch", e)
-	from := fs.Uint64("from-revision", 0, "replay the changes after revision N first (0: from now)")
-	pos, err := parseArgs(e, fs, args, 1, 1)
-	if err != nil {
-		return err
+func watchCmd(e *env) *cobra.Command {
+	var from uint64
+	cmd := &cobra.Command{
+		Use:   "watch ID|ALIAS",
+		Short: "print a session's changes as they happen, until interrupted",
+		Long: `watch prints a session's changes as they happen. It follows the session (not
+the alias) and ends when the session is deleted or on Ctrl-C. If the daemon
+goes away (a restart), watch reconnects with exponential backoff (up to 5s
+between attempts, for as long as it takes) and resumes after the last
+revision it printed; changes it can no longer replay one by one are shown
+by reloading the session.`,
+		Args:              exactArgs(1),
+		ValidArgsFunction: e.completeSessions,
+		RunE: func(cmd *cobra.Command, pos []string) error {
+			sa, err := e.parseSessionArg(pos[0])
+			if err != nil {
+				return err
+			}
+			return e.watch(cmd.Context(), sa, from)
+		},
 	}
-	sa, err := e.parseSessionArg(pos[0])
-	if err != nil {
-		return err
-	}
-	c, err := e.dial()
+	cmd.Flags().Uint64Var(&from, "from-revision", 0, "replay the changes after revision N first (0: from now)")
+	return cmd
+}
+
+func (e *env) watch(ctx context.Context, sa sessionArg, from uint64) error {
+	c, err := e.dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -46,47 +66,99 @@ func cmdWatch(ctx context.Context, e *env, args []string) error {
 		return e.rpcError(op, err)
 	}
 	sess := got.GetSession()
-	ref := e.idRef(sess.GetId())
-	w := &watcher{e: e, c: c, ref: ref, count: sess.GetMessageCount(), name: displayName(sess)}
-	rev := *from
-	if rev == 0 {
+	w := &watcher{e: e, c: c, ref: e.idRef(sess.GetId()), count: sess.GetMessageCount(), name: displayName(sess), rev: from}
+	if w.rev == 0 {
 		// From the revision just read rather than "now", so that nothing
 		// that happens between the two calls is missed.
-		rev = sess.GetRevision()
+		w.rev = sess.GetRevision()
 	}
 	resets := 0
-	backoff := watchResetBackoff
-	for {
-		deleted, progressed, err := w.stream(ctx, rev)
-		if deleted || ctx.Err() != nil {
-			// Interrupted is how a watch normally ends.
-			return nil
+	reload := false
+	attempt := func() (struct{}, error) {
+		if reload {
+			if err := w.reload(ctx); err != nil {
+				return struct{}{}, w.retryable(op, err, false)
+			}
+			reload = false
 		}
-		if status.Code(err) != codes.OutOfRange {
-			return e.rpcError(op, err)
+		deleted, progressed, err := w.stream(ctx, w.rev)
+		if deleted || ctx.Err() != nil {
+			return struct{}{}, nil
 		}
 		if progressed {
-			resets, backoff = 0, watchResetBackoff
+			resets = 0
 		}
-		resets++
-		if resets > watchMaxResets {
-			return fmt.Errorf("%s: the daemon asked to reload %d times in a row; check its logs", op, resets-1)
-		}
-		if resets > 1 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff):
+		if status.Code(err) == codes.OutOfRange {
+			w.lastErr = err
+			reload = true
+			resets++
+			if resets > watchMaxResets {
+				return struct{}{}, backoff.Permanent(fmt.Errorf("%s: the daemon asked to reload %d times in a row; check its logs", op, resets-1))
 			}
-			backoff = min(2*backoff, watchMaxBackoff)
-		}
-		if rev, err = w.reload(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
+			if resets == 1 {
+				// The first reset after progress reloads at once.
+				return struct{}{}, &backoff.RetryAfterError{Duration: 0}
 			}
-			return e.rpcError(op, err)
+			return struct{}{}, err
 		}
+		return struct{}{}, w.retryable(op, err, progressed)
 	}
+	_, err = backoff.Retry(ctx, attempt,
+		backoff.WithBackOff(&backoff.ExponentialBackOff{
+			InitialInterval:     watchRetryInitial,
+			RandomizationFactor: 0.2,
+			Multiplier:          watchRetryMultiply,
+			MaxInterval:         watchRetryMax,
+		}),
+		backoff.WithMaxElapsedTime(0), // for as long as it takes
+		backoff.WithNotify(w.lost),
+	)
+	if err == nil || ctx.Err() != nil {
+		// A delete, or the interrupt: how a watch normally ends.
+		return nil
+	}
+	return err
+}
+
+// retryable sorts a failed attempt: a daemon that went away (UNAVAILABLE,
+// or a stream cut without a status) is retried with backoff, restarted at
+// its first interval when the stream had printed something; anything else
+// ends the watch with its explanation.
+func (w *watcher) retryable(op string, err error, progressed bool) error {
+	var ee *exitErr
+	if errors.As(err, &ee) && ee.grpc != codes.Unavailable {
+		return backoff.Permanent(err) // already explained (a reload's failure)
+	}
+	if _, isStatus := status.FromError(err); !isStatus && ee == nil {
+		return backoff.Permanent(fmt.Errorf("%s: %w", op, err)) // not the daemon's: stdout closed, say
+	}
+	switch grpcCode(err, exitError) {
+	case codes.Unavailable, codes.Internal:
+		if w.e.conn != nil {
+			// gRPC's own reconnect backoff grows to two minutes; ours
+			// decides when to try again.
+			w.e.conn.ResetConnectBackoff()
+		}
+		w.lastErr = err
+		if progressed {
+			return &backoff.RetryAfterError{Duration: watchRetryInitial}
+		}
+		return err
+	}
+	return backoff.Permanent(w.e.rpcError(op, err))
+}
+
+// lost tells the operator, once per outage, that the watch is reconnecting.
+func (w *watcher) lost(error, time.Duration) {
+	err := w.lastErr
+	if w.down || status.Code(err) == codes.OutOfRange {
+		return
+	}
+	w.down = true
+	why := safeLine(oneLine(status.Convert(err).Message()))
+	w.e.notice(map[string]any{"reconnecting": w.ref.GetId(), "after_revision": w.rev, "message": why},
+		"%s lost the daemon (%s); reconnecting with backoff, resuming after revision %d; interrupt to stop",
+		time.Now().Format("15:04:05"), why, w.rev)
 }
 
 type watcher struct {
@@ -95,9 +167,11 @@ type watcher struct {
 	ref   *sessiondv1.SessionRef
 	count int64 // messages the watcher has accounted for
 	name  string
-	// announced: the "watching" notice was printed (once, on the first
-	// subscription).
-	announced bool
+	rev   uint64 // the last revision printed (or the one the watch started from)
+	// announced: the "watching" notice was printed (on the first
+	// subscription); down: the daemon was lost and not yet found again.
+	announced, down bool
+	lastErr         error // the last error that made the watch reconnect
 }
 
 // stream prints events from rev on until the stream ends. It reports whether
@@ -110,14 +184,18 @@ func (w *watcher) stream(ctx context.Context, rev uint64) (deleted, progressed b
 	// The daemon sends the header once it has subscribed: from then on no
 	// change is missed, so that is when "watching" is true. (A refusal,
 	// such as OUT_OF_RANGE, comes as the status instead; Recv reports it.)
-	if md, err := stream.Header(); err == nil && md != nil && !w.announced {
-		w.announced = true
+	if md, err := stream.Header(); err == nil && md != nil && (!w.announced || w.down) {
 		// In JSON mode stdout carries events only; the notice goes to stderr.
 		out := w.e.stdout
 		if w.e.json {
 			out = w.e.stderr
 		}
-		fmt.Fprintf(out, "watching %s (%s) from revision %d; interrupt to stop\n", w.ref.GetId(), w.name, rev)
+		if w.down {
+			fmt.Fprintf(out, "%s reconnected; watching %s (%s) again after revision %d\n", time.Now().Format("15:04:05"), w.ref.GetId(), safeLine(w.name), rev)
+		} else {
+			fmt.Fprintf(out, "watching %s (%s) from revision %d; interrupt to stop\n", w.ref.GetId(), safeLine(w.name), rev)
+		}
+		w.announced, w.down = true, false
 	}
 	for {
 		ev, err := stream.Recv()
@@ -138,6 +216,7 @@ func (w *watcher) stream(ctx context.Context, rev uint64) (deleted, progressed b
 }
 
 func (w *watcher) print(ev *sessiondv1.WatchSessionResponse) error {
+	w.rev = max(w.rev, ev.GetRevision())
 	s := ev.GetSession()
 	appended := ev.GetType() == sessiondv1.EventType_EVENT_TYPE_APPENDED
 	first := w.count
@@ -161,7 +240,7 @@ func (w *watcher) print(ev *sessiondv1.WatchSessionResponse) error {
 	case sessiondv1.EventType_EVENT_TYPE_REPLACED:
 		fmt.Fprintf(w.e.stdout, "%s revision %d: messages replaced, now %d ('sessionctl show' prints them)\n", stamp, ev.GetRevision(), s.GetMessageCount())
 	case sessiondv1.EventType_EVENT_TYPE_UPDATED:
-		fmt.Fprintf(w.e.stdout, "%s revision %d: metadata updated (alias %q, title %q, labels %s)\n", stamp, ev.GetRevision(), s.GetAlias(), s.GetTitle(), sortedPairs(s.GetLabels()))
+		fmt.Fprintf(w.e.stdout, "%s revision %d: metadata updated (alias %q, title %q, labels %s)\n", stamp, ev.GetRevision(), safeLine(s.GetAlias()), safeLine(s.GetTitle()), safeLine(sortedPairs(s.GetLabels())))
 	case sessiondv1.EventType_EVENT_TYPE_DELETED:
 		fmt.Fprintf(w.e.stdout, "%s revision %d: session deleted\n", stamp, ev.GetRevision())
 	default:
@@ -171,12 +250,12 @@ func (w *watcher) print(ev *sessiondv1.WatchSessionResponse) error {
 }
 
 // reload fetches the session after OUT_OF_RANGE, prints the messages the
-// watcher missed if the session only grew, and returns the revision to
-// watch from.
-func (w *watcher) reload(ctx context.Context) (uint64, error) {
+// watcher missed if the session only grew, and moves the revision to watch
+// from to the session's.
+func (w *watcher) reload(ctx context.Context) error {
 	got, err := w.c.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: w.ref})
 	if err != nil {
-		return 0, err
+		return err
 	}
 	s := got.GetSession()
 	var missed []*sessiondv1.Message
@@ -185,7 +264,7 @@ func (w *watcher) reload(ctx context.Context) (uint64, error) {
 		// already be older than they are.
 		loaded, msgs, err := w.e.loadSession(ctx, "reload", &sessiondv1.LoadSessionRequest{Ref: w.ref, Offset: w.count})
 		if err != nil {
-			return 0, err
+			return err
 		}
 		s, missed = loaded, msgs
 	}
@@ -195,12 +274,13 @@ func (w *watcher) reload(ctx context.Context) (uint64, error) {
 		if err := writeJSONLine(w.e.stdout, &sessiondv1.WatchSessionResponse{
 			Type: sessiondv1.EventType_EVENT_TYPE_REPLACED, Revision: s.GetRevision(), Session: s,
 		}); err != nil {
-			return 0, err
+			return err
 		}
 	} else {
 		fmt.Fprintf(w.e.stdout, "%s reloaded at revision %d, %d messages\n", time.Now().Format("15:04:05"), s.GetRevision(), s.GetMessageCount())
 		writeConversation(w.e.stdout, w.count, missed)
 	}
 	w.count = s.GetMessageCount()
-	return s.GetRevision(), nil
+	w.rev = s.GetRevision()
+	return nil
 }
