@@ -52,9 +52,10 @@ type env struct {
 	client sessiondv1.SessionStoreServiceClient
 }
 
-// stdinIsTerminal tells whether rm and rewind may ask for confirmation. A
-// variable so that tests can stand in for a person at a terminal.
-var stdinIsTerminal = isTerminal
+// terminal tells whether stdin is a terminal (rm and rewind may ask for
+// confirmation) or stderr is one (progress counters are drawn). A variable
+// so that tests can stand in for a person at a terminal.
+var terminal = isTerminal
 
 // usageTemplate is cobra's default with "usage:" in lower case, as the
 // errors say it.
@@ -160,6 +161,7 @@ func helpCmd(root *cobra.Command) *cobra.Command {
 			if err != nil || len(rest) > 0 {
 				return usageErrorf("unknown command %q; see 'sessionctl help'", strings.Join(args, " "))
 			}
+			c.InitDefaultHelpFlag() // as 'COMMAND --help' shows it
 			return c.Help()
 		},
 	}

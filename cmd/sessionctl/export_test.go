@@ -351,3 +351,57 @@ func checkExportFile(t *testing.T, data []byte, sessions, messages int) {
 		t.Errorf("export holds %v, want %d sessions and %d messages", counts, sessions, messages)
 	}
 }
+
+// TestExportAllSkipsDamaged: a damaged session does not stop a backup: the
+// others are exported, the damaged one is named on stderr, and the exit
+// code says something is missing.
+func TestExportAllSkipsDamaged(t *testing.T) {
+	dir := t.TempDir()
+	d := startDaemon(t, dir, "")
+	good1 := d.create(&sessiondv1.CreateSessionRequest{Alias: "good-1", Messages: richMessages()})
+	bad := d.create(&sessiondv1.CreateSessionRequest{Alias: "bad", Messages: richMessages()})
+	good2 := d.create(&sessiondv1.CreateSessionRequest{Alias: "good-2", Messages: richMessages()})
+	d.stop()
+	corruptMiddle(t, dir, bad.GetId())
+	d = startDaemon(t, dir, "")
+
+	for _, jsonMode := range []bool{false, true} {
+		file := filepath.Join(t.TempDir(), "backup.jsonl")
+		args := []string{"export", "--all", "-o", file}
+		if jsonMode {
+			args = append([]string{"--json"}, args...)
+		}
+		r := d.ctl(args...)
+		if r.code != exitError || !strings.Contains(r.stderr, bad.GetId()) {
+			t.Fatalf("export --all (json %v) with a damaged session: want exit 1 naming %s, got %v", jsonMode, bad.GetId(), r)
+		}
+		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+		if !jsonMode {
+			if len(lines) != 3 || !strings.Contains(lines[1], "exported 2 sessions") {
+				t.Errorf("want the damaged session, the count and the final error on stderr, got %q", r.stderr)
+			}
+		} else {
+			if len(lines) != 2 || !strings.Contains(r.stdout, `"exported":2`) {
+				t.Errorf("want the damaged session and the final error on stderr, the count on stdout, got %v", r)
+			}
+			for _, l := range lines {
+				if !json.Valid([]byte(l)) {
+					t.Errorf("export --json: stderr line %q is not JSON", l)
+				}
+			}
+			if e := jsonError(t, result{code: r.code, stderr: lines[1] + "\n"}); e.Code != "DATA_LOSS" {
+				t.Errorf("export --json final error: %+v", e)
+			}
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("the backup of the healthy sessions was not written: %v", err)
+		}
+		checkExportFile(t, data, 2, 2*len(richMessages()))
+		for _, id := range []string{good1.GetId(), good2.GetId()} {
+			if !strings.Contains(string(data), id) {
+				t.Errorf("backup lacks healthy session %s", id)
+			}
+		}
+	}
+}

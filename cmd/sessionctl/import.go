@@ -95,6 +95,7 @@ func (e *env) importFile(ctx context.Context, name string, force bool) error {
 	im := &importer{e: e, c: c, force: force, name: name, prog: newProgress(e, "imported")}
 	defer im.prog.finish()
 	err = im.read(ctx, bufio.NewReaderSize(in, 1<<20))
+	im.prog.final(im.imported, 0, "sessions")
 	im.prog.finish()
 	if err != nil {
 		if im.imported > 0 {

@@ -103,6 +103,7 @@ import (
 	"strings"
 	"syscall"
 
+	codepb "google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -164,7 +165,7 @@ func (e *env) printError(err error, code int, args []string) {
 		Code     string `json:"code"`
 		Message  string `json:"message"`
 		ExitCode int    `json:"exit_code"`
-	}{grpcCode(err, code).String(), msg, code})
+	}{codeName(grpcCode(err, code)), msg, code})
 	fmt.Fprintf(e.stderr, "%s\n", b)
 }
 
@@ -238,6 +239,15 @@ func grpcCode(err error, exit int) codes.Code {
 		return codes.NotFound
 	}
 	return codes.Unknown
+}
+
+// codeName is a gRPC code's canonical name (NOT_FOUND), as every gRPC
+// implementation and google.rpc.Code spell it.
+func codeName(c codes.Code) string {
+	if n, ok := codepb.Code_name[int32(c)]; ok {
+		return n
+	}
+	return c.String()
 }
 
 // oneLine keeps an error message on one line, as scripts read stderr by line.

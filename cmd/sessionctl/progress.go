@@ -21,7 +21,7 @@ type progress struct {
 const progressEvery = 100 * time.Millisecond
 
 func newProgress(e *env, label string) *progress {
-	return &progress{w: e.stderr, on: isTerminal(e.stderr), label: label}
+	return &progress{w: e.stderr, on: terminal(e.stderr), label: label}
 }
 
 // update shows done of total units; total <= 0 means unknown.
@@ -39,6 +39,13 @@ func (p *progress) update(done, total int64, unit string) {
 	} else {
 		fmt.Fprintf(p.w, "\r\033[K%s %d %s", p.label, done, unit)
 	}
+}
+
+// last draws the final count even if a redraw was due later, so that a
+// person sees where the run ended.
+func (p *progress) final(done, total int64, unit string) {
+	p.printed = false
+	p.update(done, total, unit)
 }
 
 // finish erases the counter so that the command's last words stand alone.

@@ -207,7 +207,7 @@ func (e *env) confirm(in *bufio.Reader, op, question string) (bool, error) {
 // needYes fails with a usage error when a change needs confirmation and
 // nobody can give it.
 func (e *env) needYes(op string, yes bool) error {
-	if !yes && !stdinIsTerminal(e.stdin) {
+	if !yes && !terminal(e.stdin) {
 		return usageErrorf("%s: refusing to change sessions without confirmation: stdin is not a terminal; pass --yes", op)
 	}
 	return nil

@@ -3,6 +3,10 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -116,5 +120,70 @@ func TestWatchReloadsAfterOutOfRange(t *testing.T) {
 	case <-w.done:
 		t.Fatalf("watch ended after OUT_OF_RANGE: exit %d, stderr %s", w.code, w.errb.String())
 	default:
+	}
+}
+
+// TestWatchAcrossDaemonRestart: watch survives the daemon going away,
+// reconnects, resumes after the last revision it printed (printing what it
+// missed once, and nothing twice), and ends only on the interrupt.
+func TestWatchAcrossDaemonRestart(t *testing.T) {
+	d := startDaemon(t, t.TempDir(), "")
+	s := d.create(&sessiondv1.CreateSessionRequest{Alias: "phoenix"})
+	ref := &sessiondv1.SessionRef{Key: &sessiondv1.SessionRef_Id{Id: s.GetId()}}
+	appendOne := func(d *daemon, id, content string) {
+		t.Helper()
+		if _, err := d.client.AppendMessages(t.Context(), &sessiondv1.AppendMessagesRequest{Ref: ref, Messages: []*sessiondv1.Message{text(user, id, content)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := runAsync(t, "--addr", d.addr, "watch", "phoenix")
+	waitFor(t, "the watching line", func() bool { return strings.Contains(w.out.String(), "watching "+s.GetId()) })
+	appendOne(d, "1", "before the restart")
+	waitFor(t, "the first message", func() bool { return strings.Contains(w.out.String(), "before the restart") })
+
+	d.stop()
+	waitFor(t, "the reconnect notice", func() bool {
+		return strings.Contains(w.errb.String(), "reconnecting with backoff, resuming after revision 2")
+	})
+	// Down for a while: several attempts, and the watch keeps waiting.
+	time.Sleep(time.Second)
+	select {
+	case <-w.done:
+		t.Fatalf("watch ended while the daemon was down: exit %d\n%s\n%s", w.code, w.out.String(), w.errb.String())
+	default:
+	}
+
+	d2 := &daemon{t: t, proc: d.proc.Restart(t)}
+	d2.addr = d2.proc.Addr
+	var err error
+	if d2.conn, err = grpc.NewClient(d2.addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		t.Fatal(err)
+	}
+	d2.client = sessiondv1.NewSessionStoreServiceClient(d2.conn)
+	t.Cleanup(d2.stop)
+	waitFor(t, "the watch to resume", func() bool {
+		return strings.Contains(w.out.String(), "reconnected; watching "+s.GetId()+" (phoenix) again after revision 2")
+	})
+	appendOne(d2, "2", "after the restart")
+	waitFor(t, "the message after the restart", func() bool {
+		out := w.out.String()
+		return strings.Contains(out, "revision 3: 1 messages appended") && strings.Contains(out, "[1]") && strings.Contains(out, "after the restart")
+	})
+	if n := strings.Count(w.out.String(), "before the restart"); n != 1 {
+		t.Errorf("the message before the restart was printed %d times:\n%s", n, w.out.String())
+	}
+	w.cancel()
+	if code := w.wait(t); code != 0 {
+		t.Errorf("watch after interrupt: exit %d; stderr %s", code, w.errb.String())
+	}
+}
+
+// TestWatchEndsOnRealError: an error retrying cannot cure ends the watch.
+func TestWatchEndsOnRealError(t *testing.T) {
+	d := startDaemon(t, t.TempDir(), "")
+	d.create(&sessiondv1.CreateSessionRequest{Namespace: "a", Alias: "x"})
+	r := d.ctl("--namespace", "a", "watch", "nosuch")
+	if r.code != exitNotFound {
+		t.Errorf("watch of a missing session: %v", r)
 	}
 }
