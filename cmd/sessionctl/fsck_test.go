@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -112,6 +114,15 @@ func corruptMiddle(t *testing.T, dataDir, id string) string {
 	return path
 }
 
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func fileSize(t *testing.T, path string) int64 {
 	t.Helper()
 	st, err := os.Stat(path)
@@ -119,6 +130,39 @@ func fileSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Size()
+}
+
+// journalOf returns the path of the session's journal.
+func journalOf(t *testing.T, dataDir, id string) string {
+	t.Helper()
+	for _, f := range sessionFiles(t, dataDir, id) {
+		if strings.HasPrefix(filepath.Base(f), "journal") {
+			return f
+		}
+	}
+	t.Fatalf("session %s has no journal file", id)
+	return ""
+}
+
+// corruptJournalFrame flips a byte inside the payload of the journal's
+// frame number n (0 is its header), with valid frames after it: damage,
+// not a torn tail. The package doc of storage/file gives the framing.
+func corruptJournalFrame(t *testing.T, dataDir, id string, n int) string {
+	t.Helper()
+	path := journalOf(t, dataDir, id)
+	data := readFile(t, path)
+	off := 0
+	for range n {
+		off += (8 + int(binary.LittleEndian.Uint32(data[off:])) + 7) &^ 7
+	}
+	if size := int(binary.LittleEndian.Uint32(data[off:])); size < 16 {
+		t.Fatalf("journal %s: frame %d is %d bytes; the layout is not what the test expects", path, n, size)
+	}
+	data[off+8+12] ^= 0x5a
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // tearJournal writes half a record after the last record of the session's
@@ -199,6 +243,13 @@ func TestFsck(t *testing.T) {
 	torn := d.create(&sessiondv1.CreateSessionRequest{Alias: "torn", Messages: richMessages()})
 	appendSome("", torn.GetId(), 3)
 	corrupt := d.create(&sessiondv1.CreateSessionRequest{Alias: "corrupt", Messages: richMessages()})
+	// Appends of their own, bigger than the snapshot: the damage lands in
+	// one of them, and repair keeps the rest.
+	appendSome("", corrupt.GetId(), 8)
+	corruptBefore, err := d.load("", corrupt.GetId())
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	originals := map[string]*sessiondv1.Session{}
 	for _, s := range append(healthy, sess{"", torn.GetId()}) {
@@ -226,7 +277,8 @@ func TestFsck(t *testing.T) {
 		t.Fatalf("fsck --json of a clean dir: %v", r)
 	}
 
-	corruptPath := corruptMiddle(t, dir, corrupt.GetId())
+	corruptPath := corruptJournalFrame(t, dir, corrupt.GetId(), 3)
+	corruptedBytes := readFile(t, corruptPath)
 	tornPath := tearJournal(t, dir, torn.GetId())
 	rel := func(p string) string { r, _ := filepath.Rel(dir, p); return r }
 
@@ -283,8 +335,33 @@ func TestFsck(t *testing.T) {
 			t.Errorf("session %s after repair (-before +after):\n%s", id, diff)
 		}
 	}
-	if _, err := d.load("", corrupt.GetId()); err == nil {
-		t.Errorf("the corrupt session still loads after repair moved it aside")
+	// The damaged session keeps every intact message, in order, at a
+	// revision above the one it had; the damaged files are in quarantine.
+	salvaged, err := d.load("", corrupt.GetId())
+	if err != nil {
+		t.Fatalf("the damaged session after repair: %v", err)
+	}
+	if salvaged.GetAlias() != "corrupt" || salvaged.GetRevision() <= corruptBefore.GetRevision() ||
+		len(salvaged.GetMessages()) == 0 || len(salvaged.GetMessages()) >= len(corruptBefore.GetMessages()) {
+		t.Errorf("salvaged session: alias %q, revision %d (was %d), %d of %d messages", salvaged.GetAlias(), salvaged.GetRevision(),
+			corruptBefore.GetRevision(), len(salvaged.GetMessages()), len(corruptBefore.GetMessages()))
+	}
+	j := 0
+	for _, m := range salvaged.GetMessages() {
+		for j < len(corruptBefore.GetMessages()) && !proto.Equal(corruptBefore.GetMessages()[j], m) {
+			j++
+		}
+		if j == len(corruptBefore.GetMessages()) {
+			t.Errorf("salvaged message %v was not in the session, or is out of order", m)
+			break
+		}
+	}
+	quarantined, _ := filepath.Glob(filepath.Join(dir, "quarantine", "*", rel(corruptPath)))
+	if len(quarantined) != 1 {
+		t.Fatalf("no copy of the damaged %s in quarantine/: %v", rel(corruptPath), quarantined)
+	}
+	if !bytes.Equal(readFile(t, quarantined[0]), corruptedBytes) {
+		t.Errorf("the quarantined copy is not the damaged original")
 	}
 	r = must(t, d.ctl("ls"))
 	for _, alias := range []string{"healthy-1", "healthy-2", "torn"} {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/storage"
 )
 
 // FindingKind classifies what Check found.
@@ -19,7 +21,10 @@ type FindingKind string
 // The kinds of finding.
 const (
 	// KindCorrupt: a file failed its checksum or does not parse; its session
-	// answers ErrDataLoss. Repair moves the session's folder to quarantine/.
+	// answers ErrDataLoss. Repair copies the session's folder to
+	// quarantine/ and rebuilds the session from every intact frame (see
+	// salvage); a session whose metadata cannot be read anywhere is moved
+	// to quarantine/ whole instead.
 	KindCorrupt FindingKind = "corrupt"
 	// KindTruncated: a journal ends in an incomplete record (a crash during
 	// an append). Repair trims it, as loading the session would.
@@ -55,8 +60,10 @@ func (r *CheckReport) Damaged() bool { return len(r.Findings) > 0 }
 
 // Check reads every file of the data dir offline and reports what is
 // damaged, truncated or stray. With repair it trims torn journal tails,
-// moves what cannot be read into quarantine/ (it never deletes data), and
-// rebuilds the derived index files. progress, if not nil, is called after
+// salvages damaged sessions (keeping every intact message and metadata
+// record, after copying the damaged files into quarantine/), moves what
+// cannot be read into quarantine/ (it never deletes data), and rebuilds
+// the derived index files. progress, if not nil, is called after
 // each session with the number done and the total. It fails with an error
 // wrapping storage.ErrLocked while a store has the dir open.
 func Check(ctx context.Context, dir string, repair bool, progress func(done, total int)) (*CheckReport, error) {
@@ -217,7 +224,15 @@ func (c *checker) run(ctx context.Context, progress func(done, total int)) error
 func (c *checker) session(id string) error {
 	dir := filepath.Join(c.dir, "sessions", id)
 	corrupt := func(path string, err error) error {
-		return c.find(path, KindCorrupt, err.Error()+"; the session answers DATA_LOSS", c.quarantine(dir))
+		detail := err.Error() + "; the session answers DATA_LOSS"
+		if !c.repair {
+			return c.find(path, KindCorrupt, detail, nil)
+		}
+		kept, serr := c.salvage(id, dir)
+		if serr != nil {
+			return c.find(path, KindCorrupt, detail+"; nothing identifies the session ("+serr.Error()+"), so its folder was moved to quarantine/", c.quarantine(dir))
+		}
+		return c.find(path, KindCorrupt, detail+"; "+kept, func() error { return nil })
 	}
 	snap := filepath.Join(dir, snapshotName)
 	data, err := os.ReadFile(snap)
@@ -286,6 +301,190 @@ func (c *checker) session(id string) error {
 			func() error { return truncateSync(jpath, end) })
 	}
 	return nil
+}
+
+// salvage rebuilds the damaged session in dir from what is intact, after
+// copying its files into quarantine/: the metadata of the snapshot's header
+// (or of the journal's last metadata record), every message of every
+// intact snapshot frame, and every record of every intact journal commit,
+// in order. The frames that fail their checksum are what is lost. The
+// session is written back as a new generation (snapshot and empty journal,
+// as a rewrite writes them) whose revision is above any it had or that the
+// checkpoint recorded, so a client or watcher holding a revision never
+// sees it go backwards. It fails, changing nothing in dir, when no
+// metadata can be read; it returns what it kept, for the finding.
+func (c *checker) salvage(id, dir string) (string, error) {
+	snap, _ := os.ReadFile(filepath.Join(dir, snapshotName))
+	var meta *storage.Session
+	var msgs [][]byte
+	var gen, rev uint64
+	var updated time.Time
+	lost := 0
+	frames, bad := intactFrames(snap)
+	lost += bad
+	for i, p := range frames {
+		switch {
+		case p[0] == typeSnapHeader && i == 0:
+			g, m, _, err := decodeSnapshotHeader(appendFrame(nil, p))
+			if err == nil && m.ID == id {
+				gen, meta, rev, updated = g, m, m.Revision, m.UpdatedAt
+			} else {
+				lost++
+			}
+		case p[0] == typeSnapMsgs:
+			run, err := decodeSnapRun(p)
+			if err != nil {
+				lost++
+				continue
+			}
+			msgs = append(msgs, run...)
+		case p[0] == typeSnapEnd:
+		default:
+			lost++
+		}
+	}
+	// The journal that goes with the snapshot, or if the snapshot's header
+	// is lost, the newest one.
+	jname := journalName(gen)
+	var gens []uint64
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return "", err
+	}
+	for _, de := range des {
+		var g uint64
+		if _, err := fmt.Sscanf(de.Name(), "journal-%016x", &g); err == nil {
+			gens = append(gens, g)
+			if meta == nil && (len(gens) == 1 || g > gen) {
+				gen, jname = g, de.Name()
+			}
+		}
+	}
+	jdata, _ := os.ReadFile(filepath.Join(dir, jname))
+	jframes, bad := intactFrames(jdata)
+	lost += bad
+	for _, f := range jframes {
+		if f[0] == typeJournalHead {
+			continue
+		}
+		recs, err := decodeCommit(f)
+		if err != nil {
+			lost++
+			continue
+		}
+		for _, r := range recs {
+			rev = max(rev, r.rev)
+			switch r.kind {
+			case recAppend:
+				msgs = append(msgs, r.msgs...)
+				if r.updatedAt.After(updated) {
+					updated = r.updatedAt
+				}
+			case recMeta:
+				if r.meta.ID == id {
+					meta = r.meta
+				}
+			}
+		}
+	}
+	if meta == nil {
+		return "", errors.New("its snapshot header and metadata records are all damaged")
+	}
+	kept := msgs[:0]
+	for _, m := range msgs {
+		if _, err := messageID(m); err != nil {
+			lost++
+			continue
+		}
+		kept = append(kept, m)
+	}
+	msgs = kept
+	m := *meta
+	m.Revision = max(rev, m.Revision, c.known[id]) + 1
+	m.MessageCount = int64(len(msgs))
+	m.UpdatedAt = time.Now().UTC()
+	if !updated.IsZero() && updated.After(m.UpdatedAt) {
+		m.UpdatedAt = updated
+	}
+	q := filepath.Join(c.dir, "quarantine", c.stamp, c.rel(dir))
+	if err := copyFolder(dir, q); err != nil {
+		return "", fmt.Errorf("copy to quarantine: %w", err)
+	}
+	for _, g := range gens {
+		gen = max(gen, g)
+	}
+	gen++
+	var st ioStats
+	jpath := filepath.Join(dir, journalName(gen))
+	if err := writeFileSync(&st, jpath, encodeJournalHead(gen, id)); err != nil {
+		return "", err
+	}
+	if err := writeAtomic(&st, filepath.Join(dir, snapshotName), encodeSnapshot(gen, &m, msgs)); err != nil {
+		_ = os.Remove(jpath)
+		return "", err
+	}
+	for _, g := range gens {
+		if err := os.Remove(filepath.Join(dir, journalName(g))); err != nil {
+			return "", err
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return "", err
+	}
+	c.changed = true
+	return fmt.Sprintf("salvaged %d messages at revision %d, dropping %d damaged frames or records; the damaged files are in %s", len(msgs), m.Revision, lost, c.rel(q)), nil
+}
+
+// intactFrames returns every frame of data that passes its checksum, in
+// order, skipping damaged stretches (a frame starts at a multiple of 8),
+// and how many damaged stretches it skipped. Zeros at the end (reserved
+// journal space) are not damage.
+func intactFrames(data []byte) (frames [][]byte, bad int) {
+	for off := 0; off < len(data); {
+		if allZero(data[off:]) {
+			break
+		}
+		if p, next, ok := readFrame(data, off); ok {
+			frames = append(frames, p)
+			off = next
+			continue
+		}
+		bad++
+		for off += 8; off < len(data); off += 8 {
+			if _, _, ok := readFrame(data, off); ok {
+				break
+			}
+		}
+	}
+	return frames, bad
+}
+
+// copyFolder copies the regular files of src into a new folder dst, fsynced.
+func copyFolder(src, dst string) error {
+	if err := os.MkdirAll(dst, dirPerm); err != nil {
+		return err
+	}
+	des, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	var st ioStats
+	for _, de := range des {
+		if !de.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, de.Name()))
+		if err != nil {
+			return err
+		}
+		if err := writeFileSync(&st, filepath.Join(dst, de.Name()), b); err != nil {
+			return err
+		}
+	}
+	if err := syncDir(dst); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(dst))
 }
 
 func truncateSync(path string, size int64) error {

@@ -231,14 +231,11 @@ func decodeSnapshot(data []byte) (gen uint64, meta *storage.Session, msgs [][]by
 		off = next
 		switch p[0] {
 		case typeSnapMsgs:
-			r := reader{b: p[1:]}
-			for len(r.b) > 0 {
-				m := r.bytes("snapshot message")
-				if r.err != nil {
-					return 0, nil, nil, r.err
-				}
-				msgs = append(msgs, m)
+			run, err := decodeSnapRun(p)
+			if err != nil {
+				return 0, nil, nil, err
 			}
+			msgs = append(msgs, run...)
 		case typeSnapEnd:
 			r := reader{b: p[1:]}
 			n := r.u64("snapshot message count")
@@ -256,6 +253,21 @@ func decodeSnapshot(data []byte) (gen uint64, meta *storage.Session, msgs [][]by
 			return 0, nil, nil, fmt.Errorf("snapshot frame type %d at offset %d: %w", p[0], off, errCorrupt)
 		}
 	}
+}
+
+// decodeSnapRun decodes the messages of one typeSnapMsgs frame (its
+// payload, type byte first). The slices alias p.
+func decodeSnapRun(p []byte) ([][]byte, error) {
+	r := reader{b: p[1:]}
+	var msgs [][]byte
+	for len(r.b) > 0 {
+		m := r.bytes("snapshot message")
+		if r.err != nil {
+			return nil, r.err
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
 }
 
 func encodeJournalHead(gen uint64, id string) []byte {
@@ -298,6 +310,51 @@ func encodeCommit(recs []record) []byte {
 	return appendFrame(nil, p)
 }
 
+// decodeCommit decodes the records of one journal commit frame (its
+// payload, type byte first).
+func decodeCommit(f []byte) ([]record, error) {
+	if f[0] != typeCommit {
+		return nil, fmt.Errorf("frame type %d is not a commit: %w", f[0], errCorrupt)
+	}
+	r := reader{b: f[1:]}
+	if len(r.b) == 0 {
+		return nil, fmt.Errorf("empty commit: %w", errCorrupt)
+	}
+	var recs []record
+	for len(r.b) > 0 && r.err == nil {
+		rec := record{kind: r.byte1("record kind"), rev: r.u64("record revision")}
+		switch rec.kind {
+		case recAppend:
+			rec.updatedAt = time.Unix(0, int64(r.u64("record time"))).UTC()
+			n := r.uvarint("record message count")
+			if n > uint64(len(r.b)) {
+				r.fail("record message count")
+			}
+			for j := uint64(0); j < n && r.err == nil; j++ {
+				rec.msgs = append(rec.msgs, r.bytes("record message"))
+			}
+		case recMeta:
+			b := r.bytes("record metadata")
+			if r.err == nil {
+				m, err := unmarshalMeta(b)
+				if err != nil {
+					return nil, err
+				}
+				rec.meta = m
+			}
+		default:
+			r.fail("record kind")
+		}
+		if r.err == nil {
+			recs = append(recs, rec)
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return recs, nil
+}
+
 // journalContent is a decoded journal.
 type journalContent struct {
 	gen     uint64
@@ -325,44 +382,11 @@ func decodeJournal(data []byte) (*journalContent, error) {
 	}
 	jc.id = idString(id)
 	for i, f := range frames[1:] {
-		if f[0] != typeCommit {
-			return nil, fmt.Errorf("journal frame %d has type %d: %w", i+1, f[0], errCorrupt)
+		recs, err := decodeCommit(f)
+		if err != nil {
+			return nil, fmt.Errorf("journal frame %d: %w", i+1, err)
 		}
-		r := reader{b: f[1:]}
-		if len(r.b) == 0 {
-			return nil, fmt.Errorf("journal frame %d is empty: %w", i+1, errCorrupt)
-		}
-		for len(r.b) > 0 && r.err == nil {
-			rec := record{kind: r.byte1("record kind"), rev: r.u64("record revision")}
-			switch rec.kind {
-			case recAppend:
-				rec.updatedAt = time.Unix(0, int64(r.u64("record time"))).UTC()
-				n := r.uvarint("record message count")
-				if n > uint64(len(r.b)) {
-					r.fail("record message count")
-				}
-				for j := uint64(0); j < n && r.err == nil; j++ {
-					rec.msgs = append(rec.msgs, r.bytes("record message"))
-				}
-			case recMeta:
-				b := r.bytes("record metadata")
-				if r.err == nil {
-					m, err := unmarshalMeta(b)
-					if err != nil {
-						return nil, err
-					}
-					rec.meta = m
-				}
-			default:
-				r.fail("record kind")
-			}
-			if r.err == nil {
-				jc.records = append(jc.records, rec)
-			}
-		}
-		if r.err != nil {
-			return nil, fmt.Errorf("journal frame %d: %w", i+1, r.err)
-		}
+		jc.records = append(jc.records, recs...)
 	}
 	return jc, nil
 }

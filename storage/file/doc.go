@@ -23,7 +23,7 @@
 //	      default              the default namespace's sessions
 //	      ns-<namespace>       each named namespace's sessions
 //	    dirty-<T>              ids of the sessions changed since checkpoint T began; those with T >= S are the dirty set
-//	  quarantine/              what Check (fsck) with repair moved aside
+//	  quarantine/<time>/       what Check (fsck) with repair set aside: copies of damaged sessions' files, stray files
 //
 // Files are 0600, folders 0700. Temp files (".tmp-*") are swept at Open,
 // and inside a session's folder whenever the session is scanned or loaded.
@@ -84,6 +84,15 @@
 // torn tail look like damage: that errs on the side of ErrDataLoss, never
 // of wrong data.) A full disk is storage.ErrNoSpace, with the half-written
 // bytes cut off again.
+//
+// Check with repair (sessionctl fsck --repair) salvages a damaged session:
+// it copies the session's files into quarantine/, then writes the session
+// back as a new generation holding every frame that still passes its
+// checksum (the snapshot's metadata and message runs, the journal's
+// commits, in order), at a revision above any the session had, so that a
+// holder of a revision never sees it go backwards. Only a session whose
+// metadata is lost everywhere (snapshot header and every metadata record)
+// is moved into quarantine/ whole.
 //
 // # Memory and start-up
 //

@@ -521,15 +521,19 @@ func TestDamageIsolated(t *testing.T) {
 		// crashOnly: only detectable with the clean index's revision, so not
 		// tested after a crash (where it is a torn tail by construction).
 		cleanOnly bool
+		// salvaged: the messages repair keeps (every intact one: the
+		// snapshot's 20 in one frame, then 5 appends of one frame each);
+		// -1 when nothing identifies the session, which is then moved aside.
+		salvaged int
 	}{
-		{"snapshot header", flip("snapshot", func(int) int { return 20 }), false},
-		{"snapshot middle", flip("snapshot", func(n int) int { return n / 2 }), false},
-		{"snapshot truncated", truncate("snapshot"), false},
-		{"snapshot deleted", func(t *testing.T, sdir string, _ int) { _ = os.Remove(filepath.Join(sdir, snapshotName)) }, false},
-		{"journal header", flip("journal", func(int) int { return 12 }), false},
-		{"journal first commit", flip("journal", func(int) int { return 60 }), false},
-		{"journal last commit", nil, true},
-		{"journal truncated", truncate("journal"), true},
+		{"snapshot header", flip("snapshot", func(int) int { return 20 }), false, -1},
+		{"snapshot middle", flip("snapshot", func(n int) int { return n / 2 }), false, 5},
+		{"snapshot truncated", truncate("snapshot"), false, 5},
+		{"snapshot deleted", func(t *testing.T, sdir string, _ int) { _ = os.Remove(filepath.Join(sdir, snapshotName)) }, false, -1},
+		{"journal header", flip("journal", func(int) int { return 12 }), false, 25},
+		{"journal first commit", flip("journal", func(int) int { return 60 }), false, 24},
+		{"journal last commit", nil, true, 24},
+		{"journal truncated", truncate("journal"), true, 23}, // the cut takes the last two frames
 	}
 	for _, c := range cases {
 		for _, crash := range []bool{false, true} {
@@ -549,6 +553,14 @@ func TestDamageIsolated(t *testing.T) {
 				}
 				victim := sessions[1]
 				jtail := entryOf(t, s, victim.ID).j.tail
+				before, err := s.Get(t.Context(), storage.Ref{ID: victim.ID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				origIDs, err := loadIDs(t, s, victim.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -573,7 +585,7 @@ func TestDamageIsolated(t *testing.T) {
 				}
 				// Its alias is known unless the snapshot's header is gone and
 				// no clean index remembers it.
-				_, err := s2.Get(t.Context(), storage.Ref{Alias: "s1"})
+				_, err = s2.Get(t.Context(), storage.Ref{Alias: "s1"})
 				if !errors.Is(err, storage.ErrDataLoss) && !(crash && (c.name == "snapshot header" || c.name == "snapshot deleted") && errors.Is(err, storage.ErrNotFound)) {
 					t.Errorf("Get of the damaged session by alias = %v, want ErrDataLoss", err)
 				}
@@ -587,7 +599,9 @@ func TestDamageIsolated(t *testing.T) {
 					}
 					mustAppend(t, s2, se.ID, msg("later", "still writable"))
 				}
-				// Check reports it; repair quarantines it and the rest stays.
+				// Check reports it; repair salvages what is intact (or moves
+				// the session aside), keeps a copy in quarantine/, and the
+				// rest stays.
 				if err := s2.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -599,8 +613,31 @@ func TestDamageIsolated(t *testing.T) {
 					t.Errorf("Check findings = %+v, want the victim corrupt and repaired", rep.Findings)
 				}
 				s3 := open(t, dir)
-				if _, err := s3.Get(t.Context(), storage.Ref{ID: victim.ID}); !errors.Is(err, storage.ErrNotFound) {
-					t.Errorf("quarantined session: Get = %v, want ErrNotFound", err)
+				if c.salvaged < 0 {
+					if _, err := s3.Get(t.Context(), storage.Ref{ID: victim.ID}); !errors.Is(err, storage.ErrNotFound) {
+						t.Errorf("quarantined session: Get = %v, want ErrNotFound", err)
+					}
+				} else {
+					got, err := s3.Get(t.Context(), storage.Ref{Alias: "s1"})
+					if err != nil || got.ID != victim.ID || got.Revision <= before.Revision {
+						t.Errorf("salvaged session by alias: %+v, %v; want it at a revision above %d", got, err, before.Revision)
+					}
+					ids, err := loadIDs(t, s3, victim.ID)
+					if err != nil || len(ids) != c.salvaged || int64(len(ids)) != got.MessageCount {
+						t.Errorf("salvaged session: %d messages (%v), want %d, count %d", len(ids), err, c.salvaged, got.MessageCount)
+					}
+					// What is kept is what was there, in order.
+					j := 0
+					for _, id := range ids {
+						for j < len(origIDs) && origIDs[j] != id {
+							j++
+						}
+						if j == len(origIDs) {
+							t.Errorf("salvaged messages %v are not an ordered subset of %v", ids, origIDs)
+							break
+						}
+					}
+					mustAppend(t, s3, victim.ID, msg("after-repair", "writable again"))
 				}
 				if _, err := s3.Get(t.Context(), storage.Ref{Alias: "s2"}); err != nil {
 					t.Errorf("undamaged session after repair: %v", err)
