@@ -86,7 +86,13 @@
 // each session's id, alias, title, summary, metadata, labels, created_at and
 // fork parent; revision and updated_at are set anew by the daemon. Sessions
 // go into the namespace recorded in the session line, unless --namespace (or
-// SESSIOND_NAMESPACE) is given, which overrides it.
+// SESSIOND_NAMESPACE) names another: then each session is copied there under
+// a new id, a name-based UUID of the namespace and the source id (the same
+// on every run, so importing twice finds the copies: ALREADY_EXISTS, or a
+// replacement with --force), with the source id and namespace in the
+// metadata keys sessiond.source_id and sessiond.source_namespace, and a
+// fork's parent pointing at its parent's copy. import's progress counter
+// (on a terminal) counts sessions.
 //
 // `export --format markdown` writes the same sessions for people to read; it
 // cannot be imported.
