@@ -404,4 +404,16 @@ func TestExportAllSkipsDamaged(t *testing.T) {
 			}
 		}
 	}
+
+	// ls marks the session the daemon could not read, and only that one.
+	r := must(t, d.ctl("ls"))
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n")[1:] {
+		damaged := strings.HasSuffix(l, " damaged")
+		if damaged != strings.HasPrefix(l, bad.GetId()) || !damaged && !strings.HasSuffix(l, " ok") {
+			t.Errorf("ls row %q: the damaged session is %s", l, bad.GetId())
+		}
+	}
+	if !strings.Contains(r.stderr, "1 sessions could not be read") || !strings.Contains(r.stderr, "fsck") {
+		t.Errorf("ls does not say what to do about the damaged session: %q", r.stderr)
+	}
 }

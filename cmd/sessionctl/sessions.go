@@ -8,10 +8,13 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -70,17 +73,81 @@ func (e *env) ls(ctx context.Context, req *sessiondv1.ListSessionsRequest) error
 	if err != nil {
 		return e.rpcError("ls", err)
 	}
-	return printStream(e, "ls", stream, []string{"ID", "ALIAS", "MESSAGES", "UPDATED", "TITLE", "LABELS"},
-		func(resp *sessiondv1.ListSessionsResponse) proto.Message { return resp.GetSession() },
-		func(resp *sessiondv1.ListSessionsResponse) []string {
-			s := resp.GetSession()
-			alias := safeLine(s.GetAlias())
-			if alias == "" {
-				alias = "-"
-			}
-			return []string{s.GetId(), alias, fmt.Sprint(s.GetMessageCount()),
-				fmtTime(s.GetUpdatedAt()), clip(s.GetTitle(), 40), clip(sortedPairs(s.GetLabels()), 60)}
+	if e.json {
+		return recvEach(e, "ls", stream, func(resp *sessiondv1.ListSessionsResponse) error {
+			return writeJSONLine(e.stdout, resp.GetSession())
 		})
+	}
+	var ss []*sessiondv1.Session
+	if err := recvEach(e, "ls", stream, func(resp *sessiondv1.ListSessionsResponse) error {
+		ss = append(ss, resp.GetSession())
+		return nil
+	}); err != nil {
+		return err
+	}
+	unreadable := e.unreadable(ctx, c, ss)
+	tb := newTable(e.stdout, "ID", "ALIAS", "MESSAGES", "UPDATED", "TITLE", "LABELS", "STATUS")
+	for i, s := range ss {
+		alias := safeLine(s.GetAlias())
+		if alias == "" {
+			alias = "-"
+		}
+		st := "ok"
+		if unreadable[i] != "" {
+			st = unreadable[i]
+		}
+		if err := tb.row(s.GetId(), alias, fmt.Sprint(s.GetMessageCount()),
+			fmtTime(s.GetUpdatedAt()), clip(s.GetTitle(), 40), clip(sortedPairs(s.GetLabels()), 60), st); err != nil {
+			return err
+		}
+	}
+	if err := tb.flush(); err != nil {
+		return err
+	}
+	if n := countNonEmpty(unreadable); n > 0 {
+		fmt.Fprintf(e.stderr, "sessionctl: ls: %d sessions could not be read (marked above); stop sessiond and run 'sessionctl fsck DATA_DIR'\n", n)
+	}
+	return nil
+}
+
+// lsCheckers bounds the GetSession calls ls has in flight.
+const lsCheckers = 8
+
+// unreadable asks the daemon about each listed session, a few at a time,
+// and returns per session "damaged" if the daemon answers DATA_LOSS for it
+// (a damage it has found: at start-up, or by a failed load), "error: CODE"
+// for another failure, and "" when it is readable. A listing carries no
+// such mark, so ls asks; deleted meanwhile counts as readable.
+func (e *env) unreadable(ctx context.Context, c sessiondv1.SessionStoreServiceClient, ss []*sessiondv1.Session) []string {
+	out := make([]string, len(ss))
+	sem := make(chan struct{}, lsCheckers)
+	var wg sync.WaitGroup
+	for i, s := range ss {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_, err := c.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: e.idRef(s.GetId())})
+			switch status.Code(err) {
+			case codes.OK, codes.NotFound:
+			case codes.DataLoss:
+				out[i] = "damaged"
+			default:
+				out[i] = "error: " + codeName(status.Code(err))
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func countNonEmpty(ss []string) int {
+	n := 0
+	for _, s := range ss {
+		if s != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // printStream prints each frame of a listing's stream: as a JSON line (of
