@@ -53,7 +53,8 @@
 // and import write the session after the change, rm writes each deleted
 // session, fsck writes one line per finding and a last {"summary":...}
 // line, and export --output FILE writes {"exported":N,"output":FILE}. watch
-// prints its notices on stderr then. When the daemon says OUT_OF_RANGE,
+// prints its notices on stderr then, as JSON objects ({"watching":ID,...},
+// {"reconnecting":ID,...}). When the daemon says OUT_OF_RANGE,
 // watch reloads the session and writes an EVENT_TYPE_REPLACED event
 // carrying the session as it now is (a reader should reload) before it
 // carries on; when the daemon goes away, watch reconnects with exponential

@@ -185,15 +185,16 @@ func (w *watcher) stream(ctx context.Context, rev uint64) (deleted, progressed b
 	// change is missed, so that is when "watching" is true. (A refusal,
 	// such as OUT_OF_RANGE, comes as the status instead; Recv reports it.)
 	if md, err := stream.Header(); err == nil && md != nil && (!w.announced || w.down) {
-		// In JSON mode stdout carries events only; the notice goes to stderr.
-		out := w.e.stdout
-		if w.e.json {
-			out = w.e.stderr
-		}
-		if w.down {
-			fmt.Fprintf(out, "%s reconnected; watching %s (%s) again after revision %d\n", time.Now().Format("15:04:05"), w.ref.GetId(), safeLine(w.name), rev)
-		} else {
-			fmt.Fprintf(out, "watching %s (%s) from revision %d; interrupt to stop\n", w.ref.GetId(), safeLine(w.name), rev)
+		// In JSON mode stdout carries events only; the notice goes to
+		// stderr, as a JSON object.
+		notice := map[string]any{"watching": w.ref.GetId(), "name": w.name, "from_revision": rev, "reconnected": w.down}
+		switch {
+		case w.e.json:
+			w.e.notice(notice, "")
+		case w.down:
+			fmt.Fprintf(w.e.stdout, "%s reconnected; watching %s (%s) again after revision %d\n", time.Now().Format("15:04:05"), w.ref.GetId(), safeLine(w.name), rev)
+		default:
+			fmt.Fprintf(w.e.stdout, "watching %s (%s) from revision %d; interrupt to stop\n", w.ref.GetId(), safeLine(w.name), rev)
 		}
 		w.announced, w.down = true, false
 	}

@@ -65,8 +65,11 @@ func TestWatchJSON(t *testing.T) {
 	s := d.create(&sessiondv1.CreateSessionRequest{Alias: "json-live"})
 	ref := &sessiondv1.SessionRef{Key: &sessiondv1.SessionRef_Id{Id: s.GetId()}}
 	w := runAsync(t, "--addr", d.addr, "--json", "watch", "json-live")
-	// In JSON mode the notice goes to stderr, keeping stdout for events.
-	waitFor(t, "the watching notice", func() bool { return strings.Contains(w.errb.String(), "watching "+s.GetId()) })
+	// In JSON mode the notice goes to stderr, as JSON, keeping stdout for
+	// events.
+	waitFor(t, "the watching notice", func() bool {
+		return strings.Contains(w.errb.String(), `{"from_revision":1,"name":"json-live","reconnected":false,"watching":"`+s.GetId()+`"}`)
+	})
 	if _, err := d.client.AppendMessages(t.Context(), &sessiondv1.AppendMessagesRequest{Ref: ref, Messages: []*sessiondv1.Message{
 		text(user, "1", "hello"),
 	}}); err != nil {
