@@ -139,14 +139,25 @@ func TestTimeoutOnSilentPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { lis.Close() })
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		lis.Close()
+		<-done
+	})
 	go func() {
+		defer close(done)
+		var conns []net.Conn // accepted, never answered
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
 		for {
 			c, err := lis.Accept()
 			if err != nil {
 				return
 			}
-			t.Cleanup(func() { c.Close() }) // accept, say nothing
+			conns = append(conns, c)
 		}
 	}()
 	for _, args := range [][]string{{"ls"}, {"health"}, {"show", "x"}} {
