@@ -229,8 +229,11 @@ func (c *checker) session(id string) error {
 			return c.find(path, KindCorrupt, detail, nil)
 		}
 		kept, serr := c.salvage(id, dir)
+		if errors.Is(serr, errNoMetadata) {
+			return c.find(path, KindCorrupt, detail+"; "+serr.Error()+", so its folder was moved to quarantine/", c.quarantine(dir))
+		}
 		if serr != nil {
-			return c.find(path, KindCorrupt, detail+"; nothing identifies the session ("+serr.Error()+"), so its folder was moved to quarantine/", c.quarantine(dir))
+			return fmt.Errorf("file: repair %s: %w", c.rel(dir), serr)
 		}
 		return c.find(path, KindCorrupt, detail+"; "+kept, func() error { return nil })
 	}
@@ -303,6 +306,9 @@ func (c *checker) session(id string) error {
 	return nil
 }
 
+// errNoMetadata: salvage found nothing that says which session it is.
+var errNoMetadata = errors.New("nothing identifies the session: its snapshot header and metadata records are all damaged")
+
 // salvage rebuilds the damaged session in dir from what is intact, after
 // copying its files into quarantine/: the metadata of the snapshot's header
 // (or of the journal's last metadata record), every message of every
@@ -312,7 +318,8 @@ func (c *checker) session(id string) error {
 // as a rewrite writes them) whose revision is above any it had or that the
 // checkpoint recorded, so a client or watcher holding a revision never
 // sees it go backwards. It fails, changing nothing in dir, when no
-// metadata can be read; it returns what it kept, for the finding.
+// metadata can be read (errNoMetadata); it returns what it kept, for the
+// finding.
 func (c *checker) salvage(id, dir string) (string, error) {
 	snap, _ := os.ReadFile(filepath.Join(dir, snapshotName))
 	var meta *storage.Session
@@ -388,7 +395,7 @@ func (c *checker) salvage(id, dir string) (string, error) {
 		}
 	}
 	if meta == nil {
-		return "", errors.New("its snapshot header and metadata records are all damaged")
+		return "", errNoMetadata
 	}
 	kept := msgs[:0]
 	for _, m := range msgs {
