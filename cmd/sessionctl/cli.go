@@ -59,7 +59,7 @@ var terminal = isTerminal
 
 // usageTemplate is cobra's default with "usage:" in lower case, as the
 // errors say it.
-const usageTemplate = `usage:{{if .Runnable}} {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}} {{.CommandPath}} COMMAND{{end}}{{if gt (len .Aliases) 0}}
+const usageTemplate = `usage:{{if .HasAvailableSubCommands}} {{.CommandPath}} [flags] COMMAND [ARGS]{{else if .Runnable}} {{.UseLine}}{{end}}{{if gt (len .Aliases) 0}}
 
 Aliases:
   {{.NameAndAliases}}{{end}}{{if .HasExample}}
@@ -83,6 +83,7 @@ Run 'sessionctl help COMMAND' (or 'sessionctl COMMAND --help') for a command's f
 // flags and its help come from here: help, shell completion and the man
 // pages are generated from the same definitions.
 func newRoot(e *env) *cobra.Command {
+	cobra.EnableCommandSorting = false // help lists the commands in the README's order
 	root := &cobra.Command{
 		Use:   "sessionctl",
 		Short: "administer a sessiond daemon",
