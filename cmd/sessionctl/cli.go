@@ -82,8 +82,11 @@ Run 'sessionctl help COMMAND' (or 'sessionctl COMMAND --help') for a command's f
 // newRoot builds the command tree for one invocation. Every command, its
 // flags and its help come from here: help, shell completion and the man
 // pages are generated from the same definitions.
-func newRoot(e *env) *cobra.Command {
+func init() {
 	cobra.EnableCommandSorting = false // help lists the commands in the README's order
+}
+
+func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sessionctl",
 		Short: "administer a sessiond daemon",
