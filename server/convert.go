@@ -80,6 +80,7 @@ func createFromProto(r *sessiondv1.CreateSessionRequest) storage.CreateRequest {
 		Messages:  r.GetMessages(),
 		CreatedAt: timeFromProto(r.GetCreatedAt()),
 		Parent:    forkOriginFromProto(r.GetParent()),
+		Revision:  r.GetRevision(),
 	}
 }
 

@@ -48,6 +48,10 @@ func TestUnaryHappyPaths(t *testing.T) {
 		!sess.GetCreatedAt().AsTime().Equal(created) || len(sess.GetMessages()) != 0 {
 		t.Fatalf("CreateSession answered %v", sess)
 	}
+	// An import starts at the revision it names.
+	if imp := h.create(t, &sessiondv1.CreateSessionRequest{Namespace: "team-a", Revision: 9}); imp.GetRevision() != 9 {
+		t.Fatalf("CreateSession with revision 9 answered revision %d", imp.GetRevision())
+	}
 	if _, err := uuid.Parse(sess.GetId()); err != nil || sess.GetId() != strings.ToLower(sess.GetId()) {
 		t.Fatalf("id %q is not a canonical UUID", sess.GetId())
 	}
@@ -232,6 +236,10 @@ func TestErrorCodes(t *testing.T) {
 		code   codes.Code
 		msgHas string
 	}{
+		{"create revision over the bound", func(ctx context.Context) error {
+			_, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Revision: 1<<62 + 1})
+			return err
+		}, codes.InvalidArgument, "revision"},
 		{"create bad alias", func(ctx context.Context) error {
 			_, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Alias: "has space"})
 			return err

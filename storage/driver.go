@@ -44,7 +44,8 @@ import (
 // that returns nil is durable; a write that fails changed nothing. Every
 // method returns ErrClosed after Close.
 type Driver interface {
-	// Create makes a session with revision 1 holding msgs.Prepared. req.ID is
+	// Create makes a session at revision req.Revision (1 or more; New's
+	// Create sets it) holding msgs.Prepared. req.ID is
 	// "" (the driver draws a new id, a UUIDv7 preferred) or a canonical UUID;
 	// if that id exists, SameCreate decides between answering the existing
 	// session (a retried create) and ErrAlreadyExists. Errors:

@@ -100,6 +100,10 @@ func (p *portable) Create(ctx context.Context, req CreateRequest) (*Session, err
 		}
 		req.Parent = &ForkOrigin{SessionID: id, MessageCount: req.Parent.MessageCount}
 	}
+	if req.Revision > MaxStartRevision {
+		return nil, Invalid("revision", "is %d; the most a new session may start at is %d", req.Revision, uint64(MaxStartRevision))
+	}
+	req.Revision = max(req.Revision, 1)
 	msgs, err := p.messages("messages", req.Messages, true)
 	if err != nil {
 		return nil, err

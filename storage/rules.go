@@ -13,13 +13,13 @@ type StoredAtFunc func(i int) (*sessiondv1.Message, error)
 
 // SameCreate reports whether req, a create naming the id of the existing
 // session cur, is an exact retry of the create that made cur: same
-// namespace, still at revision 1, same alias, title, summary, metadata,
+// namespace, still at its starting revision (req.Revision), same alias, title, summary, metadata,
 // labels, parent, created_at (when req sets it) and messages. A Driver
 // answers cur to a retry and ErrAlreadyExists otherwise. storedAt is called
 // only when the metadata matches.
 func SameCreate(cur *Session, req CreateRequest, msgs Messages, storedAt StoredAtFunc) (bool, error) {
 	p := req.Parent
-	same := cur.Namespace == req.Namespace && cur.Revision == 1 && cur.Alias == req.Alias &&
+	same := cur.Namespace == req.Namespace && cur.Revision == max(req.Revision, 1) && cur.Alias == req.Alias &&
 		cur.Title == req.Title && cur.Summary == req.Summary &&
 		maps.Equal(cur.Metadata, req.Metadata) && maps.Equal(cur.Labels, req.Labels) &&
 		(p == nil) == (cur.Parent == nil) && (p == nil || *p == *cur.Parent) &&

@@ -37,7 +37,8 @@
 //
 // # Revisions and idempotency
 //
-// A new session has revision 1; every change bumps it by one. A write that
+// A new session has revision 1 (or, for an import, the revision
+// CreateRequest.Revision names); every change bumps it by one. A write that
 // changes nothing (an append whose messages are all already there with the
 // same content, a save or update that sets what is already stored, a rewind to
 // the current length) is a no-op: it returns the current state, bumps nothing
@@ -128,7 +129,7 @@ type Session struct {
 type CreateRequest struct {
 	Namespace string
 	// ID is an optional client-chosen UUID. If a session with this ID already
-	// exists in Namespace at revision 1 with the same alias, title, summary,
+	// exists in Namespace at its starting revision with the same alias, title, summary,
 	// metadata, labels, parent and messages, Create returns it (a retried
 	// create); otherwise an existing ID is ErrAlreadyExists.
 	ID       string
@@ -142,7 +143,16 @@ type CreateRequest struct {
 	CreatedAt time.Time
 	// Parent is set by imports of forked sessions.
 	Parent *ForkOrigin
+	// Revision is the revision the new session starts at, set by imports so
+	// that a session exported and imported again never goes back to a
+	// revision a client holds; 0 means 1 (New's Create normalises it, so a
+	// Driver sees 1 or more). At most MaxStartRevision.
+	Revision uint64
 }
+
+// MaxStartRevision bounds CreateRequest.Revision, leaving room for any
+// number of later changes within every backend's 63-bit revision column.
+const MaxStartRevision = 1 << 62
 
 // LoadOptions selects which messages Load returns.
 type LoadOptions struct {
@@ -275,7 +285,7 @@ type Event struct {
 // backend's Driver; tests may wrap it. See the package doc for the contracts
 // every method keeps. Every method returns ErrClosed after Close.
 type Store interface {
-	// Create makes a session with revision 1. Errors: ErrInvalid,
+	// Create makes a session with revision 1 (or req.Revision). Errors: ErrInvalid,
 	// ErrAliasInUse, ErrAlreadyExists, ErrNoSpace.
 	Create(ctx context.Context, req CreateRequest) (*Session, error)
 

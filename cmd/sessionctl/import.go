@@ -306,6 +306,13 @@ func (im *importer) create(ctx context.Context) error {
 	if len(batches) > 0 {
 		first, batches = batches[0], batches[1:]
 	}
+	// Start where the exported session was, less the appends still to come,
+	// so that it ends at its exported revision (above it only when it has
+	// more batches than revisions): never behind what a client holds.
+	start := uint64(1)
+	if r, n := s.GetRevision(), uint64(len(batches)); r > n {
+		start = r - n
+	}
 	resp, err := im.c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{
 		Namespace: ns,
 		Id:        id,
@@ -317,6 +324,7 @@ func (im *importer) create(ctx context.Context) error {
 		Messages:  first,
 		CreatedAt: s.GetCreatedAt(),
 		Parent:    parent,
+		Revision:  start,
 	})
 	if err != nil {
 		if status.Code(err) == codes.AlreadyExists {

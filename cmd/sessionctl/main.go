@@ -85,7 +85,9 @@
 // so a hand-written file works too; after editing the JSON of a line with
 // "proto", delete its "proto" so that the edit takes effect. Import keeps
 // each session's id, alias, title, summary, metadata, labels, created_at and
-// fork parent; revision and updated_at are set anew by the daemon. Sessions
+// fork parent, and its revision (CreateSessionRequest.revision; only a session
+// with fewer revisions than import batches ends above it, never below);
+// updated_at is set anew by the daemon. Sessions
 // go into the namespace recorded in the session line, unless --namespace (or
 // SESSIOND_NAMESPACE) names another: then each session is copied there under
 // a new id, a name-based UUID of the namespace and the source id (the same

@@ -60,7 +60,7 @@ func (v *view) storedAt(i int) (*sessiondv1.Message, error) {
 	return unmarshalMessage(v.meta.ID, v.msgs[i])
 }
 
-// Create makes a session with revision 1.
+// Create makes a session at revision req.Revision.
 func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs storage.Messages) (*storage.Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -79,7 +79,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 	}
 	meta := &storage.Session{
 		ID: req.ID, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, Summary: req.Summary,
-		CreatedAt: created, UpdatedAt: t, Revision: 1, MessageCount: int64(len(enc)),
+		CreatedAt: created, UpdatedAt: t, Revision: max(req.Revision, 1), MessageCount: int64(len(enc)),
 		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels),
 	}
 	if req.Parent != nil {

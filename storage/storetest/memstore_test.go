@@ -193,7 +193,7 @@ func (s *memStore) Create(_ context.Context, req storage.CreateRequest, msgs sto
 		}
 		se := &memSession{msgs: msgs.Prepared, meta: storage.Session{
 			ID: id, Namespace: req.Namespace, Title: req.Title, Summary: req.Summary,
-			CreatedAt: created, UpdatedAt: now, Revision: 1, MessageCount: int64(len(msgs.Prepared)),
+			CreatedAt: created, UpdatedAt: now, Revision: max(req.Revision, 1), MessageCount: int64(len(msgs.Prepared)),
 			Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels),
 		}}
 		if req.Parent != nil {

@@ -1007,7 +1007,12 @@ type CreateSessionRequest struct {
 	// Optional creation time, for imports; default now.
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// Optional fork origin, for imports.
-	Parent        *ForkOrigin `protobuf:"bytes,10,opt,name=parent,proto3" json:"parent,omitempty"`
+	Parent *ForkOrigin `protobuf:"bytes,10,opt,name=parent,proto3" json:"parent,omitempty"`
+	// Optional starting revision, for imports: the new session has this
+	// revision instead of 1, so that a session exported and imported again
+	// never goes back to a revision a watcher or a client already holds.
+	// 0 means 1.
+	Revision      uint64 `protobuf:"varint,11,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1110,6 +1115,13 @@ func (x *CreateSessionRequest) GetParent() *ForkOrigin {
 		return x.Parent
 	}
 	return nil
+}
+
+func (x *CreateSessionRequest) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 // The response of CreateSession.
@@ -2732,7 +2744,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x11max_map_key_bytes\x18\x05 \x01(\x03R\x0emaxMapKeyBytes\x12-\n" +
 	"\x13max_map_value_bytes\x18\x06 \x01(\x03R\x10maxMapValueBytes\x12*\n" +
 	"\x11max_summary_bytes\x18\a \x01(\x03R\x0fmaxSummaryBytes\x12*\n" +
-	"\x11max_session_bytes\x18\b \x01(\x03R\x0fmaxSessionBytes\"\xb4\x04\n" +
+	"\x11max_session_bytes\x18\b \x01(\x03R\x0fmaxSessionBytes\"\xd0\x04\n" +
 	"\x14CreateSessionRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05alias\x18\x02 \x01(\tR\x05alias\x12\x14\n" +
@@ -2745,7 +2757,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12/\n" +
 	"\x06parent\x18\n" +
-	" \x01(\v2\x17.sessiond.v1.ForkOriginR\x06parent\x1a;\n" +
+	" \x01(\v2\x17.sessiond.v1.ForkOriginR\x06parent\x12\x1a\n" +
+	"\brevision\x18\v \x01(\x04R\brevision\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

@@ -22,7 +22,7 @@ DESCRIPTOR = _descriptor.FileDescriptor(
   name='sessiond/v1/sessiond.proto',
   package='sessiond.v1',
   syntax='proto3',
-  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\x81\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xf9\x03\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\xc7\x03\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"g\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xb5\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"A\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\x9d\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x16\n\x14GetServerInfoRequest\"d\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x89\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x32\xfc\x08\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
+  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\x81\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xf9\x03\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\xd9\x03\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"g\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xb5\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"A\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\x9d\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x16\n\x14GetServerInfoRequest\"d\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x89\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x32\xfc\x08\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
   ,
   dependencies=[google_dot_protobuf_dot_field__mask__pb2.DESCRIPTOR,google_dot_protobuf_dot_timestamp__pb2.DESCRIPTOR,])
 
@@ -55,8 +55,8 @@ _ROLE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=4731,
-  serialized_end=4826,
+  serialized_start=4749,
+  serialized_end=4844,
 )
 _sym_db.RegisterEnumDescriptor(_ROLE)
 
@@ -90,8 +90,8 @@ _EVENTTYPE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=4829,
-  serialized_end=4966,
+  serialized_start=4847,
+  serialized_end=4984,
 )
 _sym_db.RegisterEnumDescriptor(_EVENTTYPE)
 
@@ -915,6 +915,13 @@ _CREATESESSIONREQUEST = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='revision', full_name='sessiond.v1.CreateSessionRequest.revision', index=10,
+      number=11, type=4, cpp_type=4, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -928,7 +935,7 @@ _CREATESESSIONREQUEST = _descriptor.Descriptor(
   oneofs=[
   ],
   serialized_start=1598,
-  serialized_end=2053,
+  serialized_end=2071,
 )
 
 
@@ -958,8 +965,8 @@ _CREATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2055,
-  serialized_end=2117,
+  serialized_start=2073,
+  serialized_end=2135,
 )
 
 
@@ -989,8 +996,8 @@ _GETSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2119,
-  serialized_end=2176,
+  serialized_start=2137,
+  serialized_end=2194,
 )
 
 
@@ -1020,8 +1027,8 @@ _GETSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2178,
-  serialized_end=2237,
+  serialized_start=2196,
+  serialized_end=2255,
 )
 
 
@@ -1072,8 +1079,8 @@ _LOADSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2239,
-  serialized_end=2342,
+  serialized_start=2257,
+  serialized_end=2360,
 )
 
 
@@ -1110,8 +1117,8 @@ _LOADSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2344,
-  serialized_end=2444,
+  serialized_start=2362,
+  serialized_end=2462,
 )
 
 
@@ -1220,8 +1227,8 @@ _LISTSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2447,
-  serialized_end=2756,
+  serialized_start=2465,
+  serialized_end=2774,
 )
 
 
@@ -1258,8 +1265,8 @@ _LISTSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2758,
-  serialized_end=2844,
+  serialized_start=2776,
+  serialized_end=2862,
 )
 
 
@@ -1361,8 +1368,8 @@ _SAVESESSIONHEADER = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2847,
-  serialized_end=3103,
+  serialized_start=2865,
+  serialized_end=3121,
 )
 
 
@@ -1399,8 +1406,8 @@ _SAVESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3105,
-  serialized_end=3213,
+  serialized_start=3123,
+  serialized_end=3231,
 )
 
 
@@ -1430,8 +1437,8 @@ _SAVESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3215,
-  serialized_end=3275,
+  serialized_start=3233,
+  serialized_end=3293,
 )
 
 
@@ -1475,8 +1482,8 @@ _APPENDMESSAGESREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3278,
-  serialized_end=3406,
+  serialized_start=3296,
+  serialized_end=3424,
 )
 
 
@@ -1513,8 +1520,8 @@ _APPENDMESSAGESRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3408,
-  serialized_end=3473,
+  serialized_start=3426,
+  serialized_end=3491,
 )
 
 
@@ -1565,8 +1572,8 @@ _UPDATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3476,
-  serialized_end=3651,
+  serialized_start=3494,
+  serialized_end=3669,
 )
 
 
@@ -1596,8 +1603,8 @@ _UPDATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3653,
-  serialized_end=3715,
+  serialized_start=3671,
+  serialized_end=3733,
 )
 
 
@@ -1634,8 +1641,8 @@ _DELETESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3717,
-  serialized_end=3804,
+  serialized_start=3735,
+  serialized_end=3822,
 )
 
 
@@ -1658,8 +1665,8 @@ _DELETESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3806,
-  serialized_end=3829,
+  serialized_start=3824,
+  serialized_end=3847,
 )
 
 
@@ -1710,8 +1717,8 @@ _FORKSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3831,
-  serialized_end=3942,
+  serialized_start=3849,
+  serialized_end=3960,
 )
 
 
@@ -1741,8 +1748,8 @@ _FORKSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3944,
-  serialized_end=4004,
+  serialized_start=3962,
+  serialized_end=4022,
 )
 
 
@@ -1786,8 +1793,8 @@ _REWINDSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4006,
-  serialized_end=4116,
+  serialized_start=4024,
+  serialized_end=4134,
 )
 
 
@@ -1817,8 +1824,8 @@ _REWINDSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4118,
-  serialized_end=4180,
+  serialized_start=4136,
+  serialized_end=4198,
 )
 
 
@@ -1862,8 +1869,8 @@ _SEARCHSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4182,
-  serialized_end=4254,
+  serialized_start=4200,
+  serialized_end=4272,
 )
 
 
@@ -1907,8 +1914,8 @@ _SEARCHSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4256,
-  serialized_end=4359,
+  serialized_start=4274,
+  serialized_end=4377,
 )
 
 
@@ -1945,8 +1952,8 @@ _WATCHSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4361,
-  serialized_end=4443,
+  serialized_start=4379,
+  serialized_end=4461,
 )
 
 
@@ -1997,8 +2004,8 @@ _WATCHSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4446,
-  serialized_end=4603,
+  serialized_start=4464,
+  serialized_end=4621,
 )
 
 
@@ -2021,8 +2028,8 @@ _GETSERVERINFOREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4605,
-  serialized_end=4627,
+  serialized_start=4623,
+  serialized_end=4645,
 )
 
 
@@ -2066,8 +2073,8 @@ _GETSERVERINFORESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4629,
-  serialized_end=4729,
+  serialized_start=4647,
+  serialized_end=4747,
 )
 
 _CONTENTPART.fields_by_name['blob'].message_type = _BLOB
@@ -2514,8 +2521,8 @@ _SESSIONSTORESERVICE = _descriptor.ServiceDescriptor(
   file=DESCRIPTOR,
   index=0,
   options=None,
-  serialized_start=4969,
-  serialized_end=6117,
+  serialized_start=4987,
+  serialized_end=6135,
   methods=[
   _descriptor.MethodDescriptor(
     name='CreateSession',
