@@ -11,7 +11,8 @@
 #   vet          go vet ./...
 #   staticcheck  staticcheck ./...
 #   fuzz         every FuzzXxx target for $FUZZTIME (default 5s)
-#   test         go test -race ./... (unit, conformance, integration, clients)
+#   test         go test -race ./... (unit, conformance, integration, clients),
+#                against a private PostgreSQL (scripts/postgres.sh)
 #
 # Every check runs even after one fails; the summary at the end names the
 # failed ones, and the exit status is non-zero if any failed.
@@ -102,6 +103,13 @@ check_fuzz() {
 }
 
 check_test() {
+	# A private PostgreSQL for the storage/postgres and integration tests,
+	# stopped when this check ends (scripts/postgres.sh).
+	local pgdir
+	pgdir=$(mktemp -d -t sessiond-pg.XXXXXX)
+	trap 'bash scripts/postgres.sh stop "$pgdir"' EXIT
+	SESSIOND_TEST_POSTGRES_DSN=$(bash scripts/postgres.sh start "$pgdir")
+	export SESSIOND_TEST_POSTGRES_DSN
 	# -count=1: the integration tests drive binaries built from other
 	# packages, which the test cache does not track.
 	go test -race -count=1 -timeout 15m ./...
