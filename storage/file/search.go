@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/sessiond/sessiond/storage"
 )
@@ -41,7 +40,7 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 		}
 		meta := cloneMeta(v.meta)
 		for _, f := range []string{v.meta.Title, v.meta.Alias, v.meta.Summary} {
-			if snip, ok := snippet(f, q); ok {
+			if snip, ok := storage.Snippet(f, q); ok {
 				if err := emit(storage.SearchHit{Session: meta, MessageIndex: -1, Snippet: snip}); err != nil {
 					return stopOK(err)
 				}
@@ -53,17 +52,8 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 			if err != nil {
 				break // damaged message: skip the rest of this session
 			}
-			texts := []string{msg.GetContent()}
-			for _, p := range msg.GetParts() {
-				if t := p.GetText(); t != "" {
-					texts = append(texts, t)
-				}
-			}
-			for _, tc := range msg.GetToolCalls() {
-				texts = append(texts, tc.GetArguments())
-			}
-			for _, t := range texts {
-				if snip, ok := snippet(t, q); ok {
+			for _, t := range storage.MessageTexts(msg) {
+				if snip, ok := storage.Snippet(t, q); ok {
 					if err := emit(storage.SearchHit{Session: cloneMeta(meta), MessageIndex: int64(i), Snippet: snip}); err != nil {
 						return stopOK(err)
 					}
@@ -82,26 +72,4 @@ func stopOK(err error) error {
 		return nil
 	}
 	return err
-}
-
-// snippet finds lowered query q in text case-insensitively and returns up to
-// about 60 bytes either side of it, cut at rune boundaries.
-func snippet(text, q string) (string, bool) {
-	low := strings.ToLower(text)
-	i := strings.Index(low, q)
-	if i < 0 {
-		return "", false
-	}
-	if len(low) != len(text) {
-		text = low // lowering changed byte lengths: offsets only fit the lowered text
-	}
-	const ctx = 60
-	from, to := max(0, i-ctx), min(len(text), i+len(q)+ctx)
-	for from > 0 && !utf8.RuneStart(text[from]) {
-		from--
-	}
-	for to < len(text) && !utf8.RuneStart(text[to]) {
-		to++
-	}
-	return text[from:to], true
 }

@@ -1,0 +1,52 @@
+package storage
+
+import "errors"
+
+// ErrUnavailable: the backend cannot reach its database right now (a
+// networked backend); nothing was written, and the call may be retried.
+// Servers answer it UNAVAILABLE.
+var ErrUnavailable = errors.New("storage unavailable")
+
+// SubscribeReplay is Subscribe for a backend that keeps watch history
+// itself (in its database, shared by replicas): the subscription receives
+// replay first (the events after the watcher's from_revision, in order, at
+// most WatchHistory of them), then what Publish delivers. The backend calls
+// it under the same serialisation as its Publish calls for the session, so
+// that no event falls between replay and the live ones.
+func (b *Broker) SubscribeReplay(sessionID string, replay []Event) (*Subscription, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	if len(replay) > WatchBuffer {
+		replay = replay[len(replay)-WatchBuffer:]
+	}
+	s := &Subscription{broker: b, sessionID: sessionID, ch: make(chan Event, WatchBuffer)}
+	for _, ev := range replay {
+		s.ch <- ev
+	}
+	if b.subs[sessionID] == nil {
+		b.subs[sessionID] = make(map[*Subscription]struct{})
+	}
+	b.subs[sessionID][s] = struct{}{}
+	return s, nil
+}
+
+// Reset ends every subscription to sessionID with err (which should wrap
+// ErrWatchReset): the backend can no longer tell those watchers every
+// change, for instance because the history they still need was trimmed.
+func (b *Broker) Reset(sessionID string, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.subs[sessionID] {
+		b.endLocked(s, err)
+	}
+}
+
+// Watched reports whether sessionID has a subscriber.
+func (b *Broker) Watched(sessionID string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.subs[sessionID]) > 0
+}

@@ -1,0 +1,59 @@
+// Package postgres is the scale-out storage driver: sessions in one
+// PostgreSQL database that any number of sessiond replicas share, with the
+// same guarantees one daemon on the file driver gives. Wrap it with
+// storage.New; it implements storage.Driver and receives only valid
+// requests.
+//
+// # Schema
+//
+// Open creates or migrates the schema from the versioned SQL files embedded
+// from migrations/, with tern under its advisory lock (replicas starting
+// together migrate once); the version is recorded in schema_migrations. A
+// database whose schema is newer than this binary knows is a start-up error,
+// never a silent downgrade.
+//
+//   - sessions: one row per session. Client-set strings that may hold NUL
+//     (title, summary, metadata, labels, parent) are JSON bytes in meta;
+//     beside it are the columns that listing and search query: namespace,
+//     alias (unique per namespace), updated_ns (index sessions_list on
+//     namespace, updated_ns DESC, id: the list order), label_pairs (GIN) and
+//     meta_search (pg_trgm GIN). Times are Unix nanoseconds.
+//   - messages: one row per message: its protobuf encoding (body; fields
+//     this version does not know survive), its position, its id (unique per
+//     session: idempotent appends), and its lowered text (pg_trgm GIN).
+//   - events: the last storage.WatchHistory events of each session, with
+//     the session's metadata after the change and the appended messages.
+//
+// # Concurrency
+//
+// Every write is one read-committed transaction that first locks the
+// session's row (SELECT ... FOR UPDATE), then applies the shared rules of
+// package storage (CheckAppend, CheckRevision, SameSave, ApplyUpdate, ...)
+// to what it read, so two replicas never both write on top of the same
+// revision: the second waits for the first to commit and then sees its
+// revision. Creates race on the primary key and the (namespace, alias)
+// unique key: exactly one wins. Reads (Get, Load) run in a read-only
+// repeatable-read transaction: one snapshot. Listing and search read keyset
+// pages of their indexes, with no transaction held while yield runs.
+//
+// # Durability
+//
+// A write returns nil after its transaction commits. With PostgreSQL's
+// defaults (fsync = on, synchronous_commit = on) a committed transaction is
+// on the server's disk; with a synchronous standby, also there.
+//
+// # Watch
+//
+// A write adds its event to the events table and calls pg_notify in its
+// transaction. Each Store keeps one LISTEN connection while anything is
+// watched; a notification (or a poll every Options.PollInterval, or a
+// reconnect) makes it read the watched sessions' events after the last one
+// it delivered, so watchers on every replica see every change in order
+// without gaps, and a lost notification only delays them. A from_revision
+// older than the kept history, or a gap after trimming, is ErrWatchReset.
+//
+// # Errors
+//
+// A database that cannot be reached is storage.ErrUnavailable; a full disk
+// storage.ErrNoSpace. Errors never contain the DSN's password.
+package postgres

@@ -1,0 +1,200 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sessiond/sessiond/storage"
+)
+
+// listPage is how many sessions one keyset page of a listing reads.
+const listPage = 2000
+
+// List yields sessions in list order, reading keyset pages of the
+// sessions_list index; no transaction or lock is held while yield runs.
+func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*storage.Session) error) error {
+	after := opts.After
+	left := opts.Limit
+	for {
+		page := int64(listPage)
+		if left > 0 {
+			page = min(page, left)
+		}
+		var got []*storage.Session
+		if err := s.withConn(ctx, func(q querier) error {
+			var err error
+			got, err = listPage1(ctx, q, opts, after, page)
+			return err
+		}); err != nil {
+			return err
+		}
+		for _, m := range got {
+			if err := yield(m); err != nil {
+				return err
+			}
+		}
+		if int64(len(got)) < page {
+			return nil
+		}
+		if left > 0 {
+			if left -= int64(len(got)); left == 0 {
+				return nil
+			}
+		}
+		last := got[len(got)-1]
+		after = &storage.Cursor{UpdatedAt: last.UpdatedAt, ID: last.ID}
+	}
+}
+
+// querier is what pool connections and transactions share.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// withConn runs fn on a pooled connection (no transaction).
+func (s *Store) withConn(ctx context.Context, fn func(q querier) error) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return wrapErr(fn(s.pool))
+}
+
+// listWhere builds the filter of a listing; the first argument is the
+// namespace.
+func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) {
+	where := []string{"namespace = $1"}
+	args := []any{opts.Namespace}
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if opts.AliasPrefix != "" {
+		where = append(where, "starts_with(alias, "+arg(opts.AliasPrefix)+")")
+	}
+	if len(opts.Labels) > 0 {
+		where = append(where, "label_pairs @> "+arg(labelPairs(opts.Labels))+"::bytea[]")
+	}
+	if !opts.UpdatedAfter.IsZero() {
+		where = append(where, "updated_ns > "+arg(opts.UpdatedAfter.UnixNano()))
+	}
+	if !opts.UpdatedBefore.IsZero() {
+		where = append(where, "updated_ns < "+arg(opts.UpdatedBefore.UnixNano()))
+	}
+	if after != nil {
+		// The first condition bounds the index scan; the second skips the
+		// rows at the cursor's own time up to its id.
+		t, id := arg(after.UpdatedAt.UnixNano()), arg(after.ID)
+		where = append(where, fmt.Sprintf("updated_ns <= %s AND (updated_ns < %s OR id::text > %s)", t, t, id))
+	}
+	return strings.Join(where, " AND "), args
+}
+
+func listPage1(ctx context.Context, q querier, opts storage.ListOptions, after *storage.Cursor, n int64) ([]*storage.Session, error) {
+	where, args := listWhere(opts, after)
+	args = append(args, n)
+	rows, err := q.Query(ctx, fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, id LIMIT $%d", sessionCols, where, len(args)), args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*storage.Session, error) { return scanSession(r) })
+}
+
+// searchPage is how many candidate sessions one search page reads.
+const searchPage = 200
+
+// Search finds hits with the trigram indexes (sessions_search,
+// messages_search) and checks each candidate on its real strings, session
+// by session in list order.
+func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield func(storage.SearchHit) error) error {
+	q := strings.ToLower(opts.Query)
+	pattern := "%" + likeEscape(searchText(opts.Query)) + "%"
+	hits := int64(0)
+	var after *storage.Cursor
+	for {
+		var cands []*storage.Session
+		err := s.withConn(ctx, func(qr querier) error {
+			where, args := listWhere(storage.ListOptions{Namespace: opts.Namespace}, after)
+			args = append(args, pattern, searchPage)
+			p := len(args) - 1
+			rows, err := qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (meta_search LIKE $%d
+				OR EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id AND m.search LIKE $%d))
+				ORDER BY updated_ns DESC, id LIMIT $%d`, sessionCols, where, p, p, p+1), args...)
+			if err != nil {
+				return err
+			}
+			cands, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*storage.Session, error) { return scanSession(r) })
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, m := range cands {
+			found, err := s.searchSession(ctx, m, q, pattern)
+			if err != nil {
+				return err
+			}
+			for _, h := range found {
+				if opts.Limit > 0 && hits >= opts.Limit {
+					return nil
+				}
+				hits++
+				if err := yield(h); err != nil {
+					return err
+				}
+			}
+		}
+		if len(cands) < searchPage {
+			return nil
+		}
+		last := cands[len(cands)-1]
+		after = &storage.Cursor{UpdatedAt: last.UpdatedAt, ID: last.ID}
+	}
+}
+
+// searchSession returns m's hits: its metadata hit first, then its
+// messages' in order. A message that does not decode ends the session's
+// hits (damaged sessions are skipped, as documented).
+func (s *Store) searchSession(ctx context.Context, m *storage.Session, q, pattern string) ([]storage.SearchHit, error) {
+	var out []storage.SearchHit
+	for _, f := range []string{m.Title, m.Alias, m.Summary} {
+		if snip, ok := storage.Snippet(f, q); ok {
+			out = append(out, storage.SearchHit{Session: clone(m), MessageIndex: -1, Snippet: snip})
+			break
+		}
+	}
+	err := s.withConn(ctx, func(qr querier) error {
+		rows, err := qr.Query(ctx, `SELECT pos, body FROM messages WHERE session_id = $1 AND search LIKE $2 ORDER BY pos`, m.ID, pattern)
+		if err != nil {
+			return err
+		}
+		var pos int64
+		var body []byte
+		_, err = pgx.ForEachRow(rows, []any{&pos, &body}, func() error {
+			msg, err := decode(m.ID, body)
+			if err != nil {
+				return err
+			}
+			for _, t := range storage.MessageTexts(msg) {
+				if snip, ok := storage.Snippet(t, q); ok {
+					out = append(out, storage.SearchHit{Session: clone(m), MessageIndex: pos, Snippet: snip})
+					break
+				}
+			}
+			return nil
+		})
+		return err
+	})
+	return out, err
+}
+
+// likeEscape escapes LIKE's wildcards (the default escape is backslash).
+func likeEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}

@@ -1,0 +1,48 @@
+-- Version 1: sessions, their messages, and each session's recent events.
+--
+-- Strings a client sets (title, summary, metadata, labels, parent) may hold
+-- NUL, which PostgreSQL text cannot, so they live in the "meta" column as
+-- JSON bytes; the columns beside it are what listing, search and
+-- idempotency query. Times are Unix nanoseconds (exact, unlike timestamptz).
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+
+CREATE TABLE sessions (
+	id            uuid PRIMARY KEY,
+	namespace     text   NOT NULL,
+	alias         text,                 -- NULL: no alias
+	created_ns    bigint NOT NULL,
+	updated_ns    bigint NOT NULL,
+	revision      bigint NOT NULL,
+	message_count bigint NOT NULL,
+	meta          bytea  NOT NULL,      -- JSON: title, summary, metadata, labels, parent
+	label_pairs   bytea[] NOT NULL,     -- one entry per label, for containment filters
+	meta_search   text   NOT NULL,      -- lowered title, alias, summary, NUL-free
+	UNIQUE (namespace, alias)
+);
+-- The list order: newest update first, then id; keyset pages walk it.
+CREATE INDEX sessions_list ON sessions (namespace, updated_ns DESC, id);
+CREATE INDEX sessions_labels ON sessions USING gin (label_pairs);
+CREATE INDEX sessions_search ON sessions USING gin (meta_search gin_trgm_ops);
+
+CREATE TABLE messages (
+	session_id uuid   NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+	pos        bigint NOT NULL,       -- 0-based index in the session
+	msg_id     text   NOT NULL,
+	body       bytea  NOT NULL,       -- the protobuf encoding, unknown fields kept
+	search     text   NOT NULL,       -- lowered searchable text, NUL-free
+	PRIMARY KEY (session_id, pos),
+	UNIQUE (session_id, msg_id)      -- idempotent append
+);
+CREATE INDEX messages_search ON messages USING gin (search gin_trgm_ops);
+
+-- The last events of every session, for watchers on any replica: a write
+-- adds its event in its own transaction and NOTIFYs sessiond_events; a
+-- watcher reads the rows, so a lost notification loses nothing.
+CREATE TABLE events (
+	session_id uuid    NOT NULL,
+	revision   bigint  NOT NULL,
+	type       smallint NOT NULL,
+	session    bytea   NOT NULL,     -- JSON of the session's metadata after the change
+	messages   bytea[],              -- appended messages' encodings
+	PRIMARY KEY (session_id, revision)
+);

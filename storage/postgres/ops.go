@@ -1,0 +1,646 @@
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+// sessionCols are the sessions columns scanSession reads, in its order.
+const sessionCols = `id::text, namespace, coalesce(alias, ''), created_ns, updated_ns, revision, message_count, meta`
+
+// The unique constraints whose violation means something to a client.
+const (
+	aliasKey   = "sessions_namespace_alias_key"
+	sessionKey = "sessions_pkey"
+)
+
+func scanSession(row pgx.Row) (*storage.Session, error) {
+	var (
+		m            storage.Session
+		created, upd int64
+		rev          int64
+		meta         []byte
+	)
+	if err := row.Scan(&m.ID, &m.Namespace, &m.Alias, &created, &upd, &rev, &m.MessageCount, &meta); err != nil {
+		return nil, err
+	}
+	var mj metaJSON
+	if err := json.Unmarshal(meta, &mj); err != nil {
+		return nil, fmt.Errorf("postgres: session %s metadata does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
+	}
+	m.CreatedAt, m.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, upd).UTC()
+	m.Revision = uint64(rev)
+	m.Title, m.Summary, m.Metadata, m.Labels, m.Parent = mj.Title, mj.Summary, mj.Metadata, mj.Labels, mj.Parent
+	return &m, nil
+}
+
+// refWhere returns the WHERE clause and arguments selecting ref's session.
+func refWhere(ref storage.Ref) (string, []any) {
+	if ref.ID != "" {
+		return "namespace = $1 AND id = $2::uuid", []any{ref.Namespace, ref.ID}
+	}
+	return "namespace = $1 AND alias = $2", []any{ref.Namespace, ref.Alias}
+}
+
+func notFound(ref storage.Ref) error {
+	if ref.ID != "" {
+		return fmt.Errorf("postgres: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
+	}
+	return fmt.Errorf("postgres: session with alias %q in namespace %q: %w", ref.Alias, ref.Namespace, storage.ErrNotFound)
+}
+
+// getSession reads ref's session in q; lock is "" or "FOR UPDATE".
+func getSession(ctx context.Context, q pgx.Tx, ref storage.Ref, lock string) (*storage.Session, error) {
+	where, args := refWhere(ref)
+	m, err := scanSession(q.QueryRow(ctx, "SELECT "+sessionCols+" FROM sessions WHERE "+where+" "+lock, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound(ref)
+	}
+	return m, err
+}
+
+// withTx runs fn in a read-committed transaction and commits it. A write
+// that fails changes nothing: the transaction rolls back.
+func (s *Store) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := pgx.BeginFunc(ctx, s.pool, fn)
+	return wrapErr(err)
+}
+
+// withSnapshot runs fn in a read-only repeatable-read transaction: one
+// consistent snapshot.
+func (s *Store) withSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+	return wrapErr(err)
+}
+
+// wrapErr maps pgx errors, leaving errors that already wrap a storage
+// sentinel (returned by the rule functions) as they are.
+func wrapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, e := range []error{storage.ErrNotFound, storage.ErrConflict, storage.ErrAliasInUse, storage.ErrAlreadyExists,
+		storage.ErrMessageConflict, storage.ErrInvalid, storage.ErrDataLoss, storage.ErrNoSpace, storage.ErrUnavailable, storage.ErrClosed} {
+		if errors.Is(err, e) {
+			return err
+		}
+	}
+	return mapErr(err)
+}
+
+// now returns the current time in Unix nanoseconds, strictly after prev so
+// that every change moves updated_at forward.
+func now(prev time.Time) time.Time {
+	t := time.Now().UTC()
+	if !t.After(prev) {
+		t = prev.Add(time.Microsecond)
+	}
+	return t
+}
+
+// searchText is what search matches against: lowered, NUL replaced (text
+// columns cannot hold it). The index only narrows candidates; hits are
+// checked on the real strings.
+func searchText(parts ...string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.Join(parts, "\n")), "\x00", "\uFFFD")
+}
+
+// labelPairs encodes labels for the containment filter: each pair is the
+// key's length, the key and the value.
+func labelPairs(labels map[string]string) [][]byte {
+	out := make([][]byte, 0, len(labels))
+	for k, v := range labels {
+		b := binary.AppendUvarint(nil, uint64(len(k)))
+		out = append(out, append(append(b, k...), v...))
+	}
+	return out
+}
+
+// sessionRow is the columns of m that insertSession and updateSession
+// write beside its id: alias (NULL for none), meta, label pairs, search text.
+func sessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string, err error) {
+	if m.Alias != "" {
+		alias = m.Alias
+	}
+	meta, err = encodeMeta(m)
+	return alias, meta, labelPairs(m.Labels), searchText(m.Title, m.Alias, m.Summary), err
+}
+
+// aliasErr turns a violation of the alias key into ErrAliasInUse.
+func aliasErr(err error, m *storage.Session) error {
+	if uniqueViolation(err, aliasKey) {
+		return fmt.Errorf("alias %q is in use in namespace %q: %w", m.Alias, m.Namespace, storage.ErrAliasInUse)
+	}
+	return err
+}
+
+// insertSession inserts m (its ID set) with no messages yet.
+func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
+	alias, meta, labels, search, err := sessionRow(m)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		m.ID, m.Namespace, alias, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount,
+		meta, labels, search)
+	return aliasErr(err, m)
+}
+
+// updateSession writes m's metadata, revision and count.
+func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
+	alias, meta, labels, search, err := sessionRow(m)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE sessions SET alias = $2, updated_ns = $3, revision = $4, message_count = $5, meta = $6, label_pairs = $7, meta_search = $8
+		WHERE id = $1`, m.ID, alias, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, meta, labels, search)
+	return aliasErr(err, m)
+}
+
+// insertMessages stores msgs at positions from, from+1, ... of session id.
+func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs []*sessiondv1.Message) ([][]byte, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	ids, bodies, texts := make([]string, len(msgs)), make([][]byte, len(msgs)), make([]string, len(msgs))
+	for i, m := range msgs {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
+		}
+		ids[i], bodies[i], texts[i] = m.GetId(), b, searchText(storage.MessageTexts(m)...)
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search)
+		SELECT $1, $2 + t.ord - 1, t.mid, t.body, t.search
+		FROM unnest($3::text[], $4::bytea[], $5::text[]) WITH ORDINALITY AS t(mid, body, search, ord)`,
+		id, from, ids, bodies, texts)
+	return bodies, err
+}
+
+// addEvent records the change m (after it) for watchers on every replica,
+// trims the session's history, and notifies; all inside the write's
+// transaction, so the event exists exactly when the change does.
+func addEvent(ctx context.Context, tx pgx.Tx, typ storage.EventType, m *storage.Session, bodies [][]byte) error {
+	snap, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO events (session_id, revision, type, session, messages) VALUES ($1, $2, $3, $4, $5)`,
+		m.ID, int64(m.Revision), int16(typ), snap, bodies)
+	b.Queue(`DELETE FROM events WHERE session_id = $1 AND revision <= $2`, m.ID, int64(m.Revision)-historyEvents)
+	b.Queue(`SELECT pg_notify('`+notifyChannel+`', $1)`, m.ID)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// storedAt returns a StoredAtFunc over session id's messages, read at the
+// first call.
+func storedAt(ctx context.Context, tx pgx.Tx, id string) storage.StoredAtFunc {
+	var msgs []*sessiondv1.Message
+	loaded := false
+	return func(i int) (*sessiondv1.Message, error) {
+		if !loaded {
+			var err error
+			if msgs, err = readMessages(ctx, tx, id, 0, -1); err != nil {
+				return nil, err
+			}
+			loaded = true
+		}
+		if i >= len(msgs) {
+			return nil, fmt.Errorf("postgres: session %s has no message %d: %w", id, i, storage.ErrDataLoss)
+		}
+		return msgs[i], nil
+	}
+}
+
+// readMessages decodes session id's messages from position from, at most
+// limit of them (-1: all).
+func readMessages(ctx context.Context, tx pgx.Tx, id string, from, limit int64) ([]*sessiondv1.Message, error) {
+	rows, err := tx.Query(ctx, `SELECT body FROM messages WHERE session_id = $1 AND pos >= $2 ORDER BY pos LIMIT $3`,
+		id, from, pgLimit(limit))
+	if err != nil {
+		return nil, err
+	}
+	bodies, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*sessiondv1.Message, len(bodies))
+	for i, b := range bodies {
+		if out[i], err = decode(id, b); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func decode(id string, b []byte) (*sessiondv1.Message, error) {
+	m := &sessiondv1.Message{}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("postgres: a message of session %s does not decode: %v: %w", id, err, storage.ErrDataLoss)
+	}
+	return m, nil
+}
+
+// pgLimit turns "-1 or 0 = all" into SQL's LIMIT NULL.
+func pgLimit(n int64) any {
+	if n <= 0 {
+		return nil
+	}
+	return n
+}
+
+func clone(m *storage.Session) *storage.Session {
+	c := *m
+	c.Metadata, c.Labels = maps.Clone(m.Metadata), maps.Clone(m.Labels)
+	if m.Parent != nil {
+		p := *m.Parent
+		c.Parent = &p
+	}
+	return &c
+}
+
+// Create makes a session; see storage.Driver.
+func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs storage.Messages) (*storage.Session, error) {
+	t := now(time.Time{})
+	m := &storage.Session{
+		ID: req.ID, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, Summary: req.Summary,
+		CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: int64(len(msgs.Prepared)),
+		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels),
+	}
+	if !req.CreatedAt.IsZero() {
+		m.CreatedAt = req.CreatedAt.UTC()
+		if m.CreatedAt.After(t) {
+			m.UpdatedAt = m.CreatedAt
+		}
+	}
+	if req.Parent != nil {
+		p := *req.Parent
+		m.Parent = &p
+	}
+	fixed := m.ID != ""
+	if !fixed {
+		m.ID = uuid.Must(uuid.NewV7()).String()
+	}
+	var out *storage.Session
+	// A create with a client-set id that races another create of that id
+	// loses on the primary key; the second pass then sees the winner.
+	for attempt := 0; ; attempt++ {
+		err := s.withTx(ctx, func(tx pgx.Tx) error {
+			if fixed {
+				cur, err := scanSession(tx.QueryRow(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = $1::uuid FOR UPDATE", m.ID))
+				if err == nil {
+					same, err := storage.SameCreate(cur, req, msgs, storedAt(ctx, tx, cur.ID))
+					if err != nil {
+						return err
+					}
+					if !same {
+						return fmt.Errorf("session %s already exists: %w", m.ID, storage.ErrAlreadyExists)
+					}
+					out = cur
+					return nil
+				}
+				if !errors.Is(err, pgx.ErrNoRows) {
+					return err
+				}
+				// A session deleted with this id leaves its last event.
+				if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
+					return err
+				}
+			}
+			var err error
+			out, err = s.insertNew(ctx, tx, m, func() ([][]byte, error) {
+				return insertMessages(ctx, tx, m.ID, 0, msgs.Prepared)
+			})
+			return err
+		})
+		if fixed && attempt == 0 && uniqueViolation(err, sessionKey) {
+			continue
+		}
+		if uniqueViolation(err, sessionKey) {
+			return nil, fmt.Errorf("session %s already exists: %w", m.ID, storage.ErrAlreadyExists)
+		}
+		return out, err
+	}
+}
+
+// insertNew inserts the new session m, its messages (fill) and its first
+// event, returning a copy of m.
+func (s *Store) insertNew(ctx context.Context, tx pgx.Tx, m *storage.Session, fill func() ([][]byte, error)) (*storage.Session, error) {
+	if err := insertSession(ctx, tx, m); err != nil {
+		return nil, err
+	}
+	if _, err := fill(); err != nil {
+		return nil, err
+	}
+	// The first event (revision 1) opens the session's history, so a
+	// watcher from revision 1 replays everything after it.
+	if err := addEvent(ctx, tx, storage.EventUpdated, m, nil); err != nil {
+		return nil, err
+	}
+	return clone(m), nil
+}
+
+// Get returns a session's metadata.
+func (s *Store) Get(ctx context.Context, ref storage.Ref) (*storage.Session, error) {
+	var out *storage.Session
+	err := s.withSnapshot(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = getSession(ctx, tx, ref, "")
+		return err
+	})
+	return out, err
+}
+
+// Load returns metadata and messages as one snapshot.
+func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOptions) (*storage.Session, []*sessiondv1.Message, error) {
+	var (
+		out  *storage.Session
+		msgs []*sessiondv1.Message
+	)
+	err := s.withSnapshot(ctx, func(tx pgx.Tx) error {
+		var err error
+		if out, err = getSession(ctx, tx, ref, ""); err != nil {
+			return err
+		}
+		from, limit := opts.Offset, opts.Limit
+		if opts.Tail && limit > 0 {
+			from = max(0, out.MessageCount-limit)
+		}
+		if from >= out.MessageCount {
+			msgs = []*sessiondv1.Message{}
+			return nil
+		}
+		if limit == 0 {
+			limit = -1
+		}
+		msgs, err = readMessages(ctx, tx, out.ID, from, limit)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, msgs, nil
+}
+
+// Save replaces messages, title, summary and metadata.
+func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.Messages) (*storage.Session, error) {
+	for attempt := 0; ; attempt++ {
+		var out *storage.Session
+		err := s.withTx(ctx, func(tx pgx.Tx) error {
+			cur, err := getSession(ctx, tx, req.Ref, "FOR UPDATE")
+			if errors.Is(err, storage.ErrNotFound) && req.CreateIfMissing {
+				if req.ExpectedRevision != 0 {
+					return fmt.Errorf("save with expected revision %d creates nothing: %w", req.ExpectedRevision, storage.ErrConflict)
+				}
+				t := now(time.Time{})
+				m := &storage.Session{
+					ID: req.Ref.ID, Namespace: req.Ref.Namespace, Alias: req.Ref.Alias, Title: req.Title, Summary: req.Summary,
+					CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: int64(len(msgs.Prepared)), Metadata: maps.Clone(req.Metadata),
+				}
+				if m.ID == "" {
+					m.ID = uuid.Must(uuid.NewV7()).String()
+				} else if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
+					return err
+				}
+				out, err = s.insertNew(ctx, tx, m, func() ([][]byte, error) { return insertMessages(ctx, tx, m.ID, 0, msgs.Prepared) })
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			if same, err := storage.SameSave(cur, req, msgs, storedAt(ctx, tx, cur.ID)); err != nil {
+				return err
+			} else if same {
+				out = cur
+				return nil
+			}
+			if err := storage.CheckRevision(cur.ID, req.ExpectedRevision, cur.Revision); err != nil {
+				return err
+			}
+			m := clone(cur)
+			m.Title, m.Summary, m.Metadata = req.Title, req.Summary, maps.Clone(req.Metadata)
+			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(msgs.Prepared)), m.Revision+1, now(cur.UpdatedAt)
+			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, m.ID); err != nil {
+				return err
+			}
+			if _, err := insertMessages(ctx, tx, m.ID, 0, msgs.Prepared); err != nil {
+				return err
+			}
+			if err := updateSession(ctx, tx, m); err != nil {
+				return err
+			}
+			out = clone(m)
+			return addEvent(ctx, tx, storage.EventReplaced, m, nil)
+		})
+		// A create that raced another create of the same session: save
+		// into the winner.
+		if attempt < 3 && req.CreateIfMissing && ((attempt == 0 && uniqueViolation(err, sessionKey)) ||
+			(req.Ref.Alias != "" && errors.Is(err, storage.ErrAliasInUse))) {
+			continue
+		}
+		if uniqueViolation(err, sessionKey) {
+			// The id is taken in another namespace.
+			return nil, fmt.Errorf("session %s already exists: %w", req.Ref.ID, storage.ErrAlreadyExists)
+		}
+		return out, err
+	}
+}
+
+// Append adds messages; the idempotency rule is storage.CheckAppend's.
+func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
+	var res storage.AppendResult
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		cur, err := getSession(ctx, tx, req.Ref, "FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		stored := map[string][]byte{}
+		if ids := msgs.SentIDs(); len(ids) > 0 {
+			rows, err := tx.Query(ctx, `SELECT msg_id, body FROM messages WHERE session_id = $1 AND msg_id = ANY($2)`, cur.ID, ids)
+			if err != nil {
+				return err
+			}
+			var id string
+			var body []byte
+			if _, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
+				stored[id] = slices.Clone(body)
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		noop, err := storage.CheckAppend(cur.ID, msgs, req.ExpectedRevision, cur.Revision, func(id string) (*sessiondv1.Message, bool, error) {
+			b, ok := stored[id]
+			if !ok {
+				return nil, false, nil
+			}
+			m, err := decode(cur.ID, b)
+			return m, err == nil, err
+		})
+		if err != nil {
+			return err
+		}
+		if noop {
+			res = storage.AppendResult{Revision: cur.Revision, MessageCount: cur.MessageCount}
+			return nil
+		}
+		bodies, err := insertMessages(ctx, tx, cur.ID, cur.MessageCount, msgs.Prepared)
+		if err != nil {
+			return err
+		}
+		m := cur
+		m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+int64(len(msgs.Prepared)), now(cur.UpdatedAt)
+		if _, err := tx.Exec(ctx, `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
+			m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount); err != nil {
+			return err
+		}
+		res = storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}
+		return addEvent(ctx, tx, storage.EventAppended, m, bodies)
+	})
+	return res, err
+}
+
+// Update changes the fields req names; the no-op rule is ApplyUpdate's.
+func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage.Session, error) {
+	var out *storage.Session
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		cur, err := getSession(ctx, tx, req.Ref, "FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		next, changed := storage.ApplyUpdate(cur, req)
+		if !changed {
+			out = cur
+			return nil
+		}
+		if err := storage.CheckRevision(cur.ID, req.ExpectedRevision, cur.Revision); err != nil {
+			return err
+		}
+		next.Revision, next.UpdatedAt = cur.Revision+1, now(cur.UpdatedAt)
+		if err := updateSession(ctx, tx, next); err != nil {
+			return err
+		}
+		out = clone(next)
+		return addEvent(ctx, tx, storage.EventUpdated, next, nil)
+	})
+	return out, err
+}
+
+// Delete removes a session; its watchers get EventDeleted.
+func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision uint64) error {
+	return s.withTx(ctx, func(tx pgx.Tx) error {
+		cur, err := getSession(ctx, tx, ref, "FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		if err := storage.CheckRevision(cur.ID, expectedRevision, cur.Revision); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM sessions WHERE id = $1`, cur.ID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, cur.ID); err != nil {
+			return err
+		}
+		cur.Revision++
+		return addEvent(ctx, tx, storage.EventDeleted, cur, nil)
+	})
+}
+
+// Fork copies a session's first messages into a new session.
+func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Session, error) {
+	var out *storage.Session
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		src, err := getSession(ctx, tx, req.Ref, "FOR SHARE")
+		if err != nil {
+			return err
+		}
+		n := req.MessageCount
+		if n == 0 {
+			n = src.MessageCount
+		}
+		if err := storage.CheckCount(src.ID, n, src.MessageCount); err != nil {
+			return err
+		}
+		t := now(time.Time{})
+		m := &storage.Session{
+			ID: uuid.Must(uuid.NewV7()).String(), Namespace: src.Namespace, Alias: req.Alias, Title: src.Title, Summary: src.Summary,
+			CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: n,
+			Metadata: maps.Clone(src.Metadata), Labels: maps.Clone(src.Labels),
+			Parent: &storage.ForkOrigin{SessionID: src.ID, MessageCount: n},
+		}
+		if req.Title != "" {
+			m.Title = req.Title
+		}
+		out, err = s.insertNew(ctx, tx, m, func() ([][]byte, error) {
+			_, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search)
+				SELECT $1, pos, msg_id, body, search FROM messages WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
+			return nil, err
+		})
+		return err
+	})
+	return out, err
+}
+
+// Rewind keeps a session's first messages.
+func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage.Session, error) {
+	var out *storage.Session
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		cur, err := getSession(ctx, tx, req.Ref, "FOR UPDATE")
+		if err != nil {
+			return err
+		}
+		if err := storage.CheckCount(cur.ID, req.MessageCount, cur.MessageCount); err != nil {
+			return err
+		}
+		if req.MessageCount == cur.MessageCount {
+			out = cur
+			return nil
+		}
+		if err := storage.CheckRevision(cur.ID, req.ExpectedRevision, cur.Revision); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1 AND pos >= $2`, cur.ID, req.MessageCount); err != nil {
+			return err
+		}
+		m := clone(cur)
+		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, cur.Revision+1, now(cur.UpdatedAt)
+		if _, err := tx.Exec(ctx, `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
+			m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount); err != nil {
+			return err
+		}
+		out = clone(m)
+		return addEvent(ctx, tx, storage.EventReplaced, m, nil)
+	})
+	return out, err
+}

@@ -1,0 +1,257 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/tern/v2/migrate"
+	"go.uber.org/zap"
+
+	"github.com/sessiond/sessiond/storage"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// versionTable records the schema version, as tern keeps it.
+const versionTable = "schema_migrations"
+
+// notifyChannel is the LISTEN/NOTIFY channel that wakes watchers.
+const notifyChannel = "sessiond_events"
+
+// historyEvents is how many events each session keeps in the events table
+// for watchers resuming with a from_revision in the past; an older
+// from_revision is ErrWatchReset.
+const historyEvents = storage.WatchHistory
+
+// Options tune a Store. Zero values take the defaults.
+type Options struct {
+	// MaxConns bounds the pool's connections (default 16). One more
+	// connection is held for LISTEN while anything is watched.
+	MaxConns int32
+	// MinConns keeps that many connections open when idle (default 2).
+	MinConns int32
+	// Logger receives connection and watch problems (default: none).
+	Logger *zap.Logger
+	// PollInterval is how often watched sessions are re-read even without a
+	// notification (default 2s): the rows are the truth, NOTIFY only the
+	// wake-up.
+	PollInterval time.Duration
+}
+
+// Store is the PostgreSQL driver. Wrap it with storage.New.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *zap.Logger
+	w    *watcher
+
+	mu     sync.RWMutex // guards closed; writers hold it shared
+	closed bool
+}
+
+var _ storage.Driver = (*Store)(nil)
+
+// Open connects to the database dsn names, creates or migrates its schema,
+// and returns the driver. An unreachable database is ErrUnavailable; a
+// schema newer than this binary knows is an error that says so. Neither the
+// DSN nor its password appears in any error.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx's parse errors can quote the DSN; say only what is wrong.
+		return nil, fmt.Errorf("postgres: the DSN %s does not parse (want postgres://user:password@host:port/db or key=value pairs)", Redact(dsn))
+	}
+	cfg.MaxConns, cfg.MinConns = 16, 2
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	if opts.MinConns > 0 {
+		cfg.MinConns = min(opts.MinConns, cfg.MaxConns)
+	}
+	cfg.MinConns = min(cfg.MinConns, cfg.MaxConns)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open pool: %w", mapErr(err))
+	}
+	if err := migrateSchema(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s := &Store{pool: pool, log: log}
+	poll := opts.PollInterval
+	if poll <= 0 {
+		poll = 2 * time.Second
+	}
+	s.w = newWatcher(s, cfg.ConnConfig.Copy(), poll)
+	return s, nil
+}
+
+// SchemaVersion is the schema version this binary creates and knows.
+func SchemaVersion() int {
+	names, _ := fs.Glob(migrations, "migrations/*.sql")
+	return len(names)
+}
+
+// migrateSchema brings the schema to SchemaVersion under tern's advisory
+// lock, so replicas starting together migrate once.
+func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: connect: %w", mapErr(err))
+	}
+	defer conn.Release()
+	m, err := migrate.NewMigrator(ctx, conn.Conn(), versionTable)
+	if err != nil {
+		return fmt.Errorf("postgres: schema version table: %w", mapErr(err))
+	}
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return fmt.Errorf("postgres: migrations: %w", err)
+	}
+	if err := m.LoadMigrations(sub); err != nil {
+		return fmt.Errorf("postgres: load migrations: %w", err)
+	}
+	cur, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: read schema version: %w", mapErr(err))
+	}
+	if known := int32(len(m.Migrations)); cur > known {
+		return fmt.Errorf("postgres: the database schema is version %d, newer than the version %d this sessiond knows; run a newer sessiond (a downgrade is never done)", cur, known)
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("postgres: migrate schema from version %d: %w", cur, mapErr(err))
+	}
+	return nil
+}
+
+// Ping checks that the database answers; ErrUnavailable when it does not.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: ping: %w", mapErr(err))
+	}
+	return nil
+}
+
+// Close ends every subscription with ErrClosed, waits for calls in progress
+// and closes the pool.
+func (s *Store) Close() error {
+	s.w.close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return storage.ErrClosed
+	}
+	s.closed = true
+	s.pool.Close()
+	return nil
+}
+
+// begin marks a call in progress; ErrClosed after Close.
+func (s *Store) begin() error {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return storage.ErrClosed
+	}
+	return nil
+}
+
+func (s *Store) end() { s.mu.RUnlock() }
+
+// Redact returns dsn with its password replaced by "xxxxx", for logs.
+func Redact(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" && u.Host != "" {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		return u.String()
+	}
+	// key=value form: blank the value of password=.
+	fields := strings.Fields(dsn)
+	for i, f := range fields {
+		if strings.HasPrefix(strings.ToLower(f), "password=") {
+			fields[i] = "password=xxxxx"
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+// mapErr turns a pgx error into the storage sentinel it means: a full disk
+// is ErrNoSpace, a lost or refused connection ErrUnavailable; the context's
+// errors stay as they are. Server-side error text is kept (it names SQL, not
+// credentials).
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case pe.Code == "53100": // disk_full
+			return fmt.Errorf("%w: %s", storage.ErrNoSpace, pe.Message)
+		case strings.HasPrefix(pe.Code, "08"), pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "53300":
+			return fmt.Errorf("%w: %s", storage.ErrUnavailable, pe.Message)
+		}
+		return err
+	}
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, pgx.ErrTxClosed) {
+		return err
+	}
+	// Everything else from pgx is the network or the pool: the database
+	// cannot be reached right now.
+	return fmt.Errorf("%w: %s", storage.ErrUnavailable, safeText(err))
+}
+
+// safeText is err's text for a client-facing wrap. pgconn's connect errors
+// name host, user and database but never the password.
+func safeText(err error) string {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return "cannot connect to the database: " + ce.Unwrap().Error()
+	}
+	return err.Error()
+}
+
+// uniqueViolation reports a unique_violation of the named constraint.
+func uniqueViolation(err error, constraint string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == constraint
+}
+
+// metaJSON is the "meta" column: the client-set strings that may hold NUL.
+type metaJSON struct {
+	Title    string              `json:"title,omitempty"`
+	Summary  string              `json:"summary,omitempty"`
+	Metadata map[string]string   `json:"metadata,omitempty"`
+	Labels   map[string]string   `json:"labels,omitempty"`
+	Parent   *storage.ForkOrigin `json:"parent,omitempty"`
+}
+
+func encodeMeta(m *storage.Session) ([]byte, error) {
+	return json.Marshal(metaJSON{Title: m.Title, Summary: m.Summary, Metadata: m.Metadata, Labels: m.Labels, Parent: m.Parent})
+}

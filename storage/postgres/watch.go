@@ -1,0 +1,264 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+// watcher delivers the events of watched sessions, whichever replica made
+// them. Every write stores its event in the events table and NOTIFYs
+// sessiond_events with the session id, in its transaction. One LISTEN
+// connection per Store wakes the watcher, which reads the events after the
+// last revision it delivered: the rows are the truth, so a notification
+// lost to a dropped connection loses nothing (the watcher re-reads every
+// watched session after reconnecting and every poll interval).
+type watcher struct {
+	s      *Store
+	cfg    *pgx.ConnConfig
+	poll   time.Duration
+	broker *storage.Broker
+
+	// mu serialises catch-ups and new subscriptions, so each session's
+	// events reach the broker once and in revision order, and no event
+	// falls between a new subscriber's replay and its live events.
+	mu      sync.Mutex
+	last    map[string]uint64 // watched session id -> last revision published
+	started bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func newWatcher(s *Store, cfg *pgx.ConnConfig, poll time.Duration) *watcher {
+	return &watcher{s: s, cfg: cfg, poll: poll, broker: storage.NewBroker(), last: map[string]uint64{}}
+}
+
+// Watch subscribes to a session's changes after fromRevision.
+func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64) (*storage.Subscription, error) {
+	w := s.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cur, err := s.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	id := cur.ID
+	rev, watched := w.last[id]
+	if watched {
+		if err := w.catchUpLocked(ctx, id); err != nil {
+			return nil, err
+		}
+		if rev, watched = w.last[id]; !watched {
+			return nil, notFound(ref) // deleted meanwhile
+		}
+	} else {
+		rev = cur.Revision
+	}
+	from := fromRevision
+	if from == 0 {
+		from = rev
+	}
+	if from > rev {
+		return nil, fmt.Errorf("from_revision %d is newer than the session's revision %d: %w", from, rev, storage.ErrWatchReset)
+	}
+	var replay []storage.Event
+	if from < rev {
+		if replay, err = s.events(ctx, id, from, rev); err != nil {
+			return nil, err
+		}
+		if uint64(len(replay)) != rev-from || replay[0].Revision != from+1 {
+			return nil, fmt.Errorf("from_revision %d is older than the history kept (the last %d revisions): %w", from, historyEvents, storage.ErrWatchReset)
+		}
+	}
+	sub, err := w.broker.SubscribeReplay(id, replay)
+	if err != nil {
+		return nil, err
+	}
+	w.last[id] = rev
+	if !w.started {
+		w.start()
+	}
+	return sub, nil
+}
+
+// events reads session id's stored events after revision from, up to to
+// (0: all), in order.
+func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]storage.Event, error) {
+	var out []storage.Event
+	err := s.withConn(ctx, func(q querier) error {
+		upper := int64(to)
+		if to == 0 {
+			upper = 1<<63 - 1
+		}
+		rows, err := q.Query(ctx, `SELECT revision, type, session, messages FROM events
+			WHERE session_id = $1 AND revision > $2 AND revision <= $3 ORDER BY revision`, id, int64(from), upper)
+		if err != nil {
+			return err
+		}
+		var (
+			rev    int64
+			typ    int16
+			snap   []byte
+			bodies [][]byte
+		)
+		_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &bodies}, func() error {
+			ev := storage.Event{Type: storage.EventType(typ), Revision: uint64(rev), Session: &storage.Session{}}
+			if err := json.Unmarshal(snap, ev.Session); err != nil {
+				return fmt.Errorf("postgres: event %d of session %s does not decode: %v: %w", rev, id, err, storage.ErrDataLoss)
+			}
+			if ev.Type == storage.EventAppended {
+				ev.Messages = make([]*sessiondv1.Message, len(bodies))
+				for i, b := range bodies {
+					m, err := decode(id, b)
+					if err != nil {
+						return err
+					}
+					ev.Messages[i] = m
+				}
+			}
+			out = append(out, ev)
+			return nil
+		})
+		return err
+	})
+	return out, err
+}
+
+// catchUpLocked publishes session id's events after the last one
+// published. A gap (history trimmed past what the watchers have) resets
+// them; a deletion ends them. w.mu is held.
+func (w *watcher) catchUpLocked(ctx context.Context, id string) error {
+	last, ok := w.last[id]
+	if !ok {
+		return nil
+	}
+	if !w.broker.Watched(id) {
+		delete(w.last, id)
+		return nil
+	}
+	evs, err := w.s.events(ctx, id, last, 0)
+	if err != nil {
+		return err
+	}
+	for _, ev := range evs {
+		if ev.Revision != last+1 {
+			w.broker.Reset(id, fmt.Errorf("the watcher missed revisions %d to %d, no longer kept: %w", last+1, ev.Revision-1, storage.ErrWatchReset))
+			delete(w.last, id)
+			return nil
+		}
+		w.broker.Publish(id, ev)
+		last = ev.Revision
+		if ev.Type == storage.EventDeleted {
+			delete(w.last, id)
+			return nil
+		}
+	}
+	w.last[id] = last
+	return nil
+}
+
+// catchUp publishes the new events of id (every watched session if id is
+// "").
+func (w *watcher) catchUp(ctx context.Context, id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := []string{id}
+	if id == "" {
+		ids = ids[:0]
+		for k := range w.last {
+			ids = append(ids, k)
+		}
+	}
+	for _, k := range ids {
+		if err := w.catchUpLocked(ctx, k); err != nil && ctx.Err() == nil {
+			w.s.log.Warn("postgres: watch catch-up failed; retrying at the next poll", zap.String("session", k), zap.Error(err))
+		}
+	}
+}
+
+// start runs the LISTEN loop; w.mu is held.
+func (w *watcher) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	w.started, w.cancel, w.done = true, cancel, make(chan struct{})
+	go func() {
+		defer close(w.done)
+		w.listen(ctx)
+	}()
+}
+
+// listen holds a LISTEN connection, reconnecting after failures, and
+// catches up on every notification and every poll interval.
+func (w *watcher) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		conn, err := pgx.ConnectConfig(ctx, w.cfg)
+		if err == nil {
+			_, err = conn.Exec(ctx, "LISTEN "+notifyChannel)
+		}
+		if err != nil {
+			if conn != nil {
+				_ = conn.Close(context.Background())
+			}
+			if ctx.Err() == nil {
+				w.s.log.Warn("postgres: watch connection failed; polling until it is back", zap.String("error", safeText(mapErr(err))))
+			}
+			w.catchUp(ctx, "")
+			sleep(ctx, w.poll)
+			continue
+		}
+		w.catchUp(ctx, "") // what happened while not listening
+		for ctx.Err() == nil {
+			wctx, cancel := context.WithTimeout(ctx, w.poll)
+			n, err := conn.WaitForNotification(wctx)
+			cancel()
+			switch {
+			case err == nil:
+				w.mu.Lock()
+				_, watched := w.last[n.Payload]
+				w.mu.Unlock()
+				if watched {
+					w.catchUp(ctx, n.Payload)
+				}
+			case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+				w.catchUp(ctx, "")
+			default:
+				if ctx.Err() == nil {
+					w.s.log.Warn("postgres: watch connection lost; reconnecting", zap.String("error", safeText(mapErr(err))))
+				}
+				goto reconnect
+			}
+		}
+	reconnect:
+		_ = conn.Close(context.Background())
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// close stops the LISTEN loop and ends every subscription with ErrClosed.
+func (w *watcher) close() {
+	w.mu.Lock()
+	cancel, done := w.cancel, w.done
+	w.started = true // no new loop after Close
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	w.broker.Close()
+}
