@@ -30,6 +30,7 @@ var codeOf = []struct {
 	{storage.ErrDataLoss, codes.DataLoss},
 	{storage.ErrClosed, codes.Unavailable},
 	{storage.ErrLocked, codes.Unavailable},
+	{storage.ErrUnavailable, codes.Unavailable},
 	{context.Canceled, codes.Canceled},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 }
@@ -94,6 +95,9 @@ func (s *Server) publicMessage(method string, sentinel error, ref *storage.Ref, 
 	case storage.ErrNoSpace:
 		s.log.Error("storage full", zap.String("method", method), zap.Error(err))
 		return "the daemon's storage is full; nothing was written"
+	case storage.ErrUnavailable:
+		s.log.Warn("database unreachable", zap.String("method", method), zap.Error(err))
+		return "the daemon cannot reach its database right now; retry (appends with message ids are safe to retry)"
 	case storage.ErrClosed, storage.ErrLocked:
 		s.log.Warn("store unavailable", zap.String("method", method), zap.Error(err))
 		return "the store is closed; the daemon is shutting down"

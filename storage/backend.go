@@ -3,8 +3,10 @@ package storage
 import "errors"
 
 // ErrUnavailable: the backend cannot reach its database right now (a
-// networked backend); nothing was written, and the call may be retried.
-// Servers answer it UNAVAILABLE.
+// networked backend). A write that fails so almost always changed nothing,
+// but a connection lost during the commit leaves it unknown: retry it, which
+// idempotent writes (appends with message ids, creates with an id) make
+// safe. Servers answer it UNAVAILABLE.
 var ErrUnavailable = errors.New("storage unavailable")
 
 // SubscribeReplay is Subscribe for a backend that keeps watch history

@@ -27,6 +27,14 @@ type config struct {
 	shutdownTimeout time.Duration
 	maxOpenJournals int
 	showVersion     bool
+
+	postgresDSN            string
+	postgresMaxConns       int32
+	postgresMinConns       int32
+	postgresConnectTimeout time.Duration
+	// ping, set by a backend that has a database to lose, says whether it
+	// answers; health follows it.
+	ping pinger
 }
 
 // envPrefix names the environment variable of every flag: --data-dir is
@@ -61,6 +69,11 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.StringVar(&cfg.logFormat, "log-format", "json", "log format on stderr: "+strings.Join(logFormats, ", "))
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long in-flight calls may finish before they are cut off")
 	fs.IntVar(&cfg.maxOpenJournals, "max-open-journals", file.DefaultMaxOpenJournals, "most session journals the file store keeps open at once (keep well under ulimit -n)")
+	fs.StringVar(&cfg.postgresDSN, "postgres-dsn", "", "with --storage postgres: the database, as postgres://user:password@host:port/db?sslmode=... or key=value pairs (the password is never logged)")
+	maxConns, minConns := 16, 2
+	fs.IntVar(&maxConns, "postgres-max-conns", maxConns, "with --storage postgres: most database connections this replica holds (one more while anything is watched)")
+	fs.IntVar(&minConns, "postgres-min-conns", minConns, "with --storage postgres: connections kept open when idle")
+	fs.DurationVar(&cfg.postgresConnectTimeout, "postgres-connect-timeout", 30*time.Second, "with --storage postgres: how long start-up waits for an unreachable database before it fails")
 	fs.Int64Var(&cfg.limits.MaxMessageBytes, "max-message-bytes", cfg.limits.MaxMessageBytes, "largest encoded message, in bytes")
 	fs.Int64Var(&cfg.limits.MaxFrameBytes, "max-frame-bytes", cfg.limits.MaxFrameBytes, "largest request frame, in bytes")
 	fs.Int64Var(&cfg.limits.MaxTitleBytes, "max-title-bytes", cfg.limits.MaxTitleBytes, "longest title, in bytes")
@@ -110,6 +123,10 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	if cfg.showVersion {
 		return cfg, nil
 	}
+	if maxConns < 1 || maxConns > 10000 || minConns < 0 || minConns > maxConns {
+		return nil, usagef("--postgres-max-conns %d and --postgres-min-conns %d: want 1 <= max <= 10000 and 0 <= min <= max", maxConns, minConns)
+	}
+	cfg.postgresMaxConns, cfg.postgresMinConns = int32(maxConns), int32(minConns)
 	return cfg, cfg.check(lookupEnv)
 }
 
@@ -126,6 +143,12 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	}
 	if cfg.maxOpenJournals < 1 {
 		return usagef("--max-open-journals %d must be at least 1", cfg.maxOpenJournals)
+	}
+	if cfg.storage == "postgres" && cfg.postgresDSN == "" {
+		return usagef("--storage postgres needs --postgres-dsn (or %s)", envName("postgres-dsn"))
+	}
+	if cfg.postgresConnectTimeout < 0 {
+		return usagef("--postgres-connect-timeout %v is negative", cfg.postgresConnectTimeout)
 	}
 	if cfg.shutdownTimeout < 0 {
 		return usagef("--shutdown-timeout %v is negative", cfg.shutdownTimeout)

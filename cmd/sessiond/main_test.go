@@ -98,7 +98,9 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{"unknown flag", []string{"--nope"}, nil, "nope"},
 		{"positional argument", []string{"serve"}, nil, "serve"},
-		{"unknown storage", []string{"--storage", "postgres"}, nil, "file"},
+		{"unknown storage", []string{"--storage", "s3"}, nil, "file, postgres"},
+		{"postgres without a DSN", []string{"--storage", "postgres"}, nil, "--postgres-dsn"},
+		{"postgres pool", []string{"--storage", "postgres", "--postgres-dsn", "postgres://h/db", "--postgres-max-conns", "0"}, nil, "--postgres-max-conns"},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "debug, info, warn, error"},
 		{"bad log format", []string{"--log-format", "xml"}, nil, "json, console"},
 		{"zero limit", []string{"--max-title-bytes", "0"}, nil, "max_title_bytes"},

@@ -20,6 +20,7 @@ import (
 	"github.com/sessiond/sessiond/server"
 	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/file"
+	"github.com/sessiond/sessiond/storage/postgres"
 )
 
 // backends are the storage backends of this build, by --storage name. Each
@@ -33,6 +34,23 @@ var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger
 		}
 		return file.Open(ctx, cfg.dataDir, file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals))
 	},
+	"postgres": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Store, error) {
+		d, err := openPostgres(ctx, cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ping = d
+		return storage.New(d, storage.Limits{}), nil
+	},
+}
+
+// storeWhere names where the store lives, for messages: never the DSN's
+// password.
+func storeWhere(cfg *config) string {
+	if cfg.storage == "postgres" {
+		return "database " + postgres.Redact(cfg.postgresDSN)
+	}
+	return cfg.dataDir
 }
 
 // run is the whole daemon; main only maps its error to an exit code. It
@@ -76,7 +94,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		if errors.Is(err, storage.ErrLocked) {
 			return fmt.Errorf("data dir %s is in use by another sessiond: %w", cfg.dataDir, err)
 		}
-		return fmt.Errorf("open %s store in %s: %w", cfg.storage, cfg.dataDir, err)
+		return fmt.Errorf("open %s store in %s: %w", cfg.storage, storeWhere(cfg), err)
 	}
 	store := storage.New(driver, cfg.limits)
 	defer func() {
@@ -99,6 +117,11 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(sessiondv1.SessionStoreService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	reflection.Register(gs)
+	if cfg.ping != nil {
+		hctx, stopHealth := context.WithCancel(ctx)
+		defer stopHealth()
+		go watchHealth(hctx, cfg.ping, hs, []string{"", sessiondv1.SessionStoreService_ServiceDesc.ServiceName}, time.Second, log.Named("health"))
+	}
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
@@ -106,6 +129,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	log.Info("sessiond started",
 		zap.String("addr", lis.display),
 		zap.String("data_dir", cfg.dataDir),
+		zap.String("store", storeWhere(cfg)),
 		zap.String("storage", cfg.storage),
 		zap.String("version", ver),
 	)
