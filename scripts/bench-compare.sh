@@ -3,10 +3,11 @@
 # one run on this machine: the floor (disk append+fdatasync, gRPC unary round
 # trip), sessiond's durable appends with 1 and 16 clients, Redis with
 # `appendonly yes, appendfsync always` and PostgreSQL with
-# `synchronous_commit on` on the same 16-client workload, then listing
+# `synchronous_commit on` on the same 16-client workload, sessiond on that
+# same PostgreSQL (--storage postgres) beside raw pgbench INSERTs, then listing
 # 100,000 sessions, start-up with them on disk, and loading a 10,000-message
 # session. Each throughput and latency measurement runs ROUNDS times,
-# interleaved (the order of the three stores rotates each round); the table
+# interleaved (the order of the four stores rotates each round); the table
 # shows every round, the medians and the ratios the targets are stated in.
 #
 # Not part of scripts/test.sh: it takes minutes and its numbers are noisy on
@@ -144,9 +145,10 @@ json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.arg
 
 # --- start the three stores ---
 
-# start_sessiond DATA_DIR PORT: starts a daemon and waits until it answers.
+# start_sessiond DATA_DIR PORT [FLAG...]: starts a daemon and waits until it
+# answers.
 start_sessiond() {
-	"$work/bin/sessiond" --listen "127.0.0.1:$2" --data-dir "$1" --log-level warn >>"$work/sessiond-$2.log" 2>&1 &
+	"$work/bin/sessiond" --listen "127.0.0.1:$2" --data-dir "$1" --log-level warn "${@:3}" >>"$work/sessiond-$2.log" 2>&1 &
 	pids+=($!)
 	wait_ready "$2" || die "sessiond on port $2 did not start; see $work/sessiond-$2.log"
 }
@@ -190,6 +192,15 @@ psql_() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U p
 psql_ -c "CREATE TABLE messages (session int NOT NULL, seq bigserial, body text NOT NULL, PRIMARY KEY (session, seq))"
 log "postgresql $(psql_ -At -c 'SHOW server_version') on 127.0.0.1:$PG_PORT, synchronous_commit=$(psql_ -At -c 'SHOW synchronous_commit'), wal_sync_method=$(psql_ -At -c 'SHOW wal_sync_method')"
 
+# sessiond on the same PostgreSQL server (its own database), a pool as large
+# as the client count.
+psql_ -c "CREATE DATABASE sessiond"
+SDPG_PORT=$(free_port)
+start_sessiond "$work/sessiond-pg" "$SDPG_PORT" --storage postgres --postgres-max-conns "$CLIENTS" \
+	--postgres-dsn "postgres://postgres@127.0.0.1:$PG_PORT/sessiond?sslmode=disable"
+SDPG=127.0.0.1:$SDPG_PORT
+log "sessiond --storage postgres on $SDPG"
+
 # The same 1 KiB of letters for every store's message body.
 body=$(python3 -c "import random,string; print(''.join(random.choice(string.ascii_letters+string.digits) for _ in range($SIZE)))")
 # Client i inserts into session i mod CLIENTS, one durable commit each.
@@ -222,6 +233,14 @@ sessiond_many() {
 	record "$r" sessiond_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
 }
 
+sessiond_pg_many() {
+	local r=$1 out
+	out=$("$LOAD" --json --addr "$SDPG" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
+		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
+	record "$r" sessiond_pg_ops "$(json "d['ops_per_sec']" <<<"$out")"
+	record "$r" sessiond_pg_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+}
+
 # redis-benchmark is bounded by count, not time: each run's count is the
 # previous rate times DURATION, so runs last about as long as the others.
 redis_n=20000
@@ -249,7 +268,7 @@ pg_many() {
 	record "$r" pg_1c_avg_ms "$(awk '/^latency average = /{print $4}' <<<"$out")"
 }
 
-systems=(sessiond_many redis_many pg_many)
+systems=(sessiond_many redis_many pg_many sessiond_pg_many)
 for ((r = 1; r <= ROUNDS; r++)); do
 	log "round $r/$ROUNDS: floor"
 	floor "$r"
@@ -322,9 +341,11 @@ row("PostgreSQL INSERT, 1 client, mean (ms)", "pg_1c_avg_ms")
 row(f"sessiond appends/s, {clients} clients on {clients} sessions", "sessiond_ops", "{:.0f}")
 row(f"Redis appendfsync always RPUSH/s, {clients} clients on {clients} keys", "redis_ops", "{:.0f}")
 row(f"PostgreSQL synchronous_commit on INSERT/s, {clients} clients", "pg_ops", "{:.0f}")
+row(f"sessiond on PostgreSQL appends/s, {clients} clients on {clients} sessions", "sessiond_pg_ops", "{:.0f}")
 row(f"sessiond append p50 at {clients} clients (ms)", "sessiond_16c_p50_ms")
 row(f"Redis RPUSH p50 at {clients} clients (ms)", "redis_16c_p50_ms")
 row(f"PostgreSQL mean latency at {clients} clients (ms)", "pg_16c_avg_ms")
+row(f"sessiond on PostgreSQL append p50 at {clients} clients (ms)", "sessiond_pg_16c_p50_ms")
 row(f"load {nload}-message session (messages/s)", "load_msgs_per_s", "{:.0f}")
 row(f"start-up with {nlist} sessions (s)", "startup_s", "{:.2f}")
 row(f"list {nlist} sessions, first result, after start (ms)", "list_first_ms", "{:.1f}")
@@ -344,6 +365,8 @@ print(f"| 1-client append p50 <= 1.5 x floor ({get('fsync_p50_ms'):.3f} + {get('
 for other, key in (("Redis", "redis_ops"), ("PostgreSQL", "pg_ops")):
     q = get("sessiond_ops") / get(key)
     print(f"| {clients}-client appends/s > {other} | {get('sessiond_ops'):.0f} vs {get(key):.0f} = {q:.2f} x | {'yes' if q > 1 else 'NO'} |")
+q = get("sessiond_pg_ops") / get("pg_ops")
+print(f"| sessiond on PostgreSQL >= 0.7 x raw PostgreSQL INSERT/s | {get('sessiond_pg_ops'):.0f} vs {get('pg_ops'):.0f} = {q:.2f} x | {'yes' if q >= 0.7 else 'NO'} |")
 f, a = get("list_first_ms"), get("list_all_ms")
 print(f"| list {nlist}: first < 50 ms, all < 1 s | first {f:.1f} ms, all {a:.0f} ms | {'yes' if f < 50 and a < 1000 else 'NO'} |")
 s = get("startup_s")

@@ -11,7 +11,7 @@ import (
 )
 
 // listPage is how many sessions one keyset page of a listing reads.
-const listPage = 2000
+const listPage = 5000
 
 // List yields sessions in list order, reading keyset pages of the
 // sessions_list index; no transaction or lock is held while yield runs.
@@ -99,7 +99,7 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 func listPage1(ctx context.Context, q querier, opts storage.ListOptions, after *storage.Cursor, n int64) ([]*storage.Session, error) {
 	where, args := listWhere(opts, after)
 	args = append(args, n)
-	rows, err := q.Query(ctx, fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, id LIMIT $%d", sessionCols, where, len(args)), args...)
+	rows, err := q.Query(ctx, fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, sessions.id LIMIT $%d", sessionCols, where, len(args)), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 			p := len(args) - 1
 			rows, err := qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (meta_search LIKE $%d
 				OR EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id AND m.search LIKE $%d))
-				ORDER BY updated_ns DESC, id LIMIT $%d`, sessionCols, where, p, p, p+1), args...)
+				ORDER BY updated_ns DESC, s.id LIMIT $%d`, sessionCols, where, p, p, p+1), args...)
 			if err != nil {
 				return err
 			}

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -180,23 +180,19 @@ func (s *Store) begin() error {
 
 func (s *Store) end() { s.mu.RUnlock() }
 
-// Redact returns dsn with its password replaced by "xxxxx", for logs.
+// Redact returns dsn with its password replaced by "xxxxx", for logs and
+// errors. It works on text, so that a DSN that does not parse is redacted
+// too: the password of a URL (scheme://user:password@...), and the value of
+// password= in key=value form or a URL query.
 func Redact(dsn string) string {
-	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" && u.Host != "" {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-		return u.String()
-	}
-	// key=value form: blank the value of password=.
-	fields := strings.Fields(dsn)
-	for i, f := range fields {
-		if strings.HasPrefix(strings.ToLower(f), "password=") {
-			fields[i] = "password=xxxxx"
-		}
-	}
-	return strings.Join(fields, " ")
+	dsn = urlPassword.ReplaceAllString(dsn, "${1}xxxxx@")
+	return kvPassword.ReplaceAllString(dsn, "${1}xxxxx")
 }
+
+var (
+	urlPassword = regexp.MustCompile(`(://[^:/@]*:)[^@]*@`)
+	kvPassword  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)
+)
 
 // mapErr turns a pgx error into the storage sentinel it means: a full disk
 // is ErrNoSpace, a lost or refused connection ErrUnavailable; the context's
