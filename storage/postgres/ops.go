@@ -186,40 +186,60 @@ func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 	return aliasErr(err, m)
 }
 
-// insertMessages stores msgs at positions from, from+1, ... of session id.
-func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs []*sessiondv1.Message) ([][]byte, error) {
+// queueMessages queues the insert of msgs at positions from, from+1, ...
+// of session id, and returns their encodings.
+func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Message) ([][]byte, error) {
 	if len(msgs) == 0 {
 		return nil, nil
 	}
 	ids, bodies, texts := make([]string, len(msgs)), make([][]byte, len(msgs)), make([]string, len(msgs))
 	for i, m := range msgs {
-		b, err := proto.Marshal(m)
+		enc, err := proto.Marshal(m)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
 		}
-		ids[i], bodies[i], texts[i] = m.GetId(), b, searchText(storage.MessageTexts(m)...)
+		ids[i], bodies[i], texts[i] = m.GetId(), enc, searchText(storage.MessageTexts(m)...)
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search)
+	b.Queue(`INSERT INTO messages (session_id, pos, msg_id, body, search)
 		SELECT $1, $2 + t.ord - 1, t.mid, t.body, t.search
 		FROM unnest($3::text[], $4::bytea[], $5::text[]) WITH ORDINALITY AS t(mid, body, search, ord)`,
 		id, from, ids, bodies, texts)
-	return bodies, err
+	return bodies, nil
 }
 
-// addEvent records the change m (after it) for watchers on every replica,
-// trims the session's history, and notifies; all inside the write's
-// transaction, so the event exists exactly when the change does.
-func addEvent(ctx context.Context, tx pgx.Tx, typ storage.EventType, m *storage.Session, bodies [][]byte) error {
+// queueEvent queues what records the change m (after it) for watchers on
+// every replica: its event, the trim of the session's history, and the
+// notification; all in the write's transaction, so the event exists
+// exactly when the change does.
+func queueEvent(b *pgx.Batch, typ storage.EventType, m *storage.Session, bodies [][]byte) error {
 	snap, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO events (session_id, revision, type, session, messages) VALUES ($1, $2, $3, $4, $5)`,
 		m.ID, int64(m.Revision), int16(typ), snap, bodies)
 	b.Queue(`DELETE FROM events WHERE session_id = $1 AND revision <= $2`, m.ID, int64(m.Revision)-historyEvents)
 	b.Queue(`SELECT pg_notify('`+notifyChannel+`', $1)`, m.ID)
+	return nil
+}
+
+// addEvent sends queueEvent's statements in one round trip.
+func addEvent(ctx context.Context, tx pgx.Tx, typ storage.EventType, m *storage.Session, bodies [][]byte) error {
+	b := &pgx.Batch{}
+	if err := queueEvent(b, typ, m, bodies); err != nil {
+		return err
+	}
 	return tx.SendBatch(ctx, b).Close()
+}
+
+// insertMessages stores msgs at positions from, from+1, ... of session id.
+func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs []*sessiondv1.Message) ([][]byte, error) {
+	b := &pgx.Batch{}
+	bodies, err := queueMessages(b, id, from, msgs)
+	if err != nil || b.Len() == 0 {
+		return bodies, err
+	}
+	return bodies, tx.SendBatch(ctx, b).Close()
 }
 
 // storedAt returns a StoredAtFunc over session id's messages, read at the
@@ -514,18 +534,21 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 			res = storage.AppendResult{Revision: cur.Revision, MessageCount: cur.MessageCount}
 			return nil
 		}
-		bodies, err := insertMessages(ctx, tx, cur.ID, cur.MessageCount, msgs.Prepared)
+		// The whole write in one round trip: messages, session, event.
+		b := &pgx.Batch{}
+		bodies, err := queueMessages(b, cur.ID, cur.MessageCount, msgs.Prepared)
 		if err != nil {
 			return err
 		}
 		m := cur
 		m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+int64(len(msgs.Prepared)), now(cur.UpdatedAt)
-		if _, err := tx.Exec(ctx, `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
-			m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount); err != nil {
+		b.Queue(`UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
+			m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount)
+		if err := queueEvent(b, storage.EventAppended, m, bodies); err != nil {
 			return err
 		}
 		res = storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}
-		return addEvent(ctx, tx, storage.EventAppended, m, bodies)
+		return tx.SendBatch(ctx, b).Close()
 	})
 	return res, err
 }
