@@ -52,15 +52,20 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 		return nil, err
 	}
 	id := cur.ID
-	rev, watched := w.last[id]
-	if watched {
+	if _, watched := w.last[id]; watched {
+		// Deliver what the current subscribers have not had yet, so the
+		// new one starts where they are.
 		if err := w.catchUpLocked(ctx, id); err != nil {
 			return nil, err
 		}
-		if rev, watched = w.last[id]; !watched {
-			return nil, notFound(ref) // deleted meanwhile
+	}
+	rev, watched := w.last[id]
+	if !watched {
+		// Not watched (or no longer: unsubscribed, reset or deleted):
+		// start from the session's revision now.
+		if cur, err = s.Get(ctx, ref); err != nil {
+			return nil, err
 		}
-	} else {
 		rev = cur.Revision
 	}
 	from := fromRevision
