@@ -44,8 +44,9 @@
 //
 // # Watch
 //
-// A write adds its event to the events table and calls pg_notify in its
-// transaction. Each Store keeps one LISTEN connection while anything is
+// A write adds its event to the events table in its transaction and,
+// once committed, sends pg_notify (outside the write's transaction, which
+// would otherwise hold PostgreSQL's global notify lock through its commit). Each Store keeps one LISTEN connection while anything is
 // watched; a notification (or a poll every Options.PollInterval, or a
 // reconnect) makes it read the watched sessions' events after the last one
 // it delivered, so watchers on every replica see every change in order

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -73,9 +74,17 @@ func getSession(ctx context.Context, q pgx.Tx, ref storage.Ref, lock string) (*s
 	return m, err
 }
 
-// withTx runs fn in a read-committed transaction and commits it. A write
-// that fails changes nothing: the transaction rolls back.
-func (s *Store) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+// wtx is a write transaction: it collects the sessions whose events it
+// wrote, to wake their watchers once it has committed.
+type wtx struct {
+	pgx.Tx
+	changed []string
+}
+
+// withTx runs fn in a read-committed transaction and commits it, then
+// wakes the watchers of what it changed. A write that fails changes
+// nothing: the transaction rolls back.
+func (s *Store) withTx(ctx context.Context, fn func(tx *wtx) error) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -83,7 +92,16 @@ func (s *Store) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, s.pool, fn)
+	var w *wtx
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		w = &wtx{Tx: tx}
+		return fn(w)
+	})
+	if err == nil {
+		for _, id := range w.changed {
+			s.wake(id)
+		}
+	}
 	return wrapErr(err)
 }
 
@@ -208,10 +226,10 @@ func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Messa
 }
 
 // queueEvent queues what records the change m (after it) for watchers on
-// every replica: its event, the trim of the session's history, and the
-// notification; all in the write's transaction, so the event exists
-// exactly when the change does.
-func queueEvent(b *pgx.Batch, typ storage.EventType, m *storage.Session, bodies [][]byte) error {
+// every replica: its event and the trim of the session's history, in the
+// write's transaction, so the event exists exactly when the change does.
+// withTx sends the wake-up after the commit.
+func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, bodies [][]byte) error {
 	snap, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -219,14 +237,14 @@ func queueEvent(b *pgx.Batch, typ storage.EventType, m *storage.Session, bodies 
 	b.Queue(`INSERT INTO events (session_id, revision, type, session, messages) VALUES ($1, $2, $3, $4, $5)`,
 		m.ID, int64(m.Revision), int16(typ), snap, bodies)
 	b.Queue(`DELETE FROM events WHERE session_id = $1 AND revision <= $2`, m.ID, int64(m.Revision)-historyEvents)
-	b.Queue(`SELECT pg_notify('`+notifyChannel+`', $1)`, m.ID)
+	tx.changed = append(tx.changed, m.ID)
 	return nil
 }
 
 // addEvent sends queueEvent's statements in one round trip.
-func addEvent(ctx context.Context, tx pgx.Tx, typ storage.EventType, m *storage.Session, bodies [][]byte) error {
+func addEvent(ctx context.Context, tx *wtx, typ storage.EventType, m *storage.Session, bodies [][]byte) error {
 	b := &pgx.Batch{}
-	if err := queueEvent(b, typ, m, bodies); err != nil {
+	if err := queueEvent(b, tx, typ, m, bodies); err != nil {
 		return err
 	}
 	return tx.SendBatch(ctx, b).Close()
@@ -335,7 +353,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 	// A create with a client-set id that races another create of that id
 	// loses on the primary key; the second pass then sees the winner.
 	for attempt := 0; ; attempt++ {
-		err := s.withTx(ctx, func(tx pgx.Tx) error {
+		err := s.withTx(ctx, func(tx *wtx) error {
 			if fixed {
 				cur, err := scanSession(tx.QueryRow(ctx, "SELECT "+sessionCols+" FROM sessions WHERE id = $1::uuid FOR UPDATE", m.ID))
 				if err == nil {
@@ -375,7 +393,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 
 // insertNew inserts the new session m, its messages (fill) and its first
 // event, returning a copy of m.
-func (s *Store) insertNew(ctx context.Context, tx pgx.Tx, m *storage.Session, fill func() ([][]byte, error)) (*storage.Session, error) {
+func (s *Store) insertNew(ctx context.Context, tx *wtx, m *storage.Session, fill func() ([][]byte, error)) (*storage.Session, error) {
 	if err := insertSession(ctx, tx, m); err != nil {
 		return nil, err
 	}
@@ -436,7 +454,7 @@ func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOpti
 func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.Messages) (*storage.Session, error) {
 	for attempt := 0; ; attempt++ {
 		var out *storage.Session
-		err := s.withTx(ctx, func(tx pgx.Tx) error {
+		err := s.withTx(ctx, func(tx *wtx) error {
 			cur, err := getSession(ctx, tx, req.Ref, "FOR UPDATE")
 			if errors.Is(err, storage.ErrNotFound) && req.CreateIfMissing {
 				if req.ExpectedRevision != 0 {
@@ -497,66 +515,121 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 }
 
 // Append adds messages; the idempotency rule is storage.CheckAppend's.
+//
+// Appends are the hot path, so one takes two round trips to the database:
+// BEGIN, the session's row lock and the stored messages with the batch's
+// ids in one; then, once CheckAppend has classified the batch, the
+// messages, the session's new revision, its event and COMMIT in the other.
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
-	var res storage.AppendResult
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		cur, err := getSession(ctx, tx, req.Ref, "FOR UPDATE")
+	if err := s.begin(); err != nil {
+		return storage.AppendResult{}, err
+	}
+	defer s.end()
+	if err := ctx.Err(); err != nil {
+		return storage.AppendResult{}, err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return storage.AppendResult{}, wrapErr(err)
+	}
+	defer conn.Release() // a connection left inside a transaction is closed, not reused
+	w := &wtx{}
+	res, err := s.appendOn(ctx, conn, req, msgs, w)
+	if err != nil {
+		if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
+			_ = conn.Conn().Close(context.Background())
+		}
+		return storage.AppendResult{}, wrapErr(err)
+	}
+	for _, id := range w.changed {
+		s.wake(id)
+	}
+	return res, nil
+}
+
+func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.AppendRequest, msgs storage.Messages, w *wtx) (storage.AppendResult, error) {
+	where, args := refWhere(req.Ref)
+	ids := msgs.SentIDs()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT "+sessionCols+" FROM sessions WHERE "+where+" FOR UPDATE", args...)
+	if len(ids) > 0 {
+		// Read after the lock is granted (read committed: a fresh
+		// snapshot per statement), so it sees every earlier append.
+		b.Queue(`SELECT msg_id, body FROM messages WHERE session_id = (SELECT id FROM sessions WHERE `+where+`) AND msg_id = ANY($3)`,
+			append(args, ids)...)
+	}
+	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return storage.AppendResult{}, err
+	}
+	cur, err := scanSession(br.QueryRow())
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = notFound(req.Ref)
+	}
+	if err != nil {
+		_ = br.Close()
+		return storage.AppendResult{}, err
+	}
+	stored := map[string][]byte{}
+	if len(ids) > 0 {
+		rows, err := br.Query()
 		if err != nil {
-			return err
+			_ = br.Close()
+			return storage.AppendResult{}, err
 		}
-		stored := map[string][]byte{}
-		if ids := msgs.SentIDs(); len(ids) > 0 {
-			rows, err := tx.Query(ctx, `SELECT msg_id, body FROM messages WHERE session_id = $1 AND msg_id = ANY($2)`, cur.ID, ids)
-			if err != nil {
-				return err
-			}
-			var id string
-			var body []byte
-			if _, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
-				stored[id] = slices.Clone(body)
-				return nil
-			}); err != nil {
-				return err
-			}
-		}
-		noop, err := storage.CheckAppend(cur.ID, msgs, req.ExpectedRevision, cur.Revision, func(id string) (*sessiondv1.Message, bool, error) {
-			b, ok := stored[id]
-			if !ok {
-				return nil, false, nil
-			}
-			m, err := decode(cur.ID, b)
-			return m, err == nil, err
-		})
-		if err != nil {
-			return err
-		}
-		if noop {
-			res = storage.AppendResult{Revision: cur.Revision, MessageCount: cur.MessageCount}
+		var id string
+		var body []byte
+		if _, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
+			stored[id] = slices.Clone(body)
 			return nil
+		}); err != nil {
+			_ = br.Close()
+			return storage.AppendResult{}, err
 		}
-		// The whole write in one round trip: messages, session, event.
-		b := &pgx.Batch{}
-		bodies, err := queueMessages(b, cur.ID, cur.MessageCount, msgs.Prepared)
-		if err != nil {
-			return err
+	}
+	if err := br.Close(); err != nil {
+		return storage.AppendResult{}, err
+	}
+	noop, err := storage.CheckAppend(cur.ID, msgs, req.ExpectedRevision, cur.Revision, func(id string) (*sessiondv1.Message, bool, error) {
+		b, ok := stored[id]
+		if !ok {
+			return nil, false, nil
 		}
-		m := cur
-		m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+int64(len(msgs.Prepared)), now(cur.UpdatedAt)
-		b.Queue(`UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
-			m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount)
-		if err := queueEvent(b, storage.EventAppended, m, bodies); err != nil {
-			return err
-		}
-		res = storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}
-		return tx.SendBatch(ctx, b).Close()
+		m, err := decode(cur.ID, b)
+		return m, err == nil, err
 	})
-	return res, err
+	if err != nil {
+		return storage.AppendResult{}, err
+	}
+	if noop {
+		_, err := conn.Exec(ctx, "COMMIT")
+		return storage.AppendResult{Revision: cur.Revision, MessageCount: cur.MessageCount}, err
+	}
+	b = &pgx.Batch{}
+	bodies, err := queueMessages(b, cur.ID, cur.MessageCount, msgs.Prepared)
+	if err != nil {
+		return storage.AppendResult{}, err
+	}
+	m := cur
+	m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+int64(len(msgs.Prepared)), now(cur.UpdatedAt)
+	b.Queue(`UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
+		m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount)
+	if err := queueEvent(b, w, storage.EventAppended, m, bodies); err != nil {
+		return storage.AppendResult{}, err
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return storage.AppendResult{}, err
+	}
+	return storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}, nil
 }
 
 // Update changes the fields req names; the no-op rule is ApplyUpdate's.
 func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage.Session, error) {
 	var out *storage.Session
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
+	err := s.withTx(ctx, func(tx *wtx) error {
 		cur, err := getSession(ctx, tx, req.Ref, "FOR UPDATE")
 		if err != nil {
 			return err
@@ -581,7 +654,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 
 // Delete removes a session; its watchers get EventDeleted.
 func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision uint64) error {
-	return s.withTx(ctx, func(tx pgx.Tx) error {
+	return s.withTx(ctx, func(tx *wtx) error {
 		cur, err := getSession(ctx, tx, ref, "FOR UPDATE")
 		if err != nil {
 			return err
@@ -603,7 +676,7 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 // Fork copies a session's first messages into a new session.
 func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Session, error) {
 	var out *storage.Session
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
+	err := s.withTx(ctx, func(tx *wtx) error {
 		src, err := getSession(ctx, tx, req.Ref, "FOR SHARE")
 		if err != nil {
 			return err
@@ -638,7 +711,7 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 // Rewind keeps a session's first messages.
 func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage.Session, error) {
 	var out *storage.Session
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
+	err := s.withTx(ctx, func(tx *wtx) error {
 		cur, err := getSession(ctx, tx, req.Ref, "FOR UPDATE")
 		if err != nil {
 			return err

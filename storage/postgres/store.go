@@ -56,6 +56,10 @@ type Store struct {
 	log  *zap.Logger
 	w    *watcher
 
+	wakeCh     chan string   // session ids whose watchers to wake
+	stopNotify func()        // ends the notifier
+	notifyDone chan struct{} // closed when the notifier has ended
+
 	mu     sync.RWMutex // guards closed; writers hold it shared
 	closed bool
 }
@@ -95,7 +99,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, log: log}
+	s := &Store{pool: pool, log: log, wakeCh: make(chan string, wakeBuffer), notifyDone: make(chan struct{})}
+	nctx, stop := context.WithCancel(context.Background())
+	s.stopNotify = stop
+	go s.notifier(nctx)
 	poll := opts.PollInterval
 	if poll <= 0 {
 		poll = 2 * time.Second
@@ -158,6 +165,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // and closes the pool.
 func (s *Store) Close() error {
 	s.w.close()
+	s.stopNotify()
+	<-s.notifyDone
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -250,4 +259,53 @@ type metaJSON struct {
 
 func encodeMeta(m *storage.Session) ([]byte, error) {
 	return json.Marshal(metaJSON{Title: m.Title, Summary: m.Summary, Metadata: m.Metadata, Labels: m.Labels, Parent: m.Parent})
+}
+
+// wakeBuffer bounds the wake-ups waiting for the notifier; beyond it they
+// are dropped, and watchers catch up at their next poll.
+const wakeBuffer = 4096
+
+// wake asks the notifier to NOTIFY sessionID's watchers on every replica.
+func (s *Store) wake(sessionID string) {
+	select {
+	case s.wakeCh <- sessionID:
+	default:
+	}
+}
+
+// notifier sends the wake-ups, several at once when writes come fast, each
+// batch in a transaction of its own. A NOTIFY inside a write's transaction
+// would hold PostgreSQL's global notification lock through that commit's
+// WAL flush and so serialise every write of every replica; a transaction
+// holding only NOTIFYs writes no WAL and holds it for a moment. The
+// events table, not the notification, is the truth: a wake-up lost (the
+// process killed between the commit and the NOTIFY) only delays watchers
+// until their next poll.
+func (s *Store) notifier(ctx context.Context) {
+	defer close(s.notifyDone)
+	for {
+		var first string
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-s.wakeCh:
+		}
+		ids := map[string]bool{first: true}
+	drain:
+		for len(ids) < 256 {
+			select {
+			case id := <-s.wakeCh:
+				ids[id] = true
+			default:
+				break drain
+			}
+		}
+		b := &pgx.Batch{}
+		for id := range ids {
+			b.Queue(`SELECT pg_notify('`+notifyChannel+`', $1)`, id)
+		}
+		if err := s.pool.SendBatch(ctx, b).Close(); err != nil && ctx.Err() == nil {
+			s.log.Debug("postgres: notify failed; watchers catch up at their next poll", zap.String("error", safeText(mapErr(err))))
+		}
+	}
 }
