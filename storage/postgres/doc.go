@@ -20,7 +20,9 @@
 //     meta_search (pg_trgm GIN). Times are Unix nanoseconds.
 //   - messages: one row per message: its protobuf encoding (body; fields
 //     this version does not know survive), its position, its id (unique per
-//     session: idempotent appends), and its lowered text (pg_trgm GIN).
+//     session: idempotent appends), and its lowered text (pg_trgm GiST,
+//     whose one signature per message costs appends far less WAL than GIN's
+//     entry per trigram).
 //   - events: the last storage.WatchHistory events of each session, with
 //     the session's metadata after the change and the appended messages.
 //

@@ -99,3 +99,36 @@ func BenchmarkList100k(b *testing.B) {
 		}
 	}
 }
+
+// TestSearchUsesIndexes: the trigram indexes serve search's substring
+// filters, so a search reads candidates, not every message.
+func TestSearchUsesIndexes(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	open(t, dsn)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	if _, err := conn.Exec(t.Context(), "SET enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	for table, index := range map[string]string{"messages": "messages_search", "sessions": "sessions_search"} {
+		col := map[string]string{"messages": "search", "sessions": "meta_search"}[table]
+		var plan strings.Builder
+		rows, err := conn.Query(t.Context(), "EXPLAIN SELECT 1 FROM "+table+" WHERE "+col+" LIKE '%weather in paris%'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan.WriteString(line + "\n")
+		}
+		if !strings.Contains(plan.String(), index) {
+			t.Errorf("a LIKE on %s.%s does not use %s:\n%s", table, col, index, plan.String())
+		}
+	}
+}
