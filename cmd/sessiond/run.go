@@ -34,13 +34,13 @@ var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger
 		}
 		return file.Open(ctx, cfg.dataDir, file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals))
 	},
-	"postgres": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Store, error) {
+	"postgres": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error) {
 		d, err := openPostgres(ctx, cfg, log)
 		if err != nil {
 			return nil, err
 		}
 		cfg.ping = d
-		return storage.New(d, storage.Limits{}), nil
+		return d, nil
 	},
 }
 

@@ -332,7 +332,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 	t := now(time.Time{})
 	m := &storage.Session{
 		ID: req.ID, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, Summary: req.Summary,
-		CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: int64(len(msgs.Prepared)),
+		CreatedAt: t, UpdatedAt: t, Revision: max(req.Revision, 1), MessageCount: int64(len(msgs.Prepared)),
 		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels),
 	}
 	if !req.CreatedAt.IsZero() {

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -14,8 +15,12 @@ import (
 
 func TestConformance(t *testing.T) {
 	pgtest.ServerDSN(t)
-	storetest.RunConformance(t, func(t *testing.T) storage.Store {
-		return open(t, pgtest.Schema(t))
+	storetest.RunConformance(t, storetest.Harness{
+		NewData: func(t *testing.T) string { return pgtest.Schema(t) },
+		Open: func(ctx context.Context, dsn string) (storage.Driver, error) {
+			return postgres.Open(ctx, dsn, postgres.Options{MaxConns: 4, MinConns: 1})
+		},
+		Shared: true, // many daemons on one database
 	})
 }
 
