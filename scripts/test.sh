@@ -104,10 +104,12 @@ check_fuzz() {
 
 check_test() {
 	# A private PostgreSQL for the storage/postgres and integration tests,
-	# stopped when this check ends (scripts/postgres.sh).
+	# stopped when this check's subshell exits (scripts/postgres.sh). The
+	# trap holds the folder's name itself: a local is gone by then.
 	local pgdir
 	pgdir=$(mktemp -d -t sessiond-pg.XXXXXX)
-	trap 'bash scripts/postgres.sh stop "$pgdir"' EXIT
+	# shellcheck disable=SC2064
+	trap "bash scripts/postgres.sh stop '$pgdir'" EXIT
 	SESSIOND_TEST_POSTGRES_DSN=$(bash scripts/postgres.sh start "$pgdir")
 	export SESSIOND_TEST_POSTGRES_DSN
 	# -count=1: the integration tests drive binaries built from other
