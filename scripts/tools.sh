@@ -5,7 +5,8 @@
 #     with `go install` into $(go env GOPATH)/bin (buf from its npm package
 #     where that works: it is much faster than building it);
 #   - Debian's python3-grpcio and python3-grpc-tools (the Python client
-#     tests and scripts/gen-python.sh), with apt-get;
+#     tests and scripts/gen-python.sh) and systemd (systemd-analyze checks
+#     packaging/sessiond.service), with apt-get;
 #   - Node.js and npm if missing (apt-get), then the Node.js client's
 #     packages with `npm ci` in clients/node.
 # It expects Debian (or Ubuntu), root or sudo, Go on PATH, and the Go module
@@ -106,7 +107,7 @@ SUDO=""
 if [[ "$(id -u)" != 0 ]]; then
 	SUDO=sudo
 fi
-apt_packages=(python3-grpcio python3-grpc-tools)
+apt_packages=(python3-grpcio python3-grpc-tools systemd)
 if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
 	apt_packages+=(nodejs npm)
 fi
