@@ -51,15 +51,16 @@ func (s *Server) toStatus(method string, err error) error {
 // to the log, since it holds paths. The other expected errors keep their
 // message, which storage's rules word (storage.FieldError names the field,
 // storage.LimitError the limit, CheckRevision the revisions, AliasInUse the
-// alias), and which a Driver must keep free of internals. Anything else is
-// logged in full and answered INTERNAL without detail.
+// alias), and which a Driver must keep free of internals; invalid fields,
+// limits and a full disk also get google.rpc details (errorDetails).
+// Anything else is logged in full and answered INTERNAL without detail.
 func (s *Server) refStatus(method string, ref *storage.Ref, err error) error {
 	if err == nil {
 		return nil
 	}
 	for _, c := range codeOf {
 		if errors.Is(err, c.err) {
-			return status.Error(c.code, s.publicMessage(method, c.err, ref, err))
+			return withDetails(status.New(c.code, s.publicMessage(method, c.err, ref, err)), err).Err()
 		}
 	}
 	// Errors that already carry a code: a failed Send or Recv on a stream,

@@ -8,7 +8,8 @@
 // server checks only what storage cannot see: the frame size, absent
 // fields, timestamps, page tokens, update-mask paths and the shape of a
 // SaveSession stream. An invalid field is INVALID_ARGUMENT and a request
-// over a limit RESOURCE_EXHAUSTED, both naming the field (and the limit).
+// over a limit RESOURCE_EXHAUSTED, both naming the field (and the limit) in
+// their text and in google.rpc.BadRequest and ErrorInfo details (details.go).
 // Errors follow one table in one function, toStatus; unexpected errors are
 // logged and answered INTERNAL without detail.
 //
