@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path"
 	"sync"
@@ -18,27 +17,35 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-// daemonBin is the sessiond binary TestMain builds; buildErr says why not.
+// The sessiond binary is built once, by the first test that needs it, in
+// a folder TestMain removes. Not in TestMain itself: every fuzzing worker
+// process runs TestMain, and a build there took longer than the fuzz step
+// gives a target, so FuzzDecodeSpool never got past its baseline.
 var (
+	binDir    string
+	buildOnce sync.Once
 	daemonBin string
 	buildErr  error
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sessiond-client-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	daemonBin, buildErr = clienttest.BuildDaemon(dir)
 	code := m.Run()
-	_ = os.RemoveAll(dir)
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
 	os.Exit(code)
 }
 
-// needDaemon returns the daemon binary, failing the test if it did not build.
+// needDaemon returns the daemon binary, building it on first use, and fails
+// the test if it does not build.
 func needDaemon(t *testing.T) string {
 	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "sessiond-client-test")
+		if buildErr == nil {
+			daemonBin, buildErr = clienttest.BuildDaemon(binDir)
+		}
+	})
 	if buildErr != nil {
 		t.Fatalf("daemon binary: %v", buildErr)
 	}

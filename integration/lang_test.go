@@ -170,6 +170,26 @@ func TestPythonClient(t *testing.T) {
 		}
 		checkAliasCount(t, d, "python-example", 4)
 	})
+	// The google.rpc details of INVALID_ARGUMENT and RESOURCE_EXHAUSTED, read
+	// with the generated google.rpc modules: the field and the reason
+	// without parsing the text, which stays as it was.
+	t.Run("error details", func(t *testing.T) {
+		out := runScript(t, ctx, env, python, "clients/python/error_details.py", d.Addr)
+		want := `-- bad alias
+code INVALID_ARGUMENT
+message alias "no/slash" has byte '/' at 2; use letters, digits, '.', '_', '-'
+field alias | "no/slash" has byte '/' at 2; use letters, digits, '.', '_', '-'
+reason INVALID_FIELD domain sessiond field=alias
+-- title over its limit
+code RESOURCE_EXHAUSTED
+message title is 100000 bytes, over the max_title_bytes limit of 1024
+field title | is 100000 bytes, over the max_title_bytes limit of 1024
+reason OVER_LIMIT domain sessiond field=title limit=max_title_bytes max=1024 size=100000
+`
+		if out != want {
+			t.Fatalf("clients/python/error_details.py printed:\n%s\nwant:\n%s", out, want)
+		}
+	})
 }
 
 func TestNodeClient(t *testing.T) {

@@ -5,7 +5,8 @@
 #     with `go install` into $(go env GOPATH)/bin (buf from its npm package
 #     where that works: it is much faster than building it);
 #   - Debian's python3-grpcio and python3-grpc-tools (the Python client
-#     tests and scripts/gen-python.sh), with apt-get;
+#     tests and scripts/gen-python.sh) and systemd (systemd-analyze checks
+#     packaging/sessiond.service), with apt-get;
 #   - Node.js and npm if missing (apt-get), then the Node.js client's
 #     packages with `npm ci` in clients/node.
 # It expects Debian (or Ubuntu), root or sudo, Go on PATH, and the Go module
@@ -78,57 +79,48 @@ install_buf() {
 	go_tool buf github.com/bufbuild/buf/cmd/buf github.com/bufbuild/buf "$BUF_VERSION"
 }
 
-# The installs run side by side: on a fresh machine most of their time is
-# module downloads, which overlap well with each other's compiles.
-pids=()
-install_buf &
-pids+=($!)
-go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/protobuf "$PROTOC_GEN_GO_VERSION" &
-pids+=($!)
-go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" &
-pids+=($!)
-go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl github.com/fullstorydev/grpcurl "$GRPCURL_VERSION" &
-pids+=($!)
-go_tool staticcheck honnef.co/go/tools/cmd/staticcheck honnef.co/go/tools "$STATICCHECK_VERSION" &
-pids+=($!)
-go_failed=0
-for pid in "${pids[@]}"; do
-	wait "$pid" || go_failed=1
-done
-if ((go_failed)); then
-	echo "tools: a go install failed (see above)" >&2
-	exit 1
-fi
-
 # Debian packages: installed only when missing, and the package lists are
-# fetched only then.
-SUDO=""
-if [[ "$(id -u)" != 0 ]]; then
-	SUDO=sudo
-fi
-apt_packages=(python3-grpcio python3-grpc-tools)
-if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
-	apt_packages+=(nodejs npm)
-fi
-missing=()
-for p in "${apt_packages[@]}"; do
-	if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
-		missing+=("$p")
+# fetched only then. apt-get's own output goes to a log, shown on failure.
+apt_install() {
+	local sudo="" p missing=() log
+	if [[ "$(id -u)" != 0 ]]; then
+		sudo=sudo
 	fi
-done
-if ((${#missing[@]})); then
+	local apt_packages=(python3-grpcio python3-grpc-tools systemd)
+	if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+		apt_packages+=(nodejs npm)
+	fi
+	for p in "${apt_packages[@]}"; do
+		if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
+			missing+=("$p")
+		fi
+	done
+	if ((${#missing[@]} == 0)); then
+		return 0
+	fi
 	if ! command -v apt-get >/dev/null; then
 		echo "tools: missing ${missing[*]} and no apt-get to install them" >&2
-		exit 1
+		return 1
 	fi
 	echo "tools: apt-get install ${missing[*]}"
-	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+	log=$(mktemp)
+	if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+		cat "$log" >&2
+		rm -f "$log"
+		return 1
+	fi
+	rm -f "$log"
+}
 
-# The Node.js client's packages, exactly as package-lock.json pins them. A
-# stamp of the lock file's hash skips `npm ci` when nothing changed.
-if [[ -f clients/node/package.json ]]; then
+# npm_ci installs the Node.js client's packages, exactly as
+# package-lock.json pins them. A stamp of the lock file's hash skips
+# `npm ci` when nothing changed.
+npm_ci() {
+	local stamp want
+	if [[ ! -f clients/node/package.json ]]; then
+		return 0
+	fi
 	stamp=clients/node/node_modules/.sessiond-lock.sha256
 	want=$(sha256sum clients/node/package-lock.json | cut -d' ' -f1)
 	if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
@@ -136,4 +128,46 @@ if [[ -f clients/node/package.json ]]; then
 		(cd clients/node && npm ci --no-audit --no-fund --loglevel=error)
 		echo "$want" >"$stamp"
 	fi
+}
+
+# timed NAME CMD... runs CMD and says how long it took when that was more
+# than a second, so a slow fresh install shows where its time went.
+timed() {
+	local name=$1 t0=$SECONDS
+	shift
+	"$@" || return
+	if ((SECONDS - t0 > 1)); then
+		echo "tools: $name took $((SECONDS - t0))s"
+	fi
+}
+
+# Every install runs side by side with the others: on a fresh machine the
+# go installs are compiles (CPU), while apt-get, npm and module downloads
+# mostly wait on the network and dpkg, so they overlap well. Only what
+# needs npm waits for apt-get when apt-get must install npm first.
+pids=()
+if command -v npm >/dev/null && command -v node >/dev/null; then
+	timed apt-get apt_install &
+	pids+=($!)
+	{ timed buf install_buf && timed "npm ci" npm_ci; } &
+	pids+=($!)
+else
+	{ timed apt-get apt_install && timed buf install_buf && timed "npm ci" npm_ci; } &
+	pids+=($!)
+fi
+timed protoc-gen-go go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/protobuf "$PROTOC_GEN_GO_VERSION" &
+pids+=($!)
+timed protoc-gen-go-grpc go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" &
+pids+=($!)
+timed grpcurl go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl github.com/fullstorydev/grpcurl "$GRPCURL_VERSION" &
+pids+=($!)
+timed staticcheck go_tool staticcheck honnef.co/go/tools/cmd/staticcheck honnef.co/go/tools "$STATICCHECK_VERSION" &
+pids+=($!)
+failed=0
+for pid in "${pids[@]}"; do
+	wait "$pid" || failed=1
+done
+if ((failed)); then
+	echo "tools: an install failed (see above)" >&2
+	exit 1
 fi

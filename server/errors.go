@@ -51,15 +51,16 @@ func (s *Server) toStatus(method string, err error) error {
 // to the log, since it holds paths. The other expected errors keep their
 // message, which storage's rules word (storage.FieldError names the field,
 // storage.LimitError the limit, CheckRevision the revisions, AliasInUse the
-// alias), and which a Driver must keep free of internals. Anything else is
-// logged in full and answered INTERNAL without detail.
+// alias), and which a Driver must keep free of internals; invalid fields,
+// limits and a full disk also get google.rpc details (errorDetails).
+// Anything else is logged in full and answered INTERNAL without detail.
 func (s *Server) refStatus(method string, ref *storage.Ref, err error) error {
 	if err == nil {
 		return nil
 	}
 	for _, c := range codeOf {
 		if errors.Is(err, c.err) {
-			return status.Error(c.code, s.publicMessage(method, c.err, ref, err))
+			return withDetails(status.New(c.code, s.publicMessage(method, c.err, ref, err)), err).Err()
 		}
 	}
 	// Errors that already carry a code: a failed Send or Recv on a stream,
@@ -67,7 +68,7 @@ func (s *Server) refStatus(method string, ref *storage.Ref, err error) error {
 	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
 		return st.Err()
 	}
-	s.log.Error("internal error", zap.String("method", method), zap.Error(err))
+	s.log.Error("internal error", s.errFields(method, ref, err)...)
 	return status.Error(codes.Internal, "internal error")
 }
 
@@ -86,23 +87,29 @@ func (s *Server) publicMessage(method string, sentinel error, ref *storage.Ref, 
 		}
 		return "a session with that id already exists"
 	case storage.ErrDataLoss:
-		s.log.Error("damaged session", zap.String("method", method), zap.Error(err))
+		s.log.Error("damaged session", s.errFields(method, ref, err)...)
 		what := "the session"
 		if ref != nil {
 			what = describeRef(*ref)
 		}
 		return what + " is damaged: its stored data failed a checksum or cannot be read; other sessions are unaffected, and the daemon's log has the details"
 	case storage.ErrNoSpace:
-		s.log.Error("storage full", zap.String("method", method), zap.Error(err))
+		s.log.Error("storage full", s.errFields(method, ref, err)...)
 		return "the daemon's storage is full; nothing was written"
 	case storage.ErrUnavailable:
 		s.log.Warn("database unreachable", zap.String("method", method), zap.Error(err))
 		return "the daemon cannot reach its database right now; retry (appends with message ids are safe to retry)"
 	case storage.ErrClosed, storage.ErrLocked:
-		s.log.Warn("store unavailable", zap.String("method", method), zap.Error(err))
+		s.log.Warn("store unavailable", s.errFields(method, ref, err)...)
 		return "the store is closed; the daemon is shutting down"
 	}
 	return err.Error()
+}
+
+// errFields are the fields of a line the error mapping logs: the method,
+// the session the call named, and the error.
+func (s *Server) errFields(method string, ref *storage.Ref, err error) []zap.Field {
+	return append(append([]zap.Field{zap.String("method", method)}, storageRefFields(ref)...), zap.Error(err))
 }
 
 // describeRef names a session as a client asked for it.

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -141,5 +143,64 @@ func wantCode(t *testing.T, err error, code codes.Code, msgHas string) {
 	}
 	if msgHas != "" && !strings.Contains(status.Convert(err).Message(), msgHas) {
 		t.Fatalf("message %q does not name %q", status.Convert(err).Message(), msgHas)
+	}
+	// gRPC itself refuses a frame over its receive limit (max_frame_bytes)
+	// before any sessiond code runs, so that answer has no details.
+	grpcOwn := strings.HasPrefix(status.Convert(err).Message(), "grpc: received message larger than max")
+	if (code == codes.InvalidArgument || code == codes.ResourceExhausted) && !grpcOwn {
+		checkDetails(t, err)
+	}
+}
+
+// checkDetails checks the google.rpc details of an INVALID_ARGUMENT or
+// RESOURCE_EXHAUSTED answer: an ErrorInfo with a stable reason, and a
+// BadRequest naming the field the message names (the ErrorInfo repeats it,
+// and for a limit names the limit the message names).
+func checkDetails(t *testing.T, err error) {
+	t.Helper()
+	st := status.Convert(err)
+	var bad *errdetails.BadRequest
+	var info *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.BadRequest:
+			bad = d
+		case *errdetails.ErrorInfo:
+			info = d
+		default:
+			t.Fatalf("unexpected detail %T in %v", d, err)
+		}
+	}
+	if info == nil || info.GetDomain() != ErrorDomain {
+		t.Fatalf("no ErrorInfo of domain %q in %v: %v", ErrorDomain, err, st.Details())
+	}
+	wantReason := map[codes.Code][]string{
+		codes.InvalidArgument:   {ReasonInvalidField},
+		codes.ResourceExhausted: {ReasonOverLimit, ReasonStorageFull},
+	}[st.Code()]
+	if !slices.Contains(wantReason, info.GetReason()) {
+		t.Fatalf("ErrorInfo reason %q for %v, want one of %v", info.GetReason(), st.Code(), wantReason)
+	}
+	if info.GetReason() == ReasonStorageFull {
+		if bad != nil {
+			t.Fatalf("a full disk names a field: %v", bad)
+		}
+		return
+	}
+	if bad == nil || len(bad.GetFieldViolations()) != 1 {
+		t.Fatalf("no BadRequest with one field violation in %v: %v", err, st.Details())
+	}
+	v := bad.GetFieldViolations()[0]
+	if v.GetField() == "" || !strings.Contains(st.Message(), v.GetField()) || v.GetDescription() == "" {
+		t.Fatalf("field violation %v does not name a field of the message %q", v, st.Message())
+	}
+	if info.GetMetadata()["field"] != v.GetField() {
+		t.Fatalf("ErrorInfo field %q, BadRequest field %q", info.GetMetadata()["field"], v.GetField())
+	}
+	if info.GetReason() == ReasonOverLimit {
+		if l := info.GetMetadata()["limit"]; l == "" || !strings.Contains(st.Message(), l) ||
+			info.GetMetadata()["size"] == "" || info.GetMetadata()["max"] == "" {
+			t.Fatalf("ErrorInfo of a limit: %v; message %q", info.GetMetadata(), st.Message())
+		}
 	}
 }

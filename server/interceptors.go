@@ -3,94 +3,245 @@ package server
 import (
 	"context"
 	"runtime/debug"
+	"sync"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 )
 
-// Interceptors. ServerOptions chains logging outside recovery, so that the
-// log line of a call that panicked says INTERNAL like the client saw.
+// Interceptors. The logging and panic-recovery interceptors are
+// go-grpc-middleware v2's; ServerOptions chains them as
+//
+//	callInfo (ours) -> logging -> recovery -> handler
+//
+// Logging sits outside recovery, so the log line of a call that panicked
+// says INTERNAL, as the client saw. Our outermost interceptor puts a
+// callInfo into the call's context: it records the session the request
+// names (for a stream, from its first request frame, which arrives after
+// the interceptors have run) and a recovered panic, and the logging
+// interceptor adds both to its "finished call" line. So every call logs
+// one line that names its session and namespace, and a panic is logged
+// once, on that line, with its stack.
 
-func (s *Server) logUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	start := time.Now()
-	resp, err := handler(ctx, req)
-	s.logCall(ctx, info.FullMethod, start, err)
-	return resp, err
+// callInfo is what one call's log line says beyond the middleware's own
+// fields. Its mutex guards every field: the handler's goroutine writes it,
+// and the logging interceptor reads it after the handler returns.
+type callInfo struct {
+	mu     sync.Mutex
+	fields []any // "namespace", ns, then "session_id" or "session_alias"
+	panic  any
+	stack  string
 }
 
-func (s *Server) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	start := time.Now()
-	err := handler(srv, ss)
-	s.logCall(ss.Context(), info.FullMethod, start, err)
+type callInfoKey struct{}
+
+func callInfoFrom(ctx context.Context) *callInfo {
+	ci, _ := ctx.Value(callInfoKey{}).(*callInfo)
+	return ci
+}
+
+// noteRequest records the session req names, unless one is recorded
+// already (a SaveSession names it in its first frame only).
+func (ci *callInfo) noteRequest(req any) {
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	if ci.fields == nil {
+		ci.fields = requestFields(req)
+	}
+}
+
+// requestFields names the session (or namespace) a request is about, as
+// log fields; nil when it names none.
+func requestFields(req any) []any {
+	switch r := req.(type) {
+	case *sessiondv1.SaveSessionRequest:
+		return refFields(r.GetHeader().GetRef())
+	case *sessiondv1.CreateSessionRequest:
+		return sessionFields(r.GetNamespace(), r.GetId(), r.GetAlias())
+	case interface{ GetRef() *sessiondv1.SessionRef }:
+		return refFields(r.GetRef())
+	case interface{ GetNamespace() string }: // ListSessions, SearchSessions
+		return []any{"namespace", r.GetNamespace()}
+	}
+	return nil
+}
+
+func refFields(ref *sessiondv1.SessionRef) []any {
+	if ref == nil {
+		return nil
+	}
+	return sessionFields(ref.GetNamespace(), ref.GetId(), ref.GetAlias())
+}
+
+func sessionFields(namespace, id, alias string) []any {
+	f := []any{"namespace", namespace}
+	if id != "" {
+		f = append(f, "session_id", id)
+	}
+	if alias != "" {
+		f = append(f, "session_alias", alias)
+	}
+	return f
+}
+
+// storageRefFields are refFields for a ref already converted to storage's
+// type, as zap fields, for the lines the error mapping logs.
+func storageRefFields(ref *storage.Ref) []zap.Field {
+	if ref == nil {
+		return nil
+	}
+	return zapFields(sessionFields(ref.Namespace, ref.ID, ref.Alias))
+}
+
+// zapFields turns alternating keys and values into zap fields.
+func zapFields(kv []any) []zap.Field {
+	f := make([]zap.Field, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		key, _ := kv[i].(string)
+		f = append(f, zap.Any(key, kv[i+1]))
+	}
+	return f
+}
+
+// logFields is the logging interceptor's hook for fields of our own.
+func logFields(ctx context.Context, _ interceptors.CallMeta) logging.Fields {
+	ci := callInfoFrom(ctx)
+	if ci == nil {
+		return nil
+	}
+	ci.mu.Lock()
+	defer ci.mu.Unlock()
+	f := logging.Fields(append([]any(nil), ci.fields...))
+	if ci.panic != nil {
+		f = append(f, "panic", ci.panic, "stack", ci.stack)
+	}
+	return f
+}
+
+func infoUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ci := &callInfo{fields: requestFields(req)}
+	return handler(context.WithValue(ctx, callInfoKey{}, ci), req)
+}
+
+func wrapStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ci := &callInfo{}
+	return handler(srv, &infoStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), callInfoKey{}, ci), info: ci})
+}
+
+// infoStream gives a stream's handler the context holding its callInfo,
+// and notes the session its request frames name.
+type infoStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	info *callInfo
+}
+
+func (s *infoStream) Context() context.Context { return s.ctx }
+
+func (s *infoStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.info.noteRequest(m)
+	}
 	return err
+}
+
+// recovered is the recovery interceptor's handler: it keeps the panic and
+// its stack for the call's log line and answers INTERNAL; the panic's value
+// is not sent, like any internal detail.
+func recovered(ctx context.Context, p any) error {
+	if ci := callInfoFrom(ctx); ci != nil {
+		ci.mu.Lock()
+		ci.panic, ci.stack = p, string(debug.Stack())
+		ci.mu.Unlock()
+	}
+	return status.Error(codes.Internal, "internal error")
 }
 
 // callLevel says how loudly a finished call is logged. Successful calls and
 // the client's own mistakes are debug: a REPL appends every turn, and an info
 // line per call would drown what an operator needs. Codes that point at the
 // server or its disk are warnings or errors.
-func callLevel(c codes.Code) zapcore.Level {
+func callLevel(c codes.Code) logging.Level {
 	switch c {
 	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unimplemented:
-		return zapcore.ErrorLevel
+		return logging.LevelError
 	case codes.ResourceExhausted, codes.Unavailable, codes.DeadlineExceeded:
+		return logging.LevelWarn
+	default:
+		return logging.LevelDebug
+	}
+}
+
+// readableDuration is the "duration" field: a duration as a person reads it,
+// to three significant digits ("2.13ms", "153µs", "1.2s").
+func readableDuration(d time.Duration) logging.Fields {
+	return logging.Fields{"duration", roundDuration(d).String()}
+}
+
+// roundDuration rounds d to three significant digits.
+func roundDuration(d time.Duration) time.Duration {
+	unit := time.Duration(1)
+	for v := d; v >= 1000 || v <= -1000; v /= 10 {
+		unit *= 10
+	}
+	return d.Round(unit)
+}
+
+// zapLogger adapts a zap logger to the middleware's logging interface.
+func zapLogger(l *zap.Logger) logging.Logger {
+	return logging.LoggerFunc(func(_ context.Context, lvl logging.Level, msg string, fields ...any) {
+		ce := l.Check(zapLevel(lvl), msg)
+		if ce == nil {
+			return
+		}
+		ce.Write(zapFields(fields)...)
+	})
+}
+
+func zapLevel(l logging.Level) zapcore.Level {
+	switch {
+	case l >= logging.LevelError:
+		return zapcore.ErrorLevel
+	case l >= logging.LevelWarn:
 		return zapcore.WarnLevel
+	case l >= logging.LevelInfo:
+		return zapcore.InfoLevel
 	default:
 		return zapcore.DebugLevel
 	}
 }
 
-func (s *Server) logCall(ctx context.Context, method string, start time.Time, err error) {
-	code := status.Code(err)
-	ce := s.log.Check(callLevel(code), "call")
-	if ce == nil {
-		return
+// interceptors returns the unary and stream interceptor chains.
+func (s *Server) interceptors() (grpc.ServerOption, grpc.ServerOption) {
+	logOpts := []logging.Option{
+		logging.WithLogOnEvents(logging.FinishCall),
+		logging.WithLevels(callLevel),
+		logging.WithDurationField(readableDuration),
+		logging.WithTimestampFormat(time.RFC3339Nano),
+		logging.WithFieldsFromContextAndCallMeta(logFields),
+		// Constant on every line of a gRPC-only daemon.
+		logging.WithDisableLoggingFields(logging.SystemTag[0], logging.ComponentFieldKey),
 	}
-	fields := []zap.Field{
-		zap.String("method", method),
-		zap.String("code", code.String()),
-		zap.Duration("duration", time.Since(start)),
-	}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		fields = append(fields, zap.String("peer", p.Addr.String()))
-	}
-	if err != nil {
-		fields = append(fields, zap.String("error", status.Convert(err).Message()))
-	}
-	ce.Write(fields...)
-}
-
-func (s *Server) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			resp, err = nil, s.panicked(info.FullMethod, r)
-		}
-	}()
-	return handler(ctx, req)
-}
-
-func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = s.panicked(info.FullMethod, r)
-		}
-	}()
-	return handler(srv, ss)
-}
-
-// panicked logs a recovered panic with its stack and returns the INTERNAL
-// status the client gets; the panic's value is not sent, like any internal
-// detail.
-func (s *Server) panicked(method string, r any) error {
-	s.log.Error("panic in handler",
-		zap.String("method", method),
-		zap.Any("panic", r),
-		zap.ByteString("stack", debug.Stack()),
-	)
-	return status.Error(codes.Internal, "internal error")
+	recOpts := []recovery.Option{recovery.WithRecoveryHandlerContext(recovered)}
+	logger := zapLogger(s.log)
+	return grpc.ChainUnaryInterceptor(
+			infoUnary,
+			logging.UnaryServerInterceptor(logger, logOpts...),
+			recovery.UnaryServerInterceptor(recOpts...),
+		), grpc.ChainStreamInterceptor(
+			wrapStream,
+			logging.StreamServerInterceptor(logger, logOpts...),
+			recovery.StreamServerInterceptor(recOpts...),
+		)
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/base64"
 	"encoding/binary"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,7 +36,7 @@ func encodePageToken(c storage.Cursor) string {
 
 func decodePageToken(tok string) (storage.Cursor, error) {
 	bad := func(why string) (storage.Cursor, error) {
-		return storage.Cursor{}, fmt.Errorf("page_token is not a token this server made (%s): %w", why, storage.ErrInvalid)
+		return storage.Cursor{}, storage.Invalid("page_token", "is not a token this server made (%s)", why)
 	}
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {

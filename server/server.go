@@ -8,12 +8,16 @@
 // server checks only what storage cannot see: the frame size, absent
 // fields, timestamps, page tokens, update-mask paths and the shape of a
 // SaveSession stream. An invalid field is INVALID_ARGUMENT and a request
-// over a limit RESOURCE_EXHAUSTED, both naming the field (and the limit).
+// over a limit RESOURCE_EXHAUSTED, both naming the field (and the limit) in
+// their text and in google.rpc.BadRequest and ErrorInfo details (details.go).
 // Errors follow one table in one function, toStatus; unexpected errors are
 // logged and answered INTERNAL without detail.
 //
-// The interceptors from ServerOptions log every call and turn a panicking
-// handler into INTERNAL, so that one bad request never takes the daemon down.
+// The interceptors from ServerOptions (go-grpc-middleware v2's logging and
+// recovery) log every call in one line, naming the session and namespace
+// the request names, with its code and a readable duration ("2.13ms"), and
+// turn a panicking handler into INTERNAL, logged once with its stack, so
+// that one bad request never takes the daemon down.
 package server
 
 import (
@@ -93,11 +97,8 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	if maxRecv > math.MaxInt32 {
 		maxRecv = math.MaxInt32
 	}
-	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(int(maxRecv)),
-		grpc.ChainUnaryInterceptor(s.logUnary, s.recoverUnary),
-		grpc.ChainStreamInterceptor(s.logStream, s.recoverStream),
-	}
+	unary, stream := s.interceptors()
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), unary, stream}
 }
 
 // Drain ends every WatchSession stream with UNAVAILABLE and makes new ones

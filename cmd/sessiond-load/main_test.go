@@ -242,3 +242,34 @@ func TestErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpAndBadFlags checks that --help prints its usage once, on stdout,
+// and that a bad flag prints only the error and a one-line hint on stderr.
+func TestHelpAndBadFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args      []string
+		wantUsage string // "" for a bad flag
+	}{
+		{[]string{"--help"}, "Usage: sessiond-load [FLAGS] MODE"},
+		{[]string{"-h"}, "Usage: sessiond-load [FLAGS] MODE"},
+		{[]string{"append", "--help"}, "Usage: sessiond-load append [FLAGS]"},
+		{[]string{"--bogus"}, ""},
+		{[]string{"health", "--bogus"}, ""},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), tt.args, &stdout, &stderr)
+			code := exitCode(err, &stderr)
+			if tt.wantUsage != "" {
+				if code != 0 || stderr.Len() != 0 || strings.Count(stdout.String(), "Usage:") != 1 || !strings.Contains(stdout.String(), tt.wantUsage) {
+					t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+				}
+				return
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+			if code != 2 || stdout.Len() != 0 || len(lines) != 2 || !strings.Contains(lines[0], "bogus") || !strings.Contains(lines[1], "--help") {
+				t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+			}
+		})
+	}
+}

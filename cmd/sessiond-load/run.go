@@ -121,8 +121,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	global := flag.NewFlagSet("sessiond-load", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
 	commonFlags(global, c)
-	global.Usage = func() { usage(stdout, global) }
-	if err := parseFlags(global, args, stdout); err != nil {
+	if err := parseFlags(global, args, func() { usage(stdout, global) }); err != nil {
 		return err
 	}
 	if global.NArg() == 0 {
@@ -143,13 +142,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(io.Discard)
 	commonFlags(fs, c)
 	m.flags(fs, c)
-	fs.Usage = func() {
+	modeUsage := func() {
 		fmt.Fprintf(stdout, "Usage: sessiond-load %s [FLAGS]\n\n%s.\n\nFlags:\n", name, m.help)
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
-	if err := parseFlags(fs, global.Args()[1:], stdout); err != nil {
+	if err := parseFlags(fs, global.Args()[1:], modeUsage); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -168,12 +167,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// parseFlags parses args, printing the usage on -h and turning a bad flag
-// into a usage error.
-func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+// parseFlags parses args, printing the usage (once) on -h and turning a bad
+// flag into a usage error, which main reports with a one-line hint.
+func parseFlags(fs *flag.FlagSet, args []string, usage func()) error {
+	// The flag package calls fs.Usage on every parse error and on -h; the
+	// usage is printed here instead, for -h alone.
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
+			usage()
 			return err
 		}
 		return usagef("%v", err)

@@ -89,7 +89,11 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 			f.Usage += " (env " + envName(f.Name) + ")"
 		}
 	})
-	fs.Usage = func() {
+	// The flag package calls Usage on every parse error, not only on
+	// --help; the usage is printed below, for --help alone, so that a bad
+	// flag gets its error and a one-line hint on stderr (exitCode).
+	fs.Usage = func() {}
+	printUsage := func() {
 		fmt.Fprintf(stdout, "Usage: sessiond [flags]\n\nsessiond serves LLM chat sessions over gRPC (sessiond.v1.SessionStoreService,\ngrpc.health.v1, server reflection).\n\nFlags:\n")
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
@@ -113,7 +117,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil, err // fs.Parse has printed the usage
+			printUsage()
+			return nil, err
 		}
 		return nil, &usageError{err: err}
 	}

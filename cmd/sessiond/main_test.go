@@ -117,13 +117,22 @@ func TestParseConfig(t *testing.T) {
 				tt.env["HOME"] = "/home/u"
 				e = env(tt.env)
 			}
-			_, err := parseConfig(tt.args, e, &bytes.Buffer{})
+			var stdout, stderr bytes.Buffer
+			_, err := parseConfig(tt.args, e, &stdout)
 			var ue *usageError
 			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.msgHas) {
 				t.Fatalf("err = %v; want a usage error naming %q", err, tt.msgHas)
 			}
-			if code := exitCode(err, &bytes.Buffer{}); code != 2 {
+			if code := exitCode(err, &stderr); code != 2 {
 				t.Fatalf("exit code %d, want 2", code)
+			}
+			// The error and a one-line hint on stderr; no usage dump.
+			if stdout.Len() != 0 {
+				t.Fatalf("a usage error wrote to stdout:\n%s", stdout.String())
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+			if len(lines) != 2 || !strings.HasPrefix(lines[0], "sessiond: ") || !strings.Contains(lines[0], tt.msgHas) || !strings.Contains(lines[1], "sessiond --help") {
+				t.Fatalf("stderr of a usage error:\n%s", stderr.String())
 			}
 		})
 	}

@@ -180,6 +180,7 @@ func newLogger(cfg *config, stderr io.Writer) (*zap.Logger, error) {
 	}
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc.EncodeDuration = zapcore.StringDurationEncoder // "2.1ms", not 0.0021
 	var encoder zapcore.Encoder
 	if cfg.logFormat == "console" {
 		enc.EncodeLevel = zapcore.CapitalLevelEncoder

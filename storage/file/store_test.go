@@ -422,57 +422,83 @@ func TestCrashDuringAppend(t *testing.T) {
 			return b
 		}},
 	}
+	// Each cut opens a copy of the store, appends and reopens it: that is
+	// fsync-bound, not CPU-bound, so the cuts run eight at a time. (t.Run
+	// may be called from several goroutines; all of them return before this
+	// test does.)
+	type cutCase struct {
+		v variant
+		c int64
+	}
+	var cases []cutCase
 	for _, v := range variants {
 		for c := int64(0); c <= end-start; c++ {
 			if v.name == "hole" && c == 0 {
 				continue // nothing missing: the whole append
 			}
-			d := filepath.Join(t.TempDir(), "d")
-			copyDir(t, base, d)
-			if err := os.WriteFile(filepath.Join(d, jrel), v.journal(c), filePerm); err != nil {
-				t.Fatal(err)
-			}
-			// The frame's last bytes may be padding (zeros either way), so a
-			// cut there can leave the whole append; never a part of it.
-			want, alt := wantBefore, wantAfter
-			if c == end-start && v.name != "hole" {
-				want = wantAfter
-			}
-			func() {
-				s2, err := openPortable(t.Context(), d)
-				if err != nil {
-					t.Fatalf("%s cut at %d: Open: %v", v.name, c, err)
-				}
-				defer s2.Close()
-				got, err := loadIDs(t, s2, se.ID)
-				if err != nil {
-					t.Fatalf("%s cut at %d: Load: %v", v.name, c, err)
-				}
-				if diff := cmp.Diff(want, got); diff != "" {
-					if !cmp.Equal(alt, got) || end-start-c >= 8 {
-						t.Fatalf("%s cut at %d of %d: messages (-want +got):\n%s", v.name, c, end-start, diff)
-					}
-					want = alt
-				}
-				mustAppend(t, s2, se.ID, msg("after", "writable"))
-				if err := s2.Close(); err != nil {
-					t.Fatal(err)
-				}
-				s3, err := openPortable(t.Context(), d)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer s3.Close()
-				got, err = loadIDs(t, s3, se.ID)
-				if err != nil {
-					t.Fatalf("%s cut at %d: reload: %v", v.name, c, err)
-				}
-				if diff := cmp.Diff(append(append([]string(nil), want...), "after"), got); diff != "" {
-					t.Fatalf("%s cut at %d: after a new append (-want +got):\n%s", v.name, c, diff)
-				}
-			}()
+			cases = append(cases, cutCase{v, c})
 		}
 	}
+	work := make(chan cutCase)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for cc := range work {
+				t.Run(fmt.Sprintf("%s/%d", cc.v.name, cc.c), func(t *testing.T) {
+					v, c := cc.v, cc.c
+					d := filepath.Join(t.TempDir(), "d")
+					copyDir(t, base, d)
+					if err := os.WriteFile(filepath.Join(d, jrel), v.journal(c), filePerm); err != nil {
+						t.Fatal(err)
+					}
+					// The frame's last bytes may be padding (zeros either way), so a
+					// cut there can leave the whole append; never a part of it.
+					want, alt := wantBefore, wantAfter
+					if c == end-start && v.name != "hole" {
+						want = wantAfter
+					}
+					func() {
+						s2, err := openPortable(t.Context(), d)
+						if err != nil {
+							t.Fatalf("%s cut at %d: Open: %v", v.name, c, err)
+						}
+						defer s2.Close()
+						got, err := loadIDs(t, s2, se.ID)
+						if err != nil {
+							t.Fatalf("%s cut at %d: Load: %v", v.name, c, err)
+						}
+						if diff := cmp.Diff(want, got); diff != "" {
+							if !cmp.Equal(alt, got) || end-start-c >= 8 {
+								t.Fatalf("%s cut at %d of %d: messages (-want +got):\n%s", v.name, c, end-start, diff)
+							}
+							want = alt
+						}
+						mustAppend(t, s2, se.ID, msg("after", "writable"))
+						if err := s2.Close(); err != nil {
+							t.Fatal(err)
+						}
+						s3, err := openPortable(t.Context(), d)
+						if err != nil {
+							t.Fatal(err)
+						}
+						defer s3.Close()
+						got, err = loadIDs(t, s3, se.ID)
+						if err != nil {
+							t.Fatalf("%s cut at %d: reload: %v", v.name, c, err)
+						}
+						if diff := cmp.Diff(append(append([]string(nil), want...), "after"), got); diff != "" {
+							t.Fatalf("%s cut at %d: after a new append (-want +got):\n%s", v.name, c, diff)
+						}
+					}()
+				})
+			}
+		})
+	}
+	for _, cc := range cases {
+		work <- cc
+	}
+	close(work)
+	wg.Wait()
 }
 
 // TestDamageIsolated damages one session's bytes in several ways; that
