@@ -46,6 +46,7 @@ type dialOptions struct {
 	dialer    func(context.Context, string) (net.Conn, error)
 	lazy      bool
 	grpcOpts  []grpc.DialOption
+	err       error // an option that could not be applied (WithTLSFiles)
 }
 
 // DialOption configures Dial.
@@ -62,9 +63,9 @@ func WithTransportCredentials(creds credentials.TransportCredentials) DialOption
 // a daemon started with --auth-tokens. Over a connection without TLS the token
 // travels in clear text, which is acceptable only on loopback or a unix
 // socket.
-func WithPerRPCToken(token string) DialOption {
-	return func(o *dialOptions) { o.perRPC = bearerToken(token) }
-}
+//
+// Deprecated: use WithToken.
+func WithPerRPCToken(token string) DialOption { return WithToken(token) }
 
 // WithPerRPCCredentials sends any gRPC per-call credentials with every call.
 func WithPerRPCCredentials(c credentials.PerRPCCredentials) DialOption {
@@ -126,6 +127,12 @@ func Dial(ctx context.Context, addr string, opts ...DialOption) (*Client, error)
 	}
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	if err := o.applyTokenEnv(addr); err != nil {
+		return nil, err
 	}
 	target, err := dialTarget(addr)
 	if err != nil {

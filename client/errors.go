@@ -97,6 +97,10 @@ func sentinelFor(op rpc, code codes.Code) error {
 		return ErrDataLoss
 	case codes.Unavailable:
 		return ErrUnavailable
+	case codes.Unauthenticated:
+		return ErrUnauthenticated
+	case codes.PermissionDenied:
+		return ErrPermissionDenied
 	}
 	return nil
 }

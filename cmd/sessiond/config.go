@@ -26,6 +26,7 @@ type config struct {
 	limits          storage.Limits
 	shutdownTimeout time.Duration
 	maxOpenJournals int
+	security        securityConfig
 	showVersion     bool
 
 	postgresDSN            string
@@ -82,6 +83,11 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.Int64Var(&cfg.limits.MaxMapKeyBytes, "max-map-key-bytes", cfg.limits.MaxMapKeyBytes, "longest metadata or label key, in bytes")
 	fs.Int64Var(&cfg.limits.MaxMapValueBytes, "max-map-value-bytes", cfg.limits.MaxMapValueBytes, "longest metadata or label value, in bytes")
 	fs.Int64Var(&cfg.limits.MaxSessionBytes, "max-session-bytes", cfg.limits.MaxSessionBytes, "most message bytes one SaveSession may carry")
+	fs.StringVar(&cfg.security.authTokens, "auth-tokens", "", "token `file` (made with 'sessionctl token add'): turns on authentication; every call but health checks needs \"authorization: Bearer <token>\"; reloaded on change and on SIGHUP")
+	fs.StringVar(&cfg.security.tlsCert, "tls-cert", "", "serve TLS with this PEM certificate `file` (chain first), reloaded when it changes")
+	fs.StringVar(&cfg.security.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert, reloaded when it changes")
+	fs.StringVar(&cfg.security.tlsClientCA, "tls-client-ca", "", "mutual TLS: refuse clients without a certificate signed by a CA in this PEM `file`")
+	fs.BoolVar(&cfg.security.insecure, "insecure", false, "allow a non-loopback --listen without TLS or without --auth-tokens (logs a warning)")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 
 	fs.VisitAll(func(f *flag.Flag) {
@@ -157,6 +163,9 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	}
 	if cfg.shutdownTimeout < 0 {
 		return usagef("--shutdown-timeout %v is negative", cfg.shutdownTimeout)
+	}
+	if err := cfg.security.check(); err != nil {
+		return err
 	}
 	if err := cfg.limits.Validate(); err != nil {
 		return &usageError{err: err}

@@ -74,6 +74,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
+	// Refuse an exposed address before binding it at all.
+	if _, err := cfg.security.checkExposure(cfg.listen, listenLoopback(ctx, cfg.listen)); err != nil {
+		return err
+	}
+	sec, err := loadSecurity(&cfg.security)
+	if err != nil {
+		return err
+	}
 	// Listen before opening the store: a busy port is the commonest start-up
 	// failure and costs nothing to find, while opening a store may scan it.
 	lis, err := listen(cfg.listen)
@@ -85,6 +93,11 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		// the early returns, removing a socket file we made.
 		_ = lis.Close()
 	}()
+	// The bound address decides: a name may have resolved differently.
+	exposureWarning, err := cfg.security.checkExposure(lis.display, lis.loopback)
+	if err != nil {
+		return err
+	}
 
 	driver, err := backends[cfg.storage](ctx, cfg, log)
 	if err != nil {
@@ -109,7 +122,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		server.WithVersion(ver),
 		server.WithBackend(cfg.storage),
 	)
-	gs := grpc.NewServer(srv.ServerOptions()...)
+	gs := grpc.NewServer(append(srv.ServerOptions(), sec.serverOptions(log)...)...)
 	srv.Register(gs)
 	hs := health.NewServer()
 	drained := make(chan struct{})
@@ -126,15 +139,17 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
 
-	log.Info("sessiond started",
+	defer sec.startWatch(log.Named("security"))()
+
+	log.Info("sessiond started", append([]zap.Field{
 		zap.String("addr", lis.display),
 		zap.String("data_dir", cfg.dataDir),
 		zap.String("store", storeWhere(cfg)),
 		zap.String("storage", cfg.storage),
 		zap.String("version", ver),
-	)
-	if !lis.loopback {
-		log.Warn("listening beyond loopback: anyone who can reach this address can read and change every session", zap.String("addr", lis.display))
+	}, sec.logFields()...)...)
+	if exposureWarning != "" {
+		log.Warn(exposureWarning, zap.String("addr", lis.display))
 	}
 
 	select {
