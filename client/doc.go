@@ -52,8 +52,17 @@
 //
 // Errors wrap a sentinel (ErrNotFound, ErrAliasInUse, ErrMessageConflict,
 // ErrConflict, ErrInvalid, ErrTooLarge, ErrDataLoss, ErrWatchReset,
-// ErrUnavailable, ErrClosed, and ErrSpool), chosen per RPC from the gRPC code, and the
-// original gRPC status, which status.FromError still finds.
+// ErrUnavailable, ErrUnauthenticated, ErrPermissionDenied, ErrClosed, and
+// ErrSpool), chosen per RPC from the gRPC code, and the original gRPC status, which
+// status.FromError still finds.
+//
+// # Tokens and TLS
+//
+// For a daemon started with --auth-tokens, WithToken sends the secret that
+// `sessionctl token add` printed (without it, Dial reads SESSIOND_TOKEN).
+// WithTLS or WithTLSFiles connect to a daemon serving TLS; WithTLSFiles also
+// takes a client certificate for mutual TLS. Dial refuses to send a token
+// without TLS to an address that is not loopback or a unix socket.
 //
 // # Concurrency
 //

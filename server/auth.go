@@ -149,11 +149,12 @@ func (a *Authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	if !needed {
 		return handler(ctx, req)
 	}
-	tok, err := a.authorize(ctx, info.FullMethod, rule)
+	tok, err := a.authenticate(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
-	if err := a.checkMessage(ctx, info.FullMethod, rule, &tok, req); err != nil {
+	ns, _ := requestNamespace(req)
+	if err := a.permit(ctx, info.FullMethod, rule, &tok, ns); err != nil {
 		return nil, err
 	}
 	return handler(ctx, req)
@@ -164,33 +165,52 @@ func (a *Authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	if !needed {
 		return handler(srv, ss)
 	}
-	tok, err := a.authorize(ss.Context(), info.FullMethod, rule)
+	tok, err := a.authenticate(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
+	}
+	if !rule.namespaced {
+		if err := a.permit(ss.Context(), info.FullMethod, rule, &tok, ""); err != nil {
+			return err
+		}
+		return handler(srv, ss)
 	}
 	return handler(srv, &authStream{ServerStream: ss, a: a, method: info.FullMethod, rule: rule, tok: tok})
 }
 
-// authStream checks the namespace of every message the client sends before
-// the handler sees it: a streaming request's namespace is in its first
+// authStream authorises a namespaced streaming call on the messages the
+// client sends, before the handler sees them: the namespace is in the first
 // message (SaveSession's header frame), which the interceptor has not read.
+// The first message is always checked, at least for the role; later ones
+// when they name a namespace.
 type authStream struct {
 	grpc.ServerStream
-	a      *Authorizer
-	method string
-	rule   methodRule
-	tok    auth.Token
+	a       *Authorizer
+	method  string
+	rule    methodRule
+	tok     auth.Token
+	checked bool // the first message has been authorised
 }
 
 func (s *authStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.a.checkMessage(s.Context(), s.method, s.rule, &s.tok, m)
+	ns, ok := requestNamespace(m)
+	switch {
+	case ok:
+		return s.a.permit(s.Context(), s.method, s.rule, &s.tok, ns)
+	case !s.checked:
+		s.checked = true
+		roleOnly := s.rule
+		roleOnly.namespaced = false
+		return s.a.permit(s.Context(), s.method, roleOnly, &s.tok, "")
+	}
+	return nil
 }
 
-// authorize finds the call's token and checks its role.
-func (a *Authorizer) authorize(ctx context.Context, method string, rule methodRule) (auth.Token, error) {
+// authenticate finds the call's token.
+func (a *Authorizer) authenticate(ctx context.Context, method string) (auth.Token, error) {
 	secret, reason := bearer(ctx)
 	if reason != "" {
 		a.log.Warn("unauthenticated call refused", zap.String("method", method), zap.String("reason", reason), peerField(ctx))
@@ -201,28 +221,23 @@ func (a *Authorizer) authorize(ctx context.Context, method string, rule methodRu
 		a.log.Warn("unauthenticated call refused", zap.String("method", method), zap.String("reason", "unknown token"), peerField(ctx))
 		return auth.Token{}, status.Error(codes.Unauthenticated, "unknown token")
 	}
-	if !tok.Can(rule.role) {
-		a.deny(ctx, method, &tok, "", "role "+tok.Role.String()+" may not call this method")
-		return auth.Token{}, status.Errorf(codes.PermissionDenied, "token %q has role %s; %s needs %s", tok.Name, tok.Role, shortMethod(method), rule.role)
-	}
-	if rule.everyNS && !tok.Allows(auth.AllNamespaces) {
-		a.deny(ctx, method, &tok, "", "method outside every namespace needs a token for \"*\"")
-		return auth.Token{}, status.Errorf(codes.PermissionDenied, "token %q may not call %s: it needs the admin role for every namespace (\"*\")", tok.Name, shortMethod(method))
-	}
 	return tok, nil
 }
 
-// checkMessage checks the namespace a request message names.
-func (a *Authorizer) checkMessage(ctx context.Context, method string, rule methodRule, tok *auth.Token, m any) error {
-	if !rule.namespaced {
-		return nil
+// permit checks that tok may call method in namespace ns.
+func (a *Authorizer) permit(ctx context.Context, method string, rule methodRule, tok *auth.Token, ns string) error {
+	switch {
+	case !tok.Can(rule.role):
+		a.deny(ctx, method, tok, ns, "role "+tok.Role.String()+" may not call this method")
+		return status.Errorf(codes.PermissionDenied, "token %q has role %s; %s needs %s", tok.Name, tok.Role, shortMethod(method), rule.role)
+	case rule.everyNS && !tok.Allows(auth.AllNamespaces):
+		a.deny(ctx, method, tok, ns, "method needs a token for every namespace")
+		return status.Errorf(codes.PermissionDenied, "token %q may not call %s: it needs the admin role for every namespace (\"*\")", tok.Name, shortMethod(method))
+	case rule.namespaced && !tok.Allows(ns):
+		a.deny(ctx, method, tok, ns, "namespace outside the token's")
+		return status.Errorf(codes.PermissionDenied, "token %q may not use %s", tok.Name, namespaceName(ns))
 	}
-	ns, ok := requestNamespace(m)
-	if !ok || tok.Allows(ns) {
-		return nil
-	}
-	a.deny(ctx, method, tok, ns, "namespace outside the token's")
-	return status.Errorf(codes.PermissionDenied, "token %q may not use %s", tok.Name, namespaceName(ns))
+	return nil
 }
 
 // deny logs a refused call: never the secret.

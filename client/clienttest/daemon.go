@@ -155,6 +155,15 @@ func (d *Daemon) SignalWait(sig syscall.Signal, timeout time.Duration) error {
 	}
 }
 
+// Signal sends sig without waiting, e.g. SIGHUP to make the daemon reload
+// its token file and certificates.
+func (d *Daemon) Signal(sig syscall.Signal) error {
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("clienttest: send %v: %w", sig, err)
+	}
+	return nil
+}
+
 // Kill sends SIGKILL and waits for the process to end.
 func (d *Daemon) Kill(t testing.TB) {
 	t.Helper()
