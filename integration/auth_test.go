@@ -597,3 +597,33 @@ func TestTokenReload(t *testing.T) {
 	}
 	wantCode(t, infoErr(ctx, cc, toks.admin), codes.Unauthenticated)
 }
+
+// tlsExampleDaemon is a daemon serving TLS with tokens, for the README's
+// examples over TLS.
+type tlsExampleDaemon struct {
+	*daemon
+	ca, token string
+}
+
+// startTLSExampleDaemon starts a daemon with TLS (a certificate of a CA the
+// test makes) and a write token for namespace A, and returns it, the CA file
+// and the environment the examples read (SESSIOND_TOKEN,
+// SESSIOND_NAMESPACE).
+func startTLSExampleDaemon(t *testing.T) (*tlsExampleDaemon, string, []string) {
+	t.Helper()
+	dir := t.TempDir()
+	toks := newTestTokens(t, dir)
+	ca := newTestCA(t, dir, "example")
+	certFile, keyFile, _ := ca.issue(t, dir, "server", false)
+	d := startDaemon(t, filepath.Join(dir, "data"), "--auth-tokens", toks.file, "--tls-cert", certFile, "--tls-key", keyFile)
+	return &tlsExampleDaemon{daemon: d, ca: ca.pemFile, token: toks.writeA}, ca.pemFile,
+		[]string{"SESSIOND_TOKEN=" + toks.writeA, "SESSIOND_NAMESPACE=" + nsA}
+}
+
+// checkTLSExample checks over TLS, with the token, that two runs of an
+// example stored four messages under alias in namespace A.
+func (d *tlsExampleDaemon) checkTLSExample(t *testing.T, alias string) {
+	t.Helper()
+	c := sessiondv1.NewSessionStoreServiceClient(tlsConn(t, d.Addr, d.ca, "", ""))
+	checkAliasCountWith(t, withToken(testContext(t, 30*time.Second), d.token), c, nsA, alias, 4)
+}

@@ -139,7 +139,13 @@ func checkExampleOutput(t *testing.T, out string, run int) {
 // daemon rather than only printed.
 func checkAliasCount(t *testing.T, d *daemon, alias string, want int64) {
 	t.Helper()
-	resp, err := d.client(t).GetSession(testContext(t, 30*time.Second), &sessiondv1.GetSessionRequest{Ref: byAlias("", alias)})
+	checkAliasCountWith(t, testContext(t, 30*time.Second), d.client(t), "", alias, want)
+}
+
+// checkAliasCountWith is checkAliasCount through client c in namespace ns.
+func checkAliasCountWith(t *testing.T, ctx context.Context, c sessiondv1.SessionStoreServiceClient, ns, alias string, want int64) {
+	t.Helper()
+	resp, err := c.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: byAlias(ns, alias)})
 	if err != nil {
 		t.Fatalf("GetSession %s: %v", alias, err)
 	}
@@ -190,6 +196,13 @@ reason OVER_LIMIT domain sessiond field=title limit=max_title_bytes max=1024 siz
 			t.Fatalf("clients/python/error_details.py printed:\n%s\nwant:\n%s", out, want)
 		}
 	})
+	t.Run("example over TLS with a token", func(t *testing.T) {
+		d, ca, tokEnv := startTLSExampleDaemon(t)
+		for run := 1; run <= 2; run++ {
+			checkExampleOutput(t, runScript(t, ctx, append(env, tokEnv...), python, "clients/python/example_tls.py", d.Addr, ca), run)
+		}
+		d.checkTLSExample(t, "python-tls-example")
+	})
 }
 
 func TestNodeClient(t *testing.T) {
@@ -217,6 +230,13 @@ func TestNodeClient(t *testing.T) {
 		}
 		checkAliasCount(t, d, "node-example", 4)
 	})
+	t.Run("example over TLS with a token", func(t *testing.T) {
+		d, ca, tokEnv := startTLSExampleDaemon(t)
+		for run := 1; run <= 2; run++ {
+			checkExampleOutput(t, runScript(t, ctx, tokEnv, node, "clients/node/example_tls.js", d.Addr, ca), run)
+		}
+		d.checkTLSExample(t, "node-tls-example")
+	})
 }
 
 // readmeExampleAddr is the address the README's examples use; the test runs
@@ -233,7 +253,7 @@ func TestReadmeExamples(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read README.md: %v", err)
 	}
-	for _, f := range []string{"clients/python/example.py", "clients/node/example.js"} {
+	for _, f := range []string{"clients/python/example.py", "clients/node/example.js", "clients/python/example_tls.py", "clients/node/example_tls.js"} {
 		src, err := os.ReadFile(filepath.Join(moduleRoot, f))
 		if err != nil {
 			t.Fatal(err)

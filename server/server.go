@@ -18,6 +18,8 @@
 // the request names, with its code and a readable duration ("2.13ms"), and
 // turn a panicking handler into INTERNAL, logged once with its stack, so
 // that one bad request never takes the daemon down.
+// An Authorizer (auth.go) adds bearer-token authentication and
+// authorisation by role and namespace in front of every handler.
 package server
 
 import (

@@ -6,6 +6,12 @@
 // (upper case, dashes as underscores); a flag on the command line wins.
 // SIGINT and SIGTERM drain in-flight calls, close the store and exit 0.
 //
+// --auth-tokens turns on bearer tokens (server.Authorizer, internal/auth);
+// --tls-cert and --tls-key serve TLS, --tls-client-ca mutual TLS. The token
+// file and the certificate files are reloaded when they change and on
+// SIGHUP. A non-loopback --listen without TLS and tokens is refused unless
+// --insecure.
+//
 // Exit codes: 0 ok (and --help), 1 runtime error, 2 usage error.
 package main
 
