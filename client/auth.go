@@ -9,7 +9,9 @@ import (
 	"os"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Authentication and TLS.
@@ -91,6 +93,29 @@ func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 	return cfg, nil
 }
 
+// GRPCDialOptions returns the gRPC dial options that send token (if not "")
+// and use TLS with tlsCfg (if not nil, else plaintext), for programs that
+// call the generated stubs on their own connection (sessionctl does). Like
+// Dial, it refuses a token without TLS to an address that is not local.
+func GRPCDialOptions(addr, token string, tlsCfg *tls.Config) ([]grpc.DialOption, error) {
+	creds := insecure.NewCredentials()
+	if tlsCfg != nil {
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if token == "" {
+		return opts, nil
+	}
+	if tlsCfg == nil && !localAddr(addr) {
+		return nil, errClearToken(addr)
+	}
+	return append(opts, grpc.WithPerRPCCredentials(bearerToken(token))), nil
+}
+
+func errClearToken(addr string) error {
+	return fmt.Errorf("client: dial %s: refusing to send a token without TLS to a host that is not loopback; use TLS: %w", addr, ErrInvalid)
+}
+
 // applyTokenEnv sets the token from SESSIOND_TOKEN when no option set
 // per-call credentials, and refuses to send a token in clear text to another
 // machine.
@@ -103,7 +128,7 @@ func (o *dialOptions) applyTokenEnv(addr string) error {
 	// A custom dialer (bufconn in tests, an SSH tunnel) decides where bytes
 	// go; the address says nothing then.
 	if _, isToken := o.perRPC.(bearerToken); isToken && o.creds == nil && o.dialer == nil && !localAddr(addr) {
-		return fmt.Errorf("client: dial %s: refusing to send a token without TLS to a host that is not loopback; use WithTLS or WithTLSFiles: %w", addr, ErrInvalid)
+		return errClearToken(addr)
 	}
 	return nil
 }

@@ -82,6 +82,12 @@ func TestTokenNeverInClearTextOffHost(t *testing.T) {
 	if _, err := client.Dial(ctx, "10.1.2.3:7437", client.WithTLSFiles(filepath.Join(t.TempDir(), "none.pem"), "", ""), client.WithLazyConnect()); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("missing CA file: %v; want ErrInvalid", err)
 	}
+	if _, err := client.GRPCDialOptions("10.1.2.3:7437", "s", nil); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("GRPCDialOptions with a token, no TLS, off host: %v; want ErrInvalid", err)
+	}
+	if opts, err := client.GRPCDialOptions("127.0.0.1:7437", "s", nil); err != nil || len(opts) != 2 {
+		t.Fatalf("GRPCDialOptions with a token on loopback: %d options, %v", len(opts), err)
+	}
 	if _, err := client.TLSConfig("", "cert.pem", ""); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("certificate without key: %v; want ErrInvalid", err)
 	}
