@@ -8,6 +8,7 @@ import (
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/client/clienttest"
 	"github.com/sessiond/sessiond/internal/auth"
+	"github.com/sessiond/sessiond/internal/testcerts"
 )
 
 // Against a real daemon with --auth-tokens: WithToken and SESSIOND_TOKEN
@@ -90,5 +91,36 @@ func TestTokenNeverInClearTextOffHost(t *testing.T) {
 	}
 	if _, err := client.TLSConfig("", "cert.pem", ""); !errors.Is(err, client.ErrInvalid) {
 		t.Fatalf("certificate without key: %v; want ErrInvalid", err)
+	}
+}
+
+// WithTLSFiles against a real daemon under mutual TLS: the CA file and a
+// client certificate get in; without the client certificate, no.
+func TestTLSFiles(t *testing.T) {
+	bin := needDaemon(t)
+	dir := t.TempDir()
+	t.Setenv(client.TokenEnv, "")
+	serverCA, clientCA := testcerts.NewCA(t, dir, "server-ca"), testcerts.NewCA(t, dir, "client-ca")
+	cert, key, _ := serverCA.Issue(t, dir, "server", false)
+	ccert, ckey, _ := clientCA.Issue(t, dir, "repl", true)
+	d := clienttest.StartDaemon(t, bin, filepath.Join(dir, "data"), "127.0.0.1:0",
+		clienttest.WithArgs("--tls-cert", cert, "--tls-key", key, "--tls-client-ca", clientCA.PEMFile))
+	ctx := t.Context()
+
+	c, err := client.Dial(ctx, d.Addr, client.WithTLSFiles(serverCA.PEMFile, ccert, ckey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.ServerInfo(ctx); err != nil {
+		t.Fatalf("mutual TLS with WithTLSFiles: %v", err)
+	}
+	noCert, err := client.Dial(ctx, d.Addr, client.WithTLSFiles(serverCA.PEMFile, "", ""), client.WithLazyConnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noCert.Close()
+	if _, err := noCert.ServerInfo(ctx); !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("without a client certificate: %v; want ErrUnavailable", err)
 	}
 }

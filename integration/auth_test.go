@@ -26,6 +26,7 @@ import (
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/auth"
+	"github.com/sessiond/sessiond/internal/testcerts"
 )
 
 // The namespaces of the authorisation tests: tokens are scoped to A or B.
@@ -448,27 +449,27 @@ func servedSerial(addr, caFile string) (string, error) {
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	toks := newTestTokens(t, dir)
-	ca1, ca2 := newTestCA(t, dir, "ca1"), newTestCA(t, dir, "ca2")
-	certFile, keyFile, serial1 := ca1.issue(t, dir, "server", false)
+	ca1, ca2 := testcerts.NewCA(t, dir, "ca1"), testcerts.NewCA(t, dir, "ca2")
+	certFile, keyFile, serial1 := ca1.Issue(t, dir, "server", false)
 	d := startDaemon(t, filepath.Join(dir, "data"), "--auth-tokens", toks.file, "--tls-cert", certFile, "--tls-key", keyFile)
 	ctx := testContext(t, 2*time.Minute)
 
 	wantCode(t, infoErr(ctx, d.conn(t), toks.readA), codes.Unavailable) // plaintext to a TLS port
-	wantCode(t, infoErr(ctx, tlsConn(t, d.Addr, ca2.pemFile, "", ""), toks.readA), codes.Unavailable)
-	good := tlsConn(t, d.Addr, ca1.pemFile, "", "")
+	wantCode(t, infoErr(ctx, tlsConn(t, d.Addr, ca2.PEMFile, "", ""), toks.readA), codes.Unavailable)
+	good := tlsConn(t, d.Addr, ca1.PEMFile, "", "")
 	if err := infoErr(ctx, good, toks.readA); err != nil {
 		t.Fatalf("TLS with the right CA and a token: %v", err)
 	}
 	wantCode(t, infoErr(ctx, good, ""), codes.Unauthenticated)
-	if s, err := servedSerial(d.Addr, ca1.pemFile); err != nil || s != serial1.String() {
+	if s, err := servedSerial(d.Addr, ca1.PEMFile); err != nil || s != serial1.String() {
 		t.Fatalf("served serial %s, %v; want %s", s, err, serial1)
 	}
 
 	// Rotation to a certificate of another CA, without a restart.
-	_, _, serial2 := ca2.issue(t, dir, "server", false)
+	_, _, serial2 := ca2.Issue(t, dir, "server", false)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s, err := servedSerial(d.Addr, ca2.pemFile)
+		s, err := servedSerial(d.Addr, ca2.PEMFile)
 		if err == nil && s == serial2.String() {
 			break
 		}
@@ -477,7 +478,7 @@ func TestTLS(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := infoErr(ctx, tlsConn(t, d.Addr, ca2.pemFile, "", ""), toks.readA); err != nil {
+	if err := infoErr(ctx, tlsConn(t, d.Addr, ca2.PEMFile, "", ""), toks.readA); err != nil {
 		t.Fatalf("after rotation, a client trusting the new CA: %v", err)
 	}
 	if err := infoErr(ctx, good, toks.readA); err != nil {
@@ -489,7 +490,7 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLog(t, d, "TLS certificate not reloaded; new connections keep the one in use")
-	if s, err := servedSerial(d.Addr, ca2.pemFile); err != nil || s != serial2.String() {
+	if s, err := servedSerial(d.Addr, ca2.PEMFile); err != nil || s != serial2.String() {
 		t.Fatalf("after a broken rotation: serial %s, %v; want %s", s, err, serial2)
 	}
 }
@@ -500,17 +501,17 @@ func TestTLS(t *testing.T) {
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	toks := newTestTokens(t, dir)
-	serverCA, clientCA, otherCA := newTestCA(t, dir, "server-ca"), newTestCA(t, dir, "client-ca"), newTestCA(t, dir, "other-ca")
-	certFile, keyFile, _ := serverCA.issue(t, dir, "server", false)
-	goodCert, goodKey, _ := clientCA.issue(t, dir, "agent-a", true)
-	badCert, badKey, _ := otherCA.issue(t, dir, "intruder", true)
+	serverCA, clientCA, otherCA := testcerts.NewCA(t, dir, "server-ca"), testcerts.NewCA(t, dir, "client-ca"), testcerts.NewCA(t, dir, "other-ca")
+	certFile, keyFile, _ := serverCA.Issue(t, dir, "server", false)
+	goodCert, goodKey, _ := clientCA.Issue(t, dir, "agent-a", true)
+	badCert, badKey, _ := otherCA.Issue(t, dir, "intruder", true)
 	d := startDaemon(t, filepath.Join(dir, "data"), "--auth-tokens", toks.file,
-		"--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", clientCA.pemFile)
+		"--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", clientCA.PEMFile)
 	ctx := testContext(t, 2*time.Minute)
 
-	wantCode(t, infoErr(ctx, tlsConn(t, d.Addr, serverCA.pemFile, "", ""), toks.readA), codes.Unavailable)
-	wantCode(t, infoErr(ctx, tlsConn(t, d.Addr, serverCA.pemFile, badCert, badKey), toks.readA), codes.Unavailable)
-	good := tlsConn(t, d.Addr, serverCA.pemFile, goodCert, goodKey)
+	wantCode(t, infoErr(ctx, tlsConn(t, d.Addr, serverCA.PEMFile, "", ""), toks.readA), codes.Unavailable)
+	wantCode(t, infoErr(ctx, tlsConn(t, d.Addr, serverCA.PEMFile, badCert, badKey), toks.readA), codes.Unavailable)
+	good := tlsConn(t, d.Addr, serverCA.PEMFile, goodCert, goodKey)
 	if err := infoErr(ctx, good, toks.readA); err != nil {
 		t.Fatalf("client certificate of the client CA: %v", err)
 	}
@@ -613,10 +614,10 @@ func startTLSExampleDaemon(t *testing.T) (*tlsExampleDaemon, string, []string) {
 	t.Helper()
 	dir := t.TempDir()
 	toks := newTestTokens(t, dir)
-	ca := newTestCA(t, dir, "example")
-	certFile, keyFile, _ := ca.issue(t, dir, "server", false)
+	ca := testcerts.NewCA(t, dir, "example")
+	certFile, keyFile, _ := ca.Issue(t, dir, "server", false)
 	d := startDaemon(t, filepath.Join(dir, "data"), "--auth-tokens", toks.file, "--tls-cert", certFile, "--tls-key", keyFile)
-	return &tlsExampleDaemon{daemon: d, ca: ca.pemFile, token: toks.writeA}, ca.pemFile,
+	return &tlsExampleDaemon{daemon: d, ca: ca.PEMFile, token: toks.writeA}, ca.PEMFile,
 		[]string{"SESSIOND_TOKEN=" + toks.writeA, "SESSIOND_NAMESPACE=" + nsA}
 }
 

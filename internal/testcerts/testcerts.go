@@ -1,4 +1,6 @@
-package integration
+// Package testcerts makes certificate authorities and certificates for
+// tests of TLS and mutual TLS: each test makes its own, in its temp dir.
+package testcerts
 
 import (
 	"crypto/ecdsa"
@@ -12,18 +14,19 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
 	"time"
 )
 
-// testCA is a certificate authority a test makes for itself.
-type testCA struct {
+// CA is a certificate authority a test makes for itself.
+type CA struct {
 	cert    *x509.Certificate
 	key     *ecdsa.PrivateKey
-	pemFile string // the CA certificate, for --tls-client-ca or a client's roots
+	PEMFile string // the CA certificate, for --tls-client-ca or a client's roots
 }
 
-// newTestCA makes a CA called name and writes its certificate to dir.
-func newTestCA(t *testing.T, dir, name string) *testCA {
+// NewCA makes a CA called name and writes its certificate to dir.
+func NewCA(t testing.TB, dir, name string) *CA {
 	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
@@ -40,15 +43,15 @@ func newTestCA(t *testing.T, dir, name string) *testCA {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca := &testCA{cert: cert, key: key, pemFile: filepath.Join(dir, name+"-ca.pem")}
-	writePEM(t, ca.pemFile, "CERTIFICATE", der)
+	ca := &CA{cert: cert, key: key, PEMFile: filepath.Join(dir, name+"-ca.pem")}
+	writePEM(t, ca.PEMFile, "CERTIFICATE", der)
 	return ca
 }
 
-// issue signs a certificate for cn (a server certificate for 127.0.0.1 and
+// Issue signs a certificate for cn (a server certificate for 127.0.0.1 and
 // localhost, or a client certificate) and writes it and its key to
 // dir/<cn>.pem and dir/<cn>-key.pem, over any files there.
-func (ca *testCA) issue(t *testing.T, dir, cn string, client bool) (certFile, keyFile string, serial *big.Int) {
+func (ca *CA) Issue(t testing.TB, dir, cn string, client bool) (certFile, keyFile string, serial *big.Int) {
 	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
@@ -77,7 +80,7 @@ func (ca *testCA) issue(t *testing.T, dir, cn string, client bool) (certFile, ke
 }
 
 // sign makes the certificate tmpl for pub, signed by parent's key.
-func sign(t *testing.T, tmpl, parent *x509.Certificate, pub *ecdsa.PublicKey, parentKey *ecdsa.PrivateKey) []byte {
+func sign(t testing.TB, tmpl, parent *x509.Certificate, pub *ecdsa.PublicKey, parentKey *ecdsa.PrivateKey) []byte {
 	t.Helper()
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, parentKey)
 	if err != nil {
@@ -86,7 +89,7 @@ func sign(t *testing.T, tmpl, parent *x509.Certificate, pub *ecdsa.PublicKey, pa
 	return der
 }
 
-func newKey(t *testing.T) *ecdsa.PrivateKey {
+func newKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -95,7 +98,7 @@ func newKey(t *testing.T) *ecdsa.PrivateKey {
 	return key
 }
 
-func newSerial(t *testing.T) *big.Int {
+func newSerial(t testing.TB) *big.Int {
 	t.Helper()
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
@@ -106,7 +109,7 @@ func newSerial(t *testing.T) *big.Int {
 
 // writePEM replaces path atomically, as a certificate manager would, so a
 // daemon reloading it never reads half a file.
-func writePEM(t *testing.T, path, typ string, der []byte) {
+func writePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
