@@ -151,6 +151,9 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	if exposureWarning != "" {
 		log.Warn(exposureWarning, zap.String("addr", lis.display))
 	}
+	for _, w := range sec.warnings() {
+		log.Warn(w)
+	}
 
 	select {
 	case err := <-serveErr:

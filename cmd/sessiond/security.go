@@ -121,6 +121,19 @@ func loadSecurity(c *securityConfig) (*security, error) {
 	return &s, nil
 }
 
+// warnings are problems worth an operator's attention at start-up: a token
+// file that others may write (they could add a token of their own).
+func (s *security) warnings() []string {
+	if s.tokens == nil {
+		return nil
+	}
+	fi, err := os.Stat(s.tokens.Path())
+	if err == nil && fi.Mode().Perm()&0o022 != 0 {
+		return []string{fmt.Sprintf("the token file %s is writable by group or others (mode %v): anyone who can write it can add a token; chmod 600 it", s.tokens.Path(), fi.Mode().Perm())}
+	}
+	return nil
+}
+
 // serverOptions returns the transport credentials and the authorisation
 // interceptors, to add after the Server's own options.
 func (s *security) serverOptions(log *zap.Logger) []grpc.ServerOption {

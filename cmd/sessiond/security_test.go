@@ -97,3 +97,27 @@ func TestRunRefusesExposedListen(t *testing.T) {
 		t.Fatalf("the refused daemon created its data dir: %v", err)
 	}
 }
+
+// A token file others may write is reported at start-up.
+func TestTokenFileModeWarning(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens.json")
+	if err := os.WriteFile(file, []byte(`{"tokens": []}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := loadSecurity(&securityConfig{authTokens: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := sec.warnings(); len(w) != 0 {
+		t.Fatalf("mode 0600: %v", w)
+	}
+	if err := os.Chmod(file, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if w := sec.warnings(); len(w) != 1 || !strings.Contains(w[0], "chmod 600") {
+		t.Fatalf("mode 0666: %v", w)
+	}
+	if _, err := loadSecurity(&securityConfig{authTokens: filepath.Join(t.TempDir(), "missing.json")}); err == nil || !strings.Contains(err.Error(), "--auth-tokens") {
+		t.Fatalf("missing token file: %v", err)
+	}
+}

@@ -177,3 +177,24 @@ func TestKeeperReload(t *testing.T) {
 		t.Fatal("missing file not reported")
 	}
 }
+
+// FuzzParse: no input panics the parser, and what it accepts survives
+// Marshal and Parse unchanged.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"tokens": [{"name": "a", "sha256": "` + hashHex("s") + `", "namespaces": ["", "*", "x"], "role": "admin"}]}`))
+	f.Add([]byte(`{"tokens": []}`))
+	f.Add([]byte(`{"tokens": [{"name": "a"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Parse(data)
+		if err != nil {
+			return
+		}
+		again, err := Parse(s.Marshal())
+		if err != nil {
+			t.Fatalf("Marshal of a parsed file does not parse: %v\n%s", err, s.Marshal())
+		}
+		if string(again.Marshal()) != string(s.Marshal()) {
+			t.Fatalf("round trip changed the file:\n%s\n%s", s.Marshal(), again.Marshal())
+		}
+	})
+}
