@@ -35,7 +35,12 @@ import (
 // that exists nowhere). A denied request therefore learns nothing about
 // what exists: the decision is made before the store is asked. Fork, watch,
 // load, list and search are covered the same way; a fork's new session is
-// made in its source's namespace.
+// made in its source's namespace. One answer does depend on other
+// namespaces, by design of the id space rather than of this layer: a
+// create (or a save with create_if_missing) with a client-chosen id that is
+// in use anywhere is ALREADY_EXISTS, since ids are unique across
+// namespaces; ids are random UUIDs, so it tells only about an id the caller
+// already holds.
 //
 // Health checks are open (load balancers and orchestrators call them without
 // secrets). Reflection needs a valid token of any role. A method the table
