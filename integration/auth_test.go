@@ -261,7 +261,7 @@ func TestAccessMatrix(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", name, got, want)
 			mark = " (!)"
 		}
-		return got.String() + mark
+		return codeName(got) + mark
 	}
 	for _, rpc := range sessionRPCs {
 		fmt.Fprintf(&table, "%-17s", rpc.name)
@@ -308,6 +308,18 @@ func TestAccessMatrix(t *testing.T) {
 			t.Fatal("the daemon's log holds a secret")
 		}
 	}
+}
+
+// codeName spells a code as the gRPC spec does: PERMISSION_DENIED.
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return strings.ToUpper(b.String())
 }
 
 // TestCrossNamespace reaches a session of namespace B with a write token of
