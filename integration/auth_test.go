@@ -313,10 +313,12 @@ func TestAccessMatrix(t *testing.T) {
 // codeName spells a code as the gRPC spec does: PERMISSION_DENIED.
 func codeName(c codes.Code) string {
 	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && r >= 'A' && r <= 'Z' {
+	prevLower := false
+	for _, r := range c.String() {
+		if prevLower && r >= 'A' && r <= 'Z' {
 			b.WriteByte('_')
 		}
+		prevLower = r >= 'a' && r <= 'z'
 		b.WriteRune(r)
 	}
 	return strings.ToUpper(b.String())
