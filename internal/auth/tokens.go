@@ -27,8 +27,9 @@
 // characters. Because secrets are random and long, one unsalted SHA-256 is
 // enough to keep a stolen token file from yielding usable secrets (there is
 // nothing to guess); a slow password hash would only slow every request.
-// Lookup compares the presented secret's hash with every entry in constant
-// time, so the time a lookup takes says nothing about how close a guess was.
+// Lookup finds the presented secret's hash in an index and compares it in
+// constant time; secrets themselves are never compared, so the time a
+// lookup takes says nothing about how close a guess was.
 package auth
 
 import (
@@ -109,6 +110,17 @@ func (t *Token) Can(r Role) bool { return t.Role >= r }
 // Set is a parsed token file. It is immutable and safe for concurrent use.
 type Set struct {
 	tokens []Token
+	byHash map[[sha256.Size]byte]int // index into tokens
+}
+
+// newSet indexes tokens by hash; Parse and With have checked that hashes
+// are unique.
+func newSet(tokens []Token) *Set {
+	s := &Set{tokens: tokens, byHash: make(map[[sha256.Size]byte]int, len(tokens))}
+	for i, t := range tokens {
+		s.byHash[t.Hash] = i
+	}
+	return s
 }
 
 // Tokens returns the tokens in file order.
@@ -117,20 +129,19 @@ func (s *Set) Tokens() []Token { return slices.Clone(s.tokens) }
 // Len returns the number of tokens.
 func (s *Set) Len() int { return len(s.tokens) }
 
-// Lookup returns the token whose hash is secret's. It compares against every
-// entry in constant time, whatever matches.
+// Lookup returns the token whose hash is secret's. The secret itself is
+// never compared: its SHA-256 is looked up in an index and then compared in
+// constant time. How long the index takes depends only on that hash, which
+// tells an attacker nothing about any secret (finding a secret from its
+// hash is a preimage attack), so the cost of a call stays flat however many
+// tokens the file holds.
 func (s *Set) Lookup(secret string) (Token, bool) {
 	h := HashSecret(secret)
-	found := -1
-	for i := range s.tokens {
-		if subtle.ConstantTimeCompare(h[:], s.tokens[i].Hash[:]) == 1 {
-			found = i
-		}
-	}
-	if found < 0 {
+	i, ok := s.byHash[h]
+	if !ok || subtle.ConstantTimeCompare(h[:], s.tokens[i].Hash[:]) != 1 {
 		return Token{}, false
 	}
-	return s.tokens[found], true
+	return s.tokens[i], true
 }
 
 // HashSecret is the hash the token file stores for secret.
@@ -185,7 +196,7 @@ func Parse(data []byte) (*Set, error) {
 	if f.Tokens == nil {
 		return nil, errors.New(`not a token file: no "tokens" list`)
 	}
-	s := &Set{tokens: make([]Token, 0, len(f.Tokens))}
+	tokens := make([]Token, 0, len(f.Tokens))
 	names := map[string]bool{}
 	hashes := map[[sha256.Size]byte]string{}
 	for i, e := range f.Tokens {
@@ -200,9 +211,9 @@ func Parse(data []byte) (*Set, error) {
 			return nil, fmt.Errorf("tokens[%d] (%s): same sha256 as token %q", i, t.Name, other)
 		}
 		names[t.Name], hashes[t.Hash] = true, t.Name
-		s.tokens = append(s.tokens, t)
+		tokens = append(tokens, t)
 	}
-	return s, nil
+	return newSet(tokens), nil
 }
 
 func (e fileEntry) token() (Token, error) {
@@ -284,20 +295,23 @@ func (s *Set) With(t Token) (*Set, error) {
 			return nil, fmt.Errorf("a token named %q exists; remove it first or pick another name", t.Name)
 		}
 	}
-	return &Set{tokens: append(slices.Clone(s.tokens), t)}, nil
+	if _, ok := s.byHash[t.Hash]; ok {
+		return nil, fmt.Errorf("token %q has the same secret as another token", t.Name)
+	}
+	return newSet(append(slices.Clone(s.tokens), t)), nil
 }
 
 // Without returns a copy of s without the token called name, and whether it
 // was there.
 func (s *Set) Without(name string) (*Set, bool) {
-	out := &Set{tokens: make([]Token, 0, len(s.tokens))}
+	kept := make([]Token, 0, len(s.tokens))
 	found := false
 	for _, t := range s.tokens {
 		if t.Name == name {
 			found = true
 			continue
 		}
-		out.tokens = append(out.tokens, t)
+		kept = append(kept, t)
 	}
-	return out, found
+	return newSet(kept), found
 }
