@@ -7,6 +7,12 @@
 //	repl [--addr 127.0.0.1:7437] [--session ID|ALIAS] [--namespace NS] [--autosave 5m]
 //
 //	     [--spool-dir DIR | --no-spool] [--history-file FILE]
+//	     [--token SECRET] [--tls | --tls-ca FILE] [--tls-cert FILE --tls-key FILE]
+//
+// For a daemon with --auth-tokens, --token (or SESSIOND_TOKEN) is sent with
+// every call; --tls-ca (or --tls, trusting the system's CAs) connects with
+// TLS, and --tls-cert and --tls-key present a client certificate for mutual
+// TLS. The resume command repeats the TLS flags, never the token.
 //
 // Type a line to chat. Commands: /sessions, /save, /load ID|ALIAS, /reset,
 // /fork, /undo, /help, /quit. /quit, Ctrl-D and Ctrl-C on an empty line save

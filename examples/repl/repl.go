@@ -61,6 +61,7 @@ type repl struct {
 	out        io.Writer // stdout, safe for concurrent use
 	errOut     io.Writer // stderr, safe for concurrent use
 	interrupts <-chan os.Signal
+	resumeTLS  string // TLS flags for the resume command
 }
 
 // lockedWriter serialises writes, since auto-save reports from its own
@@ -95,6 +96,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	spoolDir := fs.String("spool-dir", defSpool, "keep unsaved turns in this folder until sessiond has them (\"\" or --no-spool: off)")
 	noSpool := fs.Bool("no-spool", false, "keep unsaved turns in memory only")
 	history := fs.String("history-file", defHistory, "line-editing history on a terminal (\"\": none)")
+	sec := addSecurityFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -106,7 +108,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return errUsage
 	}
 
-	r := &repl{addr: *addr, ns: *ns, interrupts: interrupts}
+	dopts, err := sec.dialOptions()
+	if err != nil {
+		fmt.Fprintf(stderr, "repl: %v\n", err)
+		return errUsage
+	}
+	r := &repl{addr: *addr, ns: *ns, interrupts: interrupts, resumeTLS: sec.resumeFlags()}
 	if !*noSpool && *spoolDir != "" {
 		r.spoolDir = *spoolDir
 		if *spoolDir != defSpool {
@@ -136,7 +143,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	c, err := client.Dial(dctx, *addr, client.WithNamespace(*ns))
+	c, err := client.Dial(dctx, *addr, append(dopts, client.WithNamespace(*ns))...)
 	cancel()
 	if err != nil {
 		if errors.Is(err, client.ErrUnavailable) {
@@ -205,6 +212,8 @@ func (r *repl) describe(err error, subject string) string {
 		return fmt.Sprintf("sessiond at %s did not answer in time", r.addr)
 	case errors.Is(err, context.Canceled):
 		return "interrupted"
+	case describeAuth(err, r.ns) != "":
+		return describeAuth(err, r.ns)
 	}
 	// The daemon's own message names the field or limit at fault.
 	var se interface{ GRPCStatus() *status.Status }
@@ -508,7 +517,7 @@ func (r *repl) resumeCommand() string {
 	if r.spoolFlag != "" {
 		cmd += " --spool-dir " + shellQuote(r.spoolFlag)
 	}
-	return cmd
+	return cmd + r.resumeTLS
 }
 
 // shellQuote quotes s for a POSIX shell when it holds anything but letters,
