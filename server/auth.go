@@ -267,7 +267,8 @@ func bearer(ctx context.Context) (string, string) {
 	case len(vals) > 1:
 		return "", "more than one authorization value"
 	}
-	scheme, secret, ok := strings.Cut(vals[0], " ")
+	// Some clients keep the space after "authorization:" (grpcurl -H).
+	scheme, secret, ok := strings.Cut(strings.TrimSpace(vals[0]), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 		return "", "authorization is not \"Bearer <token>\""
 	}

@@ -129,9 +129,11 @@ func TestAuthorizerStreamNamespace(t *testing.T) {
 			t.Errorf("authorization %q: %v; want UNAUTHENTICATED", v, err)
 		}
 	}
-	lower := metadata.AppendToOutgoingContext(t.Context(), "authorization", "bearer "+secret)
-	if _, err := hs.client.GetServerInfo(lower, &sessiondv1.GetServerInfoRequest{}); err != nil {
-		t.Errorf("lower-case scheme: %v", err)
+	for _, v := range []string{"bearer " + secret, " Bearer " + secret, "Bearer  " + secret + " "} {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", v)
+		if _, err := hs.client.GetServerInfo(ctx, &sessiondv1.GetServerInfoRequest{}); err != nil {
+			t.Errorf("authorization %q: %v", v, err)
+		}
 	}
 }
 
