@@ -8,7 +8,6 @@ import (
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/client/clienttest"
 	"github.com/sessiond/sessiond/internal/auth"
-	"github.com/sessiond/sessiond/internal/testcerts"
 )
 
 // Against a real daemon with --auth-tokens: WithToken and SESSIOND_TOKEN
@@ -98,16 +97,11 @@ func TestTokenNeverInClearTextOffHost(t *testing.T) {
 // client certificate get in; without the client certificate, no.
 func TestTLSFiles(t *testing.T) {
 	bin := needDaemon(t)
-	dir := t.TempDir()
 	t.Setenv(client.TokenEnv, "")
-	serverCA, clientCA := testcerts.NewCA(t, dir, "server-ca"), testcerts.NewCA(t, dir, "client-ca")
-	cert, key, _ := serverCA.Issue(t, dir, "server", false)
-	ccert, ckey, _ := clientCA.Issue(t, dir, "repl", true)
-	d := clienttest.StartDaemon(t, bin, filepath.Join(dir, "data"), "127.0.0.1:0",
-		clienttest.WithArgs("--tls-cert", cert, "--tls-key", key, "--tls-client-ca", clientCA.PEMFile))
+	d := clienttest.StartSecureDaemon(t, bin, t.TempDir(), "")
 	ctx := t.Context()
 
-	c, err := client.Dial(ctx, d.Addr, client.WithTLSFiles(serverCA.PEMFile, ccert, ckey))
+	c, err := client.Dial(ctx, d.Addr, client.WithTLSFiles(d.CAFile, d.CertFile, d.KeyFile), client.WithToken(d.Token))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +109,7 @@ func TestTLSFiles(t *testing.T) {
 	if _, err := c.ServerInfo(ctx); err != nil {
 		t.Fatalf("mutual TLS with WithTLSFiles: %v", err)
 	}
-	noCert, err := client.Dial(ctx, d.Addr, client.WithTLSFiles(serverCA.PEMFile, "", ""), client.WithLazyConnect())
+	noCert, err := client.Dial(ctx, d.Addr, client.WithTLSFiles(d.CAFile, "", ""), client.WithLazyConnect())
 	if err != nil {
 		t.Fatal(err)
 	}

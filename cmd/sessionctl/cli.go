@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
@@ -40,6 +39,7 @@ type env struct {
 	namespaceSet bool // --namespace or SESSIOND_NAMESPACE given (import uses it)
 	json         bool
 	timeout      time.Duration
+	security     securityFlags // --token, --tls*
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -134,12 +134,13 @@ corrected, 4 errors left. With --json, an error is a JSON object on stderr:
 	pf.StringVar(&e.addr, "addr", addr, "daemon address: host:port or unix:/path (env SESSIOND_ADDR)")
 	pf.StringVar(&e.namespace, "namespace", os.Getenv("SESSIOND_NAMESPACE"), "namespace; empty is the default one (env SESSIOND_NAMESPACE)")
 	pf.BoolVar(&e.json, "json", false, "machine-readable output: JSON lines on stdout, errors as a JSON object on stderr")
+	addSecurityFlags(pf, &e.security)
 	pf.DurationVar(&e.timeout, "timeout", defaultTimeout, "limit for connecting to the daemon and for each single call (0: none); streams (ls, export, watch) run as long as they need once connected")
 
 	root.AddCommand(
 		lsCmd(e), showCmd(e), rmCmd(e), renameCmd(e), forkCmd(e), rewindCmd(e), searchCmd(e),
 		exportCmd(e), importCmd(e), watchCmd(e), healthCmd(e), versionCmd(e), fsckCmd(e),
-		manCmd(root),
+		tokenCmd(e), manCmd(root),
 	)
 	root.SetHelpCommand(helpCmd(root))
 	return root
@@ -202,11 +203,14 @@ func (e *env) dial(ctx context.Context) (sessiondv1.SessionStoreServiceClient, e
 	if target == "" {
 		return nil, usageErrorf("--addr is empty; give host:port or unix:/path")
 	}
-	conn, err := grpc.NewClient(target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds, err := e.security.dialOptions(target)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(target, append(creds,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvBytes), grpc.MaxCallSendMsgSize(maxRecvBytes)),
 		grpc.WithUnaryInterceptor(e.unaryTimeout),
-	)
+	)...)
 	if err != nil {
 		return nil, usageErrorf("--addr %q: %v; give host:port or unix:/path", target, err)
 	}

@@ -22,6 +22,15 @@
 // arguments. A session argument (ID|ALIAS) that is shaped like a UUID is an
 // id, anything else an alias.
 //
+// # Tokens and TLS
+//
+// For a daemon with --auth-tokens and TLS, --token (or SESSIOND_TOKEN) is
+// sent as "authorization: Bearer"; --tls-ca FILE (or --tls, trusting the
+// system's CAs) connects with TLS, and --tls-cert and --tls-key present a
+// client certificate for mutual TLS. A token is never sent without TLS to a
+// host that is not loopback. `token add|ls|rm --file FILE` edit the token
+// file itself (security.go); add prints the new secret alone on one line.
+//
 // # Exit codes
 //
 //	0  ok

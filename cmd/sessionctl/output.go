@@ -44,8 +44,10 @@ func (e *env) rpcError(op string, err error) error {
 		out = fmt.Errorf("%s: %s; the stored session is damaged: stop sessiond and run 'sessionctl fsck DATA_DIR'", op, msg)
 	case codes.Aborted:
 		out = fmt.Errorf("%s: %s; the session changed meanwhile, run the command again", op, msg)
-	case codes.Unauthenticated, codes.PermissionDenied:
-		out = fmt.Errorf("%s: %s; the daemon refused this client", op, msg)
+	case codes.Unauthenticated:
+		out = fmt.Errorf("%s: %s; give --token (or set SESSIOND_TOKEN) with a token of the daemon's --auth-tokens file", op, msg)
+	case codes.PermissionDenied:
+		out = fmt.Errorf("%s: %s; use a token allowed for %s, or another --namespace", op, msg, e.nsLabel())
 	case codes.Unimplemented:
 		out = fmt.Errorf("%s: %s; the daemon is too old for this command, upgrade sessiond", op, msg)
 	case codes.Canceled:

@@ -2,15 +2,12 @@ package main
 
 import (
 	"bytes"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sessiond/sessiond/client"
 	"github.com/sessiond/sessiond/client/clienttest"
-	"github.com/sessiond/sessiond/internal/auth"
-	"github.com/sessiond/sessiond/internal/testcerts"
 )
 
 // The REPL against a daemon with mutual TLS and tokens: --token (or
@@ -19,19 +16,9 @@ import (
 // REPL says what to give.
 func TestTokenAndTLS(t *testing.T) {
 	needBinaries(t)
-	dir := t.TempDir()
 	t.Setenv(client.TokenEnv, "")
-	file := filepath.Join(dir, "tokens.json")
-	secret, err := auth.AddToken(file, "repl", []string{"chat"}, auth.RoleWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverCA, clientCA := testcerts.NewCA(t, dir, "server-ca"), testcerts.NewCA(t, dir, "client-ca")
-	cert, key, _ := serverCA.Issue(t, dir, "server", false)
-	ccert, ckey, _ := clientCA.Issue(t, dir, "repl", true)
-	d := clienttest.StartDaemon(t, daemonBin, filepath.Join(dir, "data"), "127.0.0.1:0", clienttest.WithArgs(
-		"--auth-tokens", file, "--tls-cert", cert, "--tls-key", key, "--tls-client-ca", clientCA.PEMFile))
-	tlsArgs := []string{"--tls-ca", serverCA.PEMFile, "--tls-cert", ccert, "--tls-key", ckey}
+	d := clienttest.StartSecureDaemon(t, daemonBin, t.TempDir(), "chat")
+	secret, tlsArgs := d.Token, d.TLSArgs()
 
 	args := append([]string{"--addr", d.Addr, "--namespace", "chat", "--no-spool", "--token", secret}, tlsArgs...)
 	out, _ := runREPL(t, args, "hello\n/quit\n")
@@ -52,7 +39,7 @@ func TestTokenAndTLS(t *testing.T) {
 
 	t.Setenv(client.TokenEnv, "")
 	var o, e bytes.Buffer
-	err = run(t.Context(), append([]string{"--addr", d.Addr, "--namespace", "chat", "--no-spool"}, tlsArgs...), strings.NewReader("/quit\n"), &o, &e, nil)
+	err := run(t.Context(), append([]string{"--addr", d.Addr, "--namespace", "chat", "--no-spool"}, tlsArgs...), strings.NewReader("/quit\n"), &o, &e, nil)
 	if err == nil || !strings.Contains(err.Error()+e.String(), "--token") {
 		t.Fatalf("no token: %v\n%s", err, e.String())
 	}
