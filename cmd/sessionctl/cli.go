@@ -134,7 +134,7 @@ corrected, 4 errors left. With --json, an error is a JSON object on stderr:
 	pf.StringVar(&e.addr, "addr", addr, "daemon address: host:port or unix:/path (env SESSIOND_ADDR)")
 	pf.StringVar(&e.namespace, "namespace", os.Getenv("SESSIOND_NAMESPACE"), "namespace; empty is the default one (env SESSIOND_NAMESPACE)")
 	pf.BoolVar(&e.json, "json", false, "machine-readable output: JSON lines on stdout, errors as a JSON object on stderr")
-	addSecurityFlags(pf, &e.security)
+	addSecurityFlags(root, &e.security)
 	pf.DurationVar(&e.timeout, "timeout", defaultTimeout, "limit for connecting to the daemon and for each single call (0: none); streams (ls, export, watch) run as long as they need once connected")
 
 	root.AddCommand(

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
 	"github.com/sessiond/sessiond/client"
@@ -32,7 +31,8 @@ type securityFlags struct {
 
 // addSecurityFlags registers the global flags; the token defaults to
 // SESSIOND_TOKEN.
-func addSecurityFlags(pf *pflag.FlagSet, s *securityFlags) {
+func addSecurityFlags(root *cobra.Command, s *securityFlags) {
+	pf := root.PersistentFlags()
 	pf.StringVar(&s.token, "token", os.Getenv(client.TokenEnv), "secret of a token, for a daemon with --auth-tokens (env "+client.TokenEnv+"; 'sessionctl token add' makes one)")
 	pf.BoolVar(&s.tls, "tls", false, "connect with TLS, trusting the system's CAs (implied by --tls-ca, --tls-cert)")
 	pf.StringVar(&s.tlsCA, "tls-ca", "", "connect with TLS, trusting the CAs in this PEM `file`")
