@@ -285,11 +285,17 @@ func (r *repl) loop(ctx context.Context, in lineReader) error {
 			}
 			cctx, stop := r.interruptible(ctx)
 			done, err := r.handle(cctx, strings.TrimSpace(rd.line))
-			stop()
+			interrupted := stop()
 			if err != nil {
 				fmt.Fprintf(r.errOut, "error: %s\n", r.describe(err, ""))
 			}
-			if done {
+			// An interrupt that cut the line's work short ends only that
+			// work; one that came after the work was done is a Ctrl-C at
+			// the prompt, and quits.
+			if done || interrupted && err == nil {
+				if interrupted && !done {
+					fmt.Fprintln(r.out)
+				}
 				return r.quit(ctx)
 			}
 		}
@@ -297,19 +303,25 @@ func (r *repl) loop(ctx context.Context, in lineReader) error {
 }
 
 // interruptible returns a ctx that an interrupt cancels, and a stop that
-// releases it.
-func (r *repl) interruptible(ctx context.Context) (context.Context, func()) {
+// releases it and reports whether it took an interrupt. The interrupt may
+// have come just after the work ended, so a caller must not lose it: it is
+// the user's Ctrl-C all the same.
+func (r *repl) interruptible(ctx context.Context) (context.Context, func() (interrupted bool)) {
 	ctx, cancel := context.WithCancel(ctx)
 	finished := make(chan struct{})
+	took := make(chan bool, 1)
 	go func() {
 		select {
 		case <-r.interrupts:
 			cancel()
+			took <- true
 		case <-finished:
+			took <- false
 		case <-ctx.Done():
+			took <- false
 		}
 	}()
-	return ctx, func() { close(finished); cancel() }
+	return ctx, func() bool { close(finished); cancel(); return <-took }
 }
 
 // handle runs one line; done means quit.
