@@ -43,12 +43,18 @@ CREATE INDEX messages_search ON messages USING gist (search gist_trgm_ops (sigle
 
 -- The last events of every session, for watchers on any replica: a write
 -- adds its event in its own transaction and NOTIFYs sessiond_events; a
--- watcher reads the rows, so a lost notification loses nothing.
+-- watcher reads the rows, so a lost notification loses nothing. An append's
+-- event names its messages by position (first_pos, count) instead of
+-- copying them, which would double an append's WAL; a save or rewind, which
+-- rewrites positions, first copies the messages of the kept append events
+-- it would overwrite into their messages column.
 CREATE TABLE events (
 	session_id uuid    NOT NULL,
 	revision   bigint  NOT NULL,
 	type       smallint NOT NULL,
 	session    bytea   NOT NULL,     -- JSON of the session's metadata after the change
-	messages   bytea[],              -- appended messages' encodings
+	first_pos  bigint  NOT NULL DEFAULT 0, -- an append's first message position
+	count      integer NOT NULL DEFAULT 0, -- and how many it appended
+	messages   bytea[],              -- their encodings, once a save or rewind rewrote the positions
 	PRIMARY KEY (session_id, revision)
 );
