@@ -39,13 +39,11 @@ func scanSession(row pgx.Row) (*storage.Session, error) {
 	if err := row.Scan(&m.ID, &m.Namespace, &m.Alias, &created, &upd, &rev, &m.MessageCount, &meta); err != nil {
 		return nil, err
 	}
-	var mj metaJSON
-	if err := json.Unmarshal(meta, &mj); err != nil {
+	if err := decodeMeta(meta, &m); err != nil {
 		return nil, fmt.Errorf("postgres: session %s metadata does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
 	}
 	m.CreatedAt, m.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, upd).UTC()
 	m.Revision = uint64(rev)
-	m.Title, m.Summary, m.Metadata, m.Labels, m.Parent = mj.Title, mj.Summary, mj.Metadata, mj.Labels, mj.Parent
 	return &m, nil
 }
 

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -84,10 +85,16 @@ func BenchmarkList100k(b *testing.B) {
 	}
 	defer conn.Close(b.Context())
 	// Seed with one statement: rows as the driver writes them.
+	metas := make([][]byte, n)
+	for i := range metas {
+		if metas[i], err = postgres.EncodeMeta(&storage.Session{Title: fmt.Sprint("session ", i+1), Labels: map[string]string{"team": "a"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	if _, err := conn.Exec(b.Context(), `INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search)
 		SELECT gen_random_uuid(), 'bench', 'alias-' || i, 1700000000000000000 + i, 1700000000000000000 + i * 1000, 1, 0,
-			convert_to('{"title":"session ' || i || '","labels":{"team":"a"}}', 'UTF8'), '{}', 'session ' || i
-		FROM generate_series(1, $1) AS i`, n); err != nil {
+			t.meta, '{}', 'session ' || i
+		FROM unnest($1::bytea[]) WITH ORDINALITY AS t(meta, i)`, metas); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := conn.Exec(b.Context(), "ANALYZE sessions"); err != nil {

@@ -1,9 +1,9 @@
 -- Version 1: sessions, their messages, and each session's recent events.
 --
 -- Strings a client sets (title, summary, metadata, labels, parent) may hold
--- NUL, which PostgreSQL text cannot, so they live in the "meta" column as
--- JSON bytes; the columns beside it are what listing, search and
--- idempotency query. Times are Unix nanoseconds (exact, unlike timestamptz).
+-- NUL, which PostgreSQL text cannot, so they live in the "meta" column in a
+-- binary form (length-prefixed strings); the columns beside it are what
+-- listing, search and idempotency query. Times are Unix nanoseconds (exact, unlike timestamptz).
 CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
 CREATE TABLE sessions (
@@ -14,7 +14,7 @@ CREATE TABLE sessions (
 	updated_ns    bigint NOT NULL,
 	revision      bigint NOT NULL,
 	message_count bigint NOT NULL,
-	meta          bytea  NOT NULL,      -- JSON: title, summary, metadata, labels, parent
+	meta          bytea  NOT NULL,      -- binary: title, summary, metadata, labels, parent
 	label_pairs   bytea[] NOT NULL,     -- one entry per label, for containment filters
 	meta_search   text   NOT NULL,      -- lowered title, alias, summary, NUL-free
 	UNIQUE (namespace, alias)
