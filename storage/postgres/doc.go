@@ -13,7 +13,8 @@
 // never a silent downgrade.
 //
 //   - sessions: one row per session. Client-set strings that may hold NUL
-//     (title, summary, metadata, labels, parent) are JSON bytes in meta;
+//     (title, summary, metadata, labels, parent) are in meta, in a compact
+//     binary form (length-prefixed strings) that listing decodes quickly;
 //     beside it are the columns that listing and search query: namespace,
 //     alias (unique per namespace), updated_ns (index sessions_list on
 //     namespace, updated_ns DESC, id: the list order), label_pairs (GIN) and
@@ -24,7 +25,12 @@
 //     whose one signature per message costs appends far less WAL than GIN's
 //     entry per trigram).
 //   - events: the last storage.WatchHistory events of each session, with
-//     the session's metadata after the change and the appended messages.
+//     the session's metadata after the change. An append's event names its
+//     messages by position rather than copying them (a copy would double an
+//     append's WAL); a save or rewind, which rewrites positions, first copies
+//     into its messages column the messages of every kept append event it
+//     would overwrite, so a replay from history delivers what each append
+//     added.
 //
 // # Concurrency
 //

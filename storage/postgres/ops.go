@@ -39,13 +39,11 @@ func scanSession(row pgx.Row) (*storage.Session, error) {
 	if err := row.Scan(&m.ID, &m.Namespace, &m.Alias, &created, &upd, &rev, &m.MessageCount, &meta); err != nil {
 		return nil, err
 	}
-	var mj metaJSON
-	if err := json.Unmarshal(meta, &mj); err != nil {
+	if err := decodeMeta(meta, &m); err != nil {
 		return nil, fmt.Errorf("postgres: session %s metadata does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
 	}
 	m.CreatedAt, m.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, upd).UTC()
 	m.Revision = uint64(rev)
-	m.Title, m.Summary, m.Metadata, m.Labels, m.Parent = mj.Title, mj.Summary, mj.Metadata, mj.Labels, mj.Parent
 	return &m, nil
 }
 
@@ -205,16 +203,16 @@ func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 }
 
 // queueMessages queues the insert of msgs at positions from, from+1, ...
-// of session id, and returns their encodings.
-func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Message) ([][]byte, error) {
+// of session id.
+func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Message) error {
 	if len(msgs) == 0 {
-		return nil, nil
+		return nil
 	}
 	ids, bodies, texts := make([]string, len(msgs)), make([][]byte, len(msgs)), make([]string, len(msgs))
 	for i, m := range msgs {
 		enc, err := proto.Marshal(m)
 		if err != nil {
-			return nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
+			return fmt.Errorf("postgres: encode message %d: %w", i, err)
 		}
 		ids[i], bodies[i], texts[i] = m.GetId(), enc, searchText(storage.MessageTexts(m)...)
 	}
@@ -222,42 +220,61 @@ func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Messa
 		SELECT $1, $2 + t.ord - 1, t.mid, t.body, t.search
 		FROM unnest($3::text[], $4::bytea[], $5::text[]) WITH ORDINALITY AS t(mid, body, search, ord)`,
 		id, from, ids, bodies, texts)
-	return bodies, nil
+	return nil
 }
 
 // queueEvent queues what records the change m (after it) for watchers on
 // every replica: its event and the trim of the session's history, in the
 // write's transaction, so the event exists exactly when the change does.
-// withTx sends the wake-up after the commit.
-func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, bodies [][]byte) error {
+// An append's event names its messages by position: the count messages
+// before m.MessageCount. withTx sends the wake-up after the commit.
+func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, count int) error {
 	snap, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	b.Queue(`INSERT INTO events (session_id, revision, type, session, messages) VALUES ($1, $2, $3, $4, $5)`,
-		m.ID, int64(m.Revision), int16(typ), snap, bodies)
+	b.Queue(`INSERT INTO events (session_id, revision, type, session, first_pos, count) VALUES ($1, $2, $3, $4, $5, $6)`,
+		m.ID, int64(m.Revision), int16(typ), snap, m.MessageCount-int64(count), count)
 	b.Queue(`DELETE FROM events WHERE session_id = $1 AND revision <= $2`, m.ID, int64(m.Revision)-historyEvents)
 	tx.changed = append(tx.changed, m.ID)
 	return nil
 }
 
-// addEvent sends queueEvent's statements in one round trip.
-func addEvent(ctx context.Context, tx *wtx, typ storage.EventType, m *storage.Session, bodies [][]byte) error {
+// addEvent sends queueEvent's statements (for an event that is not an
+// append) in one round trip.
+func addEvent(ctx context.Context, tx *wtx, typ storage.EventType, m *storage.Session) error {
 	b := &pgx.Batch{}
-	if err := queueEvent(b, tx, typ, m, bodies); err != nil {
+	if err := queueEvent(b, tx, typ, m, 0); err != nil {
 		return err
 	}
 	return tx.SendBatch(ctx, b).Close()
 }
 
 // insertMessages stores msgs at positions from, from+1, ... of session id.
-func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs []*sessiondv1.Message) ([][]byte, error) {
+func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs []*sessiondv1.Message) error {
 	b := &pgx.Batch{}
-	bodies, err := queueMessages(b, id, from, msgs)
-	if err != nil || b.Len() == 0 {
-		return bodies, err
+	if err := queueMessages(b, id, from, msgs); err != nil || b.Len() == 0 {
+		return err
 	}
-	return bodies, tx.SendBatch(ctx, b).Close()
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// eventBodies is the SQL of an events row e's appended messages: its
+// messages column once a rewrite copied them there, else the messages at
+// its positions. Read in one statement with the events rows, it sees one
+// snapshot, in which a rewrite that moved the messages has also copied them.
+const eventBodies = `coalesce(e.messages, ARRAY(SELECT m.body FROM messages m
+	WHERE m.session_id = e.session_id AND m.pos >= e.first_pos AND m.pos < e.first_pos + e.count ORDER BY m.pos))`
+
+// keepEventMessages copies into their events the messages of session id's
+// kept append events that a save or rewind keeping only its first keep
+// messages is about to delete or overwrite, so that history replay still
+// delivers what each append added. The session's row lock is held.
+func keepEventMessages(ctx context.Context, tx pgx.Tx, id string, keep int64) error {
+	_, err := tx.Exec(ctx, `UPDATE events e SET messages = `+eventBodies+`
+		WHERE e.session_id = $1 AND e.type = $2 AND e.messages IS NULL AND e.first_pos + e.count > $3`,
+		id, int16(storage.EventAppended), keep)
+	return err
 }
 
 // storedAt returns a StoredAtFunc over session id's messages, read at the
@@ -376,7 +393,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 				}
 			}
 			var err error
-			out, err = s.insertNew(ctx, tx, m, func() ([][]byte, error) {
+			out, err = s.insertNew(ctx, tx, m, func() error {
 				return insertMessages(ctx, tx, m.ID, 0, msgs.Prepared)
 			})
 			return err
@@ -393,16 +410,16 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 
 // insertNew inserts the new session m, its messages (fill) and its first
 // event, returning a copy of m.
-func (s *Store) insertNew(ctx context.Context, tx *wtx, m *storage.Session, fill func() ([][]byte, error)) (*storage.Session, error) {
+func (s *Store) insertNew(ctx context.Context, tx *wtx, m *storage.Session, fill func() error) (*storage.Session, error) {
 	if err := insertSession(ctx, tx, m); err != nil {
 		return nil, err
 	}
-	if _, err := fill(); err != nil {
+	if err := fill(); err != nil {
 		return nil, err
 	}
 	// The first event (revision 1) opens the session's history, so a
 	// watcher from revision 1 replays everything after it.
-	if err := addEvent(ctx, tx, storage.EventUpdated, m, nil); err != nil {
+	if err := addEvent(ctx, tx, storage.EventUpdated, m); err != nil {
 		return nil, err
 	}
 	return clone(m), nil
@@ -470,7 +487,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 				} else if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
 					return err
 				}
-				out, err = s.insertNew(ctx, tx, m, func() ([][]byte, error) { return insertMessages(ctx, tx, m.ID, 0, msgs.Prepared) })
+				out, err = s.insertNew(ctx, tx, m, func() error { return insertMessages(ctx, tx, m.ID, 0, msgs.Prepared) })
 				return err
 			}
 			if err != nil {
@@ -488,17 +505,20 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 			m := clone(cur)
 			m.Title, m.Summary, m.Metadata = req.Title, req.Summary, maps.Clone(req.Metadata)
 			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(msgs.Prepared)), m.Revision+1, now(cur.UpdatedAt)
+			if err := keepEventMessages(ctx, tx, m.ID, 0); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, m.ID); err != nil {
 				return err
 			}
-			if _, err := insertMessages(ctx, tx, m.ID, 0, msgs.Prepared); err != nil {
+			if err := insertMessages(ctx, tx, m.ID, 0, msgs.Prepared); err != nil {
 				return err
 			}
 			if err := updateSession(ctx, tx, m); err != nil {
 				return err
 			}
 			out = clone(m)
-			return addEvent(ctx, tx, storage.EventReplaced, m, nil)
+			return addEvent(ctx, tx, storage.EventReplaced, m)
 		})
 		// A create that raced another create of the same session: save
 		// into the winner.
@@ -608,15 +628,14 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 		return storage.AppendResult{Revision: cur.Revision, MessageCount: cur.MessageCount}, err
 	}
 	b = &pgx.Batch{}
-	bodies, err := queueMessages(b, cur.ID, cur.MessageCount, msgs.Prepared)
-	if err != nil {
+	if err := queueMessages(b, cur.ID, cur.MessageCount, msgs.Prepared); err != nil {
 		return storage.AppendResult{}, err
 	}
 	m := cur
 	m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+int64(len(msgs.Prepared)), now(cur.UpdatedAt)
 	b.Queue(`UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
 		m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount)
-	if err := queueEvent(b, w, storage.EventAppended, m, bodies); err != nil {
+	if err := queueEvent(b, w, storage.EventAppended, m, len(msgs.Prepared)); err != nil {
 		return storage.AppendResult{}, err
 	}
 	b.Queue("COMMIT")
@@ -647,7 +666,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 			return err
 		}
 		out = clone(next)
-		return addEvent(ctx, tx, storage.EventUpdated, next, nil)
+		return addEvent(ctx, tx, storage.EventUpdated, next)
 	})
 	return out, err
 }
@@ -669,7 +688,7 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 			return err
 		}
 		cur.Revision++
-		return addEvent(ctx, tx, storage.EventDeleted, cur, nil)
+		return addEvent(ctx, tx, storage.EventDeleted, cur)
 	})
 }
 
@@ -698,10 +717,10 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 		if req.Title != "" {
 			m.Title = req.Title
 		}
-		out, err = s.insertNew(ctx, tx, m, func() ([][]byte, error) {
+		out, err = s.insertNew(ctx, tx, m, func() error {
 			_, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search)
 				SELECT $1, pos, msg_id, body, search FROM messages WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
-			return nil, err
+			return err
 		})
 		return err
 	})
@@ -726,6 +745,9 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		if err := storage.CheckRevision(cur.ID, req.ExpectedRevision, cur.Revision); err != nil {
 			return err
 		}
+		if err := keepEventMessages(ctx, tx, cur.ID, req.MessageCount); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1 AND pos >= $2`, cur.ID, req.MessageCount); err != nil {
 			return err
 		}
@@ -736,7 +758,7 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 			return err
 		}
 		out = clone(m)
-		return addEvent(ctx, tx, storage.EventReplaced, m, nil)
+		return addEvent(ctx, tx, storage.EventReplaced, m)
 	})
 	return out, err
 }

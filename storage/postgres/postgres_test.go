@@ -2,11 +2,14 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/postgres"
 	"github.com/sessiond/sessiond/storage/postgres/pgtest"
@@ -82,10 +85,16 @@ func BenchmarkList100k(b *testing.B) {
 	}
 	defer conn.Close(b.Context())
 	// Seed with one statement: rows as the driver writes them.
+	metas := make([][]byte, n)
+	for i := range metas {
+		if metas[i], err = postgres.EncodeMeta(&storage.Session{Title: fmt.Sprint("session ", i+1), Labels: map[string]string{"team": "a"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	if _, err := conn.Exec(b.Context(), `INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search)
 		SELECT gen_random_uuid(), 'bench', 'alias-' || i, 1700000000000000000 + i, 1700000000000000000 + i * 1000, 1, 0,
-			convert_to('{"title":"session ' || i || '","labels":{"team":"a"}}', 'UTF8'), '{}', 'session ' || i
-		FROM generate_series(1, $1) AS i`, n); err != nil {
+			t.meta, '{}', 'session ' || i
+		FROM unnest($1::bytea[]) WITH ORDINALITY AS t(meta, i)`, metas); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := conn.Exec(b.Context(), "ANALYZE sessions"); err != nil {
@@ -134,6 +143,72 @@ func TestSearchUsesIndexes(t *testing.T) {
 		}
 		if !strings.Contains(plan.String(), index) {
 			t.Errorf("a LIKE on %s.%s does not use %s:\n%s", table, col, index, plan.String())
+		}
+	}
+}
+
+// TestWatchReplayAfterRewrite: an append's event names its messages by
+// position, so a replay of history after a rewind and a save (which rewrite
+// those positions) must still deliver what each append added, not what
+// sits at its positions now.
+func TestWatchReplayAfterRewrite(t *testing.T) {
+	s := open(t, pgtest.Schema(t))
+	ctx := t.Context()
+	msg := func(id string) *sessiondv1.Message {
+		return &sessiondv1.Message{Id: id, Role: sessiondv1.Role_ROLE_USER, Content: "content of " + id}
+	}
+	se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := storage.Ref{Namespace: "ns", ID: se.ID}
+	appendIDs := func(ids ...string) {
+		t.Helper()
+		req := storage.AppendRequest{Ref: ref}
+		for _, id := range ids {
+			req.Messages = append(req.Messages, msg(id))
+		}
+		if _, err := s.Append(ctx, req); err != nil {
+			t.Fatalf("Append %v: %v", ids, err)
+		}
+	}
+	appendIDs("a")                                                                             // revision 2
+	appendIDs("b", "c")                                                                        // 3
+	if _, err := s.Rewind(ctx, storage.RewindRequest{Ref: ref, MessageCount: 1}); err != nil { // 4
+		t.Fatal(err)
+	}
+	appendIDs("d")                                                                                                                       // 5, at the position c had
+	if _, err := s.Save(ctx, storage.SaveRequest{Ref: ref, Messages: []*sessiondv1.Message{msg("x"), msg("y"), msg("z")}}); err != nil { // 6
+		t.Fatal(err)
+	}
+	appendIDs("e") // 7
+	sub, err := s.Watch(ctx, ref, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	want := []struct {
+		typ storage.EventType
+		ids string
+	}{{storage.EventAppended, "a"}, {storage.EventAppended, "b c"}, {storage.EventReplaced, ""},
+		{storage.EventAppended, "d"}, {storage.EventReplaced, ""}, {storage.EventAppended, "e"}}
+	for i, w := range want {
+		var ev storage.Event
+		select {
+		case ev = <-sub.Events():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("event %d did not arrive: %v", i, sub.Err())
+		}
+		var ids []string
+		for _, m := range ev.Messages {
+			if m.GetContent() != "content of "+m.GetId() {
+				t.Errorf("revision %d: message %q has content %q", ev.Revision, m.GetId(), m.GetContent())
+			}
+			ids = append(ids, m.GetId())
+		}
+		if ev.Revision != uint64(i+2) || ev.Type != w.typ || strings.Join(ids, " ") != w.ids {
+			t.Errorf("event %d: revision %d type %v messages %q; want revision %d type %v messages %q",
+				i, ev.Revision, ev.Type, strings.Join(ids, " "), i+2, w.typ, w.ids)
 		}
 	}
 }

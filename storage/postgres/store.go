@@ -3,7 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -248,17 +248,91 @@ func uniqueViolation(err error, constraint string) bool {
 	return errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == constraint
 }
 
-// metaJSON is the "meta" column: the client-set strings that may hold NUL.
-type metaJSON struct {
-	Title    string              `json:"title,omitempty"`
-	Summary  string              `json:"summary,omitempty"`
-	Metadata map[string]string   `json:"metadata,omitempty"`
-	Labels   map[string]string   `json:"labels,omitempty"`
-	Parent   *storage.ForkOrigin `json:"parent,omitempty"`
-}
+// The "meta" column holds the client-set strings that may hold NUL (title,
+// summary, metadata, labels, parent) in a compact binary form that listing
+// decodes far faster than JSON: a format byte (metaFormat), then
+// uvarint-length-prefixed strings: title, summary, the metadata pair count
+// and its keys and values, the label pair count and its keys and values,
+// and, if the session is a fork, its parent's id with the parent's message
+// count as a uvarint.
+const metaFormat = 1
 
 func encodeMeta(m *storage.Session) ([]byte, error) {
-	return json.Marshal(metaJSON{Title: m.Title, Summary: m.Summary, Metadata: m.Metadata, Labels: m.Labels, Parent: m.Parent})
+	n := 16 + len(m.Title) + len(m.Summary)
+	for k, v := range m.Metadata {
+		n += 4 + len(k) + len(v)
+	}
+	for k, v := range m.Labels {
+		n += 4 + len(k) + len(v)
+	}
+	b := make([]byte, 1, n)
+	b[0] = metaFormat
+	str := func(v string) { b = append(binary.AppendUvarint(b, uint64(len(v))), v...) }
+	str(m.Title)
+	str(m.Summary)
+	for _, kv := range []map[string]string{m.Metadata, m.Labels} {
+		b = binary.AppendUvarint(b, uint64(len(kv)))
+		for k, v := range kv {
+			str(k)
+			str(v)
+		}
+	}
+	if m.Parent != nil {
+		str(m.Parent.SessionID)
+		b = binary.AppendUvarint(b, uint64(m.Parent.MessageCount))
+	}
+	return b, nil
+}
+
+// decodeMeta fills m's fields from encodeMeta's bytes.
+func decodeMeta(b []byte, m *storage.Session) error {
+	if len(b) == 0 || b[0] != metaFormat {
+		return errors.New("unknown metadata format")
+	}
+	b = b[1:]
+	bad := false
+	uv := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	str := func() string {
+		n := uv()
+		if bad || n > uint64(len(b)) {
+			bad = true
+			return ""
+		}
+		v := string(b[:n])
+		b = b[n:]
+		return v
+	}
+	pairs := func() map[string]string {
+		n := uv()
+		if bad || n == 0 || n > uint64(len(b)) {
+			return nil
+		}
+		kv := make(map[string]string, n)
+		for range n {
+			k := str()
+			kv[k] = str()
+		}
+		return kv
+	}
+	m.Title, m.Summary = str(), str()
+	m.Metadata, m.Labels = pairs(), pairs()
+	if len(b) > 0 && !bad {
+		p := &storage.ForkOrigin{SessionID: str()}
+		p.MessageCount = int64(uv())
+		m.Parent = p
+	}
+	if bad || len(b) > 0 {
+		return errors.New("truncated or trailing bytes")
+	}
+	return nil
 }
 
 // wakeBuffer bounds the wake-ups waiting for the notifier; beyond it they

@@ -104,23 +104,29 @@ func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]stora
 		if to == 0 {
 			upper = 1<<63 - 1
 		}
-		rows, err := q.Query(ctx, `SELECT revision, type, session, messages FROM events
-			WHERE session_id = $1 AND revision > $2 AND revision <= $3 ORDER BY revision`, id, int64(from), upper)
+		rows, err := q.Query(ctx, `SELECT e.revision, e.type, e.session, e.count,
+				CASE WHEN e.type = $4 THEN `+eventBodies+` END
+			FROM events e WHERE e.session_id = $1 AND e.revision > $2 AND e.revision <= $3 ORDER BY e.revision`,
+			id, int64(from), upper, int16(storage.EventAppended))
 		if err != nil {
 			return err
 		}
 		var (
 			rev    int64
 			typ    int16
+			count  int32
 			snap   []byte
 			bodies [][]byte
 		)
-		_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &bodies}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &count, &bodies}, func() error {
 			ev := storage.Event{Type: storage.EventType(typ), Revision: uint64(rev), Session: &storage.Session{}}
 			if err := json.Unmarshal(snap, ev.Session); err != nil {
 				return fmt.Errorf("postgres: event %d of session %s does not decode: %v: %w", rev, id, err, storage.ErrDataLoss)
 			}
 			if ev.Type == storage.EventAppended {
+				if len(bodies) != int(count) {
+					return fmt.Errorf("postgres: event %d of session %s appended %d messages but %d are stored: %w", rev, id, count, len(bodies), storage.ErrDataLoss)
+				}
 				ev.Messages = make([]*sessiondv1.Message, len(bodies))
 				for i, b := range bodies {
 					m, err := decode(id, b)

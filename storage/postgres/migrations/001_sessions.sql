@@ -1,9 +1,9 @@
 -- Version 1: sessions, their messages, and each session's recent events.
 --
 -- Strings a client sets (title, summary, metadata, labels, parent) may hold
--- NUL, which PostgreSQL text cannot, so they live in the "meta" column as
--- JSON bytes; the columns beside it are what listing, search and
--- idempotency query. Times are Unix nanoseconds (exact, unlike timestamptz).
+-- NUL, which PostgreSQL text cannot, so they live in the "meta" column in a
+-- binary form (length-prefixed strings); the columns beside it are what
+-- listing, search and idempotency query. Times are Unix nanoseconds (exact, unlike timestamptz).
 CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
 CREATE TABLE sessions (
@@ -14,7 +14,7 @@ CREATE TABLE sessions (
 	updated_ns    bigint NOT NULL,
 	revision      bigint NOT NULL,
 	message_count bigint NOT NULL,
-	meta          bytea  NOT NULL,      -- JSON: title, summary, metadata, labels, parent
+	meta          bytea  NOT NULL,      -- binary: title, summary, metadata, labels, parent
 	label_pairs   bytea[] NOT NULL,     -- one entry per label, for containment filters
 	meta_search   text   NOT NULL,      -- lowered title, alias, summary, NUL-free
 	UNIQUE (namespace, alias)
@@ -43,12 +43,18 @@ CREATE INDEX messages_search ON messages USING gist (search gist_trgm_ops (sigle
 
 -- The last events of every session, for watchers on any replica: a write
 -- adds its event in its own transaction and NOTIFYs sessiond_events; a
--- watcher reads the rows, so a lost notification loses nothing.
+-- watcher reads the rows, so a lost notification loses nothing. An append's
+-- event names its messages by position (first_pos, count) instead of
+-- copying them, which would double an append's WAL; a save or rewind, which
+-- rewrites positions, first copies the messages of the kept append events
+-- it would overwrite into their messages column.
 CREATE TABLE events (
 	session_id uuid    NOT NULL,
 	revision   bigint  NOT NULL,
 	type       smallint NOT NULL,
 	session    bytea   NOT NULL,     -- JSON of the session's metadata after the change
-	messages   bytea[],              -- appended messages' encodings
+	first_pos  bigint  NOT NULL DEFAULT 0, -- an append's first message position
+	count      integer NOT NULL DEFAULT 0, -- and how many it appended
+	messages   bytea[],              -- their encodings, once a save or rewind rewrote the positions
 	PRIMARY KEY (session_id, revision)
 );
