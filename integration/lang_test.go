@@ -210,13 +210,7 @@ func TestNodeClient(t *testing.T) {
 	needTool(t, missing, "Node.js 18 or later with npm (apt-get install nodejs npm)")
 
 	ctx := testContext(t, scriptTimeout)
-	nodeDir := filepath.Join(moduleRoot, "clients", "node")
-	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "@grpc", "grpc-js")); err != nil {
-		// scripts/test.sh runs `npm ci` first; a developer may not have.
-		npm, missing := exec.LookPath("npm")
-		needTool(t, missing, "npm")
-		runScript(t, ctx, nil, npm, "ci", "--prefix", "clients/node", "--no-audit", "--no-fund")
-	}
+	buildNodeClient(t, ctx)
 
 	d := startDaemon(t, t.TempDir())
 	t.Run("conformance", func(t *testing.T) {
@@ -237,6 +231,47 @@ func TestNodeClient(t *testing.T) {
 		}
 		d.checkTLSExample(t, "node-tls-example")
 	})
+	t.Run("agents", func(t *testing.T) {
+		runNodeSessionTests(t, ctx, node, d, nil)
+	})
+}
+
+// buildNodeClient installs the Node.js client's packages when they are
+// missing (scripts/tools.sh installs them; a developer may not have run it)
+// and compiles its TypeScript, every time, so the tests never run a stale
+// dist/.
+func buildNodeClient(t *testing.T, ctx context.Context) {
+	t.Helper()
+	npm, missing := exec.LookPath("npm")
+	needTool(t, missing, "npm")
+	nodeDir := filepath.Join(moduleRoot, "clients", "node")
+	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", ".bin", "tsc")); err != nil {
+		runScript(t, ctx, nil, npm, "ci", "--prefix", "clients/node", "--no-audit", "--no-fund")
+	}
+	runScript(t, ctx, nil, npm, "run", "build", "--prefix", "clients/node")
+}
+
+// nodeTestCount is how many tests clients/node/test/session.test.js holds;
+// the token test is skipped on a daemon without tokens, and a run that
+// skips any other fails.
+const nodeTestCount = 10
+
+// runNodeSessionTests runs the SessiondSession tests (the real
+// @openai/agents runner with a fake model) against d; env adds
+// SESSIOND_TOKEN and SESSIOND_NAMESPACE when the daemon wants a token.
+func runNodeSessionTests(t *testing.T, ctx context.Context, node string, d *daemon, env []string) {
+	t.Helper()
+	env = append([]string{"SESSIOND_ADDR=" + d.Addr}, env...)
+	pass, skipped := nodeTestCount, 0
+	if len(env) == 1 {
+		pass, skipped = nodeTestCount-1, 1
+	}
+	out := runScript(t, ctx, env, node, "--test", "--test-reporter=spec", "clients/node/test/session.test.js")
+	for _, want := range []string{fmt.Sprintf("pass %d\n", pass), fmt.Sprintf("skipped %d\n", skipped), "fail 0\n"} {
+		if !strings.Contains(out, "ℹ "+want) {
+			t.Errorf("node --test: no %q in its summary", strings.TrimSpace(want))
+		}
+	}
 }
 
 // readmeExampleAddr is the address the README's examples use; the test runs

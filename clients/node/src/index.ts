@@ -1,0 +1,293 @@
+// Package sessiond-node-client: SessiondSession, a Session of the OpenAI
+// Agents SDK (@openai/agents-core) kept in a sessiond daemon, so that an
+// agent's conversation survives its process and another process can resume
+// it by session id (or alias).
+//
+//   const { SessiondSession } = require('./clients/node');
+//   const session = new SessiondSession({ address: '127.0.0.1:7437', alias: 'my-agent' });
+//   await run(agent, 'Hello', { session });
+//
+// The mapping between agent input items and sessiond messages is in items.ts
+// and in the README.
+import * as path from 'node:path';
+import { randomUUID } from 'node:crypto';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import type { AgentInputItem, Session } from '@openai/agents-core';
+import { decodeMessage, encodeItem, type WireMessage } from './items';
+
+export { ITEM_ENCODING_KEY, ITEM_TYPE_KEY } from './items';
+
+/** Options of a SessiondSession. */
+export interface SessiondSessionOptions {
+  /** The daemon: "host:port" or "unix:/path/to.sock". */
+  address: string;
+  /**
+   * The session's id (a UUID). When no session has it yet, the first call
+   * creates one with this id (and alias, when given).
+   */
+  sessionId?: string;
+  /**
+   * The session's alias: without sessionId, the session with this alias is
+   * used, and created when there is none.
+   */
+  alias?: string;
+  /** The namespace ("" by default). */
+  namespace?: string;
+  /** A bearer token, sent as `authorization: Bearer <token>` on every call. */
+  token?: string;
+  /** Channel credentials for TLS; plaintext by default. */
+  credentials?: grpc.ChannelCredentials;
+  /** The title of a session this creates. */
+  title?: string;
+  /** Deadline of each call in milliseconds (10000 by default). */
+  timeoutMs?: number;
+  /**
+   * How many times a call is retried when the daemon is unreachable or the
+   * call timed out (5 by default), with a backoff from 100 ms to 2 s. Safe:
+   * messages carry ids set here, so a retried append never duplicates.
+   */
+  retries?: number;
+}
+
+/** An error from the daemon, with its gRPC status code. */
+export class SessiondError extends Error {
+  /** The gRPC status code (grpc.status). */
+  readonly code: number;
+  /** The RPC that failed. */
+  readonly rpc: string;
+  constructor(rpc: string, code: number, details: string) {
+    super(`sessiond ${rpc}: ${grpc.status[code] ?? code}: ${details}`);
+    this.name = 'SessiondError';
+    this.code = code;
+    this.rpc = rpc;
+  }
+}
+
+const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+
+// How many times popItem reloads and tries again when another writer
+// changed the session between its load and its rewind.
+const MAX_CONFLICT_RETRIES = 10;
+
+// The proto is loaded from the repository's proto/ at run time, once.
+let serviceCtor: grpc.ServiceClientConstructor | undefined;
+function service(): grpc.ServiceClientConstructor {
+  if (!serviceCtor) {
+    const def = protoLoader.loadSync('sessiond/v1/sessiond.proto', {
+      includeDirs: [path.join(__dirname, '..', '..', '..', 'proto')],
+      keepCase: true, longs: String, enums: String, defaults: true, oneofs: true,
+    });
+    const pkg = grpc.loadPackageDefinition(def) as any;
+    serviceCtor = pkg.sessiond.v1.SessionStoreService as grpc.ServiceClientConstructor;
+  }
+  return serviceCtor;
+}
+
+interface StoredSession {
+  id: string;
+  revision: string;
+  message_count: string;
+}
+
+type Ref = { namespace: string; id?: string; alias?: string };
+
+/**
+ * SessiondSession keeps an agent's conversation in a sessiond session: one
+ * agent input item is one message. It implements the `Session` interface of
+ * @openai/agents-core and is safe for concurrent use, also from several
+ * processes on the same session: appends from concurrent runs all land, in
+ * the order the daemon received them.
+ */
+export class SessiondSession implements Session {
+  private readonly client: grpc.Client & Record<string, any>;
+  private readonly namespace: string;
+  private readonly opts: SessiondSessionOptions;
+  private readonly timeoutMs: number;
+  private readonly retries: number;
+  private resolving: Promise<string> | undefined;
+
+  constructor(options: SessiondSessionOptions) {
+    if (!options || typeof options.address !== 'string' || options.address === '') {
+      throw new TypeError('SessiondSession: address is required ("host:port" or "unix:/path")');
+    }
+    if (options.sessionId !== undefined && !UUID.test(options.sessionId)) {
+      throw new TypeError(`SessiondSession: sessionId ${JSON.stringify(options.sessionId)} is not a UUID`);
+    }
+    if (options.alias !== undefined && (typeof options.alias !== 'string' || options.alias === '')) {
+      throw new TypeError('SessiondSession: alias must be a non-empty string when given');
+    }
+    if (options.token !== undefined && (typeof options.token !== 'string' || options.token === '')) {
+      throw new TypeError('SessiondSession: token must be a non-empty string when given');
+    }
+    this.opts = options;
+    this.namespace = options.namespace ?? '';
+    this.timeoutMs = options.timeoutMs ?? 10000;
+    this.retries = options.retries ?? 5;
+    const Ctor = service();
+    this.client = new Ctor(options.address, options.credentials ?? grpc.credentials.createInsecure()) as any;
+  }
+
+  /** The session's id; the first call finds or creates the session. */
+  async getSessionId(): Promise<string> {
+    if (!this.resolving) {
+      this.resolving = this.resolve().catch((err) => {
+        this.resolving = undefined; // the next call tries again
+        throw err;
+      });
+    }
+    return this.resolving;
+  }
+
+  /**
+   * The conversation's items, oldest first; with limit, the last limit of
+   * them (a tail load: only those messages travel).
+   */
+  async getItems(limit?: number): Promise<AgentInputItem[]> {
+    if (limit !== undefined && (!Number.isInteger(limit) || limit <= 0)) {
+      if (Number.isInteger(limit) && limit <= 0) return [];
+      throw new TypeError(`getItems: limit ${limit} is not an integer`);
+    }
+    const ref = await this.ref();
+    const { messages } = await this.load(limit === undefined ? { ref } : { ref, limit, tail: true });
+    const items = messages.flatMap((m, i) => decodeMessage(m, `message ${m.id ?? i}`));
+    return limit !== undefined && items.length > limit ? items.slice(items.length - limit) : items;
+  }
+
+  /**
+   * Appends items, atomically (all or none), as one AppendMessages. Each
+   * message gets its id here, so the retries after a lost answer never
+   * store an item twice.
+   */
+  async addItems(items: AgentInputItem[]): Promise<void> {
+    if (!Array.isArray(items)) throw new TypeError('addItems: items is not an array');
+    if (items.length === 0) return;
+    const now = Date.now();
+    const created_at = { seconds: String(Math.floor(now / 1000)), nanos: (now % 1000) * 1e6 };
+    const messages = items.map((item, i) => ({ ...encodeItem(item, randomUUID(), `items[${i}]`), created_at }));
+    const ref = await this.ref();
+    await this.retrying('AppendMessages', { ref, messages });
+  }
+
+  /**
+   * Removes the last item and returns it (undefined when the session is
+   * empty): a rewind by one message that names the revision it read, so it
+   * never removes an item another writer added meanwhile; on such a
+   * conflict it reads again and retries.
+   */
+  async popItem(): Promise<AgentInputItem | undefined> {
+    const ref = await this.ref();
+    for (let attempt = 0; ; attempt++) {
+      const { session, messages } = await this.load({ ref, limit: 1, tail: true });
+      const count = Number(session.message_count);
+      if (count === 0 || messages.length === 0) return undefined;
+      const last = messages[messages.length - 1];
+      const items = decodeMessage(last, `message ${last.id}`);
+      try {
+        await this.unary('RewindSession', { ref, message_count: String(count - 1), expected_revision: session.revision });
+        return items[items.length - 1];
+      } catch (err) {
+        if (!(err instanceof SessiondError) || err.code !== grpc.status.ABORTED || attempt >= MAX_CONFLICT_RETRIES) throw err;
+      }
+    }
+  }
+
+  /**
+   * Removes every item: a rewind to 0 messages. The session itself stays,
+   * with its id, alias, title and labels, so the same id resumes it.
+   */
+  async clearSession(): Promise<void> {
+    const ref = await this.ref();
+    await this.unary('RewindSession', { ref, message_count: '0' });
+  }
+
+  /** Closes the connection to the daemon. */
+  close(): void {
+    this.client.close();
+  }
+
+  private async ref(): Promise<Ref> {
+    return { namespace: this.namespace, id: await this.getSessionId() };
+  }
+
+  // resolve finds the session by id or alias, or creates it.
+  private async resolve(): Promise<string> {
+    const { sessionId, alias, title } = this.opts;
+    const ref: Ref = sessionId ? { namespace: this.namespace, id: sessionId.toLowerCase() } : { namespace: this.namespace, alias };
+    if (sessionId || alias) {
+      try {
+        const resp = await this.retrying('GetSession', { ref });
+        return resp.session.id;
+      } catch (err) {
+        if (!(err instanceof SessiondError) || err.code !== grpc.status.NOT_FOUND) throw err;
+      }
+    }
+    // A client-chosen id makes a retried create return the session it made.
+    const id = sessionId ? sessionId.toLowerCase() : randomUUID();
+    try {
+      const resp = await this.retrying('CreateSession', { namespace: this.namespace, id, alias: alias ?? '', title: title ?? '' });
+      return resp.session.id;
+    } catch (err) {
+      // Another process created it first: use theirs.
+      if (err instanceof SessiondError && err.code === grpc.status.ALREADY_EXISTS && (sessionId || alias)) {
+        const resp = await this.retrying('GetSession', { ref });
+        return resp.session.id;
+      }
+      throw err;
+    }
+  }
+
+  private metadata(): grpc.Metadata {
+    const md = new grpc.Metadata();
+    if (this.opts.token) md.set('authorization', `Bearer ${this.opts.token}`);
+    return md;
+  }
+
+  private unary(method: string, req: object): Promise<any> {
+    return new Promise((resolve, reject) => {
+      this.client[method](req, this.metadata(), { deadline: Date.now() + this.timeoutMs }, (err: grpc.ServiceError | null, resp: any) => {
+        if (err) reject(new SessiondError(method, err.code, err.details || err.message));
+        else resolve(resp);
+      });
+    });
+  }
+
+  // retrying calls a unary RPC that is safe to repeat.
+  private retrying(method: string, req: object): Promise<any> {
+    return this.withRetry(() => this.unary(method, req));
+  }
+
+  // withRetry runs fn again after a backoff (100 ms doubling to 2 s) while
+  // the daemon is unreachable or the call timed out, at most retries times.
+  private async withRetry<T>(fn: () => Promise<T>): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn();
+      } catch (err) {
+        const transient = err instanceof SessiondError &&
+          (err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.DEADLINE_EXCEEDED);
+        if (!transient || attempt >= this.retries) throw err;
+        await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 2000)));
+      }
+    }
+  }
+
+  // load streams LoadSession; a load is read-only, so it is retried whole.
+  private load(req: object): Promise<{ session: StoredSession; messages: WireMessage[] }> {
+    return this.withRetry(async () => {
+      let session: StoredSession | undefined;
+      const messages: WireMessage[] = [];
+      try {
+        const call = this.client.LoadSession(req, this.metadata(), { deadline: Date.now() + this.timeoutMs });
+        for await (const frame of call) {
+          if (frame.session) session = frame.session;
+          messages.push(...frame.messages);
+        }
+      } catch (err: any) {
+        throw new SessiondError('LoadSession', err.code ?? grpc.status.UNKNOWN, err.details || err.message);
+      }
+      if (!session) throw new SessiondError('LoadSession', grpc.status.INTERNAL, 'the answer carried no session');
+      return { session, messages };
+    });
+  }
+}
