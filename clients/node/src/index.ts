@@ -34,7 +34,11 @@ export interface SessiondSessionOptions {
   alias?: string;
   /** The namespace ("" by default). */
   namespace?: string;
-  /** A bearer token, sent as `authorization: Bearer <token>` on every call. */
+  /**
+   * A bearer token, sent as `authorization: Bearer <token>` on every call.
+   * Without `credentials` (TLS) it is sent only to a unix socket, localhost
+   * or a loopback IP, never in clear text beyond this machine.
+   */
   token?: string;
   /** Channel credentials for TLS; plaintext by default. */
   credentials?: grpc.ChannelCredentials;
@@ -84,6 +88,17 @@ function service(): grpc.ServiceClientConstructor {
   return serviceCtor;
 }
 
+// isLocal says whether address is a unix socket, localhost or a loopback
+// IP, where a token may travel without TLS.
+function isLocal(address: string): boolean {
+  if (address.startsWith('unix:')) return true;
+  let host = address.replace(/^dns:(\/\/[^/]*\/)?/, '');
+  const bracket = /^\[([^\]]+)\]/.exec(host);
+  host = bracket ? bracket[1] : host.replace(/:\d+$/, '');
+  if (host === 'localhost' || host === '::1') return true;
+  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
 interface StoredSession {
   id: string;
   revision: string;
@@ -120,6 +135,9 @@ export class SessiondSession implements Session {
     if (options.token !== undefined && (typeof options.token !== 'string' || options.token === '')) {
       throw new TypeError('SessiondSession: token must be a non-empty string when given');
     }
+    if (options.token !== undefined && !options.credentials && !isLocal(options.address)) {
+      throw new TypeError(`SessiondSession: refusing to send a token without TLS to ${options.address}, which is not loopback; pass credentials (grpc.credentials.createSsl)`);
+    }
     this.opts = options;
     this.namespace = options.namespace ?? '';
     this.timeoutMs = options.timeoutMs ?? 10000;
@@ -144,9 +162,9 @@ export class SessiondSession implements Session {
    * them (a tail load: only those messages travel).
    */
   async getItems(limit?: number): Promise<AgentInputItem[]> {
-    if (limit !== undefined && (!Number.isInteger(limit) || limit <= 0)) {
-      if (Number.isInteger(limit) && limit <= 0) return [];
-      throw new TypeError(`getItems: limit ${limit} is not an integer`);
+    if (limit !== undefined) {
+      if (!Number.isInteger(limit)) throw new TypeError(`getItems: limit ${limit} is not an integer`);
+      if (limit <= 0) return [];
     }
     const ref = await this.ref();
     const { messages } = await this.load(limit === undefined ? { ref } : { ref, limit, tail: true });
@@ -228,12 +246,17 @@ export class SessiondSession implements Session {
       const resp = await this.retrying('CreateSession', { namespace: this.namespace, id, alias: alias ?? '', title: title ?? '' });
       return resp.session.id;
     } catch (err) {
-      // Another process created it first: use theirs.
-      if (err instanceof SessiondError && err.code === grpc.status.ALREADY_EXISTS && (sessionId || alias)) {
+      // Another process created it first: use theirs. (With both an id
+      // and an alias, the alias may belong to another session instead:
+      // then the id is still unknown, and the create's error says why.)
+      if (!(err instanceof SessiondError) || err.code !== grpc.status.ALREADY_EXISTS || !(sessionId || alias)) throw err;
+      try {
         const resp = await this.retrying('GetSession', { ref });
         return resp.session.id;
+      } catch (again) {
+        if (again instanceof SessiondError && again.code === grpc.status.NOT_FOUND) throw err;
+        throw again;
       }
-      throw err;
     }
   }
 

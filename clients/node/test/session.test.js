@@ -164,6 +164,7 @@ test('errors carry the gRPC code', async () => {
   const session = open({ sessionId: '00000000-0000-4000-8000-000000000000', alias: 'Bad/Alias' });
   await assert.rejects(session.getItems(), (err) => err instanceof SessiondError && err.code === grpc.status.INVALID_ARGUMENT);
   assert.throws(() => new SessiondSession({ address, sessionId: 'not-a-uuid' }), /sessionId "not-a-uuid" is not a UUID/);
+  assert.throws(() => new SessiondSession({ address: '192.0.2.1:7437', token: 't' }), /refusing to send a token without TLS to 192\.0\.2\.1:7437/);
 });
 
 test('the token travels as "authorization: Bearer <token>"', { skip: !token && 'SESSIOND_TOKEN is not set' }, async () => {
