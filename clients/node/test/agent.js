@@ -1,10 +1,13 @@
 // A weather agent whose Model is a fake (no network): asked anything, it
 // first calls the get_weather tool, then answers with the tool's result.
 // Every request the model receives is recorded, so a test can check what
-// history the agent was given.
+// history the agent was given. credentials() is TLS with the CA file named
+// by SESSIOND_CA, or undefined (plaintext) when it is not set.
 'use strict';
 
 const { Agent, Usage, tool, setTracingDisabled } = require('@openai/agents');
+const fs = require('node:fs');
+const grpc = require('@grpc/grpc-js');
 const { z } = require('zod');
 
 setTracingDisabled(true);
@@ -51,4 +54,9 @@ function weatherAgent(model) {
   return new Agent({ name: 'weather', instructions: 'Answer about the weather.', model, tools: [getWeather] });
 }
 
-module.exports = { FakeModel, weatherAgent };
+function credentials() {
+  const ca = process.env.SESSIOND_CA;
+  return ca ? grpc.credentials.createSsl(fs.readFileSync(ca)) : undefined;
+}
+
+module.exports = { FakeModel, weatherAgent, credentials };

@@ -5,7 +5,8 @@
 //   SESSIOND_ADDR=127.0.0.1:7437 node --test clients/node/test/session.test.js
 //
 // SESSIOND_TOKEN and SESSIOND_NAMESPACE, when set, are the token every
-// session here sends and the namespace it uses (a daemon with --auth-tokens).
+// session here sends and the namespace it uses (a daemon with --auth-tokens);
+// SESSIOND_CA, when set, is the CA file of a daemon that serves TLS.
 'use strict';
 
 const test = require('node:test');
@@ -16,7 +17,7 @@ const { promisify } = require('node:util');
 const grpc = require('@grpc/grpc-js');
 const { run } = require('@openai/agents');
 const { SessiondSession, SessiondError, ITEM_ENCODING_KEY } = require('..');
-const { FakeModel, weatherAgent } = require('./agent');
+const { FakeModel, weatherAgent, credentials } = require('./agent');
 
 const address = process.env.SESSIOND_ADDR;
 const token = process.env.SESSIOND_TOKEN || undefined;
@@ -24,7 +25,7 @@ const namespace = process.env.SESSIOND_NAMESPACE || undefined;
 if (!address) throw new Error('set SESSIOND_ADDR to the address of a running sessiond');
 
 function open(opts = {}) {
-  const s = new SessiondSession({ address, token, namespace, ...opts });
+  const s = new SessiondSession({ address, token, namespace, credentials: credentials(), ...opts });
   test.after(() => s.close());
   return s;
 }
@@ -60,7 +61,7 @@ async function rawMessages(sessionId) {
     keepCase: true, longs: String, enums: String, defaults: true, oneofs: true,
   });
   const { SessionStoreService } = grpc.loadPackageDefinition(def).sessiond.v1;
-  const client = new SessionStoreService(address, grpc.credentials.createInsecure());
+  const client = new SessionStoreService(address, credentials() ?? grpc.credentials.createInsecure());
   const md = new grpc.Metadata();
   if (token) md.set('authorization', `Bearer ${token}`);
   const messages = [];
@@ -170,7 +171,7 @@ test('errors carry the gRPC code', async () => {
 test('the token travels as "authorization: Bearer <token>"', { skip: !token && 'SESSIOND_TOKEN is not set' }, async () => {
   const id = await open().getSessionId(); // with the token
   for (const other of [undefined, 'not-the-token']) {
-    const s = new SessiondSession({ address, namespace, sessionId: id, token: other });
+    const s = new SessiondSession({ address, namespace, sessionId: id, token: other, credentials: credentials() });
     await assert.rejects(s.getItems(), (err) => err instanceof SessiondError && err.code === grpc.status.UNAUTHENTICATED);
     s.close();
   }
