@@ -234,6 +234,10 @@ func TestNodeClient(t *testing.T) {
 	t.Run("agents", func(t *testing.T) {
 		runNodeSessionTests(t, ctx, node, d, nil)
 	})
+	t.Run("agents over TLS with a token", func(t *testing.T) {
+		d, ca, tokEnv := startTLSExampleDaemon(t)
+		runNodeSessionTests(t, ctx, node, d.daemon, append(tokEnv, "SESSIOND_CA="+ca))
+	})
 }
 
 // buildNodeClient installs the Node.js client's packages when they are
@@ -258,7 +262,8 @@ const nodeTestCount = 10
 
 // runNodeSessionTests runs the SessiondSession tests (the real
 // @openai/agents runner with a fake model) against d; env adds
-// SESSIOND_TOKEN and SESSIOND_NAMESPACE when the daemon wants a token.
+// SESSIOND_TOKEN and SESSIOND_NAMESPACE when the daemon wants a token (the
+// token test runs only then), and SESSIOND_CA when it serves TLS.
 func runNodeSessionTests(t *testing.T, ctx context.Context, node string, d *daemon, env []string) {
 	t.Helper()
 	env = append([]string{"SESSIOND_ADDR=" + d.Addr}, env...)
