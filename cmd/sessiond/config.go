@@ -27,6 +27,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	maxOpenJournals int
 	security        securityConfig
+	watchHistory    int64
 	showVersion     bool
 
 	postgresDSN            string
@@ -75,6 +76,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.IntVar(&maxConns, "postgres-max-conns", maxConns, "with --storage postgres: most database connections this replica holds (one more while anything is watched)")
 	fs.IntVar(&minConns, "postgres-min-conns", minConns, "with --storage postgres: connections kept open when idle")
 	fs.DurationVar(&cfg.postgresConnectTimeout, "postgres-connect-timeout", 30*time.Second, "with --storage postgres: how long start-up waits for an unreachable database before it fails")
+	fs.Int64Var(&cfg.watchHistory, "watch-history-bytes", storage.DefaultWatchHistoryTotal, "most bytes of change history kept, across all sessions, for watches that resume from a past revision (older ones answer OUT_OF_RANGE: reload)")
 	fs.Int64Var(&cfg.limits.MaxMessageBytes, "max-message-bytes", cfg.limits.MaxMessageBytes, "largest encoded message, in bytes")
 	fs.Int64Var(&cfg.limits.MaxFrameBytes, "max-frame-bytes", cfg.limits.MaxFrameBytes, "largest request frame, in bytes")
 	fs.Int64Var(&cfg.limits.MaxTitleBytes, "max-title-bytes", cfg.limits.MaxTitleBytes, "longest title, in bytes")
@@ -160,6 +162,9 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	}
 	if cfg.postgresConnectTimeout < 0 {
 		return usagef("--postgres-connect-timeout %v is negative", cfg.postgresConnectTimeout)
+	}
+	if cfg.watchHistory < storage.WatchHistoryBytes {
+		return usagef("--watch-history-bytes %d must be at least %d", cfg.watchHistory, storage.WatchHistoryBytes)
 	}
 	if cfg.shutdownTimeout < 0 {
 		return usagef("--shutdown-timeout %v is negative", cfg.shutdownTimeout)

@@ -32,7 +32,8 @@ var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger
 		if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
-		return file.Open(ctx, cfg.dataDir, file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals))
+		return file.Open(ctx, cfg.dataDir, file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals),
+			file.WithWatchHistoryBytes(cfg.watchHistory))
 	},
 	"postgres": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error) {
 		d, err := openPostgres(ctx, cfg, log)

@@ -33,6 +33,7 @@ type options struct {
 	ckptInterval time.Duration
 	ckptDirty    int
 	maxJournals  int
+	watchHistory int64
 }
 
 // WithLogger sets the logger (default: none).
@@ -59,6 +60,11 @@ const DefaultMaxOpenJournals = 1024
 // leave room for this many plus one per operation in progress and a few
 // more (the lock file, the dirty file).
 func WithMaxOpenJournals(n int) Option { return func(o *options) { o.maxJournals = max(n, 1) } }
+
+// WithWatchHistoryBytes bounds the watch history all sessions keep together,
+// for watches that resume from a past revision (default
+// storage.DefaultWatchHistoryTotal). See storage.WithHistoryTotal.
+func WithWatchHistoryBytes(bytes int64) Option { return func(o *options) { o.watchHistory = bytes } }
 
 // Store is the file backend. See the package doc.
 type Store struct {
@@ -195,12 +201,13 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 
 func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) (*Store, error) {
 	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: 256 << 20,
-		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty, maxJournals: DefaultMaxOpenJournals}
+		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty, maxJournals: DefaultMaxOpenJournals,
+		watchHistory: storage.DefaultWatchHistoryTotal}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	s := &Store{
-		dir: dir, log: o.log, opts: o, lock: lock, broker: storage.NewBroker(),
+		dir: dir, log: o.log, opts: o, lock: lock, broker: storage.NewBroker(storage.WithHistoryTotal(o.watchHistory)),
 		byID: make(map[string]*entry), ns: make(map[string]*nsIndex), lru: list.New(),
 		ckptKick: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{}),
 		jfiles: journalFiles{max: o.maxJournals, lru: list.New(), wake: make(chan struct{})},
