@@ -31,6 +31,7 @@ type harness struct {
 	srv    *Server
 	gs     *grpc.Server
 	client sessiondv1.SessionStoreServiceClient
+	conn   *grpc.ClientConn
 	logs   *observer.ObservedLogs
 }
 
@@ -71,7 +72,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 		gs.Stop()
 		_ = st.Close()
 	})
-	return &harness{file: st, srv: srv, gs: gs, client: sessiondv1.NewSessionStoreServiceClient(conn), logs: logs}
+	return &harness{file: st, srv: srv, gs: gs, client: sessiondv1.NewSessionStoreServiceClient(conn), conn: conn, logs: logs}
 }
 
 func msg(role sessiondv1.Role, id, content string) *sessiondv1.Message {

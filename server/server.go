@@ -25,6 +25,7 @@ package server
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -43,6 +44,12 @@ type Server struct {
 	limits  storage.Limits
 	version string
 	backend string
+
+	// The codec's record of requests that held invalid UTF-8, by the
+	// message received into, and whether Register's handlers read it (see
+	// codec.go).
+	utf8Bad     sync.Map
+	utf8Wrapped atomic.Bool
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain: watches end with UNAVAILABLE
@@ -85,22 +92,25 @@ func New(store storage.Store, opts ...Option) *Server {
 // Limits returns the limits the server enforces: its store's.
 func (s *Server) Limits() storage.Limits { return s.limits }
 
-// Register adds the SessionStoreService to a gRPC server.
+// Register adds the SessionStoreService to a gRPC server. Its handlers answer
+// a request whose string field holds invalid UTF-8 with INVALID_ARGUMENT
+// naming the field (the grpc.Server needs ServerOptions' codec for that).
 func (s *Server) Register(r grpc.ServiceRegistrar) {
-	sessiondv1.RegisterSessionStoreServiceServer(r, s)
+	r.RegisterService(s.withUTF8Status(sessiondv1.SessionStoreService_ServiceDesc), s)
 }
 
 // ServerOptions returns the options a grpc.Server needs to serve s: the
 // receive limit set to max_frame_bytes (grpc-go's default of 4 MiB would
-// refuse requests the limits allow), and the logging and panic-recovery
-// interceptors.
+// refuse requests the limits allow), the codec that names a string field
+// holding invalid UTF-8 (answered INVALID_ARGUMENT by the handlers Register
+// adds), and the logging and panic-recovery interceptors.
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	maxRecv := s.limits.MaxFrameBytes
 	if maxRecv > math.MaxInt32 {
 		maxRecv = math.MaxInt32
 	}
 	unary, stream := s.interceptors()
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), unary, stream}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), grpc.ForceServerCodecV2(s.newUTF8Codec()), unary, stream}
 }
 
 // Drain ends every WatchSession stream with UNAVAILABLE and makes new ones
