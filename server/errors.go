@@ -96,12 +96,12 @@ func (s *Server) publicMessage(method string, sentinel error, ref *storage.Ref, 
 	case storage.ErrNoSpace:
 		s.log.Error("storage full", s.errFields(method, ref, err)...)
 		return "the daemon's storage is full; nothing was written"
-	case storage.ErrUnavailable:
-		s.log.Warn("database unreachable", zap.String("method", method), zap.Error(err))
-		return "the daemon cannot reach its database right now; retry (appends with message ids are safe to retry)"
 	case storage.ErrClosed, storage.ErrLocked:
 		s.log.Warn("store unavailable", s.errFields(method, ref, err)...)
 		return "the store is closed; the daemon is shutting down"
+	case storage.ErrUnavailable:
+		s.log.Warn("store unavailable", zap.String("method", method), zap.Error(err))
+		return "the daemon's storage cannot serve this now (database unreachable, no file descriptor left or a read-only data dir; its log says which); retry later (appends with message ids are safe to retry)"
 	}
 	return err.Error()
 }

@@ -34,7 +34,8 @@ type ioStats struct {
 // store keeps at most WithMaxOpenJournals journal files open, plus a few
 // for the operations in progress, so this means the limit is set below what
 // the store needs, or something else in the process holds the descriptors.
-var ErrTooManyOpenFiles = errors.New("file: too many open files (raise the process's descriptor limit, e.g. ulimit -n or systemd LimitNOFILE, or lower WithMaxOpenJournals)")
+// It wraps storage.ErrUnavailable: the call may succeed later.
+var ErrTooManyOpenFiles = fmt.Errorf("file: too many open files (raise the process's descriptor limit, e.g. ulimit -n or systemd LimitNOFILE, or lower WithMaxOpenJournals): %w", storage.ErrUnavailable)
 
 // ioErr turns a full-disk error into storage.ErrNoSpace and running out of
 // file descriptors into ErrTooManyOpenFiles, keeping others. The system
