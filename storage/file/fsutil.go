@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/sessiond/sessiond/storage"
@@ -164,3 +165,27 @@ func checkFormat(st *ioStats, dir string) error {
 func journalName(gen uint64) string { return fmt.Sprintf("journal-%016x", gen) }
 
 const snapshotName = "snapshot"
+
+// privateDir makes dir (the data dir, which may have existed before the
+// store) private to its owner, dirPerm, when it was open to others or
+// carried the sticky, setgid or setuid bit (a tmpfs root is 1777), and says
+// so in the log: every conversation lives under it. When it cannot (the
+// daemon does not own it), it warns and carries on, since the files and
+// folders the store makes are private anyway.
+func privateDir(dir string, log *zap.Logger) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return // Open reports what is wrong with dir
+	}
+	mode := fi.Mode()
+	if mode.Perm()&0o077 == 0 && mode&(os.ModeSticky|os.ModeSetgid|os.ModeSetuid) == 0 {
+		return
+	}
+	if err := os.Chmod(dir, dirPerm); err != nil {
+		log.Warn("the data dir is open to other users and could not be made private; its sessions' own folders are private",
+			zap.String("dir", dir), zap.String("mode", mode.String()), zap.Error(err))
+		return
+	}
+	log.Warn("the data dir was open to other users; made it private",
+		zap.String("dir", dir), zap.String("old_mode", mode.String()), zap.String("mode", os.FileMode(dirPerm).String()))
+}

@@ -213,6 +213,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 		jfiles: journalFiles{max: o.maxJournals, lru: list.New(), wake: make(chan struct{})},
 	}
 	start := time.Now()
+	privateDir(dir, s.log)
 	if err := checkFormat(&s.stats, dir); err != nil {
 		return nil, err
 	}
