@@ -1,13 +1,21 @@
 package file
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // observed returns a logger whose lines the test can read.
@@ -53,4 +61,140 @@ func TestDataDirMadePrivate(t *testing.T) {
 			t.Errorf("%d warnings for a private data dir", n)
 		}
 	})
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on a new folder and unmounts it
+// when the test ends. Where mounting is not allowed it skips, except in CI
+// (CI=true), where the test runs as root and must not pass silently.
+func mountTmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "mnt")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mount a %d-byte tmpfs on %s (this test needs root, as CI runs it): %v", size, dir, err)
+		}
+		t.Skipf("cannot mount a tmpfs (not root?): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// fillDisk writes the file dir/name until the filesystem is full, and
+// returns its path.
+func fillDisk(t *testing.T, dir, name string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			if errors.Is(err, unix.ENOSPC) {
+				return path
+			}
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestFullDiskStart: with the disk at 100%, after a clean close and after a
+// crash alike, the store opens; it serves reads and deletes, refuses writes
+// with ErrNoSpace, and takes writes again by itself once space is freed.
+func TestFullDiskStart(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash=%v", crash), func(t *testing.T) {
+			mnt := mountTmpfs(t, 4<<20)
+			dir := filepath.Join(mnt, "data")
+			s, err := openPortable(t.Context(), dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keep := mustCreate(t, s, storage.CreateRequest{Alias: "keep", Messages: msgs("k", 5)})
+			drop := mustCreate(t, s, storage.CreateRequest{Alias: "drop", Messages: msgs("d", 5)})
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if crash {
+				// As kill -9 leaves it: no checkpoint mark to trust, so
+				// Open rescans and has more to write.
+				if err := os.Remove(filepath.Join(dir, "index", cleanName)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			filler := fillDisk(t, mnt, "filler")
+
+			log, logs := observed()
+			s, err = openPortable(t.Context(), dir, WithLogger(log))
+			if err != nil {
+				t.Fatalf("Open on a full disk: %v", err)
+			}
+			defer s.Close()
+			if ids, err := loadIDs(t, s, keep.ID); err != nil || len(ids) != 5 {
+				t.Fatalf("Load on a full disk: %v, %v", ids, err)
+			}
+			if _, err := s.Get(t.Context(), storage.Ref{Alias: "keep"}); err != nil {
+				t.Fatalf("Get on a full disk: %v", err)
+			}
+			// Reading may trim a journal's space reserved ahead, and the
+			// store take it: fill what that freed, as other programs would.
+			filler2 := fillDisk(t, mnt, "filler2")
+			if _, err := s.Create(t.Context(), storage.CreateRequest{Alias: "new"}); !errors.Is(err, storage.ErrNoSpace) {
+				t.Fatalf("Create on a full disk: %v, want ErrNoSpace", err)
+			}
+			// Bigger than any space a journal reserves ahead.
+			big := msg("big", strings.Repeat("b", 1<<20))
+			if _, err := s.Append(t.Context(), storage.AppendRequest{Ref: storage.Ref{ID: keep.ID}, Messages: []*sessiondv1.Message{big}}); !errors.Is(err, storage.ErrNoSpace) {
+				t.Fatalf("Append on a full disk: %v, want ErrNoSpace", err)
+			}
+			if err := s.Delete(t.Context(), storage.Ref{ID: drop.ID}, 0); err != nil {
+				t.Fatalf("Delete on a full disk: %v", err)
+			}
+			if logs.FilterLevelExact(zapcore.WarnLevel).Len() == 0 {
+				t.Error("no warning about the full disk")
+			}
+
+			for _, f := range []string{filler, filler2} {
+				if err := os.Remove(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			deadline := time.Now().Add(3*noSpaceRetry + 5*time.Second)
+			for {
+				_, err := s.Append(t.Context(), storage.AppendRequest{Ref: storage.Ref{ID: keep.ID}, Messages: msgs("x", 1)})
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, storage.ErrNoSpace) || time.Now().After(deadline) {
+					t.Fatalf("Append after space was freed: %v", err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if logs.FilterMessage("the data disk has space again: writes resume").Len() != 1 {
+				t.Error("no log line saying writes resume")
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Everything acknowledged is there, and the deleted session is
+			// gone, after one more open.
+			s = open(t, dir)
+			if ids, err := loadIDs(t, s, keep.ID); err != nil || len(ids) != 6 {
+				t.Errorf("after reopening: %v, %v; want 6 messages", ids, err)
+			}
+			if _, err := s.Get(t.Context(), storage.Ref{ID: drop.ID}); !errors.Is(err, storage.ErrNotFound) {
+				t.Errorf("deleted session after reopening: %v, want ErrNotFound", err)
+			}
+			checkDir(t, dir)
+		})
+	}
 }

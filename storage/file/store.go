@@ -272,10 +272,28 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	var epoch [16]byte
 	_, _ = rand.Read(epoch[:])
 	j, err := s.openDirty(seq, epoch[:], vanished)
-	if err != nil {
+	switch {
+	case errors.Is(err, storage.ErrNoSpace):
+		// A full disk must not keep the store from starting: reads and
+		// deletes need no space. Writes fail with ErrNoSpace until a
+		// checkpoint can start a dirty file (see checkpointLoop).
+		s.log.Warn("the data disk is full: serving reads and deletes; writes fail until space is freed, then resume by themselves", zap.Error(err))
+		if len(vanished) > 0 {
+			// Their reset cannot be recorded: the checkpoint must not be
+			// trusted at the next open.
+			if err := s.distrustCheckpoint(); err != nil {
+				return nil, fmt.Errorf("file: start with a full disk: %w", err)
+			}
+		}
+		s.dirty.full.Store(true)
+		// ckptSeq names the file not yet started, so that every write
+		// must record its session first, and fails.
+		s.dirty.seq, s.ckptSeq = seq-1, seq
+	case err != nil:
 		return nil, fmt.Errorf("file: start dirty file: %w", err)
+	default:
+		s.dirty.j, s.dirty.seq, s.dirty.epoch, s.ckptSeq = j, seq, epoch, seq
 	}
-	s.dirty.j, s.dirty.seq, s.dirty.epoch, s.ckptSeq = j, seq, epoch, seq
 	if ck.ok {
 		s.removeStale(ck.seq, ck.seq)
 	} else {
@@ -283,7 +301,9 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	}
 
 	if err := s.scanSessions(ctx, todo, bounds); err != nil {
-		_ = j.f.Close()
+		if j != nil {
+			_ = j.f.Close()
+		}
 		return nil, err
 	}
 	s.buildIndexes()
