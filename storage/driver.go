@@ -55,7 +55,8 @@ type Driver interface {
 	// Get returns a session's metadata. Errors: ErrNotFound, ErrDataLoss.
 	Get(ctx context.Context, ref Ref) (*Session, error)
 
-	// Load returns the metadata and the messages opts selects as one
+	// Load returns the metadata and the messages opts selects (see
+	// LoadOptions.Window, which does the arithmetic without overflow) as one
 	// snapshot; an offset beyond the session is an empty answer. Errors:
 	// ErrNotFound, ErrDataLoss.
 	Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error)

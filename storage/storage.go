@@ -161,6 +161,22 @@ type LoadOptions struct {
 	Tail   bool  // the last Limit messages instead; Offset must be 0
 }
 
+// Window returns the range [from, to) of a session of n messages that o
+// selects. It never overflows, whatever o holds (a negative Offset or Limit
+// counts as 0), so drivers use it rather than adding client numbers.
+func (o LoadOptions) Window(n int64) (from, to int64) {
+	n = max(n, 0)
+	from, to = min(max(o.Offset, 0), n), n
+	if o.Limit > 0 {
+		if o.Tail {
+			from = n - min(o.Limit, n)
+		} else {
+			to = from + min(o.Limit, n-from)
+		}
+	}
+	return from, to
+}
+
 // Cursor is a position in the list order (UpdatedAt newest first, then ID
 // ascending). A listing with After set resumes just after that position.
 type Cursor struct {

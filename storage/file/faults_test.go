@@ -3,6 +3,8 @@ package file
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,4 +199,99 @@ func TestFullDiskStart(t *testing.T) {
 			checkDir(t, dir)
 		})
 	}
+}
+
+// FuzzClientNumbers drives the numbers a client chooses (offsets, limits,
+// tails, message counts) through the portable layer into the file store,
+// at their extremes too: no panic, and either the answer a model computes
+// without overflow or ErrInvalid. LoadSession with offset 1 and limit
+// 2^63-1 used to panic in the file store ("makeslice: cap out of range").
+func FuzzClientNumbers(f *testing.F) {
+	for _, seed := range []struct {
+		off, lim, count int64
+		tail            bool
+	}{
+		{1, math.MaxInt64, 0, false}, {0, math.MaxInt64, math.MaxInt64, true}, {math.MaxInt64, math.MaxInt64, -1, false},
+		{math.MinInt64, math.MinInt64, math.MinInt64, false}, {0, 3, 2, true}, {4, 1, 5, false}, {-1, 0, 6, false},
+	} {
+		f.Add(seed.off, seed.lim, seed.count, seed.tail)
+	}
+	s, err := openPortable(f.Context(), filepath.Join(f.TempDir(), "data"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = s.Close() })
+	const n = 5
+	se, err := s.Create(f.Context(), storage.CreateRequest{Title: "fuzz", Messages: msgs("m", n)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ref := storage.Ref{ID: se.ID}
+	f.Fuzz(func(t *testing.T, off, lim, count int64, tail bool) {
+		ctx := t.Context()
+		_, got, err := s.Load(ctx, ref, storage.LoadOptions{Offset: off, Limit: lim, Tail: tail})
+		switch {
+		case off < 0 || lim < 0 || (tail && off != 0):
+			if !errors.Is(err, storage.ErrInvalid) {
+				t.Fatalf("Load(offset %d, limit %d, tail %v): %v, want ErrInvalid", off, lim, tail, err)
+			}
+		case err != nil:
+			t.Fatalf("Load(offset %d, limit %d, tail %v): %v", off, lim, tail, err)
+		default:
+			// The model, in big integers.
+			from := new(big.Int).SetInt64(min(off, n))
+			to := big.NewInt(n)
+			if lim > 0 && tail {
+				from = big.NewInt(n - min(lim, n))
+			} else if lim > 0 {
+				if end := new(big.Int).Add(from, big.NewInt(lim)); end.Cmp(to) < 0 {
+					to = end
+				}
+			}
+			if want := new(big.Int).Sub(to, from).Int64(); int64(len(got)) != want {
+				t.Fatalf("Load(offset %d, limit %d, tail %v): %d messages, want %d", off, lim, tail, len(got), want)
+			}
+			if len(got) > 0 && got[0].GetId() != fmt.Sprintf("m%d", from.Int64()) {
+				t.Fatalf("Load(offset %d, limit %d, tail %v) starts at %s, want m%d", off, lim, tail, got[0].GetId(), from.Int64())
+			}
+		}
+		fork, err := s.Fork(ctx, storage.ForkRequest{Ref: ref, MessageCount: count})
+		if count < 0 || count > n {
+			if !errors.Is(err, storage.ErrInvalid) {
+				t.Fatalf("Fork(message_count %d): %v, want ErrInvalid", count, err)
+			}
+		} else if err != nil {
+			t.Fatalf("Fork(message_count %d): %v", count, err)
+		} else {
+			rw, err := s.Rewind(ctx, storage.RewindRequest{Ref: storage.Ref{ID: fork.ID}, MessageCount: lim})
+			if lim < 0 || lim > fork.MessageCount {
+				if !errors.Is(err, storage.ErrInvalid) {
+					t.Fatalf("Rewind(message_count %d) of %d: %v, want ErrInvalid", lim, fork.MessageCount, err)
+				}
+			} else if err != nil || rw.MessageCount != lim {
+				t.Fatalf("Rewind(message_count %d): %v, %v", lim, rw, err)
+			}
+			if err := s.Delete(ctx, storage.Ref{ID: fork.ID}, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		listed := int64(0)
+		err = s.List(ctx, storage.ListOptions{Limit: lim}, func(*storage.Session) error { listed++; return nil })
+		if lim < 0 {
+			if !errors.Is(err, storage.ErrInvalid) {
+				t.Fatalf("List(limit %d): %v, want ErrInvalid", lim, err)
+			}
+		} else if err != nil || listed != 1 {
+			t.Fatalf("List(limit %d): %d sessions, %v; want 1", lim, listed, err)
+		}
+		hits := int64(0)
+		err = s.Search(ctx, storage.SearchOptions{Query: "content", Limit: lim}, func(storage.SearchHit) error { hits++; return nil })
+		if lim < 0 {
+			if !errors.Is(err, storage.ErrInvalid) {
+				t.Fatalf("Search(limit %d): %v, want ErrInvalid", lim, err)
+			}
+		} else if want := min(max(lim, 0), n); (lim == 0 && hits != n) || (lim > 0 && hits != want) || err != nil {
+			t.Fatalf("Search(limit %d): %d hits, %v", lim, hits, err)
+		}
+	})
 }

@@ -286,15 +286,7 @@ func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOpti
 	if err != nil {
 		return nil, nil, err
 	}
-	n := int64(len(v.msgs))
-	from, to := min(opts.Offset, n), n
-	if opts.Limit > 0 {
-		if opts.Tail {
-			from = max(0, n-opts.Limit)
-		} else {
-			to = min(n, from+opts.Limit)
-		}
-	}
+	from, to := opts.Window(int64(len(v.msgs)))
 	out := make([]*sessiondv1.Message, 0, to-from)
 	for _, b := range v.msgs[from:to] {
 		m, err := unmarshalMessage(v.meta.ID, b)

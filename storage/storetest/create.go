@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -372,6 +373,11 @@ func testLoad(t *testing.T, h *harness) {
 		{"tail beyond", storage.LoadOptions{Tail: true, Limit: 25}, 0, 10},
 		// Limit 0 means all, with Tail too.
 		{"tail without limit", storage.LoadOptions{Tail: true}, 0, 10},
+		// Client numbers at their extremes: no overflow, no panic.
+		{"offset 1, limit max", storage.LoadOptions{Offset: 1, Limit: math.MaxInt64}, 1, 10},
+		{"limit max", storage.LoadOptions{Limit: math.MaxInt64}, 0, 10},
+		{"offset and limit max", storage.LoadOptions{Offset: math.MaxInt64, Limit: math.MaxInt64}, 10, 10},
+		{"tail max", storage.LoadOptions{Tail: true, Limit: math.MaxInt64}, 0, 10},
 	} {
 		got, ms, err := s.Load(t.Context(), ref, c.opts)
 		if err != nil {
