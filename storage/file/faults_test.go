@@ -295,3 +295,27 @@ func FuzzClientNumbers(f *testing.F) {
 		}
 	})
 }
+
+// TestVanishedSessionReported: a session folder removed by hand is named in
+// the log at the next open (it disappeared silently before).
+func TestVanishedSessionReported(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	s := open(t, dir)
+	gone := mustCreate(t, s, storage.CreateRequest{Alias: "gone", Title: "removed by hand", Messages: msgs("g", 2)})
+	mustCreate(t, s, storage.CreateRequest{Alias: "stays"})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "sessions", gone.ID)); err != nil {
+		t.Fatal(err)
+	}
+	log, logs := observed()
+	s = open(t, dir, WithLogger(log))
+	lines := logs.FilterMessageSnippet("session folder missing").All()
+	if len(lines) != 1 || lines[0].ContextMap()["session"] != gone.ID || lines[0].ContextMap()["alias"] != "gone" {
+		t.Fatalf("log lines about the missing folder: %v; want one naming %s", lines, gone.ID)
+	}
+	if _, err := s.Get(t.Context(), storage.Ref{Alias: "gone"}); !errors.Is(err, storage.ErrNotFound) {
+		t.Errorf("Get of the removed session: %v, want ErrNotFound", err)
+	}
+}

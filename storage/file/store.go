@@ -180,6 +180,10 @@ func msgsSize(msgs [][]byte) int64 {
 	return n
 }
 
+// maxVanishedLogged is how many missing session folders Open names in the
+// log, one line each; a count covers the rest.
+const maxVanishedLogged = 100
+
 // Open opens (creating if needed) the data dir and returns the store, a
 // storage.Driver to wrap with storage.New. It fails with an error wrapping
 // storage.ErrLocked if another store holds dir.
@@ -261,10 +265,20 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	// Sessions the checkpoint knows that are gone: should their id be used
 	// again, the checkpoint's entry must not stand for the new session.
 	var vanished []dirtyRec
-	for id := range ck.metas {
+	for id, m := range ck.metas {
 		if !present[id] && ck.dirty[id] != dirtyReset {
 			vanished = append(vanished, dirtyRec{kind: dirtyReset, id: id})
+			// Not deleted through the store (that records a reset): its
+			// folder was removed by hand, or lost.
+			if len(vanished) <= maxVanishedLogged {
+				s.log.Warn("session folder missing: the index knew this session, but it has no files (removed by hand?); it is gone",
+					zap.String("session", id), zap.String("namespace", m.Namespace), zap.String("alias", m.Alias),
+					zap.String("title", m.Title), zap.Int64("messages", m.MessageCount), zap.String("path", s.sessionDir(id)))
+			}
 		}
+	}
+	if len(vanished) > maxVanishedLogged {
+		s.log.Warn("more session folders missing", zap.Int("not_listed", len(vanished)-maxVanishedLogged), zap.Int("missing", len(vanished)))
 	}
 	// Writers record in a new dirty file, which the current mark's dirty set
 	// includes (its sequence number is higher), until the next checkpoint.
