@@ -1,12 +1,17 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"testing"
 
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc/codes"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+	"github.com/sessiond/sessiond/storage/file"
 )
 
 // TestLoadExtremes: LoadSession with offset 1 and limit 2^63-1 panicked in
@@ -31,5 +36,39 @@ func TestLoadExtremes(t *testing.T) {
 	}
 	if n := h.logs.FilterLevelExact(zapcore.ErrorLevel).Len(); n != 0 {
 		t.Errorf("%d error lines logged: %v", n, h.logs.FilterLevelExact(zapcore.ErrorLevel).All())
+	}
+}
+
+// readOnlyStore fails every write as the file store does once its data
+// dir's filesystem turned read-only.
+type readOnlyStore struct{ storage.Store }
+
+func (readOnlyStore) Create(context.Context, storage.CreateRequest) (*storage.Session, error) {
+	return nil, fmt.Errorf("file: create session: open /data/sessions/x: read-only file system: %w", file.ErrReadOnly)
+}
+
+func (readOnlyStore) Append(context.Context, storage.AppendRequest) (storage.AppendResult, error) {
+	return storage.AppendResult{}, fmt.Errorf("file: append: write /data/sessions/x/journal: read-only file system: %w", file.ErrReadOnly)
+}
+
+// TestReadOnlyDataDir: writes to a data dir turned read-only answer
+// UNAVAILABLE (they were INTERNAL), reads go on, and the condition is
+// logged once, not once per call.
+func TestReadOnlyDataDir(t *testing.T) {
+	h := newHarness(t, harnessConfig{wrap: func(s storage.Store) storage.Store { return readOnlyStore{s} }})
+	for range 50 {
+		_, err := h.client.CreateSession(t.Context(), &sessiondv1.CreateSessionRequest{})
+		wantCode(t, err, codes.Unavailable, "retry later")
+		_, err = h.client.AppendMessages(t.Context(), &sessiondv1.AppendMessagesRequest{Ref: byAlias("a"), Messages: []*sessiondv1.Message{user("m", "x")}})
+		wantCode(t, err, codes.Unavailable, "")
+	}
+	if _, err := h.client.GetServerInfo(t.Context(), &sessiondv1.GetServerInfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.logs.FilterMessage("store unavailable").Len(); n != 1 {
+		t.Errorf("%d log lines for 100 refused writes, want 1", n)
+	}
+	if n := h.logs.FilterLevelExact(zapcore.ErrorLevel).Len(); n != 0 {
+		t.Errorf("%d error lines (internal errors?)", n)
 	}
 }

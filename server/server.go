@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/ratelog"
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -48,7 +49,11 @@ type Server struct {
 	// The codec's record of requests that held invalid UTF-8, by the
 	// message received into, and whether Register's handlers read it (see
 	// codec.go).
-	utf8Bad     sync.Map
+	utf8Bad sync.Map
+	// cond logs persisting storage conditions (full, read-only, no
+	// descriptor left) once, then at a bounded rate.
+	cond *ratelog.Limiter
+
 	utf8Wrapped atomic.Bool
 
 	drainOnce sync.Once
@@ -82,6 +87,7 @@ func New(store storage.Store, opts ...Option) *Server {
 		limits:  store.Limits(),
 		version: "devel",
 		drained: make(chan struct{}),
+		cond:    ratelog.New(0),
 	}
 	for _, o := range opts {
 		o(s)

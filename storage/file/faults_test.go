@@ -319,3 +319,12 @@ func TestVanishedSessionReported(t *testing.T) {
 		t.Errorf("Get of the removed session: %v, want ErrNotFound", err)
 	}
 }
+
+// TestReadOnlyIsUnavailable: a write failing with EROFS is ErrReadOnly, a
+// storage.ErrUnavailable (it was an unclassified error, answered INTERNAL).
+func TestReadOnlyIsUnavailable(t *testing.T) {
+	err := ioErr(&os.PathError{Op: "open", Path: "/data/sessions/x", Err: unix.EROFS})
+	if !errors.Is(err, ErrReadOnly) || !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("ioErr(EROFS) = %v, want ErrReadOnly wrapping storage.ErrUnavailable", err)
+	}
+}

@@ -38,6 +38,12 @@ type ioStats struct {
 // It wraps storage.ErrUnavailable: the call may succeed later.
 var ErrTooManyOpenFiles = fmt.Errorf("file: too many open files (raise the process's descriptor limit, e.g. ulimit -n or systemd LimitNOFILE, or lower WithMaxOpenJournals): %w", storage.ErrUnavailable)
 
+// ErrReadOnly is the store's error when a write fails because the data
+// dir's filesystem became read-only (EROFS). It wraps
+// storage.ErrUnavailable: reads go on, and writes work again once the
+// filesystem is writable.
+var ErrReadOnly = fmt.Errorf("file: the data dir's filesystem is read-only: %w", storage.ErrUnavailable)
+
 // ioErr turns a full-disk error into storage.ErrNoSpace and running out of
 // file descriptors into ErrTooManyOpenFiles, keeping others. The system
 // error's text stays in the message; it leaves the chain, so that mapping
@@ -50,6 +56,8 @@ func ioErr(err error) error {
 		return fmt.Errorf("%v: %w", err, storage.ErrNoSpace)
 	case errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE):
 		return fmt.Errorf("%v: %w", err, ErrTooManyOpenFiles)
+	case errors.Is(err, unix.EROFS):
+		return fmt.Errorf("%v: %w", err, ErrReadOnly)
 	}
 	return err
 }

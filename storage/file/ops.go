@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/protobuf/proto"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -620,7 +621,7 @@ func (s *Store) maybeFold(e *entry) {
 	v := e.view.Load()
 	if err := s.replaceLocked(e, v.meta, v.msgs); err != nil {
 		// The journal still holds everything; folding is only an optimisation.
-		s.log.Warn("could not fold journal; will retry on a later append", zap.String("session", e.id), zap.Error(err))
+		s.cond.Log(s.log, zapcore.WarnLevel, "fold", "could not fold journal; will retry on a later append", zap.String("session", e.id), zap.Error(err))
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/sessiond/sessiond/internal/ratelog"
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -74,6 +75,7 @@ type Store struct {
 	lock   *os.File
 	broker *storage.Broker
 	stats  ioStats
+	cond   *ratelog.Limiter // logs persisting conditions at a bounded rate
 
 	// mu guards byID, ns, closed, ckptSeq, and each entry's meta, damaged,
 	// gone, key, busy and dirtySeq fields. It is held briefly, never across
@@ -211,7 +213,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 		opt(&o)
 	}
 	s := &Store{
-		dir: dir, log: o.log, opts: o, lock: lock, broker: storage.NewBroker(storage.WithHistoryTotal(o.watchHistory)),
+		dir: dir, log: o.log, opts: o, lock: lock, cond: ratelog.New(0), broker: storage.NewBroker(storage.WithHistoryTotal(o.watchHistory)),
 		byID: make(map[string]*entry), ns: make(map[string]*nsIndex), lru: list.New(),
 		ckptKick: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{}),
 		jfiles: journalFiles{max: o.maxJournals, lru: list.New(), wake: make(chan struct{})},
