@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc/codes"
@@ -71,4 +74,57 @@ func TestReadOnlyDataDir(t *testing.T) {
 	if n := h.logs.FilterLevelExact(zapcore.ErrorLevel).Len(); n != 0 {
 		t.Errorf("%d error lines (internal errors?)", n)
 	}
+}
+
+// TestStalledLoadReaders measures, in one run, the heap that 8 readers of a
+// 64 MiB session add when each reads one frame and stops: the server now
+// streams from the stored bytes, one frame per reader (each used to decode
+// and hold the whole session: 355-378 MiB of RSS for 8). One load over
+// WithMaxLoads is RESOURCE_EXHAUSTED.
+func TestStalledLoadReaders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stores a 64 MiB session")
+	}
+	const readers = 8
+	h := newHarness(t, harnessConfig{opts: []Option{WithMaxLoads(readers)}})
+	se := h.create(t, &sessiondv1.CreateSessionRequest{})
+	big := strings.Repeat("x", 1<<20)
+	for b := range 8 {
+		var ms []*sessiondv1.Message
+		for i := range 8 {
+			ms = append(ms, user(fmt.Sprintf("m%d-%d", b, i), big))
+		}
+		if _, err := h.client.AppendMessages(t.Context(), &sessiondv1.AppendMessagesRequest{Ref: byID(se.GetId()), Messages: ms}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heap := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	base := heap()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for range readers {
+		stream, err := h.client.LoadSession(ctx, &sessiondv1.LoadSessionRequest{Ref: byID(se.GetId())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second) // the handlers fill what flow control lets them
+	delta := heap() - base
+	t.Logf("heap added by %d stalled readers of a 64 MiB session: %d MiB", readers, delta>>20)
+	if delta > 200<<20 {
+		t.Errorf("%d stalled readers add %d MiB of heap, want under 200 MiB", readers, delta>>20)
+	}
+	stream, err := h.client.LoadSession(ctx, &sessiondv1.LoadSessionRequest{Ref: byID(se.GetId())})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	wantCode(t, err, codes.ResourceExhausted, "max_concurrent_loads")
 }

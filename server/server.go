@@ -53,6 +53,8 @@ type Server struct {
 	// cond logs persisting storage conditions (full, read-only, no
 	// descriptor left) once, then at a bounded rate.
 	cond *ratelog.Limiter
+	// loads bounds the LoadSession calls in progress (WithMaxLoads).
+	loads *semaphore
 
 	utf8Wrapped atomic.Bool
 
@@ -78,6 +80,36 @@ func WithVersion(v string) Option { return func(s *Server) { s.version = v } }
 // WithBackend sets the backend name GetServerInfo reports (e.g. "file").
 func WithBackend(b string) Option { return func(s *Server) { s.backend = b } }
 
+// DefaultMaxLoads is how many LoadSession calls a Server serves at once
+// unless WithMaxLoads says otherwise.
+const DefaultMaxLoads = 64
+
+// WithMaxLoads bounds the LoadSession calls in progress (default
+// DefaultMaxLoads; values below 1 count as 1). Each holds at most one
+// frame (about 1 MiB) besides the session's stored bytes, which the store
+// shares among readers; one more is answered RESOURCE_EXHAUSTED.
+func WithMaxLoads(n int) Option { return func(s *Server) { s.loads = newSemaphore(max(n, 1)) } }
+
+// semaphore counts calls in progress, up to a bound.
+type semaphore struct {
+	max int
+	n   atomic.Int64
+}
+
+func newSemaphore(n int) *semaphore { return &semaphore{max: n} }
+
+// TryAcquire takes a place if one is free.
+func (s *semaphore) TryAcquire() bool {
+	if s.n.Add(1) > int64(s.max) {
+		s.n.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Release gives a place back.
+func (s *semaphore) Release() { s.n.Add(-1) }
+
 // New returns a Server over store (made by storage.New), enforcing its
 // limits.
 func New(store storage.Store, opts ...Option) *Server {
@@ -88,6 +120,7 @@ func New(store storage.Store, opts ...Option) *Server {
 		version: "devel",
 		drained: make(chan struct{}),
 		cond:    ratelog.New(0),
+		loads:   newSemaphore(DefaultMaxLoads),
 	}
 	for _, o := range opts {
 		o(s)

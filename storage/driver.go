@@ -232,3 +232,11 @@ func describeNamespace(ns string) string {
 	}
 	return fmt.Sprintf("namespace %q", ns)
 }
+
+// LoadStreamer is implemented by Drivers that can hand out a load's
+// messages one at a time from a consistent snapshot, without decoding them
+// all first (see Store.LoadStream). The portable Store uses it when the
+// Driver has it, and Load otherwise. opts are valid, as for Load.
+type LoadStreamer interface {
+	LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error
+}

@@ -312,6 +312,14 @@ type Store interface {
 	// consistent snapshot. Errors: ErrNotFound, ErrInvalid, ErrDataLoss.
 	Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error)
 
+	// LoadStream is Load handing the answer out piece by piece, from the
+	// same consistent snapshot: start gets the metadata, then each gets the
+	// selected messages in order, decoded one at a time, so that a slow
+	// reader holds one message rather than the whole session. It stops at
+	// the first error start or each returns, and returns it. Errors as
+	// Load's.
+	LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error
+
 	// List calls yield for each matching session, newest-updated first, then
 	// by ID; it stops at the first error yield returns and returns it. yield
 	// runs without store locks held, so it may be slow. Errors: ErrInvalid.

@@ -124,6 +124,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		server.WithLogger(log.Named("server")),
 		server.WithVersion(ver),
 		server.WithBackend(cfg.storage),
+		server.WithMaxLoads(cfg.maxLoads),
 	)
 	gs := grpc.NewServer(append(append(srv.ServerOptions(), sec.serverOptions(log)...), connOptions(cfg)...)...)
 	srv.Register(gs)

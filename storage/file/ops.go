@@ -299,6 +299,35 @@ func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOpti
 	return cloneMeta(v.meta), out, nil
 }
 
+var _ storage.LoadStreamer = (*Store)(nil)
+
+// LoadStream is Load from the session's current view (an immutable
+// snapshot of its encoded messages, shared with the cache and other
+// readers), decoding one message at a time as each asks for it.
+func (s *Store) LoadStream(ctx context.Context, ref storage.Ref, opts storage.LoadOptions, start func(*storage.Session) error, each func(*sessiondv1.Message) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	v, err := s.readView(ref)
+	if err != nil {
+		return err
+	}
+	if err := start(cloneMeta(v.meta)); err != nil {
+		return err
+	}
+	from, to := opts.Window(int64(len(v.msgs)))
+	for _, b := range v.msgs[from:to] {
+		m, err := unmarshalMessage(v.meta.ID, b)
+		if err != nil {
+			return err
+		}
+		if err := each(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // List calls yield for each matching session in list order. It collects a
 // page under the read lock, then yields it with no lock held.
 func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*storage.Session) error) error {

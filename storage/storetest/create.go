@@ -390,6 +390,17 @@ func testLoad(t *testing.T, h *harness) {
 		if diff := cmpMsgs(stored[c.from:c.to], ms); diff != "" {
 			t.Errorf("Load %s (%+v): messages (-want +got):\n%s", c.name, c.opts, diff)
 		}
+		// LoadStream hands out the same answer piece by piece.
+		var streamed []*sessiondv1.Message
+		var meta *storage.Session
+		err = s.LoadStream(t.Context(), ref, c.opts, func(m *storage.Session) error { meta = m; return nil },
+			func(m *sessiondv1.Message) error { streamed = append(streamed, m); return nil })
+		if err != nil || meta == nil || meta.MessageCount != 10 {
+			t.Errorf("LoadStream %s: metadata %+v, %v", c.name, meta, err)
+		}
+		if diff := cmpMsgs(stored[c.from:c.to], streamed); diff != "" {
+			t.Errorf("LoadStream %s (%+v): messages (-want +got):\n%s", c.name, c.opts, diff)
+		}
 	}
 	for _, c := range []struct {
 		name string
