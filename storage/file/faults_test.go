@@ -328,3 +328,31 @@ func TestReadOnlyIsUnavailable(t *testing.T) {
 		t.Fatalf("ioErr(EROFS) = %v, want ErrReadOnly wrapping storage.ErrUnavailable", err)
 	}
 }
+
+// TestCheckReportsMissingSession: fsck reports a session the index knew
+// whose folder was removed by hand, and after a repair no longer does.
+func TestCheckReportsMissingSession(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	s := open(t, dir)
+	gone := mustCreate(t, s, storage.CreateRequest{Alias: "gone", Messages: msgs("g", 2)})
+	mustCreate(t, s, storage.CreateRequest{Alias: "stays"})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "sessions", gone.ID)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Check(t.Context(), dir, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Findings) != 1 || rep.Findings[0].Kind != KindMissing || rep.Findings[0].Path != filepath.Join("sessions", gone.ID) {
+		t.Fatalf("findings %+v; want one KindMissing for sessions/%s", rep.Findings, gone.ID)
+	}
+	if rep, err = Check(t.Context(), dir, true, nil); err != nil || !rep.Findings[0].Repaired {
+		t.Fatalf("repair: %+v, %v", rep, err)
+	}
+	if rep, err = Check(t.Context(), dir, false, nil); err != nil || rep.Damaged() {
+		t.Fatalf("after repair: %+v, %v; want nothing found", rep, err)
+	}
+}
