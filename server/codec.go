@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // A request whose string field holds invalid UTF-8 fails to unmarshal, and
@@ -122,7 +123,8 @@ func (s *Server) utf8Status(ctx context.Context, method string, v any) error {
 		fields = append(fields, zap.String("peer", p.Addr.String()))
 	}
 	s.log.Info("request with invalid UTF-8", fields...)
-	return status.Errorf(codes.InvalidArgument, "%s: invalid UTF-8 (string fields must be valid UTF-8)", field)
+	ferr := storage.Invalid(field, "is not valid UTF-8 (string fields must be)")
+	return withDetails(status.New(codes.InvalidArgument, ferr.Error()), ferr).Err()
 }
 
 // withUTF8Status wraps every handler of sd so that receiving a request with

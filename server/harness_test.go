@@ -177,10 +177,16 @@ func checkDetails(t *testing.T, err error) {
 	}
 	wantReason := map[codes.Code][]string{
 		codes.InvalidArgument:   {ReasonInvalidField},
-		codes.ResourceExhausted: {ReasonOverLimit, ReasonStorageFull},
+		codes.ResourceExhausted: {ReasonOverLimit, ReasonStorageFull, ReasonTooManyCalls},
 	}[st.Code()]
 	if !slices.Contains(wantReason, info.GetReason()) {
 		t.Fatalf("ErrorInfo reason %q for %v, want one of %v", info.GetReason(), st.Code(), wantReason)
+	}
+	if info.GetReason() == ReasonTooManyCalls {
+		if l := info.GetMetadata()["limit"]; bad != nil || l == "" || !strings.Contains(st.Message(), l) || info.GetMetadata()["max"] == "" {
+			t.Fatalf("ErrorInfo of a limit of calls: %v, field violation %v; message %q", info.GetMetadata(), bad, st.Message())
+		}
+		return
 	}
 	if info.GetReason() == ReasonStorageFull {
 		if bad != nil {

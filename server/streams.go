@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"io"
+	"strconv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -37,7 +38,11 @@ func (s *Server) LoadSession(req *sessiondv1.LoadSessionRequest, stream grpc.Ser
 		return s.toStatus(mLoad, err)
 	}
 	if !s.loads.TryAcquire() {
-		return status.Errorf(codes.ResourceExhausted, "max_concurrent_loads: %d LoadSession calls are in progress, the most this daemon serves at once; retry later", s.loads.max)
+		st := status.Newf(codes.ResourceExhausted, "max_concurrent_loads: %d LoadSession calls are in progress, the most this daemon serves at once; retry later", s.loads.max)
+		if d, err := st.WithDetails(errorInfo(ReasonTooManyCalls, map[string]string{"limit": "max_concurrent_loads", "max": strconv.Itoa(s.loads.max)})); err == nil {
+			st = d
+		}
+		return st.Err()
 	}
 	defer s.loads.Release()
 	// Frames are built as the store decodes messages, and sent when full:
