@@ -24,7 +24,8 @@ import (
 //     limit, its name ("limit": "max_title_bytes"), "size" and "max".
 //
 // A full disk (RESOURCE_EXHAUSTED without a field) carries the ErrorInfo
-// alone, reason ReasonStorageFull.
+// alone, reason ReasonStorageFull; so does a call over a limit of calls in
+// progress, reason ReasonTooManyCalls.
 
 // ErrorDomain is the ErrorInfo domain of sessiond's errors.
 const ErrorDomain = "sessiond"
@@ -38,6 +39,10 @@ const (
 	ReasonOverLimit = "OVER_LIMIT"
 	// ReasonStorageFull: RESOURCE_EXHAUSTED, the daemon's storage is full.
 	ReasonStorageFull = "STORAGE_FULL"
+	// ReasonTooManyCalls: RESOURCE_EXHAUSTED, the daemon serves as many
+	// calls of this kind as it allows at once; metadata names the limit
+	// ("limit": "max_concurrent_loads") and "max". Retry later.
+	ReasonTooManyCalls = "TOO_MANY_CALLS"
 )
 
 // errorDetails returns the details for an error from storage or

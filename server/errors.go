@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -94,14 +95,14 @@ func (s *Server) publicMessage(method string, sentinel error, ref *storage.Ref, 
 		}
 		return what + " is damaged: its stored data failed a checksum or cannot be read; other sessions are unaffected, and the daemon's log has the details"
 	case storage.ErrNoSpace:
-		s.log.Error("storage full", s.errFields(method, ref, err)...)
+		s.cond.Log(s.log, zapcore.ErrorLevel, "no space", "storage full", s.errFields(method, ref, err)...)
 		return "the daemon's storage is full; nothing was written"
-	case storage.ErrUnavailable:
-		s.log.Warn("database unreachable", zap.String("method", method), zap.Error(err))
-		return "the daemon cannot reach its database right now; retry (appends with message ids are safe to retry)"
 	case storage.ErrClosed, storage.ErrLocked:
 		s.log.Warn("store unavailable", s.errFields(method, ref, err)...)
 		return "the store is closed; the daemon is shutting down"
+	case storage.ErrUnavailable:
+		s.cond.Log(s.log, zapcore.WarnLevel, "unavailable", "store unavailable", s.errFields(method, ref, err)...)
+		return "the daemon's storage cannot serve this now (database unreachable, no file descriptor left or a read-only data dir; its log says which); retry later (appends with message ids are safe to retry)"
 	}
 	return err.Error()
 }

@@ -31,6 +31,7 @@ type harness struct {
 	srv    *Server
 	gs     *grpc.Server
 	client sessiondv1.SessionStoreServiceClient
+	conn   *grpc.ClientConn
 	logs   *observer.ObservedLogs
 }
 
@@ -71,7 +72,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 		gs.Stop()
 		_ = st.Close()
 	})
-	return &harness{file: st, srv: srv, gs: gs, client: sessiondv1.NewSessionStoreServiceClient(conn), logs: logs}
+	return &harness{file: st, srv: srv, gs: gs, client: sessiondv1.NewSessionStoreServiceClient(conn), conn: conn, logs: logs}
 }
 
 func msg(role sessiondv1.Role, id, content string) *sessiondv1.Message {
@@ -176,10 +177,16 @@ func checkDetails(t *testing.T, err error) {
 	}
 	wantReason := map[codes.Code][]string{
 		codes.InvalidArgument:   {ReasonInvalidField},
-		codes.ResourceExhausted: {ReasonOverLimit, ReasonStorageFull},
+		codes.ResourceExhausted: {ReasonOverLimit, ReasonStorageFull, ReasonTooManyCalls},
 	}[st.Code()]
 	if !slices.Contains(wantReason, info.GetReason()) {
 		t.Fatalf("ErrorInfo reason %q for %v, want one of %v", info.GetReason(), st.Code(), wantReason)
+	}
+	if info.GetReason() == ReasonTooManyCalls {
+		if l := info.GetMetadata()["limit"]; bad != nil || l == "" || !strings.Contains(st.Message(), l) || info.GetMetadata()["max"] == "" {
+			t.Fatalf("ErrorInfo of a limit of calls: %v, field violation %v; message %q", info.GetMetadata(), bad, st.Message())
+		}
+		return
 	}
 	if info.GetReason() == ReasonStorageFull {
 		if bad != nil {

@@ -25,11 +25,13 @@ package server
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/ratelog"
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -43,6 +45,18 @@ type Server struct {
 	limits  storage.Limits
 	version string
 	backend string
+
+	// The codec's record of requests that held invalid UTF-8, by the
+	// message received into, and whether Register's handlers read it (see
+	// codec.go).
+	utf8Bad sync.Map
+	// cond logs persisting storage conditions (full, read-only, no
+	// descriptor left) once, then at a bounded rate.
+	cond *ratelog.Limiter
+	// loads bounds the LoadSession calls in progress (WithMaxLoads).
+	loads *semaphore
+
+	utf8Wrapped atomic.Bool
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain: watches end with UNAVAILABLE
@@ -66,6 +80,36 @@ func WithVersion(v string) Option { return func(s *Server) { s.version = v } }
 // WithBackend sets the backend name GetServerInfo reports (e.g. "file").
 func WithBackend(b string) Option { return func(s *Server) { s.backend = b } }
 
+// DefaultMaxLoads is how many LoadSession calls a Server serves at once
+// unless WithMaxLoads says otherwise.
+const DefaultMaxLoads = 64
+
+// WithMaxLoads bounds the LoadSession calls in progress (default
+// DefaultMaxLoads; values below 1 count as 1). Each holds at most one
+// frame (about 1 MiB) besides the session's stored bytes, which the store
+// shares among readers; one more is answered RESOURCE_EXHAUSTED.
+func WithMaxLoads(n int) Option { return func(s *Server) { s.loads = newSemaphore(max(n, 1)) } }
+
+// semaphore counts calls in progress, up to a bound.
+type semaphore struct {
+	max int
+	n   atomic.Int64
+}
+
+func newSemaphore(n int) *semaphore { return &semaphore{max: n} }
+
+// TryAcquire takes a place if one is free.
+func (s *semaphore) TryAcquire() bool {
+	if s.n.Add(1) > int64(s.max) {
+		s.n.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Release gives a place back.
+func (s *semaphore) Release() { s.n.Add(-1) }
+
 // New returns a Server over store (made by storage.New), enforcing its
 // limits.
 func New(store storage.Store, opts ...Option) *Server {
@@ -75,6 +119,8 @@ func New(store storage.Store, opts ...Option) *Server {
 		limits:  store.Limits(),
 		version: "devel",
 		drained: make(chan struct{}),
+		cond:    ratelog.New(0),
+		loads:   newSemaphore(DefaultMaxLoads),
 	}
 	for _, o := range opts {
 		o(s)
@@ -85,22 +131,25 @@ func New(store storage.Store, opts ...Option) *Server {
 // Limits returns the limits the server enforces: its store's.
 func (s *Server) Limits() storage.Limits { return s.limits }
 
-// Register adds the SessionStoreService to a gRPC server.
+// Register adds the SessionStoreService to a gRPC server. Its handlers answer
+// a request whose string field holds invalid UTF-8 with INVALID_ARGUMENT
+// naming the field (the grpc.Server needs ServerOptions' codec for that).
 func (s *Server) Register(r grpc.ServiceRegistrar) {
-	sessiondv1.RegisterSessionStoreServiceServer(r, s)
+	r.RegisterService(s.withUTF8Status(sessiondv1.SessionStoreService_ServiceDesc), s)
 }
 
 // ServerOptions returns the options a grpc.Server needs to serve s: the
 // receive limit set to max_frame_bytes (grpc-go's default of 4 MiB would
-// refuse requests the limits allow), and the logging and panic-recovery
-// interceptors.
+// refuse requests the limits allow), the codec that names a string field
+// holding invalid UTF-8 (answered INVALID_ARGUMENT by the handlers Register
+// adds), and the logging and panic-recovery interceptors.
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	maxRecv := s.limits.MaxFrameBytes
 	if maxRecv > math.MaxInt32 {
 		maxRecv = math.MaxInt32
 	}
 	unary, stream := s.interceptors()
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), unary, stream}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), grpc.ForceServerCodecV2(s.newUTF8Codec()), unary, stream}
 }
 
 // Drain ends every WatchSession stream with UNAVAILABLE and makes new ones

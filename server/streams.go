@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"io"
+	"strconv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,26 +37,40 @@ func (s *Server) LoadSession(req *sessiondv1.LoadSessionRequest, stream grpc.Ser
 	if err != nil {
 		return s.toStatus(mLoad, err)
 	}
-	sess, msgs, err := s.store.Load(ctx, ref, loadOptionsFromProto(req))
-	if err != nil {
-		return s.refStatus(mLoad, &ref, err)
+	if !s.loads.TryAcquire() {
+		st := status.Newf(codes.ResourceExhausted, "max_concurrent_loads: %d LoadSession calls are in progress, the most this daemon serves at once; retry later", s.loads.max)
+		if d, err := st.WithDetails(errorInfo(ReasonTooManyCalls, map[string]string{"limit": "max_concurrent_loads", "max": strconv.Itoa(s.loads.max)})); err == nil {
+			st = d
+		}
+		return st.Err()
 	}
-	frame := &sessiondv1.LoadSessionResponse{Session: sessionToProto(sess)}
-	size := proto.Size(frame)
-	for _, m := range msgs {
+	defer s.loads.Release()
+	// Frames are built as the store decodes messages, and sent when full:
+	// a reader that stops reading holds one frame, not the session.
+	var frame *sessiondv1.LoadSessionResponse
+	size := 0
+	err = s.store.LoadStream(ctx, ref, loadOptionsFromProto(req), func(sess *storage.Session) error {
+		frame = &sessiondv1.LoadSessionResponse{Session: sessionToProto(sess)}
+		size = proto.Size(frame)
+		return nil
+	}, func(m *sessiondv1.Message) error {
 		// The size a message adds to its frame: field tag, length, body.
 		n := 1 + protowire.SizeBytes(proto.Size(m))
 		if size+n > loadBatchBytes && (frame.Session != nil || len(frame.Messages) > 0) {
 			if err := ctx.Err(); err != nil {
-				return s.toStatus(mLoad, err)
+				return err
 			}
 			if err := stream.Send(frame); err != nil {
-				return s.toStatus(mLoad, err)
+				return err
 			}
 			frame, size = &sessiondv1.LoadSessionResponse{}, 0
 		}
 		frame.Messages = append(frame.Messages, m)
 		size += n
+		return nil
+	})
+	if err != nil {
+		return s.refStatus(mLoad, &ref, err)
 	}
 	return s.toStatus(mLoad, stream.Send(frame))
 }

@@ -483,8 +483,13 @@ func TestWatchEndsUnavailable(t *testing.T) {
 	})
 }
 
-// panicStore panics in Get and Load, like a bug in a backend would.
+// panicStore panics in Get and Load (and LoadStream, which LoadSession
+// uses), like a bug in a backend would.
 type panicStore struct{ storage.Store }
+
+func (panicStore) LoadStream(context.Context, storage.Ref, storage.LoadOptions, func(*storage.Session) error, func(*sessiondv1.Message) error) error {
+	panic(errors.New("boom in LoadStream"))
+}
 
 func (panicStore) Get(context.Context, storage.Ref) (*storage.Session, error) { panic("boom in Get") }
 func (panicStore) Load(context.Context, storage.Ref, storage.LoadOptions) (*storage.Session, []*sessiondv1.Message, error) {

@@ -2,8 +2,10 @@ package storage
 
 import "errors"
 
-// ErrUnavailable: the backend cannot reach its database right now (a
-// networked backend). A write that fails so almost always changed nothing,
+// ErrUnavailable: the backend cannot serve the call now for a reason
+// outside the request that may pass: its database is unreachable (a
+// networked backend), or the process has no file descriptor left or the
+// data dir's filesystem turned read-only (the file backend). A write that fails so almost always changed nothing,
 // but a connection lost during the commit leaves it unknown: retry it, which
 // idempotent writes (appends with message ids, creates with an id) make
 // safe. Servers answer it UNAVAILABLE.

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"container/list"
 	"fmt"
 	"sync"
 
@@ -15,6 +16,14 @@ const (
 	// WatchHistoryBytes bounds the encoded messages a watched session's
 	// history holds, so that a few huge appends cannot pin much memory.
 	WatchHistoryBytes = 8 << 20
+	// DefaultWatchHistoryTotal bounds the history of every session together
+	// unless WithHistoryTotal says otherwise.
+	DefaultWatchHistoryTotal = 64 << 20
+
+	// Fixed costs counted against the daemon-wide budget besides message
+	// bytes: a session's history entry, and each kept event.
+	historyEntryCost = 256
+	historyEventCost = 128
 )
 
 // Broker fans a backend's change events out to subscriptions. Backends call
@@ -24,28 +33,62 @@ const (
 //
 // History (for resuming with a fromRevision in the past) is kept only for
 // sessions that have had a subscriber since the broker started, at most
-// WatchHistory events and WatchHistoryBytes of messages each, so unwatched
-// sessions cost nothing.
+// WatchHistory events and WatchHistoryBytes of messages each, so sessions
+// never watched cost nothing. All histories together stay within a
+// daemon-wide budget (WithHistoryTotal): past it, the histories of the
+// least recently used sessions without a subscriber go first, then the
+// oldest events of watched ones. A watch that resumes from a revision whose
+// history was released gets ErrWatchReset (OUT_OF_RANGE: reload, then watch
+// from the current revision), as the contract allows.
 type Broker struct {
-	mu      sync.Mutex // guards everything below
-	subs    map[string]map[*Subscription]struct{}
-	history map[string]*history
-	closed  bool
+	mu       sync.Mutex // guards everything below
+	subs     map[string]map[*Subscription]struct{}
+	history  map[string]*history
+	lru      *list.List // of *history, most recently used first
+	total    int64      // cost of every history: the sum of their cost
+	maxTotal int64
+	closed   bool
 }
 
 // history is what a watched session keeps for resuming watches.
 type history struct {
+	id     string
+	elem   *list.Element // in Broker.lru
 	events []Event
-	sizes  []int // encoded size of each event's messages
-	bytes  int   // sum of sizes
+	sizes  []int64 // cost of each event: its messages and metadata
+	cost   int64   // historyEntryCost plus the sum of sizes
+}
+
+// BrokerOption tunes a Broker.
+type BrokerOption func(*Broker)
+
+// WithHistoryTotal bounds, in bytes, the history all sessions keep together
+// (default DefaultWatchHistoryTotal; values below WatchHistoryBytes count as
+// WatchHistoryBytes, so the newest event of a session always fits).
+func WithHistoryTotal(bytes int64) BrokerOption {
+	return func(b *Broker) { b.maxTotal = max(bytes, WatchHistoryBytes) }
 }
 
 // NewBroker returns an empty broker.
-func NewBroker() *Broker {
-	return &Broker{
-		subs:    make(map[string]map[*Subscription]struct{}),
-		history: make(map[string]*history),
+func NewBroker(opts ...BrokerOption) *Broker {
+	b := &Broker{
+		subs:     make(map[string]map[*Subscription]struct{}),
+		history:  make(map[string]*history),
+		lru:      list.New(),
+		maxTotal: DefaultWatchHistoryTotal,
 	}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
+
+// HistoryBytes returns what the kept history costs now, in bytes (as counted
+// against WithHistoryTotal).
+func (b *Broker) HistoryBytes() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total
 }
 
 // Subscription receives a session's events until it ends: Events is closed
@@ -92,9 +135,10 @@ func (b *Broker) Subscribe(sessionID string, current, from uint64) (*Subscriptio
 		return nil, fmt.Errorf("from_revision %d is newer than the session's revision %d: %w", from, current, ErrWatchReset)
 	}
 	var replay []Event
+	h := b.history[sessionID]
 	if from < current {
 		var hist []Event
-		if h := b.history[sessionID]; h != nil {
+		if h != nil {
 			hist = h.events
 		}
 		if len(hist) == 0 || hist[0].Revision > from+1 || hist[len(hist)-1].Revision != current {
@@ -114,8 +158,14 @@ func (b *Broker) Subscribe(sessionID string, current, from uint64) (*Subscriptio
 		b.subs[sessionID] = make(map[*Subscription]struct{})
 	}
 	b.subs[sessionID][s] = struct{}{}
-	if _, ok := b.history[sessionID]; !ok {
-		b.history[sessionID] = &history{}
+	if h == nil {
+		h = &history{id: sessionID, cost: historyEntryCost}
+		h.elem = b.lru.PushFront(h)
+		b.history[sessionID] = h
+		b.total += h.cost
+		b.trimLocked(h)
+	} else {
+		b.lru.MoveToFront(h.elem)
 	}
 	return s, nil
 }
@@ -130,7 +180,9 @@ func (b *Broker) Publish(sessionID string, ev Event) {
 		return
 	}
 	if h := b.history[sessionID]; h != nil && ev.Type != EventDeleted {
-		h.add(ev)
+		b.total += h.add(ev)
+		b.lru.MoveToFront(h.elem)
+		b.trimLocked(h)
 	}
 	for s := range b.subs[sessionID] {
 		select {
@@ -142,8 +194,8 @@ func (b *Broker) Publish(sessionID string, ev Event) {
 			b.endLocked(s, fmt.Errorf("watcher fell %d events behind: %w", WatchBuffer, ErrWatchReset))
 		}
 	}
-	if ev.Type == EventDeleted {
-		delete(b.history, sessionID)
+	if h := b.history[sessionID]; h != nil && ev.Type == EventDeleted {
+		b.forgetLocked(h)
 	}
 }
 
@@ -160,23 +212,87 @@ func (b *Broker) Close() {
 }
 
 // add keeps ev, dropping the oldest events beyond WatchHistory or
-// WatchHistoryBytes (the newest is always kept).
-func (h *history) add(ev Event) {
-	size := 0
+// WatchHistoryBytes (the newest is always kept). It returns how much h's
+// cost changed.
+func (h *history) add(ev Event) int64 {
+	before := h.cost
+	size := int64(historyEventCost) + metaSize(ev.Session)
 	for _, m := range ev.Messages {
-		size += proto.Size(m)
+		size += int64(proto.Size(m))
 	}
-	h.events, h.sizes, h.bytes = append(h.events, ev), append(h.sizes, size), h.bytes+size
-	drop := 0
-	for len(h.events)-drop > WatchHistory || (h.bytes > WatchHistoryBytes && drop < len(h.events)-1) {
-		h.bytes -= h.sizes[drop]
+	h.events, h.sizes, h.cost = append(h.events, ev), append(h.sizes, size), h.cost+size
+	drop, kept := 0, h.cost-historyEntryCost
+	for len(h.events)-drop > WatchHistory || (kept > WatchHistoryBytes && drop < len(h.events)-1) {
+		kept -= h.sizes[drop]
 		drop++
 	}
-	if drop > 0 {
-		// Copy rather than reslice, so that dropped events are freed.
-		h.events = append(h.events[:0:0], h.events[drop:]...)
-		h.sizes = append(h.sizes[:0:0], h.sizes[drop:]...)
+	h.dropOldest(drop)
+	return h.cost - before
+}
+
+// dropOldest forgets the n oldest events. It copies rather than reslices,
+// so that dropped events are freed.
+func (h *history) dropOldest(n int) {
+	if n == 0 {
+		return
 	}
+	for _, sz := range h.sizes[:n] {
+		h.cost -= sz
+	}
+	h.events = append(h.events[:0:0], h.events[n:]...)
+	h.sizes = append(h.sizes[:0:0], h.sizes[n:]...)
+}
+
+// trimLocked brings the histories back within maxTotal. It releases the
+// least recently used sessions without a subscriber first (their whole
+// entry), then the oldest events of watched sessions, least recently used
+// first; keep (the session just changed) goes last and keeps its newest
+// event.
+func (b *Broker) trimLocked(keep *history) {
+	if b.total <= b.maxTotal {
+		return
+	}
+	for e := b.lru.Back(); e != nil && b.total > b.maxTotal; {
+		h := e.Value.(*history)
+		e = e.Prev()
+		if h != keep && len(b.subs[h.id]) == 0 {
+			b.forgetLocked(h)
+		}
+	}
+	for e := b.lru.Back(); e != nil && b.total > b.maxTotal; e = e.Prev() {
+		h := e.Value.(*history)
+		n := len(h.events)
+		if h == keep {
+			n-- // its newest event stays, as in the per-session bound
+		}
+		for i := 0; i < n && b.total > b.maxTotal; i++ {
+			before := h.cost
+			h.dropOldest(1)
+			b.total -= before - h.cost
+		}
+	}
+}
+
+// forgetLocked releases h entirely.
+func (b *Broker) forgetLocked(h *history) {
+	b.total -= h.cost
+	b.lru.Remove(h.elem)
+	delete(b.history, h.id)
+}
+
+// metaSize estimates what a session's metadata costs in memory.
+func metaSize(s *Session) int64 {
+	if s == nil {
+		return 0
+	}
+	n := int64(256 + len(s.ID) + len(s.Namespace) + len(s.Alias) + len(s.Title) + len(s.Summary))
+	for k, v := range s.Metadata {
+		n += int64(32 + len(k) + len(v))
+	}
+	for k, v := range s.Labels {
+		n += int64(32 + len(k) + len(v))
+	}
+	return n
 }
 
 func (b *Broker) endLocked(s *Subscription, err error) {

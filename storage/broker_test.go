@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -70,11 +71,7 @@ func wantEnd(t *testing.T, s *Subscription, want error) int {
 
 func mustSubscribe(t *testing.T, b *Broker, current, from uint64) *Subscription {
 	t.Helper()
-	s, err := b.Subscribe(testSession, current, from)
-	if err != nil {
-		t.Fatalf("Subscribe(current %d, from %d): %v", current, from, err)
-	}
-	return s
+	return mustSubscribeID(t, b, testSession, current, from)
 }
 
 func TestBrokerFromNow(t *testing.T) {
@@ -310,4 +307,104 @@ func TestBrokerHistoryBytes(t *testing.T) {
 	s = mustSubscribe(t, b, 7, 6)
 	wantRevisions(t, s, 7)
 	s.Close()
+}
+
+// TestBrokerHistoryTotal checks the daemon-wide bound: sessions watched once
+// and left give their history up first, oldest first, and a watch resuming
+// from released history must reload.
+func TestBrokerHistoryTotal(t *testing.T) {
+	b := NewBroker(WithHistoryTotal(WatchHistoryBytes))
+	chunk := strings.Repeat("y", WatchHistoryBytes/8)
+	ids := make([]string, 12)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("0190b5a4-7f2e-7c3d-8a1b-%012d", i)
+		s, err := b.Subscribe(ids[i], 1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close() // watched once, then left
+		e := ev(EventAppended, 2)
+		e.Messages = []*sessiondv1.Message{{Id: "m", Role: sessiondv1.Role_ROLE_USER, Content: chunk}}
+		b.Publish(ids[i], e)
+		if got := b.HistoryBytes(); got > WatchHistoryBytes {
+			t.Fatalf("after %d sessions the history holds %d bytes, over the %d budget", i+1, got, WatchHistoryBytes)
+		}
+	}
+	if _, err := b.Subscribe(ids[0], 2, 1); !errors.Is(err, ErrWatchReset) {
+		t.Errorf("resume the least recently used session: %v, want ErrWatchReset", err)
+	}
+	s := mustSubscribeID(t, b, ids[len(ids)-1], 2, 1)
+	wantRevisions(t, s, 2)
+	s.Close()
+
+	// A watched session keeps its newest event even when others must go.
+	w := mustSubscribeID(t, b, ids[1], 2, 0)
+	defer w.Close()
+	for i := 2; i < len(ids); i++ {
+		e := ev(EventAppended, 3)
+		e.Messages = []*sessiondv1.Message{{Id: "n", Role: sessiondv1.Role_ROLE_USER, Content: chunk}}
+		b.Publish(ids[i], e)
+	}
+	e := ev(EventAppended, 3)
+	e.Messages = []*sessiondv1.Message{{Id: "n", Role: sessiondv1.Role_ROLE_USER, Content: chunk}}
+	b.Publish(ids[1], e)
+	wantRevisions(t, w, 3)
+	s = mustSubscribeID(t, b, ids[1], 3, 2)
+	wantRevisions(t, s, 3)
+	s.Close()
+	if got := b.HistoryBytes(); got > WatchHistoryBytes {
+		t.Errorf("history holds %d bytes, over the %d budget", got, WatchHistoryBytes)
+	}
+	// Deleting releases everything the session kept.
+	before := b.HistoryBytes()
+	b.Publish(ids[1], ev(EventDeleted, 4))
+	if got := b.HistoryBytes(); got >= before {
+		t.Errorf("history after a delete: %d bytes, want less than %d", got, before)
+	}
+}
+
+// TestBrokerHistoryHeap measures, in one run, the heap that 40 sessions of
+// 4 MiB each keep after each was watched once and left: with the
+// daemon-wide bound it stays near DefaultWatchHistoryTotal (it was the whole
+// 160 MiB, as every watched session kept up to WatchHistoryBytes forever).
+func TestBrokerHistoryHeap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 160 MiB")
+	}
+	heap := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	b := NewBroker()
+	base := heap()
+	for i := range 40 {
+		id := fmt.Sprintf("0190b5a4-7f2e-7c3d-8a1b-%012d", i)
+		s, err := b.Subscribe(id, 1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		for r := uint64(2); r <= 5; r++ {
+			e := ev(EventAppended, r)
+			e.Messages = []*sessiondv1.Message{{Id: fmt.Sprint(r), Role: sessiondv1.Role_ROLE_USER, Content: strings.Repeat("z", 1<<20)}}
+			b.Publish(id, e)
+		}
+	}
+	delta := heap() - base
+	t.Logf("heap kept by the history of 40 x 4 MiB sessions: %d MiB (budget %d MiB)", delta>>20, DefaultWatchHistoryTotal>>20)
+	if limit := int64(DefaultWatchHistoryTotal + 8<<20); delta > limit {
+		t.Errorf("history keeps %d MiB of heap, want at most %d MiB", delta>>20, limit>>20)
+	}
+	runtime.KeepAlive(b)
+}
+
+func mustSubscribeID(t *testing.T, b *Broker, id string, current, from uint64) *Subscription {
+	t.Helper()
+	s, err := b.Subscribe(id, current, from)
+	if err != nil {
+		t.Fatalf("Subscribe(%s, %d, %d): %v", id, current, from, err)
+	}
+	return s
 }

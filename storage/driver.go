@@ -55,7 +55,8 @@ type Driver interface {
 	// Get returns a session's metadata. Errors: ErrNotFound, ErrDataLoss.
 	Get(ctx context.Context, ref Ref) (*Session, error)
 
-	// Load returns the metadata and the messages opts selects as one
+	// Load returns the metadata and the messages opts selects (see
+	// LoadOptions.Window, which does the arithmetic without overflow) as one
 	// snapshot; an offset beyond the session is an empty answer. Errors:
 	// ErrNotFound, ErrDataLoss.
 	Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error)
@@ -230,4 +231,12 @@ func describeNamespace(ns string) string {
 		return "the default namespace"
 	}
 	return fmt.Sprintf("namespace %q", ns)
+}
+
+// LoadStreamer is implemented by Drivers that can hand out a load's
+// messages one at a time from a consistent snapshot, without decoding them
+// all first (see Store.LoadStream). The portable Store uses it when the
+// Driver has it, and Load otherwise. opts are valid, as for Load.
+type LoadStreamer interface {
+	LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error
 }

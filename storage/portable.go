@@ -121,6 +121,37 @@ func (p *portable) Get(ctx context.Context, ref Ref) (*Session, error) {
 }
 
 func (p *portable) Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error) {
+	ref, err := validLoad(ref, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.d.Load(ctx, ref, opts)
+}
+
+func (p *portable) LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error {
+	ref, err := validLoad(ref, opts)
+	if err != nil {
+		return err
+	}
+	if ls, ok := p.d.(LoadStreamer); ok {
+		return ls.LoadStream(ctx, ref, opts, start, each)
+	}
+	sess, msgs, err := p.d.Load(ctx, ref, opts)
+	if err != nil {
+		return err
+	}
+	if err := start(sess); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if err := each(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validLoad(ref Ref, opts LoadOptions) (Ref, error) {
 	ref, err := ValidateRef(ref)
 	if err == nil {
 		err = firstErr(notNegative("offset", opts.Offset), notNegative("limit", opts.Limit))
@@ -128,10 +159,7 @@ func (p *portable) Load(ctx context.Context, ref Ref, opts LoadOptions) (*Sessio
 	if err == nil && opts.Tail && opts.Offset != 0 {
 		err = Invalid("offset", "is %d with tail set; tail counts from the end, so offset must be 0", opts.Offset)
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return p.d.Load(ctx, ref, opts)
+	return ref, err
 }
 
 func (p *portable) List(ctx context.Context, opts ListOptions, yield func(*Session) error) error {

@@ -161,6 +161,22 @@ type LoadOptions struct {
 	Tail   bool  // the last Limit messages instead; Offset must be 0
 }
 
+// Window returns the range [from, to) of a session of n messages that o
+// selects. It never overflows, whatever o holds (a negative Offset or Limit
+// counts as 0), so drivers use it rather than adding client numbers.
+func (o LoadOptions) Window(n int64) (from, to int64) {
+	n = max(n, 0)
+	from, to = min(max(o.Offset, 0), n), n
+	if o.Limit > 0 {
+		if o.Tail {
+			from = n - min(o.Limit, n)
+		} else {
+			to = from + min(o.Limit, n-from)
+		}
+	}
+	return from, to
+}
+
 // Cursor is a position in the list order (UpdatedAt newest first, then ID
 // ascending). A listing with After set resumes just after that position.
 type Cursor struct {
@@ -295,6 +311,14 @@ type Store interface {
 	// Load returns a session's metadata and the messages opts selects, as one
 	// consistent snapshot. Errors: ErrNotFound, ErrInvalid, ErrDataLoss.
 	Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error)
+
+	// LoadStream is Load handing the answer out piece by piece, from the
+	// same consistent snapshot: start gets the metadata, then each gets the
+	// selected messages in order, decoded one at a time, so that a slow
+	// reader holds one message rather than the whole session. It stops at
+	// the first error start or each returns, and returns it. Errors as
+	// Load's.
+	LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error
 
 	// List calls yield for each matching session, newest-updated first, then
 	// by ID; it stops at the first error yield returns and returns it. yield

@@ -21,6 +21,10 @@
 //	        LoadSession of all of them: messages/s.
 //	fsync   no daemon: appends --size bytes to a file in --dir and
 //	        fdatasyncs, each call; the disk part of the append floor.
+//	soak    starts --sessiond over --dir itself, runs appenders, watchers
+//	        and stalled readers for --duration, kills it with SIGKILL and
+//	        restarts it every --kill-every, checking that every acknowledged
+//	        append survived; prints the daemon's RSS every --sample.
 //
 // Every loop is bounded by a count and a duration. The daemon must be on
 // loopback: this tool generates load and must not be aimed at a shared

@@ -31,6 +31,13 @@ type config struct {
 	repeat   int
 	dir      string
 	timeout  time.Duration // per call, so that a hung daemon ends the run
+
+	// soak
+	sessiond  string
+	watchers  int
+	stalled   int
+	killEvery time.Duration
+	sample    time.Duration
 }
 
 // mode is one kind of measurement.
@@ -104,6 +111,22 @@ var modes = []mode{
 			fs.IntVar(&c.warmup, "warmup", 10, "untimed appends before the run")
 		},
 		run: runFsync,
+	},
+	{
+		name: "soak",
+		help: "starts sessiond over --dir and runs appenders, watchers and stalled readers for --duration, kill -9 and restart every --kill-every; prints the daemon's RSS over time and fails if an acknowledged append is lost",
+		flags: func(fs *flag.FlagSet, c *config) {
+			fs.StringVar(&c.sessiond, "sessiond", "sessiond", "the sessiond binary to run")
+			fs.StringVar(&c.dir, "dir", "", "data dir for the daemon (required; created if missing)")
+			fs.DurationVar(&c.duration, "duration", 10*time.Minute, "stop after this long")
+			fs.IntVar(&c.clients, "clients", 8, "appenders, each on its own session")
+			fs.IntVar(&c.watchers, "watchers", 16, "watches of the appenders' sessions, reconnecting after each restart")
+			fs.IntVar(&c.stalled, "stalled", 4, "readers that load a 4 MiB session, read one frame and stop reading")
+			fs.IntVar(&c.size, "size", 1024, "bytes of content per appended message")
+			fs.DurationVar(&c.killEvery, "kill-every", 2*time.Minute, "kill -9 and restart the daemon this often")
+			fs.DurationVar(&c.sample, "sample", 10*time.Second, "print the daemon's RSS this often")
+		},
+		run: runSoak,
 	},
 }
 
@@ -229,6 +252,16 @@ func (c *config) check(m *mode) error {
 	case "load":
 		if c.messages < 1 || c.batch < 1 {
 			return usagef("--messages and --batch must be positive")
+		}
+	case "soak":
+		if c.dir == "" || c.sessiond == "" {
+			return usagef("soak needs --dir, the daemon's data dir, and --sessiond, its binary")
+		}
+		if c.clients < 1 || c.clients > 256 || c.watchers < 0 || c.watchers > 4096 || c.stalled < 0 || c.stalled > 256 {
+			return usagef("--clients must be 1..256, --watchers 0..4096 and --stalled 0..256")
+		}
+		if c.duration <= 0 || c.duration > 24*time.Hour || c.killEvery <= 0 || c.sample <= 0 {
+			return usagef("--duration must be within 24h, and --kill-every and --sample positive")
 		}
 	case "fsync":
 		if c.dir == "" {

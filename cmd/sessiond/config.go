@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sessiond/sessiond/server"
 	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/file"
 )
@@ -27,6 +28,11 @@ type config struct {
 	shutdownTimeout time.Duration
 	maxOpenJournals int
 	security        securityConfig
+	watchHistory    int64
+	maxConns        int
+	maxStreams      uint
+	maxConnIdle     time.Duration
+	maxLoads        int
 	showVersion     bool
 
 	postgresDSN            string
@@ -75,6 +81,11 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.IntVar(&maxConns, "postgres-max-conns", maxConns, "with --storage postgres: most database connections this replica holds (one more while anything is watched)")
 	fs.IntVar(&minConns, "postgres-min-conns", minConns, "with --storage postgres: connections kept open when idle")
 	fs.DurationVar(&cfg.postgresConnectTimeout, "postgres-connect-timeout", 30*time.Second, "with --storage postgres: how long start-up waits for an unreachable database before it fails")
+	fs.IntVar(&cfg.maxConns, "max-connections", 0, "most client connections at once; more are closed at once (clients see UNAVAILABLE). 0: from the descriptor limit (ulimit -n), leaving room for the store, at most 4096")
+	fs.UintVar(&cfg.maxStreams, "max-concurrent-streams", 128, "most calls in progress on one connection (watches included); more wait for one to end")
+	fs.DurationVar(&cfg.maxConnIdle, "max-connection-idle", 5*time.Minute, "close a connection with no call in progress for this long (clients reconnect when they next call); 0 keeps idle connections")
+	fs.IntVar(&cfg.maxLoads, "max-concurrent-loads", server.DefaultMaxLoads, "most LoadSession calls served at once (each holds about one 1 MiB frame); more are answered RESOURCE_EXHAUSTED")
+	fs.Int64Var(&cfg.watchHistory, "watch-history-bytes", storage.DefaultWatchHistoryTotal, "most bytes of change history kept, across all sessions, for watches that resume from a past revision (older ones answer OUT_OF_RANGE: reload)")
 	fs.Int64Var(&cfg.limits.MaxMessageBytes, "max-message-bytes", cfg.limits.MaxMessageBytes, "largest encoded message, in bytes")
 	fs.Int64Var(&cfg.limits.MaxFrameBytes, "max-frame-bytes", cfg.limits.MaxFrameBytes, "largest request frame, in bytes")
 	fs.Int64Var(&cfg.limits.MaxTitleBytes, "max-title-bytes", cfg.limits.MaxTitleBytes, "longest title, in bytes")
@@ -160,6 +171,21 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	}
 	if cfg.postgresConnectTimeout < 0 {
 		return usagef("--postgres-connect-timeout %v is negative", cfg.postgresConnectTimeout)
+	}
+	if cfg.maxConns < 0 {
+		return usagef("--max-connections %d is negative (0 picks a value from ulimit -n)", cfg.maxConns)
+	}
+	if cfg.maxStreams < 1 {
+		return usagef("--max-concurrent-streams must be at least 1")
+	}
+	if cfg.maxLoads < 1 {
+		return usagef("--max-concurrent-loads %d must be at least 1", cfg.maxLoads)
+	}
+	if cfg.maxConnIdle < 0 {
+		return usagef("--max-connection-idle %v is negative", cfg.maxConnIdle)
+	}
+	if cfg.watchHistory < storage.WatchHistoryBytes {
+		return usagef("--watch-history-bytes %d must be at least %d", cfg.watchHistory, storage.WatchHistoryBytes)
 	}
 	if cfg.shutdownTimeout < 0 {
 		return usagef("--shutdown-timeout %v is negative", cfg.shutdownTimeout)

@@ -108,6 +108,11 @@ func TestParseConfig(t *testing.T) {
 		{"bad env value", nil, map[string]string{"SESSIOND_MAX_MESSAGE_BYTES": "big"}, "SESSIOND_MAX_MESSAGE_BYTES"},
 		{"negative timeout", []string{"--shutdown-timeout", "-1s"}, nil, "shutdown-timeout"},
 		{"no open journals", []string{"--max-open-journals", "0"}, nil, "max-open-journals"},
+		{"negative connections", []string{"--max-connections", "-1"}, nil, "max-connections"},
+		{"no streams", []string{"--max-concurrent-streams", "0"}, nil, "max-concurrent-streams"},
+		{"no loads", []string{"--max-concurrent-loads", "0"}, nil, "max-concurrent-loads"},
+		{"negative idle", []string{"--max-connection-idle", "-1s"}, nil, "max-connection-idle"},
+		{"tiny watch history", []string{"--watch-history-bytes", "1024"}, nil, "watch-history-bytes"},
 		{"empty listen", []string{"--listen", ""}, nil, "listen"},
 	}
 	for _, tt := range usage {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -32,7 +34,8 @@ var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger
 		if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
-		return file.Open(ctx, cfg.dataDir, file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals))
+		return file.Open(ctx, cfg.dataDir, file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals),
+			file.WithWatchHistoryBytes(cfg.watchHistory))
 	},
 	"postgres": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error) {
 		d, err := openPostgres(ctx, cfg, log)
@@ -121,8 +124,9 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		server.WithLogger(log.Named("server")),
 		server.WithVersion(ver),
 		server.WithBackend(cfg.storage),
+		server.WithMaxLoads(cfg.maxLoads),
 	)
-	gs := grpc.NewServer(append(srv.ServerOptions(), sec.serverOptions(log)...)...)
+	gs := grpc.NewServer(append(append(srv.ServerOptions(), sec.serverOptions(log)...), connOptions(cfg)...)...)
 	srv.Register(gs)
 	hs := health.NewServer()
 	drained := make(chan struct{})
@@ -136,8 +140,12 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		go watchHealth(hctx, cfg.ping, hs, []string{"", sessiondv1.SessionStoreService_ServiceDesc.ServiceName}, time.Second, log.Named("health"))
 	}
 
+	maxConns := cfg.maxConns
+	if maxConns == 0 {
+		maxConns = autoMaxConnections(cfg.maxOpenJournals)
+	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- gs.Serve(lis) }()
+	go func() { serveErr <- gs.Serve(newLimitListener(lis, maxConns, log)) }()
 
 	defer sec.startWatch(log.Named("security"))()
 
@@ -147,6 +155,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		zap.String("store", storeWhere(cfg)),
 		zap.String("storage", cfg.storage),
 		zap.String("version", ver),
+		zap.Int("max_connections", maxConns),
 	}, sec.logFields()...)...)
 	if exposureWarning != "" {
 		log.Warn(exposureWarning, zap.String("addr", lis.display))
@@ -188,6 +197,28 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	<-serveErr // nil after a stop
 	log.Info("sessiond stopped")
 	return nil
+}
+
+// connOptions bound what connections may hold: calls in progress on each,
+// how long an idle one stays open, and how long a new one may take to send
+// its HTTP/2 preface (10 s, so that silent sockets cannot hold
+// --max-connections' places for long). The server also pings a silent
+// client every minute and drops it if the ping is not answered in 20 s, and
+// closes the connection of a client that pings more often than every 10 s.
+func connOptions(cfg *config) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(10 * time.Second),
+		grpc.MaxConcurrentStreams(uint32(min(cfg.maxStreams, math.MaxUint32))),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: cfg.maxConnIdle,
+			Time:              time.Minute,
+			Timeout:           20 * time.Second,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             10 * time.Second,
+			PermitWithoutStream: true,
+		}),
+	}
 }
 
 // newLogger builds the daemon's logger on stderr; stdout stays empty.

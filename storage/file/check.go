@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +40,10 @@ const (
 	KindOrphan FindingKind = "orphan"
 	// KindIndex: a derived index file is damaged. Repair rebuilds it.
 	KindIndex FindingKind = "index"
+	// KindMissing: the index knew a session (not deleted through the
+	// store) that has no folder: removed by hand, or lost. Nothing can
+	// bring it back; repair makes the index forget it.
+	KindMissing FindingKind = "missing"
 )
 
 // Finding is one problem Check found.
@@ -205,6 +211,18 @@ func (c *checker) run(ctx context.Context, progress func(done, total int)) error
 		}
 	}
 	c.known = trustedRevisions(c.dir)
+	present := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		present[id] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.known)) {
+		if !present[id] {
+			detail := fmt.Sprintf("the index knew this session (revision %d) but it has no folder: removed by hand, or lost", c.known[id])
+			if err := c.find(filepath.Join(root, id), KindMissing, detail, func() error { return nil }); err != nil {
+				return err
+			}
+		}
+	}
 	c.rep.Sessions = len(ids)
 	for i, id := range ids {
 		if err := ctx.Err(); err != nil {

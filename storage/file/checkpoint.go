@@ -295,7 +295,16 @@ type dirtyLog struct {
 	epoch [16]byte
 
 	changed atomic.Int64 // sessions dirtied or created since the switch
+
+	// full: the store has no dirty file because the disk was full when one
+	// had to be started (j is nil); writes fail with ErrNoSpace and the
+	// checkpoint loop retries every noSpaceRetry.
+	full atomic.Bool
 }
+
+// noSpaceRetry is how often a store whose disk was full tries again to
+// start a dirty file, so that writes resume soon after space is freed.
+const noSpaceRetry = 2 * time.Second
 
 type dirtyReq struct {
 	recs []dirtyRec
@@ -324,6 +333,9 @@ func (s *Store) recordDirty(recs ...dirtyRec) (uint64, error) {
 			all = append(all, r.recs...)
 		}
 		err := fmt.Errorf("file: dirty file: %w", storage.ErrClosed)
+		if d.j == nil && d.full.Load() {
+			err = fmt.Errorf("file: no dirty file, as the disk was full: %w", storage.ErrNoSpace)
+		}
 		if d.j != nil {
 			err = s.journalWrite(d.j, encodeDirtyRun(all))
 		}
@@ -350,6 +362,15 @@ func (s *Store) beginWrite(e *entry, kind byte) error {
 		return nil
 	}
 	seq, err := s.recordDirty(dirtyRec{kind: kind, id: e.id})
+	if err != nil && kind == dirtyReset && errors.Is(err, storage.ErrNoSpace) {
+		// A delete must work on a full disk, as it is how space is freed.
+		// With its reset unrecorded, the checkpoint must not be trusted.
+		if err = s.distrustCheckpoint(); err == nil {
+			s.mu.Lock()
+			seq = e.dirtySeq
+			s.mu.Unlock()
+		}
+	}
 	s.mu.Lock()
 	if err != nil {
 		e.busy = wasBusy
@@ -369,6 +390,23 @@ func (s *Store) hookWrite(e *entry) {
 	if s.testHookWrite != nil {
 		s.testHookWrite(e)
 	}
+}
+
+// distrustCheckpoint removes the checkpoint mark, so that the next Open
+// rescans every session: the way to keep the dirty files' promise when a
+// change cannot be recorded in them. It needs no disk space. The next
+// checkpoint writes a new mark.
+func (s *Store) distrustCheckpoint() error {
+	s.ckptMu.Lock()
+	defer s.ckptMu.Unlock()
+	idx := filepath.Join(s.dir, "index")
+	if err := os.Remove(filepath.Join(idx, cleanName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove checkpoint mark: %w", ioErr(err))
+	}
+	if err := syncDir(idx); err != nil {
+		return ioErr(err)
+	}
+	return nil
 }
 
 // noteChange counts a session changed or created since the last checkpoint
@@ -414,6 +452,9 @@ func (s *Store) checkpointLoop(now bool) {
 	defer close(s.ckptDone)
 	t := time.NewTicker(s.opts.ckptInterval)
 	defer t.Stop()
+	retry := time.NewTicker(noSpaceRetry)
+	defer retry.Stop()
+	failing := false // the last checkpoint failed: said once, not every retry
 	if now {
 		select {
 		case s.ckptKick <- struct{}{}:
@@ -428,11 +469,24 @@ func (s *Store) checkpointLoop(now bool) {
 			if s.dirty.changed.Load() == 0 {
 				continue
 			}
+		case <-retry.C:
+			if !s.dirty.full.Load() {
+				continue
+			}
 		case <-s.ckptKick:
 		}
-		if err := s.checkpoint(); err != nil {
-			s.log.Warn("could not write a checkpoint; will retry", zap.Error(err))
+		full := s.dirty.full.Load()
+		err := s.checkpoint()
+		if full && !s.dirty.full.Load() {
+			s.log.Info("the data disk has space again: writes resume")
 		}
+		switch {
+		case err != nil && !failing:
+			s.log.Warn("could not write a checkpoint; will retry (logged again only once it succeeds)", zap.Error(err))
+		case err == nil && failing:
+			s.log.Info("checkpoint written again")
+		}
+		failing = err != nil
 	}
 }
 
@@ -456,6 +510,7 @@ func (s *Store) checkpoint() error {
 	old := d.j
 	d.j, d.seq, d.epoch = j, seq, epoch
 	d.changed.Store(0)
+	d.full.Store(false)
 	d.mu.Unlock()
 	if old != nil {
 		_ = old.f.Close()

@@ -25,7 +25,8 @@
 //	    dirty-<T>              ids of the sessions changed since checkpoint T began; those with T >= S are the dirty set
 //	  quarantine/<time>/       what Check (fsck) with repair set aside: copies of damaged sessions' files, stray files
 //
-// Files are 0600, folders 0700. Temp files (".tmp-*") are swept at Open,
+// Files are 0600, folders 0700; a data dir that existed with a looser mode
+// is made 0700 at Open, with a warning in the log. Temp files (".tmp-*") are swept at Open,
 // and inside a session's folder whenever the session is scanned or loaded.
 // Checkpoints and dirty files before the mark's are removed once it is
 // durable, or at Open after a crash; so are the index files an earlier

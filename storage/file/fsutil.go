@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/sessiond/sessiond/storage"
@@ -34,7 +35,14 @@ type ioStats struct {
 // store keeps at most WithMaxOpenJournals journal files open, plus a few
 // for the operations in progress, so this means the limit is set below what
 // the store needs, or something else in the process holds the descriptors.
-var ErrTooManyOpenFiles = errors.New("file: too many open files (raise the process's descriptor limit, e.g. ulimit -n or systemd LimitNOFILE, or lower WithMaxOpenJournals)")
+// It wraps storage.ErrUnavailable: the call may succeed later.
+var ErrTooManyOpenFiles = fmt.Errorf("file: too many open files (raise the process's descriptor limit, e.g. ulimit -n or systemd LimitNOFILE, or lower WithMaxOpenJournals): %w", storage.ErrUnavailable)
+
+// ErrReadOnly is the store's error when a write fails because the data
+// dir's filesystem became read-only (EROFS). It wraps
+// storage.ErrUnavailable: reads go on, and writes work again once the
+// filesystem is writable.
+var ErrReadOnly = fmt.Errorf("file: the data dir's filesystem is read-only: %w", storage.ErrUnavailable)
 
 // ioErr turns a full-disk error into storage.ErrNoSpace and running out of
 // file descriptors into ErrTooManyOpenFiles, keeping others. The system
@@ -48,6 +56,8 @@ func ioErr(err error) error {
 		return fmt.Errorf("%v: %w", err, storage.ErrNoSpace)
 	case errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE):
 		return fmt.Errorf("%v: %w", err, ErrTooManyOpenFiles)
+	case errors.Is(err, unix.EROFS):
+		return fmt.Errorf("%v: %w", err, ErrReadOnly)
 	}
 	return err
 }
@@ -163,3 +173,27 @@ func checkFormat(st *ioStats, dir string) error {
 func journalName(gen uint64) string { return fmt.Sprintf("journal-%016x", gen) }
 
 const snapshotName = "snapshot"
+
+// privateDir makes dir (the data dir, which may have existed before the
+// store) private to its owner, dirPerm, when it was open to others or
+// carried the sticky, setgid or setuid bit (a tmpfs root is 1777), and says
+// so in the log: every conversation lives under it. When it cannot (the
+// daemon does not own it), it warns and carries on, since the files and
+// folders the store makes are private anyway.
+func privateDir(dir string, log *zap.Logger) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return // Open reports what is wrong with dir
+	}
+	mode := fi.Mode()
+	if mode.Perm()&0o077 == 0 && mode&(os.ModeSticky|os.ModeSetgid|os.ModeSetuid) == 0 {
+		return
+	}
+	if err := os.Chmod(dir, dirPerm); err != nil {
+		log.Warn("the data dir is open to other users and could not be made private; its sessions' own folders are private",
+			zap.String("dir", dir), zap.String("mode", mode.String()), zap.Error(err))
+		return
+	}
+	log.Warn("the data dir was open to other users; made it private",
+		zap.String("dir", dir), zap.String("old_mode", mode.String()), zap.String("mode", os.FileMode(dirPerm).String()))
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/protobuf/proto"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -286,15 +287,7 @@ func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOpti
 	if err != nil {
 		return nil, nil, err
 	}
-	n := int64(len(v.msgs))
-	from, to := min(opts.Offset, n), n
-	if opts.Limit > 0 {
-		if opts.Tail {
-			from = max(0, n-opts.Limit)
-		} else {
-			to = min(n, from+opts.Limit)
-		}
-	}
+	from, to := opts.Window(int64(len(v.msgs)))
 	out := make([]*sessiondv1.Message, 0, to-from)
 	for _, b := range v.msgs[from:to] {
 		m, err := unmarshalMessage(v.meta.ID, b)
@@ -304,6 +297,35 @@ func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOpti
 		out = append(out, m)
 	}
 	return cloneMeta(v.meta), out, nil
+}
+
+var _ storage.LoadStreamer = (*Store)(nil)
+
+// LoadStream is Load from the session's current view (an immutable
+// snapshot of its encoded messages, shared with the cache and other
+// readers), decoding one message at a time as each asks for it.
+func (s *Store) LoadStream(ctx context.Context, ref storage.Ref, opts storage.LoadOptions, start func(*storage.Session) error, each func(*sessiondv1.Message) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	v, err := s.readView(ref)
+	if err != nil {
+		return err
+	}
+	if err := start(cloneMeta(v.meta)); err != nil {
+		return err
+	}
+	from, to := opts.Window(int64(len(v.msgs)))
+	for _, b := range v.msgs[from:to] {
+		m, err := unmarshalMessage(v.meta.ID, b)
+		if err != nil {
+			return err
+		}
+		if err := each(m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // List calls yield for each matching session in list order. It collects a
@@ -628,7 +650,7 @@ func (s *Store) maybeFold(e *entry) {
 	v := e.view.Load()
 	if err := s.replaceLocked(e, v.meta, v.msgs); err != nil {
 		// The journal still holds everything; folding is only an optimisation.
-		s.log.Warn("could not fold journal; will retry on a later append", zap.String("session", e.id), zap.Error(err))
+		s.cond.Log(s.log, zapcore.WarnLevel, "fold", "could not fold journal; will retry on a later append", zap.String("session", e.id), zap.Error(err))
 	}
 }
 

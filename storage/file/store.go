@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/sessiond/sessiond/internal/ratelog"
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -33,6 +34,7 @@ type options struct {
 	ckptInterval time.Duration
 	ckptDirty    int
 	maxJournals  int
+	watchHistory int64
 }
 
 // WithLogger sets the logger (default: none).
@@ -60,6 +62,11 @@ const DefaultMaxOpenJournals = 1024
 // more (the lock file, the dirty file).
 func WithMaxOpenJournals(n int) Option { return func(o *options) { o.maxJournals = max(n, 1) } }
 
+// WithWatchHistoryBytes bounds the watch history all sessions keep together,
+// for watches that resume from a past revision (default
+// storage.DefaultWatchHistoryTotal). See storage.WithHistoryTotal.
+func WithWatchHistoryBytes(bytes int64) Option { return func(o *options) { o.watchHistory = bytes } }
+
 // Store is the file backend. See the package doc.
 type Store struct {
 	dir    string
@@ -68,6 +75,7 @@ type Store struct {
 	lock   *os.File
 	broker *storage.Broker
 	stats  ioStats
+	cond   *ratelog.Limiter // logs persisting conditions at a bounded rate
 
 	// mu guards byID, ns, closed, ckptSeq, and each entry's meta, damaged,
 	// gone, key, busy and dirtySeq fields. It is held briefly, never across
@@ -174,6 +182,10 @@ func msgsSize(msgs [][]byte) int64 {
 	return n
 }
 
+// maxVanishedLogged is how many missing session folders Open names in the
+// log, one line each; a count covers the rest.
+const maxVanishedLogged = 100
+
 // Open opens (creating if needed) the data dir and returns the store, a
 // storage.Driver to wrap with storage.New. It fails with an error wrapping
 // storage.ErrLocked if another store holds dir.
@@ -195,17 +207,19 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 
 func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) (*Store, error) {
 	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: 256 << 20,
-		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty, maxJournals: DefaultMaxOpenJournals}
+		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty, maxJournals: DefaultMaxOpenJournals,
+		watchHistory: storage.DefaultWatchHistoryTotal}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	s := &Store{
-		dir: dir, log: o.log, opts: o, lock: lock, broker: storage.NewBroker(),
+		dir: dir, log: o.log, opts: o, lock: lock, cond: ratelog.New(0), broker: storage.NewBroker(storage.WithHistoryTotal(o.watchHistory)),
 		byID: make(map[string]*entry), ns: make(map[string]*nsIndex), lru: list.New(),
 		ckptKick: make(chan struct{}, 1), ckptStop: make(chan struct{}), ckptDone: make(chan struct{}),
 		jfiles: journalFiles{max: o.maxJournals, lru: list.New(), wake: make(chan struct{})},
 	}
 	start := time.Now()
+	privateDir(dir, s.log)
 	if err := checkFormat(&s.stats, dir); err != nil {
 		return nil, err
 	}
@@ -253,10 +267,20 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	// Sessions the checkpoint knows that are gone: should their id be used
 	// again, the checkpoint's entry must not stand for the new session.
 	var vanished []dirtyRec
-	for id := range ck.metas {
+	for id, m := range ck.metas {
 		if !present[id] && ck.dirty[id] != dirtyReset {
 			vanished = append(vanished, dirtyRec{kind: dirtyReset, id: id})
+			// Not deleted through the store (that records a reset): its
+			// folder was removed by hand, or lost.
+			if len(vanished) <= maxVanishedLogged {
+				s.log.Warn("session folder missing: the index knew this session, but it has no files (removed by hand?); it is gone",
+					zap.String("session", id), zap.String("namespace", m.Namespace), zap.String("alias", m.Alias),
+					zap.String("title", m.Title), zap.Int64("messages", m.MessageCount), zap.String("path", s.sessionDir(id)))
+			}
 		}
+	}
+	if len(vanished) > maxVanishedLogged {
+		s.log.Warn("more session folders missing", zap.Int("not_listed", len(vanished)-maxVanishedLogged), zap.Int("missing", len(vanished)))
 	}
 	// Writers record in a new dirty file, which the current mark's dirty set
 	// includes (its sequence number is higher), until the next checkpoint.
@@ -264,10 +288,28 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	var epoch [16]byte
 	_, _ = rand.Read(epoch[:])
 	j, err := s.openDirty(seq, epoch[:], vanished)
-	if err != nil {
+	switch {
+	case errors.Is(err, storage.ErrNoSpace):
+		// A full disk must not keep the store from starting: reads and
+		// deletes need no space. Writes fail with ErrNoSpace until a
+		// checkpoint can start a dirty file (see checkpointLoop).
+		s.log.Warn("the data disk is full: serving reads and deletes; writes fail until space is freed, then resume by themselves", zap.Error(err))
+		if len(vanished) > 0 {
+			// Their reset cannot be recorded: the checkpoint must not be
+			// trusted at the next open.
+			if err := s.distrustCheckpoint(); err != nil {
+				return nil, fmt.Errorf("file: start with a full disk: %w", err)
+			}
+		}
+		s.dirty.full.Store(true)
+		// ckptSeq names the file not yet started, so that every write
+		// must record its session first, and fails.
+		s.dirty.seq, s.ckptSeq = seq-1, seq
+	case err != nil:
 		return nil, fmt.Errorf("file: start dirty file: %w", err)
+	default:
+		s.dirty.j, s.dirty.seq, s.dirty.epoch, s.ckptSeq = j, seq, epoch, seq
 	}
-	s.dirty.j, s.dirty.seq, s.dirty.epoch, s.ckptSeq = j, seq, epoch, seq
 	if ck.ok {
 		s.removeStale(ck.seq, ck.seq)
 	} else {
@@ -275,7 +317,9 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	}
 
 	if err := s.scanSessions(ctx, todo, bounds); err != nil {
-		_ = j.f.Close()
+		if j != nil {
+			_ = j.f.Close()
+		}
 		return nil, err
 	}
 	s.buildIndexes()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -372,6 +373,11 @@ func testLoad(t *testing.T, h *harness) {
 		{"tail beyond", storage.LoadOptions{Tail: true, Limit: 25}, 0, 10},
 		// Limit 0 means all, with Tail too.
 		{"tail without limit", storage.LoadOptions{Tail: true}, 0, 10},
+		// Client numbers at their extremes: no overflow, no panic.
+		{"offset 1, limit max", storage.LoadOptions{Offset: 1, Limit: math.MaxInt64}, 1, 10},
+		{"limit max", storage.LoadOptions{Limit: math.MaxInt64}, 0, 10},
+		{"offset and limit max", storage.LoadOptions{Offset: math.MaxInt64, Limit: math.MaxInt64}, 10, 10},
+		{"tail max", storage.LoadOptions{Tail: true, Limit: math.MaxInt64}, 0, 10},
 	} {
 		got, ms, err := s.Load(t.Context(), ref, c.opts)
 		if err != nil {
@@ -383,6 +389,17 @@ func testLoad(t *testing.T, h *harness) {
 		}
 		if diff := cmpMsgs(stored[c.from:c.to], ms); diff != "" {
 			t.Errorf("Load %s (%+v): messages (-want +got):\n%s", c.name, c.opts, diff)
+		}
+		// LoadStream hands out the same answer piece by piece.
+		var streamed []*sessiondv1.Message
+		var meta *storage.Session
+		err = s.LoadStream(t.Context(), ref, c.opts, func(m *storage.Session) error { meta = m; return nil },
+			func(m *sessiondv1.Message) error { streamed = append(streamed, m); return nil })
+		if err != nil || meta == nil || meta.MessageCount != 10 {
+			t.Errorf("LoadStream %s: metadata %+v, %v", c.name, meta, err)
+		}
+		if diff := cmpMsgs(stored[c.from:c.to], streamed); diff != "" {
+			t.Errorf("LoadStream %s (%+v): messages (-want +got):\n%s", c.name, c.opts, diff)
 		}
 	}
 	for _, c := range []struct {

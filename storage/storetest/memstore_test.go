@@ -229,15 +229,7 @@ func (s *memStore) Load(_ context.Context, ref storage.Ref, opts storage.LoadOpt
 		if err != nil {
 			return err
 		}
-		n := int64(len(se.msgs))
-		from, to := min(opts.Offset, n), n
-		if opts.Limit > 0 {
-			if opts.Tail {
-				from = max(0, n-opts.Limit)
-			} else {
-				to = min(n, from+opts.Limit)
-			}
-		}
+		from, to := opts.Window(int64(len(se.msgs)))
 		out, ms = copyMeta(&se.meta), cloneMsgs(se.msgs[from:to])
 		return nil
 	})
