@@ -92,6 +92,9 @@ class Client:
     ``tls`` is None or False for plaintext, True for TLS with the system's
     roots, or a :class:`TLS`. ``namespace`` is the namespace of every session
     this client names. ``timeout`` is each RPC's deadline, in seconds.
+    ``logger`` receives the SDK's logs (default: the "sessiond_client"
+    logger). ``options`` are gRPC channel arguments, after the SDK's own
+    (which reconnect within 2 s of a daemon's restart).
 
     A Client is safe to share between threads; close it (or use ``with``) to
     release the channel.
@@ -119,7 +122,10 @@ class Client:
         self.timeout = timeout
         self.log = logger or logging.getLogger("sessiond_client")
         self._metadata: Tuple[Tuple[str, str], ...] = (("authorization", "Bearer " + token),) if token else ()
-        opts = list(options)
+        # Reconnect within a couple of seconds of a daemon's restart, as the
+        # handle's retries expect (gRPC's default waits up to two minutes).
+        opts = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 2000)] + list(options)
         if isinstance(tls, TLS):
             if tls.server_name:
                 opts.append(("grpc.ssl_target_name_override", tls.server_name))
@@ -236,7 +242,8 @@ class Client:
         try:
             h._replay_spools()
         except BaseException:
-            h._stop_loop()
+            with h._close_mu:
+                h._stop_loop()
             raise
         return h
 

@@ -425,7 +425,9 @@ class Handle:
                     raise
                 self._log.debug("sessiond save of %s failed (attempt %d), retrying in %.2fs: %s",
                                 self._id, n, wait, err)
-                if self._stop.wait(wait) and not close_when_clean:
+                if close_when_clean:
+                    time.sleep(wait)  # close() stopped the auto-save thread: _stop is set
+                elif self._stop.wait(wait):
                     raise _Stopped() from err
                 delay *= 2
 

@@ -147,11 +147,15 @@ class HandleTest(DaemonTest):
         with self.assertRaises(sc.Unavailable):
             h.save(timeout=1)
         self.assertTrue(h.dirty)
-        self.daemon.start()
-        proxy.cut()
-        # close() retries until the daemon answers; the lost write is sent
-        # again first (a no-op), then the rest: nothing twice.
-        h.close(timeout=20)
+        # close() retries with backoff until the daemon is back and answers;
+        # the lost write is sent again first (a no-op), then the rest:
+        # nothing twice.
+        restart = threading.Timer(1.5, self.daemon.start)
+        restart.start()
+        self.addCleanup(restart.join)
+        started = time.monotonic()
+        h.close(timeout=30)
+        self.assertGreater(time.monotonic() - started, 1.4, "close returned before the daemon was back")
         msgs = self.stored(self.client(), h.id)
         self.assertEqual([m.content for m in msgs], ["first", "second", "second answer", "third"])
         self.assertEqual(h.revision, 4)
