@@ -35,6 +35,8 @@ var pythonSDKTests = []string{
 	"test_retry_after_restart_without_duplicate",
 	"test_conflict_and_reload",
 	"test_spool_replay_after_quitting_while_down",
+	"test_set_messages_rewrites_the_session",
+	"test_spooled_rewrite",
 	"test_damaged_spool_is_kept_aside",
 	"test_crc32c",
 	"test_round_trip",

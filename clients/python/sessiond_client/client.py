@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 from sessiond.v1 import sessiond_pb2 as pb
@@ -27,6 +27,9 @@ TOKEN_ENV = "SESSIOND_TOKEN"
 
 #: The deadline of one RPC when Client is given none.
 DEFAULT_TIMEOUT = 30.0
+
+# SaveSession sends messages in frames of about this many bytes.
+_SAVE_FRAME_BYTES = 1 << 20
 
 T = TypeVar("T")
 
@@ -207,6 +210,25 @@ class Client:
     def append(self, req: pb.AppendMessagesRequest, timeout: Optional[float] = None) -> pb.AppendMessagesResponse:
         """AppendMessages with a ready request (a Handle builds it)."""
         return self._call("AppendMessages", self.rpc.AppendMessages, req, timeout)
+
+    def save(self, header: pb.SaveSessionHeader, messages: Sequence[pb.Message],
+             timeout: Optional[float] = None) -> pb.Session:
+        """SaveSession: the session's messages, title, summary and metadata
+        become header's and messages, atomically. Messages travel in frames of
+        about 1 MiB (a bigger message alone)."""
+        def frames() -> Iterator[pb.SaveSessionRequest]:
+            frame = pb.SaveSessionRequest(header=header)
+            size = 0
+            for m in messages:
+                n = m.ByteSize()
+                if len(frame.messages) > 0 and size + n > _SAVE_FRAME_BYTES:
+                    yield frame
+                    frame, size = pb.SaveSessionRequest(), 0
+                frame.messages.append(m)
+                size += n
+            yield frame
+
+        return self._call("SaveSession", self.rpc.SaveSession, frames(), timeout).session
 
     def update(self, req: pb.UpdateSessionRequest, timeout: Optional[float] = None) -> pb.Session:
         """UpdateSession with a ready request; returns the session."""

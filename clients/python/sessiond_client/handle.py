@@ -10,7 +10,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from google.protobuf import field_mask_pb2, timestamp_pb2
 from sessiond.v1 import sessiond_pb2 as pb
@@ -48,30 +48,31 @@ class _Stopped(Exception):
 class _Write:
     """One RPC of a save, built under the state lock and sent without it."""
 
-    op: str  # "AppendMessages" or "UpdateSession"
-    request: Union[pb.AppendMessagesRequest, pb.UpdateSessionRequest]
+    request: Union[pb.AppendMessagesRequest, pb.UpdateSessionRequest, pb.SaveSessionHeader]
     expected: int
     end: int  # entries[:end] are stored once it succeeds
+    gen: int  # Handle._gen when built; end holds only while it is unchanged
     meta_gen: int
-    summary: bool = False
-    metadata: bool = False
+    summary: bool = False  # carries the summary
+    metadata: bool = False  # carries the metadata
+    messages: Optional[List[pb.Message]] = None  # of a SaveSession
 
 
-def _check_message(i: int, m: object) -> None:
+def _check_message(op: str, i: int, m: object) -> None:
     """The daemon's rules for one message, so that a message it would refuse
     fails in append(), not in a background save."""
     where = "messages[%d]" % i
     if not isinstance(m, pb.Message):
-        raise Invalid("append: %s is a %s, not a sessiond.v1 Message" % (where, type(m).__name__))
+        raise Invalid("%s: %s is a %s, not a sessiond.v1 Message" % (op, where, type(m).__name__))
     if m.role == pb.ROLE_UNSPECIFIED:
-        raise Invalid("append: %s.role is unspecified" % where)
+        raise Invalid("%s: %s.role is unspecified" % (op, where))
     if m.role not in pb.Role.values():
-        raise Invalid("append: %s.role %d is not a known role" % (where, m.role))
+        raise Invalid("%s: %s.role %d is not a known role" % (op, where, m.role))
     if m.id:
         if len(m.id.encode("utf-8", "surrogatepass")) > _MAX_ID_BYTES:
-            raise Invalid("append: %s.id is over %d bytes" % (where, _MAX_ID_BYTES))
+            raise Invalid("%s: %s.id is over %d bytes" % (op, where, _MAX_ID_BYTES))
         if any(ord(c) < 0x20 or ord(c) == 0x7F for c in m.id):
-            raise Invalid("append: %s.id has a control character" % where)
+            raise Invalid("%s: %s.id has a control character" % (op, where))
 
 
 class Handle:
@@ -141,8 +142,16 @@ class Handle:
         self._revision = session.revision
         self._entries: List[pb.Message] = list(messages)
         self._ids = {m.id for m in self._entries}
-        # entries[:synced] are stored; a save sends what comes after.
+        # entries[:synced] are stored; a save sends what comes after, unless
+        # rewrite is set: then set_messages changed them other than by
+        # appending, and the next save replaces the stored messages with
+        # SaveSession. While rewrite is set, entries[:rewrite_len] are what
+        # set_messages set and the rest was appended since. gen is bumped
+        # whenever entries change other than by appending.
         self._synced = len(self._entries)
+        self._rewrite = False
+        self._rewrite_len = 0
+        self._gen = 0
         self._summary_dirty = False
         self._metadata_dirty = False
         self._meta_gen = 0
@@ -214,7 +223,7 @@ class Handle:
     def unsaved(self) -> int:
         """How many messages wait for a save."""
         with self._mu:
-            return len(self._entries) - self._synced
+            return len(self._entries) - (0 if self._rewrite else self._synced)
 
     @property
     def dirty(self) -> bool:
@@ -230,7 +239,7 @@ class Handle:
             return self._spool_path if self._spooled else ""
 
     def _dirty_locked(self) -> bool:
-        return (self._uncertain is not None or self._summary_dirty or self._metadata_dirty
+        return (self._uncertain is not None or self._rewrite or self._summary_dirty or self._metadata_dirty
                 or self._synced < len(self._entries))
 
     # -- changes -------------------------------------------------------------
@@ -240,20 +249,7 @@ class Handle:
         unless it has one, and created_at unless set. The handle keeps copies.
         A message the daemon would refuse (no role, a bad id) or an id already
         in the handle raises Invalid, and then nothing is appended."""
-        now = _now()
-        add: List[pb.Message] = []
-        ids = set()
-        for i, m in enumerate(messages):
-            _check_message(i, m)
-            c = _copy(m)
-            if not c.id:
-                c.id = _new_handle_id()
-            if not c.HasField("created_at"):
-                c.created_at.CopyFrom(now)
-            if c.id in ids:
-                raise Invalid("append: message id %r repeats" % c.id)
-            ids.add(c.id)
-            add.append(c)
+        add, ids = _prepare("append", messages)
         with self._mu:
             if self._closed:
                 raise Closed("append: handle closed")
@@ -268,6 +264,26 @@ class Handle:
                 del self._entries[n:]
                 raise
             self._ids.update(ids)
+            self._poke()
+
+    def set_messages(self, *messages: pb.Message) -> None:
+        """Replaces the handle's messages (a local rewrite, e.g. after
+        compaction): the next save replaces the stored ones with SaveSession,
+        with the revision the handle has as expected_revision. Messages get
+        ids and created_at as in append."""
+        entries, ids = _prepare("set messages", messages)
+        with self._mu:
+            if self._closed:
+                raise Closed("set messages: handle closed")
+            old = (self._entries, self._ids, self._synced, self._rewrite, self._rewrite_len)
+            self._entries, self._ids, self._synced = entries, ids, 0
+            self._rewrite, self._rewrite_len = True, len(entries)
+            try:
+                self._sync_spool_locked()
+            except SpoolError:
+                self._entries, self._ids, self._synced, self._rewrite, self._rewrite_len = old
+                raise
+            self._gen += 1
             self._poke()
 
     def set_summary(self, summary: str) -> None:
@@ -319,15 +335,16 @@ class Handle:
         # was called is saved; with close_when_clean, until the handle is
         # clean, closing it in the critical section that finds nothing left.
         with self._mu:
-            goal_len, goal_meta = len(self._entries), self._meta_gen
+            goal_len, goal_gen, goal_meta = len(self._entries), self._gen, self._meta_gen
         passes = 64 if close_when_clean else 4
         for _ in range(passes):
             with self._mu:
                 if self._closed:
                     raise Closed("save: handle closed")
-                if not close_when_clean and self._reached_locked(goal_len, goal_meta):
+                if not close_when_clean and self._reached_locked(goal_len, goal_gen, goal_meta):
                     return
-                w = self._next_write(meta_first=not close_when_clean and self._synced >= goal_len)
+                w = self._next_write(meta_first=not close_when_clean and self._gen == goal_gen
+                                     and self._synced >= goal_len)
                 if w is None and close_when_clean:
                     self._closed = True
             if w is None:
@@ -337,14 +354,23 @@ class Handle:
             raise SessiondError("close: the handle kept changing")
         raise SessiondError("save %s: still unsaved after %d writes" % (self._id, passes))
 
-    def _reached_locked(self, goal_len: int, goal_meta: int) -> bool:
-        if self._uncertain is not None or self._synced < goal_len:
+    def _reached_locked(self, goal_len: int, goal_gen: int, goal_meta: int) -> bool:
+        # Whether what the handle held when a save began is saved, or
+        # superseded by a later set_messages or set_*.
+        if self._uncertain is not None:
+            return False
+        if self._gen == goal_gen and (self._rewrite or self._synced < goal_len):
             return False
         return not (self._meta_gen == goal_meta and (self._summary_dirty or self._metadata_dirty))
 
     def _next_write(self, meta_first: bool) -> Optional[_Write]:
         if self._uncertain is not None:
             return self._uncertain
+        if self._rewrite:
+            header = pb.SaveSessionHeader(ref=self._ref(), expected_revision=self._revision, title=self._title,
+                                          summary=self._summary, metadata=self._metadata)
+            return _Write(header, self._revision, len(self._entries), self._gen, self._meta_gen,
+                          summary=True, metadata=True, messages=list(self._entries))
         if meta_first:
             w = self._update_write()
             if w is not None:
@@ -352,7 +378,7 @@ class Handle:
         if self._synced < len(self._entries):
             req = pb.AppendMessagesRequest(ref=self._ref(), messages=self._entries[self._synced:],
                                            expected_revision=self._revision)
-            return _Write("AppendMessages", req, self._revision, len(self._entries), self._meta_gen)
+            return _Write(req, self._revision, len(self._entries), self._gen, self._meta_gen)
         return self._update_write()
 
     def _update_write(self) -> Optional[_Write]:
@@ -366,7 +392,7 @@ class Handle:
         if self._metadata_dirty:
             req.session.metadata.update(self._metadata)
             req.update_mask.paths.append("metadata")
-        return _Write("UpdateSession", req, self._revision, self._synced, self._meta_gen,
+        return _Write(req, self._revision, self._synced, self._gen, self._meta_gen,
                       summary=self._summary_dirty, metadata=self._metadata_dirty)
 
     def _ref(self) -> pb.SessionRef:
@@ -378,6 +404,9 @@ class Handle:
             session: Optional[pb.Session] = None
             if isinstance(w.request, pb.AppendMessagesRequest):
                 rev = self._c.append(w.request, timeout=timeout).revision
+            elif isinstance(w.request, pb.SaveSessionHeader):
+                session = self._c.save(w.request, w.messages or [], timeout=timeout)
+                rev = session.revision
             else:
                 session = self._c.update(w.request, timeout=timeout)
                 rev = session.revision
@@ -398,7 +427,10 @@ class Handle:
             self._revision = min(rev, w.expected + 1)
             if session is not None:
                 self._alias, self._title = session.alias, session.title
-            self._synced = max(self._synced, w.end)
+            if w.gen == self._gen:
+                self._synced = max(self._synced, w.end)
+                if isinstance(w.request, pb.SaveSessionHeader):
+                    self._rewrite = False
             if w.meta_gen == self._meta_gen:
                 if w.summary:
                     self._summary_dirty = False
@@ -444,7 +476,10 @@ class Handle:
             session, stored = self._c.load(id=self._id)
             with self._mu:
                 stored_ids = {m.id for m in stored}
-                unsaved = [m for m in self._entries[self._synced:] if m.id not in stored_ids]
+                # An unsaved set_messages is dropped for the stored messages;
+                # what was appended after it is kept.
+                base = self._rewrite_len if self._rewrite else self._synced
+                unsaved = [m for m in self._entries[base:] if m.id not in stored_ids]
                 self._entries = list(stored) + unsaved
                 self._synced = len(stored)
                 self._ids = {m.id for m in self._entries}
@@ -455,6 +490,8 @@ class Handle:
                     self._metadata = dict(session.metadata)
                 self._uncertain = None
                 self._paused = None
+                self._rewrite = False
+                self._gen += 1
                 self._refresh_spool_locked()
 
     # -- closing -------------------------------------------------------------
@@ -571,9 +608,9 @@ class Handle:
         # Makes the spool file hold what is unsaved, or removes it. _mu held.
         if not self._spool_path:
             return
-        flags = 0
+        flags = _spool.REWRITE if self._rewrite else 0
         sess = pb.Session(id=self._id, namespace=self._c.namespace, revision=self._revision,
-                          messages=self._entries[self._synced:])
+                          messages=self._entries[0 if self._rewrite else self._synced:])
         if self._summary_dirty:
             flags |= _spool.SUMMARY
             sess.summary = self._summary
@@ -630,12 +667,10 @@ class Handle:
                     except OSError as err:
                         problems.append("spool file %s: %s; left for a later open" % (p, err))
                         continue
-                    if st.flags & _spool.REWRITE:
-                        # A rewrite (the Go SDK's SetMessages) replaces the
-                        # stored messages with SaveSession; this SDK does not
-                        # rewrite, so it leaves the file for the Go SDK.
-                        problems.append("spool file %s holds a rewrite of the session, which only the Go SDK "
-                                        "sends; left in place" % p)
+                    if st.flags & _spool.REWRITE and st.session.revision != self._revision:
+                        problems.append(_spool.quarantine(p, ".conflict", "conflict: it rewrites revision %d and "
+                                                          "the session is at revision %d"
+                                                          % (st.session.revision, self._revision)))
                         continue
                     self._take_spool_locked(st)
                     used.append(p)
@@ -655,6 +690,12 @@ class Handle:
             raise SpoolError("open %s: %s" % (self._id, "; ".join(problems)))
 
     def _take_spool_locked(self, st: _spool.SpoolState) -> None:
+        # Adds a spool file's contents as unsaved changes; messages the
+        # handle holds already (by id) are left out. _mu held.
+        if st.flags & _spool.REWRITE:
+            self._entries, self._ids = [], set()
+            self._synced, self._rewrite, self._rewrite_len = 0, True, len(st.session.messages)
+            self._gen += 1
         for m in st.session.messages:
             if m.id in self._ids:
                 continue
@@ -666,6 +707,26 @@ class Handle:
         if st.flags & _spool.METADATA:
             self._metadata, self._metadata_dirty = dict(st.session.metadata), True
             self._meta_gen += 1
+
+
+def _prepare(op: str, messages: Sequence[pb.Message]) -> Tuple[List[pb.Message], Set[str]]:
+    # Copies messages for append and set_messages, giving each an id and
+    # created_at where missing; returns the copies and their ids.
+    now = _now()
+    out: List[pb.Message] = []
+    ids: Set[str] = set()
+    for i, m in enumerate(messages):
+        _check_message(op, i, m)
+        c = _copy(m)
+        if not c.id:
+            c.id = _new_handle_id()
+        if not c.HasField("created_at"):
+            c.created_at.CopyFrom(now)
+        if c.id in ids:
+            raise Invalid("%s: message id %r repeats" % (op, c.id))
+        ids.add(c.id)
+        out.append(c)
+    return out, ids
 
 
 def _copy(m: pb.Message) -> pb.Message:

@@ -226,6 +226,57 @@ class HandleTest(DaemonTest):
         c2.open(id=sid, spool_dir=spool).close()
         self.assertEqual(len(self.stored(c2, sid)), 2)
 
+    def test_set_messages_rewrites_the_session(self) -> None:
+        c = self.client()
+        h = c.open_or_create(alias="rewrite")
+        h.append(user("long"), user("history"))
+        h.save()
+        h.set_messages(pb.Message(role=pb.ROLE_SYSTEM, content="summary of the history"))
+        h.append(user("next"))
+        self.assertEqual(h.unsaved, 2)
+        h.save()
+        self.assertEqual([m.content for m in self.stored(c, h.id)], ["summary of the history", "next"])
+        # A rewrite of a session someone else changed is a conflict; reload
+        # drops the rewrite and keeps what was appended after it.
+        other = self.client().open(id=h.id)
+        other.append(user("theirs"))
+        other.save()
+        h.set_messages(user("mine only"))
+        h.append(user("after"))
+        with self.assertRaises(sc.Conflict):
+            h.save()
+        h.reload()
+        h.save()
+        self.assertEqual([m.content for m in self.stored(c, h.id)],
+                         ["summary of the history", "next", "theirs", "after"])
+        h.close()
+        other.close()
+
+    def test_spooled_rewrite(self) -> None:
+        c = self.client()
+        h = c.open_or_create(alias="spooled-rewrite")
+        h.append(user("old"))
+        h.close()
+        spool = os.path.join(self.dir, "spool")
+        os.makedirs(spool)
+
+        def spool_rewrite(revision: int, text: str) -> str:
+            path = os.path.join(spool, _spool.prefix("", h.id) + sc.new_id() + ".spool")
+            st = _spool.SpoolState(pb.Session(id=h.id, revision=revision, messages=[
+                pb.Message(id=sc.new_id(), role=pb.ROLE_USER, content=text)]), _spool.REWRITE)
+            _spool.write_atomic(path, _spool.encode(st))
+            return path
+
+        spool_rewrite(2, "new")  # based on the session as it is: sent
+        c.open(id=h.id, spool_dir=spool).close()
+        self.assertEqual([m.content for m in self.stored(c, h.id)], ["new"])
+        stale = spool_rewrite(2, "stale")  # the session is at revision 3 now
+        with self.assertRaises(sc.SpoolError) as cm:
+            c.open(id=h.id, spool_dir=spool)
+        self.assertIn("conflict", str(cm.exception))
+        self.assertTrue(os.path.exists(stale + ".conflict"))
+        self.assertEqual([m.content for m in self.stored(c, h.id)], ["new"])
+
     def test_damaged_spool_is_kept_aside(self) -> None:
         c = self.client()
         sid = c.create(alias="damaged").id
