@@ -321,7 +321,8 @@ class Handle:
 
     def save(self, timeout: Optional[float] = None) -> None:
         """Sends what the daemon does not have yet: new messages with
-        AppendMessages, then a changed summary or metadata. Returns when the
+        AppendMessages (or the whole session with SaveSession after
+        set_messages), then a changed summary or metadata. Returns when the
         daemon has acknowledged. Nothing unsaved is dropped on failure; a later
         save sends it again, never twice. A session changed by another writer
         raises Conflict: reload(), then save()."""
