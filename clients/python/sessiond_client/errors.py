@@ -5,11 +5,18 @@ gRPC status code (``err.code``, a ``grpc.StatusCode`` or None) and the
 daemon's message (``err.details``), and chains the original
 ``grpc.RpcError`` as ``__cause__``. The classes match the Go SDK's sentinel
 errors (``client.ErrNotFound`` is :class:`NotFound`, and so on).
+
+For INVALID_ARGUMENT and RESOURCE_EXHAUSTED the daemon also sends standard
+google.rpc details, decoded here with the modules in gen/python/google/rpc:
+``err.field`` is the request field at fault ("ref.alias",
+"messages[2].role"), ``err.reason`` the stable reason ("INVALID_FIELD",
+"OVER_LIMIT", "STORAGE_FULL") and ``err.info`` its metadata (for a limit:
+"limit", "size", "max").
 """
 
 from __future__ import annotations
 
-from typing import Optional, Type
+from typing import Dict, Optional, Type
 
 import grpc
 
@@ -43,6 +50,11 @@ class SessiondError(Exception):
         super().__init__(message)
         self.code = code
         self.details = details
+        #: The request field at fault, from the google.rpc.BadRequest detail.
+        self.field = ""
+        #: The google.rpc.ErrorInfo reason and metadata.
+        self.reason = ""
+        self.info: Dict[str, str] = {}
 
 
 class NotFound(SessiondError):
@@ -142,7 +154,33 @@ def from_rpc_error(op: str, err: grpc.RpcError) -> SessiondError:
     name = code.name if code is not None else "error"
     exc = _class_for(op, code)("%s: %s: %s" % (op, name, details or err), code, details)
     exc.__cause__ = err
+    _read_details(exc, err)
     return exc
+
+
+def _read_details(exc: SessiondError, err: grpc.RpcError) -> None:
+    # The google.rpc.Status in the grpc-status-details-bin trailer, if any.
+    trailers = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    raw = next((v for k, v in trailers or () if k == "grpc-status-details-bin"), None)
+    if raw is None:
+        return
+    try:
+        from google.rpc import error_details_pb2, status_pb2
+
+        st = status_pb2.Status.FromString(raw)
+        for d in st.details:
+            if d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                bad = error_details_pb2.BadRequest()
+                d.Unpack(bad)
+                if bad.field_violations:
+                    exc.field = bad.field_violations[0].field
+            elif d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                d.Unpack(info)
+                exc.reason, exc.info = info.reason, dict(info.metadata)
+                exc.field = exc.field or info.metadata.get("field", "")
+    except Exception:  # no google.rpc modules on the path, or a detail that does not decode
+        return
 
 
 _FINAL = (NotFound, AliasInUse, MessageConflict, Conflict, Invalid, TooLarge, DataLoss,

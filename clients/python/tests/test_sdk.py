@@ -92,8 +92,13 @@ class HandleTest(DaemonTest):
         c.create(alias="taken")
         with self.assertRaises(sc.AliasInUse):
             c.create(alias="taken")
-        with self.assertRaises(sc.Invalid):
+        with self.assertRaises(sc.Invalid) as bad:
             c.create(alias="bad alias/")
+        self.assertEqual((bad.exception.field, bad.exception.reason), ("alias", "INVALID_FIELD"))
+        with self.assertRaises(sc.TooLarge) as big:
+            c.create(title="x" * 100_000)
+        self.assertEqual((big.exception.field, big.exception.reason), ("title", "OVER_LIMIT"))
+        self.assertEqual(big.exception.info.get("limit"), "max_title_bytes")
         down = sc.Client("127.0.0.1:%d" % 1, timeout=1)
         with self.assertRaises(sc.Unavailable):
             down.get(alias="x")
