@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sessiond/sessiond/client"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/testcerts"
 )
 
 // The tests in this file run the Python SDK (clients/python/sessiond_client)
@@ -41,6 +43,7 @@ var pythonSDKTests = []string{
 	"test_damaged_spool_is_kept_aside",
 	"test_crc32c",
 	"test_round_trip",
+	"test_token_and_tls",
 }
 
 // needPython skips (or, in CI, fails) the test when Debian's Python cannot
@@ -63,6 +66,22 @@ var unittestRan = regexp.MustCompile(`(?m)^Ran (\d+) tests? in `)
 
 func TestPythonSDK(t *testing.T) {
 	env := append(needPython(t), "SESSIOND_BIN="+sessiondBin)
+	// test_tls.py starts its daemon with tokens and mutual TLS: a token file
+	// (a writer in namespace A), a server certificate for 127.0.0.1 and a
+	// client certificate, each from its own CA.
+	dir := t.TempDir()
+	toks := newTestTokens(t, dir)
+	serverCA, clientCA := testcerts.NewCA(t, dir, "pysdk-server"), testcerts.NewCA(t, dir, "pysdk-client")
+	certFile, keyFile, _ := serverCA.Issue(t, dir, "server", false)
+	clientCert, clientKey, _ := clientCA.Issue(t, dir, "client", true)
+	tlsArgs, err := json.Marshal([]string{"--auth-tokens", toks.file, "--tls-cert", certFile, "--tls-key", keyFile,
+		"--tls-client-ca", clientCA.PEMFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "SESSIOND_TLS_ARGS="+string(tlsArgs), "SESSIOND_TLS_CA="+serverCA.PEMFile,
+		"SESSIOND_TLS_CLIENT_CERT="+clientCert, "SESSIOND_TLS_CLIENT_KEY="+clientKey,
+		"SESSIOND_TEST_TOKEN="+toks.writeA, "SESSIOND_TEST_NAMESPACE="+nsA)
 	ctx := testContext(t, scriptTimeout)
 	cmd := exec.CommandContext(ctx, python, "-m", "unittest", "discover", "-v",
 		"-s", "clients/python/tests", "-t", "clients/python")
