@@ -1,0 +1,301 @@
+"""The Client: one gRPC channel to sessiond, its token and TLS settings, and
+thin wrappers of the RPCs a Handle needs."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+
+import grpc
+from sessiond.v1 import sessiond_pb2 as pb
+from sessiond.v1 import sessiond_pb2_grpc as pb_grpc
+
+from ._ids import new_id
+from .errors import AliasInUse, Closed, Invalid, NotFound, SessiondError, from_rpc_error
+
+if TYPE_CHECKING:
+    from .handle import Handle
+
+__all__ = ["Client", "TLS", "TOKEN_ENV", "new_id"]
+
+#: The environment variable Client reads the token from when none is given.
+TOKEN_ENV = "SESSIOND_TOKEN"
+
+#: The deadline of one RPC when Client is given none.
+DEFAULT_TIMEOUT = 30.0
+
+# SaveSession sends messages in frames of about this many bytes.
+_SAVE_FRAME_BYTES = 1 << 20
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TLS:
+    """TLS settings: ``ca_file`` is a PEM file of the CAs that sign the
+    daemon's certificate (None: the system's roots), ``cert_file`` and
+    ``key_file`` a PEM client certificate and key for mutual TLS (None: none),
+    ``server_name`` overrides the name the certificate must carry."""
+
+    ca_file: Optional[str] = None
+    cert_file: Optional[str] = None
+    key_file: Optional[str] = None
+    server_name: Optional[str] = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        def read(path: Optional[str], what: str) -> Optional[bytes]:
+            if path is None:
+                return None
+            try:
+                with open(path, "rb") as f:
+                    return f.read()
+            except OSError as err:
+                raise Invalid("TLS %s %s: %s" % (what, path, err)) from err
+
+        if (self.cert_file is None) != (self.key_file is None):
+            raise Invalid("a TLS client certificate needs both cert_file and key_file")
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca_file, "CA file"),
+            private_key=read(self.key_file, "key file"),
+            certificate_chain=read(self.cert_file, "certificate file"),
+        )
+
+
+def _local_addr(addr: str) -> bool:
+    """Whether a sessiond address stays on this machine: a unix socket,
+    localhost, or a loopback IP."""
+    if addr.startswith(("unix:", "unix-abstract:")):
+        return True
+    for p in ("dns:///", "passthrough:///", "ipv4:", "ipv6:"):
+        if addr.startswith(p):
+            addr = addr[len(p):]
+    host = addr
+    if addr.startswith("["):
+        host = addr[1:].split("]", 1)[0]
+    elif addr.count(":") == 1:
+        host = addr.split(":", 1)[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Client:
+    """A connection to sessiond at ``addr`` ("host:port" or "unix:///path").
+
+    ``token`` is sent as "authorization: Bearer <token>" on every call (default:
+    the SESSIOND_TOKEN environment variable; "" sends none). It is refused
+    without TLS unless the address is a unix socket or a loopback host.
+    ``tls`` is None or False for plaintext, True for TLS with the system's
+    roots, or a :class:`TLS`. ``namespace`` is the namespace of every session
+    this client names. ``timeout`` is each RPC's deadline, in seconds.
+    ``logger`` receives the SDK's logs (default: the "sessiond_client"
+    logger). ``options`` are gRPC channel arguments, after the SDK's own
+    (which reconnect within 2 s of a daemon's restart).
+
+    A Client is safe to share between threads; close it (or use ``with``) to
+    release the channel.
+    """
+
+    def __init__(
+        self,
+        addr: str = "127.0.0.1:7437",
+        *,
+        token: Optional[str] = None,
+        tls: Union[None, bool, TLS] = None,
+        namespace: str = "",
+        timeout: float = DEFAULT_TIMEOUT,
+        logger: Optional[logging.Logger] = None,
+        options: Iterable[Tuple[str, object]] = (),
+    ) -> None:
+        if token is None:
+            token = os.environ.get(TOKEN_ENV, "")
+        if tls is True:
+            tls = TLS()
+        if token and not tls and not _local_addr(addr):
+            raise Invalid("refusing to send a token without TLS to %s, which is not a loopback host; use tls=" % addr)
+        self.addr = addr
+        self.namespace = namespace
+        self.timeout = timeout
+        self.log = logger or logging.getLogger("sessiond_client")
+        self._metadata: Tuple[Tuple[str, str], ...] = (("authorization", "Bearer " + token),) if token else ()
+        # Reconnect within a couple of seconds of a daemon's restart, as the
+        # handle's retries expect (gRPC's default waits up to two minutes).
+        opts = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 2000)] + list(options)
+        if isinstance(tls, TLS):
+            if tls.server_name:
+                opts.append(("grpc.ssl_target_name_override", tls.server_name))
+            self._channel = grpc.secure_channel(addr, tls.credentials(), options=opts)
+        else:
+            self._channel = grpc.insecure_channel(addr, options=opts)
+        self.rpc = pb_grpc.SessionStoreServiceStub(self._channel)
+        self._closed = False
+        self._lock = threading.Lock()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def close(self) -> None:
+        """Closes the channel. Handles of this client must be closed first."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def ref(self, id: str = "", alias: str = "") -> pb.SessionRef:
+        """A SessionRef in this client's namespace, by id or by alias."""
+        if bool(id) == bool(alias):
+            raise Invalid("ref: give exactly one of id and alias")
+        if id:
+            return pb.SessionRef(namespace=self.namespace, id=id)
+        return pb.SessionRef(namespace=self.namespace, alias=alias)
+
+    def _call(self, op: str, fn: Callable[..., T], req: object, timeout: Optional[float] = None) -> T:
+        if self._closed:
+            raise Closed("%s: client closed" % op)
+        try:
+            return fn(req, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as err:
+            raise from_rpc_error(op, err) from err
+        except ValueError as err:  # grpc raises it for a closed channel
+            if self._closed:
+                raise Closed("%s: client closed" % op) from err
+            raise
+
+    # -- RPCs ----------------------------------------------------------------
+
+    def create(self, *, alias: str = "", title: str = "", id: str = "",
+               labels: Optional[Mapping[str, str]] = None,
+               metadata: Optional[Mapping[str, str]] = None) -> pb.Session:
+        """CreateSession; returns the session's metadata. A taken alias or id
+        is AliasInUse."""
+        req = pb.CreateSessionRequest(namespace=self.namespace, alias=alias, title=title, id=id,
+                                      labels=dict(labels or {}), metadata=dict(metadata or {}))
+        return self._call("CreateSession", self.rpc.CreateSession, req).session
+
+    def get(self, id: str = "", alias: str = "") -> pb.Session:
+        """GetSession: a session's metadata, without messages."""
+        return self._call("GetSession", self.rpc.GetSession, pb.GetSessionRequest(ref=self.ref(id, alias))).session
+
+    def load(self, id: str = "", alias: str = "") -> Tuple[pb.Session, List[pb.Message]]:
+        """LoadSession: a session's metadata and all its messages."""
+        req = pb.LoadSessionRequest(ref=self.ref(id, alias))
+        if self._closed:
+            raise Closed("LoadSession: client closed")
+        session: Optional[pb.Session] = None
+        messages: List[pb.Message] = []
+        try:
+            for frame in self.rpc.LoadSession(req, timeout=self.timeout, metadata=self._metadata):
+                if frame.HasField("session"):
+                    session = frame.session
+                messages.extend(frame.messages)
+        except grpc.RpcError as err:
+            raise from_rpc_error("LoadSession", err) from err
+        if session is None:
+            raise SessiondError("LoadSession: the stream carried no session")
+        return session, messages
+
+    def append(self, req: pb.AppendMessagesRequest, timeout: Optional[float] = None) -> pb.AppendMessagesResponse:
+        """AppendMessages with a ready request (a Handle builds it)."""
+        return self._call("AppendMessages", self.rpc.AppendMessages, req, timeout)
+
+    def save(self, header: pb.SaveSessionHeader, messages: Sequence[pb.Message],
+             timeout: Optional[float] = None) -> pb.Session:
+        """SaveSession: the session's messages, title, summary and metadata
+        become header's and messages, atomically. Messages travel in frames of
+        about 1 MiB (a bigger message alone)."""
+        def frames() -> Iterator[pb.SaveSessionRequest]:
+            frame = pb.SaveSessionRequest(header=header)
+            size = 0
+            for m in messages:
+                n = m.ByteSize()
+                if len(frame.messages) > 0 and size + n > _SAVE_FRAME_BYTES:
+                    yield frame
+                    frame, size = pb.SaveSessionRequest(), 0
+                frame.messages.append(m)
+                size += n
+            yield frame
+
+        return self._call("SaveSession", self.rpc.SaveSession, frames(), timeout).session
+
+    def update(self, req: pb.UpdateSessionRequest, timeout: Optional[float] = None) -> pb.Session:
+        """UpdateSession with a ready request; returns the session."""
+        return self._call("UpdateSession", self.rpc.UpdateSession, req, timeout).session
+
+    def delete(self, id: str = "", alias: str = "", expected_revision: int = 0) -> None:
+        """DeleteSession."""
+        req = pb.DeleteSessionRequest(ref=self.ref(id, alias), expected_revision=expected_revision)
+        self._call("DeleteSession", self.rpc.DeleteSession, req)
+
+    def list(self, alias_prefix: str = "", labels: Optional[Mapping[str, str]] = None,
+             limit: int = 0) -> Iterator[pb.Session]:
+        """ListSessions: sessions' metadata, newest update first."""
+        req = pb.ListSessionsRequest(namespace=self.namespace, alias_prefix=alias_prefix,
+                                     labels=dict(labels or {}), limit=limit)
+        try:
+            for frame in self.rpc.ListSessions(req, timeout=self.timeout, metadata=self._metadata):
+                yield frame.session
+        except grpc.RpcError as err:
+            raise from_rpc_error("ListSessions", err) from err
+
+    # -- handles -------------------------------------------------------------
+
+    def open(self, id: str = "", alias: str = "", **options: Any) -> "Handle":
+        """Opens an existing session by id or alias, loading its messages (a
+        missing one is NotFound). With ``spool_dir``, spooled messages of the
+        session (from this SDK or the Go SDK) are sent before it returns.
+        Options are those of :class:`Handle`."""
+        from .handle import Handle
+
+        session, messages = self.load(id, alias)
+        h = Handle(self, session, messages, **options)
+        try:
+            h._replay_spools()
+        except BaseException:
+            with h._close_mu:
+                h._stop_loop()
+            raise
+        return h
+
+    def open_or_create(self, id: str = "", alias: str = "", *, title: str = "",
+                       labels: Optional[Mapping[str, str]] = None,
+                       metadata: Optional[Mapping[str, str]] = None,
+                       **options: Any) -> "Handle":
+        """Opens the session by id or alias, creating it (with that alias or
+        id, and title, labels and metadata) when it does not exist yet."""
+        from .handle import Handle
+
+        try:
+            return self.open(id, alias, **options)
+        except NotFound:
+            pass
+        try:
+            session = self.create(id=id or new_id(), alias=alias, title=title, labels=labels, metadata=metadata)
+        except AliasInUse:
+            if not alias:
+                raise
+            # Another client created it between our load and our create.
+            return self.open(id, alias, **options)
+        return Handle(self, session, [], **options)
+
+    def new(self, *, alias: str = "", title: str = "",
+            labels: Optional[Mapping[str, str]] = None,
+            metadata: Optional[Mapping[str, str]] = None, **options: Any) -> "Handle":
+        """Creates a session and opens it."""
+        from .handle import Handle
+
+        session = self.create(id=new_id(), alias=alias, title=title, labels=labels, metadata=metadata)
+        return Handle(self, session, [], **options)
+

@@ -1,0 +1,752 @@
+"""The Handle: one open session that keeps its messages in memory and saves
+what is new (explicitly, on a background thread, and on close)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+from google.protobuf import field_mask_pb2, timestamp_pb2
+from sessiond.v1 import sessiond_pb2 as pb
+
+from . import _spool
+from ._ids import new_id as _new_handle_id
+from .errors import Closed, Invalid, SessiondError, SpoolError, outcome_known, retryable
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from .client import Client
+
+__all__ = ["Handle", "DEFAULT_AUTOSAVE", "DEFAULT_CLOSE_TIMEOUT"]
+
+#: The auto-save period of ``autosave=True``, in seconds.
+DEFAULT_AUTOSAVE = 300.0
+#: How long ``close()`` retries when given no timeout, in seconds.
+DEFAULT_CLOSE_TIMEOUT = 30.0
+
+# Retry tuning, as in the Go SDK: an auto-save round tries a few times, then
+# reports; the next round tries again.
+_AUTOSAVE_ATTEMPTS = 5
+_BACKOFF_BASE = 0.1
+_BACKOFF_MAX = 2.0
+
+_MAX_ID_BYTES = 256
+
+
+class _Stopped(Exception):
+    """The auto-save thread was asked to stop while it waited to retry."""
+
+
+@dataclass(eq=False)
+class _Write:
+    """One RPC of a save, built under the state lock and sent without it."""
+
+    request: Union[pb.AppendMessagesRequest, pb.UpdateSessionRequest, pb.SaveSessionHeader]
+    expected: int
+    end: int  # entries[:end] are stored once it succeeds
+    gen: int  # Handle._gen when built; end holds only while it is unchanged
+    meta_gen: int
+    summary: bool = False  # carries the summary
+    metadata: bool = False  # carries the metadata
+    messages: Optional[List[pb.Message]] = None  # of a SaveSession
+
+
+def _check_message(op: str, i: int, m: object) -> None:
+    """The daemon's rules for one message, so that a message it would refuse
+    fails in append(), not in a background save."""
+    where = "messages[%d]" % i
+    if not isinstance(m, pb.Message):
+        raise Invalid("%s: %s is a %s, not a sessiond.v1 Message" % (op, where, type(m).__name__))
+    if m.role == pb.ROLE_UNSPECIFIED:
+        raise Invalid("%s: %s.role is unspecified" % (op, where))
+    if m.role not in pb.Role.values():
+        raise Invalid("%s: %s.role %d is not a known role" % (op, where, m.role))
+    if m.id:
+        if len(m.id.encode("utf-8", "surrogatepass")) > _MAX_ID_BYTES:
+            raise Invalid("%s: %s.id is over %d bytes" % (op, where, _MAX_ID_BYTES))
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in m.id):
+            raise Invalid("%s: %s.id has a control character" % (op, where))
+
+
+class Handle:
+    """An open session: messages appended to it live in memory until a save
+    (explicit, automatic, or in close) sends what is new with
+    AppendMessages. Every method is safe to call from several threads.
+
+    Made by :meth:`Client.open`, :meth:`Client.open_or_create` and
+    :meth:`Client.new`, which pass these options on:
+
+    ``autosave``
+        seconds between background saves (True: every 5 minutes; None: off).
+        A round runs only when something is unsaved; it tries a few times with
+        backoff, then reports the failure to ``on_error``.
+    ``idle_save``
+        also save once this many seconds have passed without an append.
+    ``on_error``
+        receives the failures of auto-save, on the auto-save thread (default:
+        logged as warnings). It must not call close().
+    ``close_timeout``
+        how long close() retries when given no timeout (default 30 s).
+    ``spool_dir``
+        keep unsaved changes in a spool file in this folder (the Go SDK's
+        format: either SDK replays the other's files), fsync'd before append()
+        returns, so that a program that quits or crashes while the daemon is
+        down loses nothing; the next open of the session with the same folder
+        sends them.
+
+    Used as a context manager, the handle is closed (saved) on exit.
+    """
+
+    def __init__(
+        self,
+        client: "Client",
+        session: pb.Session,
+        messages: Sequence[pb.Message],
+        *,
+        autosave: Union[None, bool, float] = None,
+        idle_save: Optional[float] = None,
+        on_error: Optional[Callable[[SessiondError], None]] = None,
+        close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+        spool_dir: Optional[str] = None,
+    ) -> None:
+        if autosave is True:
+            autosave = DEFAULT_AUTOSAVE
+        self._c = client
+        self._log: logging.Logger = client.log
+        self._autosave: Optional[float] = float(autosave) if autosave else None
+        self._idle_save = idle_save if idle_save and idle_save > 0 else None
+        self._on_error = on_error
+        self._close_timeout = close_timeout
+        self._spool_dir = spool_dir
+
+        # _close_mu serialises close() and the start and stop of the auto-save
+        # thread. _save_mu serialises the handle's RPC sequences (saves,
+        # reload) so that the stored prefix and the revision change in one
+        # order; it is taken before _mu, never after. _mu guards the state.
+        self._close_mu = threading.Lock()
+        self._save_mu = threading.Lock()
+        self._mu = threading.Lock()
+
+        self._id = session.id
+        self._alias = session.alias
+        self._title = session.title
+        self._summary = session.summary
+        self._metadata: Dict[str, str] = dict(session.metadata)
+        self._revision = session.revision
+        self._entries: List[pb.Message] = list(messages)
+        self._ids = {m.id for m in self._entries}
+        # entries[:synced] are stored; a save sends what comes after, unless
+        # rewrite is set: then set_messages changed them other than by
+        # appending, and the next save replaces the stored messages with
+        # SaveSession. While rewrite is set, entries[:rewrite_len] are what
+        # set_messages set and the rest was appended since. gen is bumped
+        # whenever entries change other than by appending.
+        self._synced = len(self._entries)
+        self._rewrite = False
+        self._rewrite_len = 0
+        self._gen = 0
+        self._summary_dirty = False
+        self._metadata_dirty = False
+        self._meta_gen = 0
+        # The last write whose outcome is unknown (a timeout, a lost
+        # connection): the next save sends it again, unchanged, first; if it
+        # had landed, the daemon answers it as an idempotent no-op.
+        self._uncertain: Optional[_Write] = None
+        # The final error that stopped auto-save (a conflict, a refusal); a
+        # successful save() or reload() clears it.
+        self._paused: Optional[SessiondError] = None
+        self._closed = False
+        self._spool_path = ""
+        self._spooled = False
+        if spool_dir:
+            self._spool_path = os.path.join(
+                spool_dir, _spool.prefix(client.namespace, self._id) + _new_handle_id() + _spool.EXT)
+
+        self._thread: Optional[threading.Thread] = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._kicked = False
+        with self._close_mu:
+            self._start_loop()
+
+    # -- what it holds -------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The session's id: what resumes it."""
+        return self._id
+
+    @property
+    def namespace(self) -> str:
+        return self._c.namespace
+
+    @property
+    def alias(self) -> str:
+        with self._mu:
+            return self._alias
+
+    @property
+    def title(self) -> str:
+        with self._mu:
+            return self._title
+
+    @property
+    def summary(self) -> str:
+        with self._mu:
+            return self._summary
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        with self._mu:
+            return dict(self._metadata)
+
+    @property
+    def revision(self) -> int:
+        """The session's revision as of the handle's last exchange with the daemon."""
+        with self._mu:
+            return self._revision
+
+    @property
+    def messages(self) -> List[pb.Message]:
+        """Copies of the handle's messages: stored ones, then unsaved ones."""
+        with self._mu:
+            return [_copy(m) for m in self._entries]
+
+    @property
+    def unsaved(self) -> int:
+        """How many messages wait for a save."""
+        with self._mu:
+            return len(self._entries) - (0 if self._rewrite else self._synced)
+
+    @property
+    def dirty(self) -> bool:
+        """Whether the handle has anything unsaved."""
+        with self._mu:
+            return self._dirty_locked()
+
+    @property
+    def spool_path(self) -> str:
+        """The file that holds the unsaved changes (spool_dir), or "" when
+        there is none."""
+        with self._mu:
+            return self._spool_path if self._spooled else ""
+
+    def _dirty_locked(self) -> bool:
+        return (self._uncertain is not None or self._rewrite or self._summary_dirty or self._metadata_dirty
+                or self._synced < len(self._entries))
+
+    # -- changes -------------------------------------------------------------
+
+    def append(self, *messages: pb.Message) -> None:
+        """Adds messages, in memory (and in the spool): each gets a UUID id
+        unless it has one, and created_at unless set. The handle keeps copies.
+        A message the daemon would refuse (no role, a bad id) or an id already
+        in the handle raises Invalid, and then nothing is appended."""
+        add, ids = _prepare("append", messages)
+        with self._mu:
+            if self._closed:
+                raise Closed("append: handle closed")
+            for c in add:
+                if c.id in self._ids:
+                    raise Invalid("append: message id %r is already in the session" % c.id)
+            n = len(self._entries)
+            self._entries.extend(add)
+            try:
+                self._sync_spool_locked()
+            except SpoolError:
+                del self._entries[n:]
+                raise
+            self._ids.update(ids)
+            self._poke()
+
+    def set_messages(self, *messages: pb.Message) -> None:
+        """Replaces the handle's messages (a local rewrite, e.g. after
+        compaction): the next save replaces the stored ones with SaveSession,
+        with the revision the handle has as expected_revision. Messages get
+        ids and created_at as in append."""
+        entries, ids = _prepare("set messages", messages)
+        with self._mu:
+            if self._closed:
+                raise Closed("set messages: handle closed")
+            old = (self._entries, self._ids, self._synced, self._rewrite, self._rewrite_len)
+            self._entries, self._ids, self._synced = entries, ids, 0
+            self._rewrite, self._rewrite_len = True, len(entries)
+            try:
+                self._sync_spool_locked()
+            except SpoolError:
+                self._entries, self._ids, self._synced, self._rewrite, self._rewrite_len = old
+                raise
+            self._gen += 1
+            self._poke()
+
+    def set_summary(self, summary: str) -> None:
+        """Sets the session's summary; the next save sends it."""
+        self._set_meta(summary=summary)
+
+    def set_metadata(self, metadata: Mapping[str, str]) -> None:
+        """Replaces the session's metadata; the next save sends it."""
+        self._set_meta(metadata=dict(metadata))
+
+    def _set_meta(self, summary: Optional[str] = None, metadata: Optional[Dict[str, str]] = None) -> None:
+        with self._mu:
+            if self._closed:
+                raise Closed("set: handle closed")
+            old = (self._summary, self._summary_dirty, self._metadata, self._metadata_dirty)
+            if summary is not None:
+                self._summary, self._summary_dirty = summary, True
+            if metadata is not None:
+                self._metadata, self._metadata_dirty = metadata, True
+            try:
+                self._sync_spool_locked()
+            except SpoolError:
+                self._summary, self._summary_dirty, self._metadata, self._metadata_dirty = old
+                raise
+            self._meta_gen += 1
+            self._poke()
+
+    def _poke(self) -> None:
+        # Wakes the auto-save thread to restart its idle timer. _mu held.
+        if self._idle_save:
+            self._kicked = True
+            self._wake.set()
+
+    # -- saving --------------------------------------------------------------
+
+    def save(self, timeout: Optional[float] = None) -> None:
+        """Sends what the daemon does not have yet: new messages with
+        AppendMessages (or the whole session with SaveSession after
+        set_messages), then a changed summary or metadata. Returns when the
+        daemon has acknowledged. Nothing unsaved is dropped on failure; a later
+        save sends it again, never twice. A session changed by another writer
+        raises Conflict: reload(), then save()."""
+        with self._save_mu:
+            self._save_locked(False, _deadline(timeout))
+            with self._mu:
+                self._paused = None
+
+    def _save_locked(self, close_when_clean: bool, deadline: Optional[float]) -> None:
+        # Runs the writes the handle needs until everything present when it
+        # was called is saved; with close_when_clean, until the handle is
+        # clean, closing it in the critical section that finds nothing left.
+        with self._mu:
+            goal_len, goal_gen, goal_meta = len(self._entries), self._gen, self._meta_gen
+        passes = 64 if close_when_clean else 4
+        for _ in range(passes):
+            with self._mu:
+                if self._closed:
+                    raise Closed("save: handle closed")
+                if not close_when_clean and self._reached_locked(goal_len, goal_gen, goal_meta):
+                    return
+                w = self._next_write(meta_first=not close_when_clean and self._gen == goal_gen
+                                     and self._synced >= goal_len)
+                if w is None and close_when_clean:
+                    self._closed = True
+            if w is None:
+                return
+            self._send(w, deadline)
+        if close_when_clean:
+            raise SessiondError("close: the handle kept changing")
+        raise SessiondError("save %s: still unsaved after %d writes" % (self._id, passes))
+
+    def _reached_locked(self, goal_len: int, goal_gen: int, goal_meta: int) -> bool:
+        # Whether what the handle held when a save began is saved, or
+        # superseded by a later set_messages or set_*.
+        if self._uncertain is not None:
+            return False
+        if self._gen == goal_gen and (self._rewrite or self._synced < goal_len):
+            return False
+        return not (self._meta_gen == goal_meta and (self._summary_dirty or self._metadata_dirty))
+
+    def _next_write(self, meta_first: bool) -> Optional[_Write]:
+        if self._uncertain is not None:
+            return self._uncertain
+        if self._rewrite:
+            header = pb.SaveSessionHeader(ref=self._ref(), expected_revision=self._revision, title=self._title,
+                                          summary=self._summary, metadata=self._metadata)
+            return _Write(header, self._revision, len(self._entries), self._gen, self._meta_gen,
+                          summary=True, metadata=True, messages=list(self._entries))
+        if meta_first:
+            w = self._update_write()
+            if w is not None:
+                return w
+        if self._synced < len(self._entries):
+            req = pb.AppendMessagesRequest(ref=self._ref(), messages=self._entries[self._synced:],
+                                           expected_revision=self._revision)
+            return _Write(req, self._revision, len(self._entries), self._gen, self._meta_gen)
+        return self._update_write()
+
+    def _update_write(self) -> Optional[_Write]:
+        if not self._summary_dirty and not self._metadata_dirty:
+            return None
+        req = pb.UpdateSessionRequest(ref=self._ref(), update_mask=field_mask_pb2.FieldMask(),
+                                      expected_revision=self._revision)
+        if self._summary_dirty:
+            req.session.summary = self._summary
+            req.update_mask.paths.append("summary")
+        if self._metadata_dirty:
+            req.session.metadata.update(self._metadata)
+            req.update_mask.paths.append("metadata")
+        return _Write(req, self._revision, self._synced, self._gen, self._meta_gen,
+                      summary=self._summary_dirty, metadata=self._metadata_dirty)
+
+    def _ref(self) -> pb.SessionRef:
+        return pb.SessionRef(namespace=self._c.namespace, id=self._id)
+
+    def _send(self, w: _Write, deadline: Optional[float]) -> None:
+        timeout = _remaining(deadline, self._c.timeout)
+        try:
+            session: Optional[pb.Session] = None
+            if isinstance(w.request, pb.AppendMessagesRequest):
+                rev = self._c.append(w.request, timeout=timeout).revision
+            elif isinstance(w.request, pb.SaveSessionHeader):
+                session = self._c.save(w.request, w.messages or [], timeout=timeout)
+                rev = session.revision
+            else:
+                session = self._c.update(w.request, timeout=timeout)
+                rev = session.revision
+        except SessiondError as err:
+            with self._mu:
+                if outcome_known(err):
+                    if self._uncertain is w:
+                        self._uncertain = None
+                else:
+                    self._uncertain = w
+            raise
+        with self._mu:
+            if self._uncertain is w:
+                self._uncertain = None
+            # An answer beyond expected+1 means another writer changed the
+            # session too: keep expected+1 so that the next write finds the
+            # conflict instead of adopting a session the handle has not seen.
+            self._revision = min(rev, w.expected + 1)
+            if session is not None:
+                self._alias, self._title = session.alias, session.title
+            if w.gen == self._gen:
+                self._synced = max(self._synced, w.end)
+                if isinstance(w.request, pb.SaveSessionHeader):
+                    self._rewrite = False
+            if w.meta_gen == self._meta_gen:
+                if w.summary:
+                    self._summary_dirty = False
+                if w.metadata:
+                    self._metadata_dirty = False
+            self._refresh_spool_locked()
+
+    def _save_retry(self, close_when_clean: bool, deadline: Optional[float], attempts: int = 0) -> None:
+        # Saves, retrying what may succeed later with exponential backoff and
+        # jitter, until it succeeds, fails for good, the deadline passes, or
+        # (attempts > 0) it has tried that many times. _save_mu held.
+        delay = _BACKOFF_BASE
+        n = 0
+        while True:
+            n += 1
+            try:
+                self._save_locked(close_when_clean, deadline)
+                return
+            except SessiondError as err:
+                if not retryable(err) or (attempts and n >= attempts):
+                    raise
+                wait = min(delay, _BACKOFF_MAX) * random.uniform(0.5, 1.5)
+                if deadline is not None and time.monotonic() + wait >= deadline:
+                    raise
+                self._log.debug("sessiond save of %s failed (attempt %d), retrying in %.2fs: %s",
+                                self._id, n, wait, err)
+                if close_when_clean:
+                    time.sleep(wait)  # close() stopped the auto-save thread: _stop is set
+                elif self._stop.wait(wait):
+                    raise _Stopped() from err
+                delay *= 2
+
+    def reload(self) -> None:
+        """Fetches the stored session and puts the handle's unsaved messages
+        after its messages, to be appended by the next save: the answer to
+        Conflict. Unsaved messages the daemon already holds (a save whose
+        answer was lost) count as stored. An unsaved summary or metadata is
+        kept."""
+        with self._save_mu:
+            with self._mu:
+                if self._closed:
+                    raise Closed("reload: handle closed")
+            session, stored = self._c.load(id=self._id)
+            with self._mu:
+                stored_ids = {m.id for m in stored}
+                # An unsaved set_messages is dropped for the stored messages;
+                # what was appended after it is kept.
+                base = self._rewrite_len if self._rewrite else self._synced
+                unsaved = [m for m in self._entries[base:] if m.id not in stored_ids]
+                self._entries = list(stored) + unsaved
+                self._synced = len(stored)
+                self._ids = {m.id for m in self._entries}
+                self._revision, self._alias, self._title = session.revision, session.alias, session.title
+                if not self._summary_dirty:
+                    self._summary = session.summary
+                if not self._metadata_dirty:
+                    self._metadata = dict(session.metadata)
+                self._uncertain = None
+                self._paused = None
+                self._rewrite = False
+                self._gen += 1
+                self._refresh_spool_locked()
+
+    # -- closing -------------------------------------------------------------
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Stops auto-save, then saves what is left, retrying with backoff for
+        up to ``timeout`` seconds (default: close_timeout). On success the
+        handle is closed: later calls raise Closed and a second close() does
+        nothing. If the save fails, close() raises its error and the handle
+        stays open, auto-save included, its unsaved messages intact (and in
+        the spool, with spool_dir)."""
+        with self._close_mu:
+            with self._mu:
+                if self._closed:
+                    return
+            self._stop_loop()
+            deadline = _deadline(timeout if timeout is not None else self._close_timeout)
+            try:
+                with self._save_mu:
+                    self._save_retry(True, deadline)
+            except BaseException:
+                self._start_loop()
+                raise
+
+    def __enter__(self) -> "Handle":
+        return self
+
+    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException],
+                 tb: "Optional[TracebackType]") -> None:
+        if exc is None:
+            self.close()
+            return
+        # Save on the way out of a failing block too, but let the block's
+        # own error be the one that propagates.
+        try:
+            self.close()
+        except SessiondError as err:
+            self._log.warning("sessiond: close of %s failed while handling %r: %s", self._id, exc, err)
+
+    # -- auto-save -----------------------------------------------------------
+
+    def _start_loop(self) -> None:
+        # _close_mu held.
+        if not self._autosave and not self._idle_save:
+            return
+        self._stop.clear()
+        self._wake.clear()
+        self._thread = threading.Thread(target=self._loop, name="sessiond-autosave-" + self._id[:8], daemon=True)
+        self._thread.start()
+
+    def _stop_loop(self) -> None:
+        # Stops the auto-save thread and waits for it, so that no auto-save
+        # runs during or after the final save. _close_mu held.
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        self._thread.join()
+        self._thread = None
+
+    def _loop(self) -> None:
+        now = time.monotonic()
+        next_tick = now + self._autosave if self._autosave else math.inf
+        idle_at = math.inf
+        while True:
+            wait = min(next_tick, idle_at) - time.monotonic()
+            self._wake.wait(min(max(wait, 0.0), 3600.0))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            now = time.monotonic()
+            with self._mu:
+                kicked, self._kicked = self._kicked, False
+            if kicked and self._idle_save:
+                idle_at = now + self._idle_save
+            if now >= next_tick:
+                next_tick = now + (self._autosave or math.inf)
+                idle_at = math.inf
+                self._auto_save()
+            elif now >= idle_at:
+                idle_at = math.inf
+                self._auto_save()
+
+    def _auto_save(self) -> None:
+        # One auto-save round: a few attempts, then a report.
+        with self._mu:
+            if self._paused is not None or self._closed or not self._dirty_locked():
+                return
+        try:
+            with self._save_mu:
+                self._save_retry(False, None, attempts=_AUTOSAVE_ATTEMPTS)
+            return
+        except _Stopped:
+            return  # close() saves next
+        except SessiondError as err:
+            if not retryable(err):
+                # A conflict or a refusal does not go away by itself: pause
+                # until the caller acts (reload, or a successful save).
+                with self._mu:
+                    self._paused = err
+            if self._on_error is not None:
+                try:
+                    self._on_error(err)
+                except Exception:
+                    self._log.exception("sessiond: auto-save error callback failed")
+                return
+            self._log.warning("sessiond: auto-save of %s failed: %s", self._id, err)
+        except Exception:
+            self._log.exception("sessiond: auto-save of %s failed", self._id)
+
+    # -- spool ---------------------------------------------------------------
+
+    def _sync_spool_locked(self) -> None:
+        # Makes the spool file hold what is unsaved, or removes it. _mu held.
+        if not self._spool_path:
+            return
+        flags = _spool.REWRITE if self._rewrite else 0
+        sess = pb.Session(id=self._id, namespace=self._c.namespace, revision=self._revision,
+                          messages=self._entries[0 if self._rewrite else self._synced:])
+        if self._summary_dirty:
+            flags |= _spool.SUMMARY
+            sess.summary = self._summary
+        if self._metadata_dirty:
+            flags |= _spool.METADATA
+            sess.metadata.update(self._metadata)
+        try:
+            if not sess.messages and not flags:
+                if self._spooled:
+                    _spool.remove_durably(self._spool_path)
+                    self._spooled = False
+                return
+            _spool.write_atomic(self._spool_path, _spool.encode(_spool.SpoolState(sess, flags)))
+        except (OSError, ValueError) as err:
+            raise SpoolError("spool: write %s: %s" % (self._spool_path, err)) from err
+        self._spooled = True
+
+    def _refresh_spool_locked(self) -> None:
+        # After a save or reload a failure leaves the file holding more than
+        # is unsaved (what the next open skips), never less: logged only.
+        try:
+            self._sync_spool_locked()
+        except SpoolError as err:
+            self._log.warning("sessiond: spool of %s not updated: %s", self._id, err)
+
+    def _replay_spools(self) -> None:
+        # Takes in the spool files that earlier handles on this session (of
+        # either SDK) left, records them in this handle's own spool, removes
+        # them, and saves. Damaged files are renamed aside and reported after
+        # the good ones are saved.
+        if not self._spool_dir:
+            return
+        try:
+            paths = _spool.files(self._spool_dir, self._c.namespace, self._id)
+        except OSError as err:
+            raise SpoolError("open %s: spool: %s" % (self._id, err)) from err
+        if not paths:
+            return
+        problems: List[str] = []
+        used: List[str] = []
+        with self._save_mu:
+            with self._mu:
+                for p in paths:
+                    if p == self._spool_path:
+                        continue
+                    try:
+                        st = _spool.read(p)
+                        if st.session.id != self._id or st.session.namespace != self._c.namespace:
+                            raise _spool.Damaged("it holds session %r of namespace %r"
+                                                 % (st.session.id, st.session.namespace))
+                    except _spool.Damaged as err:
+                        problems.append(_spool.quarantine(p, ".damaged", "damaged: %s" % err))
+                        continue
+                    except OSError as err:
+                        problems.append("spool file %s: %s; left for a later open" % (p, err))
+                        continue
+                    if st.flags & _spool.REWRITE and st.session.revision != self._revision:
+                        problems.append(_spool.quarantine(p, ".conflict", "conflict: it rewrites revision %d and "
+                                                          "the session is at revision %d"
+                                                          % (st.session.revision, self._revision)))
+                        continue
+                    self._take_spool_locked(st)
+                    used.append(p)
+                self._sync_spool_locked()
+            for p in used:
+                try:
+                    _spool.remove_durably(p)
+                except OSError as err:
+                    # Left in place, it is sent again next time: a no-op then.
+                    self._log.warning("sessiond: spool file %s not removed: %s", p, err)
+            try:
+                self._save_locked(False, None)
+            except SessiondError as err:
+                raise type(err)("open %s: send spooled messages (kept in %s): %s"
+                                % (self._id, self._spool_path, err), err.code, err.details) from err
+        if problems:
+            raise SpoolError("open %s: %s" % (self._id, "; ".join(problems)))
+
+    def _take_spool_locked(self, st: _spool.SpoolState) -> None:
+        # Adds a spool file's contents as unsaved changes; messages the
+        # handle holds already (by id) are left out. _mu held.
+        if st.flags & _spool.REWRITE:
+            self._entries, self._ids = [], set()
+            self._synced, self._rewrite, self._rewrite_len = 0, True, len(st.session.messages)
+            self._gen += 1
+        for m in st.session.messages:
+            if m.id in self._ids:
+                continue
+            self._entries.append(m)
+            self._ids.add(m.id)
+        if st.flags & _spool.SUMMARY:
+            self._summary, self._summary_dirty = st.session.summary, True
+            self._meta_gen += 1
+        if st.flags & _spool.METADATA:
+            self._metadata, self._metadata_dirty = dict(st.session.metadata), True
+            self._meta_gen += 1
+
+
+def _prepare(op: str, messages: Sequence[pb.Message]) -> Tuple[List[pb.Message], Set[str]]:
+    # Copies messages for append and set_messages, giving each an id and
+    # created_at where missing; returns the copies and their ids.
+    now = _now()
+    out: List[pb.Message] = []
+    ids: Set[str] = set()
+    for i, m in enumerate(messages):
+        _check_message(op, i, m)
+        c = _copy(m)
+        if not c.id:
+            c.id = _new_handle_id()
+        if not c.HasField("created_at"):
+            c.created_at.CopyFrom(now)
+        if c.id in ids:
+            raise Invalid("%s: message id %r repeats" % (op, c.id))
+        ids.add(c.id)
+        out.append(c)
+    return out, ids
+
+
+def _copy(m: pb.Message) -> pb.Message:
+    c = pb.Message()
+    c.CopyFrom(m)
+    return c
+
+
+def _now() -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.GetCurrentTime()
+    return ts
+
+
+def _deadline(timeout: Optional[float]) -> Optional[float]:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _remaining(deadline: Optional[float], default: float) -> float:
+    if deadline is None:
+        return default
+    return max(0.001, min(default, deadline - time.monotonic()))

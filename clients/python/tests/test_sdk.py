@@ -1,0 +1,317 @@
+"""Tests of sessiond_client against the real daemon (SESSIOND_BIN).
+
+Run from the repository root:
+SESSIOND_BIN=/path/to/sessiond PYTHONPATH=gen/python:clients/python /usr/bin/python3 -m unittest discover -s clients/python/tests -v
+(go test ./integration -run TestPythonSDK builds the daemon and does this.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from typing import Any, Callable, List
+
+import grpc
+
+from sessiond.v1 import sessiond_pb2 as pb
+
+import sessiond_client as sc
+from sessiond_client import _spool
+
+from .harness import ENV, Daemon, DaemonTest, Proxy
+
+
+def user(text: str) -> pb.Message:
+    return pb.Message(role=pb.ROLE_USER, content=text)
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.05)
+
+
+class HandleTest(DaemonTest):
+    def client(self, **kw: Any) -> sc.Client:
+        c = sc.Client(self.daemon.addr, timeout=10, **kw)
+        self.addCleanup(c.close)
+        return c
+
+    def stored(self, c: sc.Client, sid: str) -> List[pb.Message]:
+        return c.load(id=sid)[1]
+
+    def test_resume_by_alias_across_processes(self) -> None:
+        spool = os.path.join(self.dir, "spool")
+        first = self.python("sdk_helper.py", "turn", self.daemon.addr, "proj", spool, "one", "two").split()
+        second = self.python("sdk_helper.py", "turn", self.daemon.addr, "proj", spool, "three").split()
+        self.assertEqual(first[0], "id")
+        self.assertEqual(first[1], second[1], "the second process resumed another session")
+        self.assertEqual((first[3], second[3]), ("2", "3"))
+        msgs = self.stored(self.client(), first[1])
+        self.assertEqual([m.content for m in msgs], ["one", "two", "three"])
+        self.assertEqual(len({m.id for m in msgs}), 3)
+        self.assertEqual(os.listdir(spool) if os.path.exists(spool) else [], [], "a clean close leaves no spool")
+
+    def test_context_manager_saves_on_exit_and_ids_are_client_set(self) -> None:
+        c = self.client()
+        m = user("kept")
+        with c.open_or_create(alias="ctx", title="T") as h:
+            h.append(m, pb.Message(role=pb.ROLE_ASSISTANT, content="ok", id="my-id"))
+            ids = [x.id for x in h.messages]
+            self.assertEqual(h.unsaved, 2)
+        self.assertFalse(m.id, "append changed the caller's message")
+        self.assertEqual(ids[1], "my-id")
+        self.assertEqual([x.id for x in self.stored(c, h.id)], ids)
+        with self.assertRaises(sc.Closed):
+            h.append(user("late"))
+        h.close()  # a second close is a no-op
+
+    def test_append_refuses_what_the_daemon_would(self) -> None:
+        h = self.client().open_or_create(alias="bad")
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(content="no role"))
+        with self.assertRaises(sc.Invalid):
+            h.append(user("a"), pb.Message(role=pb.ROLE_USER, id="x\n"))
+        h.append(pb.Message(role=pb.ROLE_USER, id="same"))
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(role=pb.ROLE_USER, id="same"))
+        self.assertEqual(h.unsaved, 1)
+        h.close()
+
+    def test_errors_are_typed(self) -> None:
+        c = self.client()
+        with self.assertRaises(sc.NotFound) as cm:
+            c.open(alias="nosuch")
+        self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
+        c.create(alias="taken")
+        with self.assertRaises(sc.AliasInUse):
+            c.create(alias="taken")
+        with self.assertRaises(sc.Invalid) as bad:
+            c.create(alias="bad alias/")
+        self.assertEqual((bad.exception.field, bad.exception.reason), ("alias", "INVALID_FIELD"))
+        with self.assertRaises(sc.TooLarge) as big:
+            c.create(title="x" * 100_000)
+        self.assertEqual((big.exception.field, big.exception.reason), ("title", "OVER_LIMIT"))
+        self.assertEqual(big.exception.info.get("limit"), "max_title_bytes")
+        down = sc.Client("127.0.0.1:%d" % 1, timeout=1)
+        with self.assertRaises(sc.Unavailable):
+            down.get(alias="x")
+        down.close()
+        with self.assertRaises(sc.Invalid):
+            sc.Client("example.com:7437", token="secret")  # a token in clear text off this machine
+
+    def test_autosave(self) -> None:
+        c = self.client()
+        errors: List[sc.SessiondError] = []
+        h = c.open_or_create(alias="auto", autosave=0.2, on_error=errors.append)
+        empty_rev = h.revision
+        time.sleep(0.7)  # a few rounds on an empty, clean session: nothing sent
+        self.assertEqual(c.get(id=h.id).revision, empty_rev, "auto-save wrote an empty session")
+        h.append(user("saved by itself"))
+        wait_for(lambda: c.get(id=h.id).message_count == 1, "auto-save to store the message")
+        rev = c.get(id=h.id).revision
+        time.sleep(0.7)  # clean again: no more writes
+        self.assertEqual(c.get(id=h.id).revision, rev, "auto-save wrote a clean session")
+        self.assertFalse(h.dirty)
+        self.assertEqual(errors, [])
+        h.close()
+
+    def test_idle_save(self) -> None:
+        c = self.client()
+        h = c.open_or_create(alias="idle", idle_save=0.3)
+        h.append(user("after a pause"))
+        wait_for(lambda: c.get(id=h.id).message_count == 1, "the idle save")
+        h.close()
+
+    def test_retry_after_restart_without_duplicate(self) -> None:
+        proxy = Proxy(self.daemon.addr)
+        self.addCleanup(proxy.close)
+        c = sc.Client(proxy.addr, timeout=2)
+        self.addCleanup(c.close)
+        h = c.open_or_create(alias="retry")
+        h.append(user("first"))
+        h.save()
+        # The next write lands, but its answer is lost: its outcome is unknown.
+        proxy.drop_answers = True
+        h.append(user("second"), pb.Message(role=pb.ROLE_ASSISTANT, content="second answer"))
+        with self.assertRaises(sc.Unavailable):
+            h.save(timeout=1)
+        direct = self.client()
+        self.assertEqual(direct.get(id=h.id).message_count, 3, "the write whose answer was lost did land")
+        # The daemon restarts; more is appended meanwhile.
+        self.daemon.stop()
+        proxy.cut()
+        proxy.drop_answers = False
+        h.append(user("third"))
+        with self.assertRaises(sc.Unavailable):
+            h.save(timeout=1)
+        self.assertTrue(h.dirty)
+        # close() retries with backoff until the daemon is back and answers;
+        # the lost write is sent again first (a no-op), then the rest:
+        # nothing twice.
+        restart = threading.Timer(1.5, self.daemon.start)
+        restart.start()
+        self.addCleanup(restart.join)
+        started = time.monotonic()
+        h.close(timeout=30)
+        self.assertGreater(time.monotonic() - started, 1.4, "close returned before the daemon was back")
+        msgs = self.stored(self.client(), h.id)
+        self.assertEqual([m.content for m in msgs], ["first", "second", "second answer", "third"])
+        self.assertEqual(h.revision, 4)
+
+    def test_conflict_and_reload(self) -> None:
+        c1, c2 = self.client(), self.client()
+        h1 = c1.open_or_create(alias="shared")
+        h2 = c2.open(alias="shared")
+        h1.append(user("from one"))
+        h1.save()
+        h2.append(user("from two"))
+        with self.assertRaises(sc.Conflict):
+            h2.save()
+        self.assertTrue(h2.dirty, "a conflict dropped the unsaved message")
+        h2.reload()
+        self.assertEqual([m.content for m in h2.messages], ["from one", "from two"])
+        h2.save()
+        self.assertEqual([m.content for m in self.stored(c1, h1.id)], ["from one", "from two"])
+        # Auto-save reports a conflict to the callback and pauses until reload.
+        errors: List[sc.SessiondError] = []
+        got = threading.Event()
+
+        def report(err: sc.SessiondError) -> None:
+            errors.append(err)
+            got.set()
+
+        h3 = c1.open(alias="shared", autosave=0.1, on_error=report)
+        h2.append(user("two again"))
+        h2.save()
+        h3.append(user("from three"))
+        self.assertTrue(got.wait(15), "auto-save never reported the conflict")
+        time.sleep(0.5)
+        self.assertEqual(len(errors), 1, "auto-save kept retrying a conflict: %r" % errors)
+        self.assertIsInstance(errors[0], sc.Conflict)
+        h3.reload()
+        h3.close()
+        self.assertEqual([m.content for m in self.stored(c1, h1.id)],
+                         ["from one", "from two", "two again", "from three"])
+        h1.close()
+        h2.close()
+
+    def test_spool_replay_after_quitting_while_down(self) -> None:
+        c = self.client()
+        sid = c.create(alias="spooled").id
+        spool = os.path.join(self.dir, "spool")
+        child = subprocess.Popen([sys.executable, "sdk_helper.py", "quit-while-down", self.daemon.addr, sid, spool],
+                                 env=ENV, cwd=os.path.dirname(__file__), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdin is not None
+        self.assertEqual(child.stdout.readline().strip(), "ready")
+        self.daemon.stop()
+        out, err = child.communicate("go\n", timeout=60)
+        self.assertEqual(child.returncode, 0, err)
+        path = out.split()[1]
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        self.assertEqual(os.stat(spool).st_mode & 0o777, 0o700)
+        st = _spool.read(path)
+        self.assertEqual([m.content for m in st.session.messages], ["spooled question", "spooled answer"])
+        self.daemon.start()
+        c2 = self.client()
+        with c2.open(id=sid, spool_dir=spool) as h:
+            self.assertEqual(h.unsaved, 0, "open returned before sending the spool")
+        self.assertEqual([m.content for m in self.stored(c2, sid)], ["spooled question", "spooled answer"])
+        self.assertEqual(os.listdir(spool), [])
+        # Replaying again (a copy of the same file) sends nothing twice.
+        with open(os.path.join(spool, os.path.basename(path)), "wb") as f:
+            f.write(_spool.encode(st))
+        c2.open(id=sid, spool_dir=spool).close()
+        self.assertEqual(len(self.stored(c2, sid)), 2)
+
+    def test_set_messages_rewrites_the_session(self) -> None:
+        c = self.client()
+        h = c.open_or_create(alias="rewrite")
+        h.append(user("long"), user("history"))
+        h.save()
+        h.set_messages(pb.Message(role=pb.ROLE_SYSTEM, content="summary of the history"))
+        h.append(user("next"))
+        self.assertEqual(h.unsaved, 2)
+        h.save()
+        self.assertEqual([m.content for m in self.stored(c, h.id)], ["summary of the history", "next"])
+        # A rewrite of a session someone else changed is a conflict; reload
+        # drops the rewrite and keeps what was appended after it.
+        other = self.client().open(id=h.id)
+        other.append(user("theirs"))
+        other.save()
+        h.set_messages(user("mine only"))
+        h.append(user("after"))
+        with self.assertRaises(sc.Conflict):
+            h.save()
+        h.reload()
+        h.save()
+        self.assertEqual([m.content for m in self.stored(c, h.id)],
+                         ["summary of the history", "next", "theirs", "after"])
+        h.close()
+        other.close()
+
+    def test_spooled_rewrite(self) -> None:
+        c = self.client()
+        h = c.open_or_create(alias="spooled-rewrite")
+        h.append(user("old"))
+        h.close()
+        spool = os.path.join(self.dir, "spool")
+        os.makedirs(spool)
+
+        def spool_rewrite(revision: int, text: str) -> str:
+            path = os.path.join(spool, _spool.prefix("", h.id) + sc.new_id() + ".spool")
+            st = _spool.SpoolState(pb.Session(id=h.id, revision=revision, messages=[
+                pb.Message(id=sc.new_id(), role=pb.ROLE_USER, content=text)]), _spool.REWRITE)
+            _spool.write_atomic(path, _spool.encode(st))
+            return path
+
+        spool_rewrite(2, "new")  # based on the session as it is: sent
+        c.open(id=h.id, spool_dir=spool).close()
+        self.assertEqual([m.content for m in self.stored(c, h.id)], ["new"])
+        stale = spool_rewrite(2, "stale")  # the session is at revision 3 now
+        with self.assertRaises(sc.SpoolError) as cm:
+            c.open(id=h.id, spool_dir=spool)
+        self.assertIn("conflict", str(cm.exception))
+        self.assertTrue(os.path.exists(stale + ".conflict"))
+        self.assertEqual([m.content for m in self.stored(c, h.id)], ["new"])
+
+    def test_damaged_spool_is_kept_aside(self) -> None:
+        c = self.client()
+        sid = c.create(alias="damaged").id
+        spool = os.path.join(self.dir, "spool")
+        os.makedirs(spool)
+        bad = os.path.join(spool, _spool.prefix("", sid) + sc.new_id() + ".spool")
+        good = _spool.encode(_spool.SpoolState(pb.Session(id=sid, messages=[
+            pb.Message(id="m1", role=pb.ROLE_USER, content="x")]), 0))
+        with open(bad, "wb") as f:
+            f.write(good[:-1] + bytes([good[-1] ^ 1]))
+        with self.assertRaises(sc.SpoolError) as cm:
+            c.open(id=sid, spool_dir=spool)
+        self.assertIn("checksum", str(cm.exception))
+        self.assertTrue(os.path.exists(bad + ".damaged"))
+        self.assertEqual(len(self.stored(c, sid)), 0)
+        with self.assertRaises(_spool.Damaged):
+            _spool.decode(good[:-3])
+
+
+class SpoolFormatTest(unittest.TestCase):
+    def test_crc32c(self) -> None:
+        self.assertEqual(_spool.crc32c(b"123456789"), 0xE3069283)
+
+    def test_round_trip(self) -> None:
+        st = _spool.SpoolState(pb.Session(id="i", namespace="n", revision=3, summary="s",
+                                          messages=[pb.Message(id="a", role=pb.ROLE_TOOL)]), 6)
+        back = _spool.decode(_spool.encode(st))
+        self.assertEqual(back.session, st.session)
+        self.assertEqual(back.flags, 6)
+
+
+if __name__ == "__main__":
+    unittest.main()
