@@ -47,7 +47,7 @@ func TestServerInfoAndHealth(t *testing.T) {
 	if info.GetBackend() != "file" {
 		t.Errorf("backend = %q, want %q", info.GetBackend(), "file")
 	}
-	// The limits DESIGN.md gives defaults for; limits it does not name
+	// The limits with documented defaults (README "Running the daemon"); the others
 	// (summary, whole-session save) only have to be set.
 	want := proto.Clone(info.GetLimits()).(*sessiondv1.ServerLimits)
 	want.MaxMessageBytes = defaultMaxMessageBytes

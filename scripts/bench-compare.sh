@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measures sessiond against DESIGN.md's performance targets, side by side in
+# Measures sessiond against its performance targets (README "Performance"), side by side in
 # one run on this machine: the floor (disk append+fdatasync, gRPC unary round
 # trip), sessiond's durable appends with 1 and 16 clients, Redis with
 # `appendonly yes, appendfsync always` and PostgreSQL with

@@ -1,5 +1,5 @@
 // Command sessiond-load drives a running sessiond with the generated gRPC
-// client and reports throughput and latency, so that DESIGN.md's performance
+// client and reports throughput and latency, so that sessiond's performance
 // targets can be checked side by side with the floor and with the stores a
 // user would pick instead (scripts/bench-compare.sh runs it).
 //
