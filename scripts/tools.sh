@@ -6,7 +6,8 @@
 #     where that works: it is much faster than building it);
 #   - Debian's python3-grpcio and python3-grpc-tools (the Python client
 #     tests and scripts/gen-python.sh) and systemd (systemd-analyze checks
-#     packaging/sessiond.service), with apt-get;
+#     packaging/sessiond.service) and, when missing, postgresql (the tests'
+#     private server, scripts/postgres.sh), with apt-get;
 #   - Node.js and npm if missing (apt-get), then the Node.js client's
 #     packages with `npm ci` in clients/node.
 # It expects Debian (or Ubuntu), root or sudo, Go on PATH, and the Go module
@@ -89,6 +90,11 @@ apt_install() {
 	local apt_packages=(python3-grpcio python3-grpc-tools systemd)
 	if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
 		apt_packages+=(nodejs npm)
+	fi
+	# The tests' private PostgreSQL (scripts/postgres.sh, which would install
+	# it too, but only later, when the test check starts).
+	if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+		apt_packages+=(postgresql)
 	fi
 	for p in "${apt_packages[@]}"; do
 		if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]]; then
