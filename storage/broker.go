@@ -265,11 +265,13 @@ func (b *Broker) trimLocked(keep *history) {
 		if h == keep {
 			n-- // its newest event stays, as in the per-session bound
 		}
-		for i := 0; i < n && b.total > b.maxTotal; i++ {
-			before := h.cost
-			h.dropOldest(1)
-			b.total -= before - h.cost
+		drop, excess := 0, b.total-b.maxTotal
+		for ; drop < n && excess > 0; drop++ {
+			excess -= h.sizes[drop]
 		}
+		before := h.cost
+		h.dropOldest(drop)
+		b.total -= before - h.cost
 	}
 }
 
