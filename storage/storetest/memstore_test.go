@@ -481,16 +481,7 @@ func (s *memStore) Search(ctx context.Context, opts storage.SearchOptions, yield
 			}
 		}
 		for i, m := range ms {
-			texts := []string{m.GetContent()}
-			for _, p := range m.GetParts() {
-				if p.GetText() != "" {
-					texts = append(texts, p.GetText())
-				}
-			}
-			for _, tc := range m.GetToolCalls() {
-				texts = append(texts, tc.GetArguments())
-			}
-			for _, txt := range texts {
+			for _, txt := range storage.MessageTexts(m) {
 				if strings.Contains(strings.ToLower(txt), q) {
 					hits = append(hits, storage.SearchHit{Session: meta, MessageIndex: int64(i), Snippet: txt})
 					break
