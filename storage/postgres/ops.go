@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -602,7 +601,7 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 		var id string
 		var body []byte
 		if _, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
-			stored[id] = slices.Clone(body)
+			stored[id] = body // pgx scans each row into a fresh slice
 			return nil
 		}); err != nil {
 			_ = br.Close()
