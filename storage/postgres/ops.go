@@ -308,8 +308,14 @@ func readMessages(ctx context.Context, tx pgx.Tx, id string, from, limit int64) 
 	if err != nil {
 		return nil, err
 	}
+	return decodeAll(id, bodies)
+}
+
+// decodeAll decodes bodies, messages of session id, in order.
+func decodeAll(id string, bodies [][]byte) ([]*sessiondv1.Message, error) {
 	out := make([]*sessiondv1.Message, len(bodies))
 	for i, b := range bodies {
+		var err error
 		if out[i], err = decode(id, b); err != nil {
 			return nil, err
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
-	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -127,13 +126,9 @@ func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]stora
 				if len(bodies) != int(count) {
 					return fmt.Errorf("postgres: event %d of session %s appended %d messages but %d are stored: %w", rev, id, count, len(bodies), storage.ErrDataLoss)
 				}
-				ev.Messages = make([]*sessiondv1.Message, len(bodies))
-				for i, b := range bodies {
-					m, err := decode(id, b)
-					if err != nil {
-						return err
-					}
-					ev.Messages[i] = m
+				var err error
+				if ev.Messages, err = decodeAll(id, bodies); err != nil {
+					return err
 				}
 			}
 			out = append(out, ev)
