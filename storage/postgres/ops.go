@@ -392,15 +392,9 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 				if !errors.Is(err, pgx.ErrNoRows) {
 					return err
 				}
-				// A session deleted with this id leaves its last event.
-				if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
-					return err
-				}
 			}
 			var err error
-			out, err = s.insertNew(ctx, tx, m, func() error {
-				return insertMessages(ctx, tx, m.ID, 0, msgs.Prepared)
-			})
+			out, err = s.createNew(ctx, tx, m, msgs.Prepared, fixed)
 			return err
 		})
 		if fixed && attempt == 0 && uniqueViolation(err, sessionKey) {
@@ -411,6 +405,18 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 		}
 		return out, err
 	}
+}
+
+// createNew inserts the new session m with msgs as its messages. An id
+// the client chose (fixed) may be that of a deleted session, which left its
+// last event: that goes first.
+func (s *Store) createNew(ctx context.Context, tx *wtx, m *storage.Session, msgs []*sessiondv1.Message, fixed bool) (*storage.Session, error) {
+	if fixed {
+		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
+			return nil, err
+		}
+	}
+	return s.insertNew(ctx, tx, m, func() error { return insertMessages(ctx, tx, m.ID, 0, msgs) })
 }
 
 // insertNew inserts the new session m, its messages (fill) and its first
@@ -487,12 +493,11 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 					ID: req.Ref.ID, Namespace: req.Ref.Namespace, Alias: req.Ref.Alias, Title: req.Title, Summary: req.Summary,
 					CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: int64(len(msgs.Prepared)), Metadata: maps.Clone(req.Metadata),
 				}
-				if m.ID == "" {
+				fixed := m.ID != ""
+				if !fixed {
 					m.ID = uuid.Must(uuid.NewV7()).String()
-				} else if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
-					return err
 				}
-				out, err = s.insertNew(ctx, tx, m, func() error { return insertMessages(ctx, tx, m.ID, 0, msgs.Prepared) })
+				out, err = s.createNew(ctx, tx, m, msgs.Prepared, fixed)
 				return err
 			}
 			if err != nil {
