@@ -190,6 +190,11 @@ func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 	return aliasErr(err, m)
 }
 
+// bumpSession writes a session's new time, revision and message count
+// (arguments: id, updated_ns, revision, message_count) when only its
+// messages changed, as in Append and Rewind.
+const bumpSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`
+
 // updateSession writes m's metadata, revision and count.
 func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 	alias, meta, labels, search, err := sessionRow(m)
@@ -643,8 +648,7 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 	}
 	m := cur
 	m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+int64(len(msgs.Prepared)), now(cur.UpdatedAt)
-	b.Queue(`UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
-		m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount)
+	b.Queue(bumpSession, m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount)
 	if err := queueEvent(b, w, storage.EventAppended, m, len(msgs.Prepared)); err != nil {
 		return storage.AppendResult{}, err
 	}
@@ -763,8 +767,7 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		}
 		m := clone(cur)
 		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, cur.Revision+1, now(cur.UpdatedAt)
-		if _, err := tx.Exec(ctx, `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
-			m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount); err != nil {
+		if _, err := tx.Exec(ctx, bumpSession, m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount); err != nil {
 			return err
 		}
 		out = clone(m)
