@@ -56,14 +56,7 @@ type querier interface {
 
 // withConn runs fn on a pooled connection (no transaction).
 func (s *Store) withConn(ctx context.Context, fn func(q querier) error) error {
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.end()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return wrapErr(fn(s.pool))
+	return s.call(ctx, func() error { return fn(s.pool) })
 }
 
 // listWhere builds the filter of a listing; the first argument is the

@@ -82,29 +82,32 @@ type wtx struct {
 // wakes the watchers of what it changed. A write that fails changes
 // nothing: the transaction rolls back.
 func (s *Store) withTx(ctx context.Context, fn func(tx *wtx) error) error {
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.end()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	var w *wtx
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		w = &wtx{Tx: tx}
-		return fn(w)
-	})
-	if err == nil {
-		for _, id := range w.changed {
-			s.wake(id)
+	return s.call(ctx, func() error {
+		var w *wtx
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			w = &wtx{Tx: tx}
+			return fn(w)
+		})
+		if err == nil {
+			for _, id := range w.changed {
+				s.wake(id)
+			}
 		}
-	}
-	return wrapErr(err)
+		return err
+	})
 }
 
 // withSnapshot runs fn in a read-only repeatable-read transaction: one
 // consistent snapshot.
 func (s *Store) withSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.call(ctx, func() error {
+		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+	})
+}
+
+// call runs fn as one call of the store: ErrClosed after Close, ctx's
+// error if it is already done, else fn's error mapped by wrapErr.
+func (s *Store) call(ctx context.Context, fn func() error) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -112,8 +115,7 @@ func (s *Store) withSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
-	return wrapErr(err)
+	return wrapErr(fn())
 }
 
 // wrapErr maps pgx errors, leaving errors that already wrap a storage
@@ -556,28 +558,27 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 // ids in one; then, once CheckAppend has classified the batch, the
 // messages, the session's new revision, its event and COMMIT in the other.
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
-	if err := s.begin(); err != nil {
-		return storage.AppendResult{}, err
-	}
-	defer s.end()
-	if err := ctx.Err(); err != nil {
-		return storage.AppendResult{}, err
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return storage.AppendResult{}, wrapErr(err)
-	}
-	defer conn.Release() // a connection left inside a transaction is closed, not reused
-	w := &wtx{}
-	res, err := s.appendOn(ctx, conn, req, msgs, w)
-	if err != nil {
-		if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
-			_ = conn.Conn().Close(context.Background())
+	var res storage.AppendResult
+	err := s.call(ctx, func() error {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return err
 		}
-		return storage.AppendResult{}, wrapErr(err)
-	}
-	for _, id := range w.changed {
-		s.wake(id)
+		defer conn.Release() // a connection left inside a transaction is closed, not reused
+		w := &wtx{}
+		if res, err = s.appendOn(ctx, conn, req, msgs, w); err != nil {
+			if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
+				_ = conn.Conn().Close(context.Background())
+			}
+			return err
+		}
+		for _, id := range w.changed {
+			s.wake(id)
+		}
+		return nil
+	})
+	if err != nil {
+		return storage.AppendResult{}, err
 	}
 	return res, nil
 }
