@@ -51,7 +51,8 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 		return nil, err
 	}
 	id := cur.ID
-	if _, watched := w.last[id]; watched {
+	_, wasWatched := w.last[id]
+	if wasWatched {
 		// Deliver what the current subscribers have not had yet, so the
 		// new one starts where they are.
 		if err := w.catchUpLocked(ctx, id); err != nil {
@@ -60,10 +61,13 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 	}
 	rev, watched := w.last[id]
 	if !watched {
-		// Not watched (or no longer: unsubscribed, reset or deleted):
-		// start from the session's revision now.
-		if cur, err = s.Get(ctx, ref); err != nil {
-			return nil, err
+		// Not watched (or no longer: unsubscribed, reset or deleted during
+		// the catch-up, which then needs a fresh read): start from the
+		// session's revision now.
+		if wasWatched {
+			if cur, err = s.Get(ctx, ref); err != nil {
+				return nil, err
+			}
 		}
 		rev = cur.Revision
 	}
