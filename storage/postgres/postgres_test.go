@@ -129,20 +129,16 @@ func TestSearchUsesIndexes(t *testing.T) {
 	}
 	for table, index := range map[string]string{"messages": "messages_search", "sessions": "sessions_search"} {
 		col := map[string]string{"messages": "search", "sessions": "meta_search"}[table]
-		var plan strings.Builder
 		rows, err := conn.Query(t.Context(), "EXPLAIN SELECT 1 FROM "+table+" WHERE "+col+" LIKE '%weather in paris%'")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !strings.Contains(plan.String(), index) {
-			t.Errorf("a LIKE on %s.%s does not use %s:\n%s", table, col, index, plan.String())
+		if plan := strings.Join(lines, "\n") + "\n"; !strings.Contains(plan, index) {
+			t.Errorf("a LIKE on %s.%s does not use %s:\n%s", table, col, index, plan)
 		}
 	}
 }
