@@ -56,14 +56,7 @@ type querier interface {
 
 // withConn runs fn on a pooled connection (no transaction).
 func (s *Store) withConn(ctx context.Context, fn func(q querier) error) error {
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.end()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return wrapErr(fn(s.pool))
+	return s.call(ctx, func() error { return fn(s.pool) })
 }
 
 // listWhere builds the filter of a listing; the first argument is the
@@ -99,7 +92,12 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 func listPage1(ctx context.Context, q querier, opts storage.ListOptions, after *storage.Cursor, n int64) ([]*storage.Session, error) {
 	where, args := listWhere(opts, after)
 	args = append(args, n)
-	rows, err := q.Query(ctx, fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, sessions.id LIMIT $%d", sessionCols, where, len(args)), args...)
+	return collectSessions(q.Query(ctx, fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, sessions.id LIMIT $%d", sessionCols, where, len(args)), args...))
+}
+
+// collectSessions scans every row of a sessionCols query, taking the
+// query's own result as it comes.
+func collectSessions(rows pgx.Rows, err error) ([]*storage.Session, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -123,13 +121,10 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 			where, args := listWhere(storage.ListOptions{Namespace: opts.Namespace}, after)
 			args = append(args, pattern, searchPage)
 			p := len(args) - 1
-			rows, err := qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (meta_search LIKE $%d
+			var err error
+			cands, err = collectSessions(qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (meta_search LIKE $%d
 				OR EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id AND m.search LIKE $%d))
-				ORDER BY updated_ns DESC, s.id LIMIT $%d`, sessionCols, where, p, p, p+1), args...)
-			if err != nil {
-				return err
-			}
-			cands, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*storage.Session, error) { return scanSession(r) })
+				ORDER BY updated_ns DESC, s.id LIMIT $%d`, sessionCols, where, p, p, p+1), args...))
 			return err
 		})
 		if err != nil {

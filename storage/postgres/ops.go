@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -83,29 +82,32 @@ type wtx struct {
 // wakes the watchers of what it changed. A write that fails changes
 // nothing: the transaction rolls back.
 func (s *Store) withTx(ctx context.Context, fn func(tx *wtx) error) error {
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.end()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	var w *wtx
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		w = &wtx{Tx: tx}
-		return fn(w)
-	})
-	if err == nil {
-		for _, id := range w.changed {
-			s.wake(id)
+	return s.call(ctx, func() error {
+		var w *wtx
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			w = &wtx{Tx: tx}
+			return fn(w)
+		})
+		if err == nil {
+			for _, id := range w.changed {
+				s.wake(id)
+			}
 		}
-	}
-	return wrapErr(err)
+		return err
+	})
 }
 
 // withSnapshot runs fn in a read-only repeatable-read transaction: one
 // consistent snapshot.
 func (s *Store) withSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.call(ctx, func() error {
+		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+	})
+}
+
+// call runs fn as one call of the store: ErrClosed after Close, ctx's
+// error if it is already done, else fn's error mapped by wrapErr.
+func (s *Store) call(ctx context.Context, fn func() error) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -113,8 +115,7 @@ func (s *Store) withSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
-	return wrapErr(err)
+	return wrapErr(fn())
 }
 
 // wrapErr maps pgx errors, leaving errors that already wrap a storage
@@ -190,6 +191,11 @@ func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 		meta, labels, search)
 	return aliasErr(err, m)
 }
+
+// bumpSession writes a session's new time, revision and message count
+// (arguments: id, updated_ns, revision, message_count) when only its
+// messages changed, as in Append and Rewind.
+const bumpSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`
 
 // updateSession writes m's metadata, revision and count.
 func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
@@ -309,8 +315,14 @@ func readMessages(ctx context.Context, tx pgx.Tx, id string, from, limit int64) 
 	if err != nil {
 		return nil, err
 	}
+	return decodeAll(id, bodies)
+}
+
+// decodeAll decodes bodies, messages of session id, in order.
+func decodeAll(id string, bodies [][]byte) ([]*sessiondv1.Message, error) {
 	out := make([]*sessiondv1.Message, len(bodies))
 	for i, b := range bodies {
+		var err error
 		if out[i], err = decode(id, b); err != nil {
 			return nil, err
 		}
@@ -387,15 +399,9 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 				if !errors.Is(err, pgx.ErrNoRows) {
 					return err
 				}
-				// A session deleted with this id leaves its last event.
-				if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
-					return err
-				}
 			}
 			var err error
-			out, err = s.insertNew(ctx, tx, m, func() error {
-				return insertMessages(ctx, tx, m.ID, 0, msgs.Prepared)
-			})
+			out, err = s.createNew(ctx, tx, m, msgs.Prepared, fixed)
 			return err
 		})
 		if fixed && attempt == 0 && uniqueViolation(err, sessionKey) {
@@ -406,6 +412,18 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 		}
 		return out, err
 	}
+}
+
+// createNew inserts the new session m with msgs as its messages. An id
+// the client chose (fixed) may be that of a deleted session, which left its
+// last event: that goes first.
+func (s *Store) createNew(ctx context.Context, tx *wtx, m *storage.Session, msgs []*sessiondv1.Message, fixed bool) (*storage.Session, error) {
+	if fixed {
+		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
+			return nil, err
+		}
+	}
+	return s.insertNew(ctx, tx, m, func() error { return insertMessages(ctx, tx, m.ID, 0, msgs) })
 }
 
 // insertNew inserts the new session m, its messages (fill) and its first
@@ -482,12 +500,11 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 					ID: req.Ref.ID, Namespace: req.Ref.Namespace, Alias: req.Ref.Alias, Title: req.Title, Summary: req.Summary,
 					CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: int64(len(msgs.Prepared)), Metadata: maps.Clone(req.Metadata),
 				}
-				if m.ID == "" {
+				fixed := m.ID != ""
+				if !fixed {
 					m.ID = uuid.Must(uuid.NewV7()).String()
-				} else if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
-					return err
 				}
-				out, err = s.insertNew(ctx, tx, m, func() error { return insertMessages(ctx, tx, m.ID, 0, msgs.Prepared) })
+				out, err = s.createNew(ctx, tx, m, msgs.Prepared, fixed)
 				return err
 			}
 			if err != nil {
@@ -541,28 +558,27 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 // ids in one; then, once CheckAppend has classified the batch, the
 // messages, the session's new revision, its event and COMMIT in the other.
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
-	if err := s.begin(); err != nil {
-		return storage.AppendResult{}, err
-	}
-	defer s.end()
-	if err := ctx.Err(); err != nil {
-		return storage.AppendResult{}, err
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return storage.AppendResult{}, wrapErr(err)
-	}
-	defer conn.Release() // a connection left inside a transaction is closed, not reused
-	w := &wtx{}
-	res, err := s.appendOn(ctx, conn, req, msgs, w)
-	if err != nil {
-		if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
-			_ = conn.Conn().Close(context.Background())
+	var res storage.AppendResult
+	err := s.call(ctx, func() error {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return err
 		}
-		return storage.AppendResult{}, wrapErr(err)
-	}
-	for _, id := range w.changed {
-		s.wake(id)
+		defer conn.Release() // a connection left inside a transaction is closed, not reused
+		w := &wtx{}
+		if res, err = s.appendOn(ctx, conn, req, msgs, w); err != nil {
+			if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
+				_ = conn.Conn().Close(context.Background())
+			}
+			return err
+		}
+		for _, id := range w.changed {
+			s.wake(id)
+		}
+		return nil
+	})
+	if err != nil {
+		return storage.AppendResult{}, err
 	}
 	return res, nil
 }
@@ -602,7 +618,7 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 		var id string
 		var body []byte
 		if _, err := pgx.ForEachRow(rows, []any{&id, &body}, func() error {
-			stored[id] = slices.Clone(body)
+			stored[id] = body // pgx scans each row into a fresh slice
 			return nil
 		}); err != nil {
 			_ = br.Close()
@@ -633,8 +649,7 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 	}
 	m := cur
 	m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+int64(len(msgs.Prepared)), now(cur.UpdatedAt)
-	b.Queue(`UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
-		m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount)
+	b.Queue(bumpSession, m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount)
 	if err := queueEvent(b, w, storage.EventAppended, m, len(msgs.Prepared)); err != nil {
 		return storage.AppendResult{}, err
 	}
@@ -753,8 +768,7 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		}
 		m := clone(cur)
 		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, cur.Revision+1, now(cur.UpdatedAt)
-		if _, err := tx.Exec(ctx, `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`,
-			m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount); err != nil {
+		if _, err := tx.Exec(ctx, bumpSession, m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount); err != nil {
 			return err
 		}
 		out = clone(m)

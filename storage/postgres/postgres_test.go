@@ -39,20 +39,27 @@ func open(t testing.TB, dsn string) storage.Store {
 	return s
 }
 
+// connect opens a plain connection to dsn, closed when the test ends.
+func connect(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
 // TestNewerSchema: a database migrated by a newer sessiond is refused at
 // start-up, never downgraded.
 func TestNewerSchema(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	open(t, dsn)
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(t.Context())
+	conn := connect(t, dsn)
 	if _, err := conn.Exec(t.Context(), "UPDATE schema_migrations SET version = $1", postgres.SchemaVersion()+1); err != nil {
 		t.Fatal(err)
 	}
-	_, err = postgres.Open(t.Context(), dsn, postgres.Options{})
+	_, err := postgres.Open(t.Context(), dsn, postgres.Options{})
 	if err == nil || !strings.Contains(err.Error(), "newer than the version") {
 		t.Fatalf("Open on a newer schema: %v; want an error saying the schema is newer", err)
 	}
@@ -79,14 +86,11 @@ func BenchmarkList100k(b *testing.B) {
 	const n = 100_000
 	dsn := pgtest.Schema(b)
 	s := open(b, dsn)
-	conn, err := pgx.Connect(b.Context(), dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close(b.Context())
+	conn := connect(b, dsn)
 	// Seed with one statement: rows as the driver writes them.
 	metas := make([][]byte, n)
 	for i := range metas {
+		var err error
 		if metas[i], err = postgres.EncodeMeta(&storage.Session{Title: fmt.Sprint("session ", i+1), Labels: map[string]string{"team": "a"}}); err != nil {
 			b.Fatal(err)
 		}
@@ -119,30 +123,22 @@ func BenchmarkList100k(b *testing.B) {
 func TestSearchUsesIndexes(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	open(t, dsn)
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(t.Context())
+	conn := connect(t, dsn)
 	if _, err := conn.Exec(t.Context(), "SET enable_seqscan = off"); err != nil {
 		t.Fatal(err)
 	}
 	for table, index := range map[string]string{"messages": "messages_search", "sessions": "sessions_search"} {
 		col := map[string]string{"messages": "search", "sessions": "meta_search"}[table]
-		var plan strings.Builder
 		rows, err := conn.Query(t.Context(), "EXPLAIN SELECT 1 FROM "+table+" WHERE "+col+" LIKE '%weather in paris%'")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan.WriteString(line + "\n")
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !strings.Contains(plan.String(), index) {
-			t.Errorf("a LIKE on %s.%s does not use %s:\n%s", table, col, index, plan.String())
+		if plan := strings.Join(lines, "\n") + "\n"; !strings.Contains(plan, index) {
+			t.Errorf("a LIKE on %s.%s does not use %s:\n%s", table, col, index, plan)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 
-	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -52,7 +51,8 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 		return nil, err
 	}
 	id := cur.ID
-	if _, watched := w.last[id]; watched {
+	_, wasWatched := w.last[id]
+	if wasWatched {
 		// Deliver what the current subscribers have not had yet, so the
 		// new one starts where they are.
 		if err := w.catchUpLocked(ctx, id); err != nil {
@@ -61,10 +61,13 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 	}
 	rev, watched := w.last[id]
 	if !watched {
-		// Not watched (or no longer: unsubscribed, reset or deleted):
-		// start from the session's revision now.
-		if cur, err = s.Get(ctx, ref); err != nil {
-			return nil, err
+		// Not watched (or no longer: unsubscribed, reset or deleted during
+		// the catch-up, which then needs a fresh read): start from the
+		// session's revision now.
+		if wasWatched {
+			if cur, err = s.Get(ctx, ref); err != nil {
+				return nil, err
+			}
 		}
 		rev = cur.Revision
 	}
@@ -127,13 +130,9 @@ func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]stora
 				if len(bodies) != int(count) {
 					return fmt.Errorf("postgres: event %d of session %s appended %d messages but %d are stored: %w", rev, id, count, len(bodies), storage.ErrDataLoss)
 				}
-				ev.Messages = make([]*sessiondv1.Message, len(bodies))
-				for i, b := range bodies {
-					m, err := decode(id, b)
-					if err != nil {
-						return err
-					}
-					ev.Messages[i] = m
+				var err error
+				if ev.Messages, err = decodeAll(id, bodies); err != nil {
+					return err
 				}
 			}
 			out = append(out, ev)
