@@ -183,7 +183,7 @@ type authStream struct {
 	method  string
 	rule    methodRule
 	tok     auth.Token
-	checked bool // the first message has been authorised
+	checked bool // a message has been authorised (its role at least)
 }
 
 func (s *authStream) RecvMsg(m any) error {
@@ -193,6 +193,7 @@ func (s *authStream) RecvMsg(m any) error {
 	ns, ok := requestNamespace(m)
 	switch {
 	case ok:
+		s.checked = true
 		return s.a.permit(s.Context(), s.method, s.rule, &s.tok, ns)
 	case !s.checked:
 		s.checked = true
