@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/auth"
 )
 
@@ -105,18 +104,8 @@ func ruleFor(method string) (methodRule, bool) {
 // requestNamespace returns the namespace a request message names, and false
 // for a message that names none (a SaveSession frame after the header).
 func requestNamespace(m any) (string, bool) {
-	switch r := m.(type) {
-	case *sessiondv1.SaveSessionRequest:
-		if h := r.GetHeader(); h != nil {
-			return h.GetRef().GetNamespace(), true
-		}
-		return "", false
-	case interface{ GetRef() *sessiondv1.SessionRef }:
-		return r.GetRef().GetNamespace(), true
-	case interface{ GetNamespace() string }:
-		return r.GetNamespace(), true
-	}
-	return "", false
+	ns, _, _, ok := requestSession(m)
+	return ns, ok
 }
 
 // TokenLookup finds the token a secret belongs to; auth.Keeper is one.
@@ -194,7 +183,7 @@ type authStream struct {
 	method  string
 	rule    methodRule
 	tok     auth.Token
-	checked bool // the first message has been authorised
+	checked bool // a message has been authorised (its role at least)
 }
 
 func (s *authStream) RecvMsg(m any) error {
@@ -204,6 +193,7 @@ func (s *authStream) RecvMsg(m any) error {
 	ns, ok := requestNamespace(m)
 	switch {
 	case ok:
+		s.checked = true
 		return s.a.permit(s.Context(), s.method, s.rule, &s.tok, ns)
 	case !s.checked:
 		s.checked = true

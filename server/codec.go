@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -118,11 +117,7 @@ func (s *Server) utf8Status(ctx context.Context, method string, v any) error {
 		return nil
 	}
 	field := f.(string)
-	fields := []zap.Field{zap.String("method", method), zap.String("field", field)}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		fields = append(fields, zap.String("peer", p.Addr.String()))
-	}
-	s.log.Info("request with invalid UTF-8", fields...)
+	s.log.Info("request with invalid UTF-8", zap.String("method", method), zap.String("field", field), peerField(ctx))
 	ferr := storage.Invalid(field, "is not valid UTF-8 (string fields must be)")
 	return withDetails(status.New(codes.InvalidArgument, ferr.Error()), ferr).Err()
 }

@@ -63,24 +63,35 @@ func (ci *callInfo) noteRequest(req any) {
 // requestFields names the session (or namespace) a request is about, as
 // log fields; nil when it names none.
 func requestFields(req any) []any {
-	switch r := req.(type) {
-	case *sessiondv1.SaveSessionRequest:
-		return refFields(r.GetHeader().GetRef())
-	case *sessiondv1.CreateSessionRequest:
-		return sessionFields(r.GetNamespace(), r.GetId(), r.GetAlias())
-	case interface{ GetRef() *sessiondv1.SessionRef }:
-		return refFields(r.GetRef())
-	case interface{ GetNamespace() string }: // ListSessions, SearchSessions
-		return []any{"namespace", r.GetNamespace()}
-	}
-	return nil
-}
-
-func refFields(ref *sessiondv1.SessionRef) []any {
-	if ref == nil {
+	ns, id, alias, ok := requestSession(req)
+	if !ok {
 		return nil
 	}
-	return sessionFields(ref.GetNamespace(), ref.GetId(), ref.GetAlias())
+	return sessionFields(ns, id, alias)
+}
+
+// requestSession returns the namespace, id and alias a request message
+// names, and false for a message that names no namespace (a SaveSession
+// frame after the header). The call log and the Authorizer both read it.
+func requestSession(m any) (ns, id, alias string, ok bool) {
+	var ref *sessiondv1.SessionRef
+	switch r := m.(type) {
+	case *sessiondv1.SaveSessionRequest:
+		h := r.GetHeader()
+		if h == nil {
+			return "", "", "", false
+		}
+		ref = h.GetRef()
+	case *sessiondv1.CreateSessionRequest:
+		return r.GetNamespace(), r.GetId(), r.GetAlias(), true
+	case interface{ GetRef() *sessiondv1.SessionRef }:
+		ref = r.GetRef()
+	case interface{ GetNamespace() string }: // ListSessions, SearchSessions
+		return r.GetNamespace(), "", "", true
+	default:
+		return "", "", "", false
+	}
+	return ref.GetNamespace(), ref.GetId(), ref.GetAlias(), true
 }
 
 func sessionFields(namespace, id, alias string) []any {
@@ -94,7 +105,7 @@ func sessionFields(namespace, id, alias string) []any {
 	return f
 }
 
-// storageRefFields are refFields for a ref already converted to storage's
+// storageRefFields are the session fields of a ref already converted to storage's
 // type, as zap fields, for the lines the error mapping logs.
 func storageRefFields(ref *storage.Ref) []zap.Field {
 	if ref == nil {
