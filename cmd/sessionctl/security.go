@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -45,17 +46,14 @@ func (s *securityFlags) dialOptions(addr string) ([]grpc.DialOption, error) {
 	if (s.tlsCert == "") != (s.tlsKey == "") {
 		return nil, usageErrorf("--tls-cert and --tls-key go together: give both or neither")
 	}
-	var err error
-	var opts []grpc.DialOption
+	var cfg *tls.Config // nil: plaintext
 	if s.tls || s.tlsCA != "" || s.tlsCert != "" {
-		cfg, cerr := client.TLSConfig(s.tlsCA, s.tlsCert, s.tlsKey)
-		if cerr != nil {
-			return nil, usageErrorf("%v", strings.TrimPrefix(cerr.Error(), "client: "))
+		var err error
+		if cfg, err = client.TLSConfig(s.tlsCA, s.tlsCert, s.tlsKey); err != nil {
+			return nil, usageErrorf("%v", strings.TrimPrefix(err.Error(), "client: "))
 		}
-		opts, err = client.GRPCDialOptions(addr, s.token, cfg)
-	} else {
-		opts, err = client.GRPCDialOptions(addr, s.token, nil)
 	}
+	opts, err := client.GRPCDialOptions(addr, s.token, cfg)
 	if err != nil {
 		return nil, usageErrorf("--token: %v; add --tls-ca FILE (or --tls)", strings.TrimPrefix(err.Error(), "client: "))
 	}
