@@ -417,7 +417,7 @@ func (h *Handle) savable(from, to int) int {
 // or invalid UTF-8 (the rules the daemon applies to one message), or an id
 // already in the handle is ErrInvalid, and then nothing is appended.
 func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
-	add, _, err := h.prepare("append", msgs)
+	add, ids, err := h.prepare("append", msgs)
 	if err != nil {
 		return err
 	}
@@ -437,9 +437,7 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 		h.entries = h.entries[:n]
 		return fmt.Errorf("client: append: %w", err)
 	}
-	for _, e := range add {
-		h.ids[e.m.Id] = struct{}{}
-	}
+	maps.Copy(h.ids, ids)
 	h.poke()
 	return nil
 }
