@@ -24,6 +24,7 @@ package sessiondv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -280,6 +281,79 @@ func (x *Reasoning) GetSignature() string {
 	return ""
 }
 
+// Usage counts the tokens of a model call. Every count is zero or more.
+type Usage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens the model read, cached ones included.
+	InputTokens int64 `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// Tokens the model wrote, reasoning ones included.
+	OutputTokens int64 `protobuf:"varint,2,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Of input_tokens, those served from the provider's prompt cache.
+	CachedInputTokens int64 `protobuf:"varint,3,opt,name=cached_input_tokens,json=cachedInputTokens,proto3" json:"cached_input_tokens,omitempty"`
+	// Of output_tokens, those spent on reasoning.
+	ReasoningTokens int64 `protobuf:"varint,4,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Usage) Reset() {
+	*x = Usage{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Usage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Usage) ProtoMessage() {}
+
+func (x *Usage) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Usage.ProtoReflect.Descriptor instead.
+func (*Usage) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Usage) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetCachedInputTokens() int64 {
+	if x != nil {
+		return x.CachedInputTokens
+	}
+	return 0
+}
+
+func (x *Usage) GetReasoningTokens() int64 {
+	if x != nil {
+		return x.ReasoningTokens
+	}
+	return 0
+}
+
 // Blob is binary content, such as an image.
 type Blob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -293,7 +367,7 @@ type Blob struct {
 
 func (x *Blob) Reset() {
 	*x = Blob{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[2]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -305,7 +379,7 @@ func (x *Blob) String() string {
 func (*Blob) ProtoMessage() {}
 
 func (x *Blob) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[2]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -318,7 +392,7 @@ func (x *Blob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Blob.ProtoReflect.Descriptor instead.
 func (*Blob) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{2}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Blob) GetMimeType() string {
@@ -352,7 +426,7 @@ type ContentPart struct {
 
 func (x *ContentPart) Reset() {
 	*x = ContentPart{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -364,7 +438,7 @@ func (x *ContentPart) String() string {
 func (*ContentPart) ProtoMessage() {}
 
 func (x *ContentPart) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[3]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -377,7 +451,7 @@ func (x *ContentPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentPart.ProtoReflect.Descriptor instead.
 func (*ContentPart) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{3}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ContentPart) GetKind() isContentPart_Kind {
@@ -454,23 +528,29 @@ type Message struct {
 	Parts []*ContentPart `protobuf:"bytes,4,rep,name=parts,proto3" json:"parts,omitempty"`
 	// Tool calls requested by an assistant message.
 	ToolCalls []*ToolCall `protobuf:"bytes,5,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	// For a ROLE_TOOL message: the id of the tool call it answers.
+	// For a ROLE_TOOL message: the id of the tool call it answers, which an
+	// earlier assistant message of the session (or of the same batch) made and
+	// no other ROLE_TOOL message answers; empty is allowed.
 	ToolCallId string `protobuf:"bytes,6,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	// An optional name of the author (a tool name, a participant).
 	Name string `protobuf:"bytes,7,opt,name=name,proto3" json:"name,omitempty"`
 	// The client's time if set, else when the server accepted the message.
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	// Free-form metadata, such as the model name or token counts.
+	// Free-form metadata.
 	Metadata map[string]string `protobuf:"bytes,9,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The model's reasoning, if the provider returned it.
-	Reasoning     *Reasoning `protobuf:"bytes,10,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	Reasoning *Reasoning `protobuf:"bytes,10,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	// The model that wrote the message (for assistant messages), e.g. "gpt-4.1".
+	Model string `protobuf:"bytes,11,opt,name=model,proto3" json:"model,omitempty"`
+	// The tokens the model call that produced this message used.
+	Usage         *Usage `protobuf:"bytes,12,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +562,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[4]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +575,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{4}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Message) GetId() string {
@@ -568,6 +648,20 @@ func (x *Message) GetReasoning() *Reasoning {
 	return nil
 }
 
+func (x *Message) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *Message) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 // ForkOrigin says which session a fork was made from.
 type ForkOrigin struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -581,7 +675,7 @@ type ForkOrigin struct {
 
 func (x *ForkOrigin) Reset() {
 	*x = ForkOrigin{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +687,7 @@ func (x *ForkOrigin) String() string {
 func (*ForkOrigin) ProtoMessage() {}
 
 func (x *ForkOrigin) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[5]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +700,7 @@ func (x *ForkOrigin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkOrigin.ProtoReflect.Descriptor instead.
 func (*ForkOrigin) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{5}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ForkOrigin) GetSessionId() string {
@@ -651,14 +745,25 @@ type Session struct {
 	// Set when the session was forked from another.
 	Parent *ForkOrigin `protobuf:"bytes,12,opt,name=parent,proto3" json:"parent,omitempty"`
 	// The messages; empty in metadata-only answers.
-	Messages      []*Message `protobuf:"bytes,13,rep,name=messages,proto3" json:"messages,omitempty"`
+	Messages []*Message `protobuf:"bytes,13,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The ids of the tool calls made by the session's assistant messages that
+	// no later ROLE_TOOL message answers, in the order they were made.
+	OpenToolCallIds []string `protobuf:"bytes,14,rep,name=open_tool_call_ids,json=openToolCallIds,proto3" json:"open_tool_call_ids,omitempty"`
+	// The sum of the usage of every message.
+	Usage *Usage `protobuf:"bytes,15,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The models the messages name, most recently used first, each once.
+	Models []string `protobuf:"bytes,16,rep,name=models,proto3" json:"models,omitempty"`
+	// The idle time to live: a session not updated for this long is deleted
+	// by the daemon. Unset (or zero) keeps the session until it is deleted,
+	// unless the daemon sets a default for the namespace.
+	ExpireAfter   *durationpb.Duration `protobuf:"bytes,17,opt,name=expire_after,json=expireAfter,proto3" json:"expire_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +775,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[6]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +788,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{6}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Session) GetId() string {
@@ -777,6 +882,34 @@ func (x *Session) GetMessages() []*Message {
 	return nil
 }
 
+func (x *Session) GetOpenToolCallIds() []string {
+	if x != nil {
+		return x.OpenToolCallIds
+	}
+	return nil
+}
+
+func (x *Session) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *Session) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *Session) GetExpireAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ExpireAfter
+	}
+	return nil
+}
+
 // SessionRef names one session, by id or by alias, within a namespace.
 type SessionRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -795,7 +928,7 @@ type SessionRef struct {
 
 func (x *SessionRef) Reset() {
 	*x = SessionRef{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +940,7 @@ func (x *SessionRef) String() string {
 func (*SessionRef) ProtoMessage() {}
 
 func (x *SessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[7]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +953,7 @@ func (x *SessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRef.ProtoReflect.Descriptor instead.
 func (*SessionRef) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{7}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionRef) GetNamespace() string {
@@ -899,7 +1032,7 @@ type ServerLimits struct {
 
 func (x *ServerLimits) Reset() {
 	*x = ServerLimits{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1044,7 @@ func (x *ServerLimits) String() string {
 func (*ServerLimits) ProtoMessage() {}
 
 func (x *ServerLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[8]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1057,7 @@ func (x *ServerLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerLimits.ProtoReflect.Descriptor instead.
 func (*ServerLimits) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{8}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ServerLimits) GetMaxMessageBytes() int64 {
@@ -1012,14 +1145,16 @@ type CreateSessionRequest struct {
 	// revision instead of 1, so that a session exported and imported again
 	// never goes back to a revision a watcher or a client already holds.
 	// 0 means 1.
-	Revision      uint64 `protobuf:"varint,11,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,11,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The idle time to live (see Session.expire_after).
+	ExpireAfter   *durationpb.Duration `protobuf:"bytes,12,opt,name=expire_after,json=expireAfter,proto3" json:"expire_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1166,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[9]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1179,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{9}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateSessionRequest) GetNamespace() string {
@@ -1124,6 +1259,13 @@ func (x *CreateSessionRequest) GetRevision() uint64 {
 	return 0
 }
 
+func (x *CreateSessionRequest) GetExpireAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ExpireAfter
+	}
+	return nil
+}
+
 // The response of CreateSession.
 type CreateSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1135,7 +1277,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1289,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[10]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1302,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{10}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateSessionResponse) GetSession() *Session {
@@ -1181,7 +1323,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1335,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[11]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1348,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{11}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetSessionRequest) GetRef() *SessionRef {
@@ -1227,7 +1369,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1381,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[12]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1394,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{12}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -1272,14 +1414,19 @@ type LoadSessionRequest struct {
 	// How many messages to send at most; 0 means all.
 	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Send the last `limit` messages instead (offset must be 0).
-	Tail          bool `protobuf:"varint,4,opt,name=tail,proto3" json:"tail,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tail bool `protobuf:"varint,4,opt,name=tail,proto3" json:"tail,omitempty"`
+	// After each assistant message whose tool calls no stored ROLE_TOOL message
+	// answers, send a synthetic ROLE_TOOL result per open call, saying the call
+	// was interrupted, so that the history is one a model API accepts. Nothing
+	// is stored; the synthetic results are not counted in message_count.
+	CloseOpenToolCalls bool `protobuf:"varint,5,opt,name=close_open_tool_calls,json=closeOpenToolCalls,proto3" json:"close_open_tool_calls,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *LoadSessionRequest) Reset() {
 	*x = LoadSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1438,7 @@ func (x *LoadSessionRequest) String() string {
 func (*LoadSessionRequest) ProtoMessage() {}
 
 func (x *LoadSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[13]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1451,7 @@ func (x *LoadSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadSessionRequest.ProtoReflect.Descriptor instead.
 func (*LoadSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{13}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LoadSessionRequest) GetRef() *SessionRef {
@@ -1335,6 +1482,13 @@ func (x *LoadSessionRequest) GetTail() bool {
 	return false
 }
 
+func (x *LoadSessionRequest) GetCloseOpenToolCalls() bool {
+	if x != nil {
+		return x.CloseOpenToolCalls
+	}
+	return false
+}
+
 // One frame of LoadSession. The first frame carries the session (metadata
 // only); every frame may carry a batch of messages of about 1 MiB at most (a
 // bigger message travels alone).
@@ -1350,7 +1504,7 @@ type LoadSessionResponse struct {
 
 func (x *LoadSessionResponse) Reset() {
 	*x = LoadSessionResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1516,7 @@ func (x *LoadSessionResponse) String() string {
 func (*LoadSessionResponse) ProtoMessage() {}
 
 func (x *LoadSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[14]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1529,7 @@ func (x *LoadSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadSessionResponse.ProtoReflect.Descriptor instead.
 func (*LoadSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{14}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LoadSessionResponse) GetSession() *Session {
@@ -1408,14 +1562,16 @@ type ListSessionsRequest struct {
 	// How many sessions to send at most; 0 means all.
 	Limit int64 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Resume just after the session whose frame carried this token.
-	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only sessions with a message written by this model.
+	Model         string `protobuf:"bytes,8,opt,name=model,proto3" json:"model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1583,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[15]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1596,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{15}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListSessionsRequest) GetNamespace() string {
@@ -1492,6 +1648,13 @@ func (x *ListSessionsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListSessionsRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
 // One frame of ListSessions: sessions come newest-updated first, then by id.
 type ListSessionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1505,7 +1668,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1680,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[16]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1693,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{16}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListSessionsResponse) GetSession() *Session {
@@ -1568,7 +1731,7 @@ type SaveSessionHeader struct {
 
 func (x *SaveSessionHeader) Reset() {
 	*x = SaveSessionHeader{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1743,7 @@ func (x *SaveSessionHeader) String() string {
 func (*SaveSessionHeader) ProtoMessage() {}
 
 func (x *SaveSessionHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[17]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1756,7 @@ func (x *SaveSessionHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSessionHeader.ProtoReflect.Descriptor instead.
 func (*SaveSessionHeader) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{17}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SaveSessionHeader) GetRef() *SessionRef {
@@ -1652,7 +1815,7 @@ type SaveSessionRequest struct {
 
 func (x *SaveSessionRequest) Reset() {
 	*x = SaveSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1827,7 @@ func (x *SaveSessionRequest) String() string {
 func (*SaveSessionRequest) ProtoMessage() {}
 
 func (x *SaveSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[18]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1840,7 @@ func (x *SaveSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSessionRequest.ProtoReflect.Descriptor instead.
 func (*SaveSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{18}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SaveSessionRequest) GetHeader() *SaveSessionHeader {
@@ -1705,7 +1868,7 @@ type SaveSessionResponse struct {
 
 func (x *SaveSessionResponse) Reset() {
 	*x = SaveSessionResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1880,7 @@ func (x *SaveSessionResponse) String() string {
 func (*SaveSessionResponse) ProtoMessage() {}
 
 func (x *SaveSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[19]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1893,7 @@ func (x *SaveSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSessionResponse.ProtoReflect.Descriptor instead.
 func (*SaveSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{19}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SaveSessionResponse) GetSession() *Session {
@@ -1758,7 +1921,7 @@ type AppendMessagesRequest struct {
 
 func (x *AppendMessagesRequest) Reset() {
 	*x = AppendMessagesRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1933,7 @@ func (x *AppendMessagesRequest) String() string {
 func (*AppendMessagesRequest) ProtoMessage() {}
 
 func (x *AppendMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[20]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1946,7 @@ func (x *AppendMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendMessagesRequest.ProtoReflect.Descriptor instead.
 func (*AppendMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{20}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AppendMessagesRequest) GetRef() *SessionRef {
@@ -1820,7 +1983,7 @@ type AppendMessagesResponse struct {
 
 func (x *AppendMessagesResponse) Reset() {
 	*x = AppendMessagesResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1995,7 @@ func (x *AppendMessagesResponse) String() string {
 func (*AppendMessagesResponse) ProtoMessage() {}
 
 func (x *AppendMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[21]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +2008,7 @@ func (x *AppendMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendMessagesResponse.ProtoReflect.Descriptor instead.
 func (*AppendMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{21}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AppendMessagesResponse) GetRevision() uint64 {
@@ -1870,7 +2033,8 @@ type UpdateSessionRequest struct {
 	// The new values of the fields named in update_mask.
 	Session *Session `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
 	// Which fields to change: alias (empty removes it), title, summary,
-	// metadata, labels. An empty mask is INVALID_ARGUMENT.
+	// metadata, labels, expire_after (unset removes it). An empty mask is
+	// INVALID_ARGUMENT.
 	UpdateMask *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	// If non-zero, the update fails with ABORTED unless the session is at this revision.
 	ExpectedRevision uint64 `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
@@ -1880,7 +2044,7 @@ type UpdateSessionRequest struct {
 
 func (x *UpdateSessionRequest) Reset() {
 	*x = UpdateSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2056,7 @@ func (x *UpdateSessionRequest) String() string {
 func (*UpdateSessionRequest) ProtoMessage() {}
 
 func (x *UpdateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[22]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2069,7 @@ func (x *UpdateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSessionRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{22}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateSessionRequest) GetRef() *SessionRef {
@@ -1947,7 +2111,7 @@ type UpdateSessionResponse struct {
 
 func (x *UpdateSessionResponse) Reset() {
 	*x = UpdateSessionResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2123,7 @@ func (x *UpdateSessionResponse) String() string {
 func (*UpdateSessionResponse) ProtoMessage() {}
 
 func (x *UpdateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[23]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2136,7 @@ func (x *UpdateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSessionResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{23}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateSessionResponse) GetSession() *Session {
@@ -1995,7 +2159,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2171,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[24]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2184,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{24}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteSessionRequest) GetRef() *SessionRef {
@@ -2046,7 +2210,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2222,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[25]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2235,7 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{25}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
 }
 
 // The request of ForkSession.
@@ -2092,7 +2256,7 @@ type ForkSessionRequest struct {
 
 func (x *ForkSessionRequest) Reset() {
 	*x = ForkSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2268,7 @@ func (x *ForkSessionRequest) String() string {
 func (*ForkSessionRequest) ProtoMessage() {}
 
 func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[26]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2281,7 @@ func (x *ForkSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForkSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{26}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ForkSessionRequest) GetRef() *SessionRef {
@@ -2159,7 +2323,7 @@ type ForkSessionResponse struct {
 
 func (x *ForkSessionResponse) Reset() {
 	*x = ForkSessionResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2335,7 @@ func (x *ForkSessionResponse) String() string {
 func (*ForkSessionResponse) ProtoMessage() {}
 
 func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[27]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2348,7 @@ func (x *ForkSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForkSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{27}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ForkSessionResponse) GetSession() *Session {
@@ -2210,7 +2374,7 @@ type RewindSessionRequest struct {
 
 func (x *RewindSessionRequest) Reset() {
 	*x = RewindSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2386,7 @@ func (x *RewindSessionRequest) String() string {
 func (*RewindSessionRequest) ProtoMessage() {}
 
 func (x *RewindSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[28]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2399,7 @@ func (x *RewindSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindSessionRequest.ProtoReflect.Descriptor instead.
 func (*RewindSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{28}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RewindSessionRequest) GetRef() *SessionRef {
@@ -2270,7 +2434,7 @@ type RewindSessionResponse struct {
 
 func (x *RewindSessionResponse) Reset() {
 	*x = RewindSessionResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2446,7 @@ func (x *RewindSessionResponse) String() string {
 func (*RewindSessionResponse) ProtoMessage() {}
 
 func (x *RewindSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[29]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2459,7 @@ func (x *RewindSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RewindSessionResponse.ProtoReflect.Descriptor instead.
 func (*RewindSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{29}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RewindSessionResponse) GetSession() *Session {
@@ -2321,7 +2485,7 @@ type SearchSessionsRequest struct {
 
 func (x *SearchSessionsRequest) Reset() {
 	*x = SearchSessionsRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2497,7 @@ func (x *SearchSessionsRequest) String() string {
 func (*SearchSessionsRequest) ProtoMessage() {}
 
 func (x *SearchSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[30]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2510,7 @@ func (x *SearchSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchSessionsRequest.ProtoReflect.Descriptor instead.
 func (*SearchSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{30}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SearchSessionsRequest) GetNamespace() string {
@@ -2385,7 +2549,7 @@ type SearchSessionsResponse struct {
 
 func (x *SearchSessionsResponse) Reset() {
 	*x = SearchSessionsResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2561,7 @@ func (x *SearchSessionsResponse) String() string {
 func (*SearchSessionsResponse) ProtoMessage() {}
 
 func (x *SearchSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[31]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2574,7 @@ func (x *SearchSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchSessionsResponse.ProtoReflect.Descriptor instead.
 func (*SearchSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{31}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SearchSessionsResponse) GetSession() *Session {
@@ -2448,7 +2612,7 @@ type WatchSessionRequest struct {
 
 func (x *WatchSessionRequest) Reset() {
 	*x = WatchSessionRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2624,7 @@ func (x *WatchSessionRequest) String() string {
 func (*WatchSessionRequest) ProtoMessage() {}
 
 func (x *WatchSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[32]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2637,7 @@ func (x *WatchSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionRequest.ProtoReflect.Descriptor instead.
 func (*WatchSessionRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{32}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchSessionRequest) GetRef() *SessionRef {
@@ -2507,7 +2671,7 @@ type WatchSessionResponse struct {
 
 func (x *WatchSessionResponse) Reset() {
 	*x = WatchSessionResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2683,7 @@ func (x *WatchSessionResponse) String() string {
 func (*WatchSessionResponse) ProtoMessage() {}
 
 func (x *WatchSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[33]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2696,7 @@ func (x *WatchSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionResponse.ProtoReflect.Descriptor instead.
 func (*WatchSessionResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{33}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchSessionResponse) GetType() EventType {
@@ -2572,7 +2736,7 @@ type GetServerInfoRequest struct {
 
 func (x *GetServerInfoRequest) Reset() {
 	*x = GetServerInfoRequest{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2584,7 +2748,7 @@ func (x *GetServerInfoRequest) String() string {
 func (*GetServerInfoRequest) ProtoMessage() {}
 
 func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[34]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2597,7 +2761,7 @@ func (x *GetServerInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetServerInfoRequest) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{34}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
 }
 
 // The response of GetServerInfo.
@@ -2615,7 +2779,7 @@ type GetServerInfoResponse struct {
 
 func (x *GetServerInfoResponse) Reset() {
 	*x = GetServerInfoResponse{}
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +2791,7 @@ func (x *GetServerInfoResponse) String() string {
 func (*GetServerInfoResponse) ProtoMessage() {}
 
 func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sessiond_v1_sessiond_proto_msgTypes[35]
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +2804,7 @@ func (x *GetServerInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServerInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetServerInfoResponse) Descriptor() ([]byte, []int) {
-	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{35}
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetServerInfoResponse) GetVersion() string {
@@ -2668,14 +2832,19 @@ var File_sessiond_v1_sessiond_proto protoreflect.FileDescriptor
 
 const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\n" +
-	"\x1asessiond/v1/sessiond.proto\x12\vsessiond.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n" +
+	"\x1asessiond/v1/sessiond.proto\x12\vsessiond.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
 	"\targuments\x18\x03 \x01(\tR\targuments\"=\n" +
 	"\tReasoning\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\tR\tsignature\"7\n" +
+	"\tsignature\x18\x02 \x01(\tR\tsignature\"\xaa\x01\n" +
+	"\x05Usage\x12!\n" +
+	"\finput_tokens\x18\x01 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\x12.\n" +
+	"\x13cached_input_tokens\x18\x03 \x01(\x03R\x11cachedInputTokens\x12)\n" +
+	"\x10reasoning_tokens\x18\x04 \x01(\x03R\x0freasoningTokens\"7\n" +
 	"\x04Blob\x12\x1b\n" +
 	"\tmime_type\x18\x01 \x01(\tR\bmimeType\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"j\n" +
@@ -2683,7 +2852,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x12\x14\n" +
 	"\x04json\x18\x02 \x01(\tH\x00R\x04json\x12'\n" +
 	"\x04blob\x18\x03 \x01(\v2\x11.sessiond.v1.BlobH\x00R\x04blobB\x06\n" +
-	"\x04kind\"\xe4\x03\n" +
+	"\x04kind\"\xa4\x04\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x11.sessiond.v1.RoleR\x04role\x12\x18\n" +
@@ -2698,7 +2867,9 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12>\n" +
 	"\bmetadata\x18\t \x03(\v2\".sessiond.v1.Message.MetadataEntryR\bmetadata\x124\n" +
 	"\treasoning\x18\n" +
-	" \x01(\v2\x16.sessiond.v1.ReasoningR\treasoning\x1a;\n" +
+	" \x01(\v2\x16.sessiond.v1.ReasoningR\treasoning\x12\x14\n" +
+	"\x05model\x18\v \x01(\tR\x05model\x12(\n" +
+	"\x05usage\x18\f \x01(\v2\x12.sessiond.v1.UsageR\x05usage\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
@@ -2706,7 +2877,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"ForkOrigin\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
-	"\rmessage_count\x18\x02 \x01(\x03R\fmessageCount\"\x89\x05\n" +
+	"\rmessage_count\x18\x02 \x01(\x03R\fmessageCount\"\xb6\x06\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
@@ -2723,7 +2894,11 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	" \x03(\v2\".sessiond.v1.Session.MetadataEntryR\bmetadata\x128\n" +
 	"\x06labels\x18\v \x03(\v2 .sessiond.v1.Session.LabelsEntryR\x06labels\x12/\n" +
 	"\x06parent\x18\f \x01(\v2\x17.sessiond.v1.ForkOriginR\x06parent\x120\n" +
-	"\bmessages\x18\r \x03(\v2\x14.sessiond.v1.MessageR\bmessages\x1a;\n" +
+	"\bmessages\x18\r \x03(\v2\x14.sessiond.v1.MessageR\bmessages\x12+\n" +
+	"\x12open_tool_call_ids\x18\x0e \x03(\tR\x0fopenToolCallIds\x12(\n" +
+	"\x05usage\x18\x0f \x01(\v2\x12.sessiond.v1.UsageR\x05usage\x12\x16\n" +
+	"\x06models\x18\x10 \x03(\tR\x06models\x12<\n" +
+	"\fexpire_after\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\vexpireAfter\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -2744,7 +2919,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x11max_map_key_bytes\x18\x05 \x01(\x03R\x0emaxMapKeyBytes\x12-\n" +
 	"\x13max_map_value_bytes\x18\x06 \x01(\x03R\x10maxMapValueBytes\x12*\n" +
 	"\x11max_summary_bytes\x18\a \x01(\x03R\x0fmaxSummaryBytes\x12*\n" +
-	"\x11max_session_bytes\x18\b \x01(\x03R\x0fmaxSessionBytes\"\xd0\x04\n" +
+	"\x11max_session_bytes\x18\b \x01(\x03R\x0fmaxSessionBytes\"\x8e\x05\n" +
 	"\x14CreateSessionRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05alias\x18\x02 \x01(\tR\x05alias\x12\x14\n" +
@@ -2758,7 +2933,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12/\n" +
 	"\x06parent\x18\n" +
 	" \x01(\v2\x17.sessiond.v1.ForkOriginR\x06parent\x12\x1a\n" +
-	"\brevision\x18\v \x01(\x04R\brevision\x1a;\n" +
+	"\brevision\x18\v \x01(\x04R\brevision\x12<\n" +
+	"\fexpire_after\x18\f \x01(\v2\x19.google.protobuf.DurationR\vexpireAfter\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -2770,15 +2946,16 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x11GetSessionRequest\x12)\n" +
 	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\"D\n" +
 	"\x12GetSessionResponse\x12.\n" +
-	"\asession\x18\x01 \x01(\v2\x14.sessiond.v1.SessionR\asession\"\x81\x01\n" +
+	"\asession\x18\x01 \x01(\v2\x14.sessiond.v1.SessionR\asession\"\xb4\x01\n" +
 	"\x12LoadSessionRequest\x12)\n" +
 	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x12\n" +
-	"\x04tail\x18\x04 \x01(\bR\x04tail\"w\n" +
+	"\x04tail\x18\x04 \x01(\bR\x04tail\x121\n" +
+	"\x15close_open_tool_calls\x18\x05 \x01(\bR\x12closeOpenToolCalls\"w\n" +
 	"\x13LoadSessionResponse\x12.\n" +
 	"\asession\x18\x01 \x01(\v2\x14.sessiond.v1.SessionR\asession\x120\n" +
-	"\bmessages\x18\x02 \x03(\v2\x14.sessiond.v1.MessageR\bmessages\"\x90\x03\n" +
+	"\bmessages\x18\x02 \x03(\v2\x14.sessiond.v1.MessageR\bmessages\"\xa6\x03\n" +
 	"\x13ListSessionsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12!\n" +
 	"\falias_prefix\x18\x02 \x01(\tR\valiasPrefix\x12D\n" +
@@ -2787,7 +2964,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x0eupdated_before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\rupdatedBefore\x12\x14\n" +
 	"\x05limit\x18\x06 \x01(\x03R\x05limit\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\a \x01(\tR\tpageToken\x1a9\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\x12\x14\n" +
+	"\x05model\x18\b \x01(\tR\x05model\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"n\n" +
@@ -2903,138 +3081,144 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(Role)(0),                      // 0: sessiond.v1.Role
 	(EventType)(0),                 // 1: sessiond.v1.EventType
 	(*ToolCall)(nil),               // 2: sessiond.v1.ToolCall
 	(*Reasoning)(nil),              // 3: sessiond.v1.Reasoning
-	(*Blob)(nil),                   // 4: sessiond.v1.Blob
-	(*ContentPart)(nil),            // 5: sessiond.v1.ContentPart
-	(*Message)(nil),                // 6: sessiond.v1.Message
-	(*ForkOrigin)(nil),             // 7: sessiond.v1.ForkOrigin
-	(*Session)(nil),                // 8: sessiond.v1.Session
-	(*SessionRef)(nil),             // 9: sessiond.v1.SessionRef
-	(*ServerLimits)(nil),           // 10: sessiond.v1.ServerLimits
-	(*CreateSessionRequest)(nil),   // 11: sessiond.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),  // 12: sessiond.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),      // 13: sessiond.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),     // 14: sessiond.v1.GetSessionResponse
-	(*LoadSessionRequest)(nil),     // 15: sessiond.v1.LoadSessionRequest
-	(*LoadSessionResponse)(nil),    // 16: sessiond.v1.LoadSessionResponse
-	(*ListSessionsRequest)(nil),    // 17: sessiond.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),   // 18: sessiond.v1.ListSessionsResponse
-	(*SaveSessionHeader)(nil),      // 19: sessiond.v1.SaveSessionHeader
-	(*SaveSessionRequest)(nil),     // 20: sessiond.v1.SaveSessionRequest
-	(*SaveSessionResponse)(nil),    // 21: sessiond.v1.SaveSessionResponse
-	(*AppendMessagesRequest)(nil),  // 22: sessiond.v1.AppendMessagesRequest
-	(*AppendMessagesResponse)(nil), // 23: sessiond.v1.AppendMessagesResponse
-	(*UpdateSessionRequest)(nil),   // 24: sessiond.v1.UpdateSessionRequest
-	(*UpdateSessionResponse)(nil),  // 25: sessiond.v1.UpdateSessionResponse
-	(*DeleteSessionRequest)(nil),   // 26: sessiond.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),  // 27: sessiond.v1.DeleteSessionResponse
-	(*ForkSessionRequest)(nil),     // 28: sessiond.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),    // 29: sessiond.v1.ForkSessionResponse
-	(*RewindSessionRequest)(nil),   // 30: sessiond.v1.RewindSessionRequest
-	(*RewindSessionResponse)(nil),  // 31: sessiond.v1.RewindSessionResponse
-	(*SearchSessionsRequest)(nil),  // 32: sessiond.v1.SearchSessionsRequest
-	(*SearchSessionsResponse)(nil), // 33: sessiond.v1.SearchSessionsResponse
-	(*WatchSessionRequest)(nil),    // 34: sessiond.v1.WatchSessionRequest
-	(*WatchSessionResponse)(nil),   // 35: sessiond.v1.WatchSessionResponse
-	(*GetServerInfoRequest)(nil),   // 36: sessiond.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil),  // 37: sessiond.v1.GetServerInfoResponse
-	nil,                            // 38: sessiond.v1.Message.MetadataEntry
-	nil,                            // 39: sessiond.v1.Session.MetadataEntry
-	nil,                            // 40: sessiond.v1.Session.LabelsEntry
-	nil,                            // 41: sessiond.v1.CreateSessionRequest.MetadataEntry
-	nil,                            // 42: sessiond.v1.CreateSessionRequest.LabelsEntry
-	nil,                            // 43: sessiond.v1.ListSessionsRequest.LabelsEntry
-	nil,                            // 44: sessiond.v1.SaveSessionHeader.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
-	(*fieldmaskpb.FieldMask)(nil),  // 46: google.protobuf.FieldMask
+	(*Usage)(nil),                  // 4: sessiond.v1.Usage
+	(*Blob)(nil),                   // 5: sessiond.v1.Blob
+	(*ContentPart)(nil),            // 6: sessiond.v1.ContentPart
+	(*Message)(nil),                // 7: sessiond.v1.Message
+	(*ForkOrigin)(nil),             // 8: sessiond.v1.ForkOrigin
+	(*Session)(nil),                // 9: sessiond.v1.Session
+	(*SessionRef)(nil),             // 10: sessiond.v1.SessionRef
+	(*ServerLimits)(nil),           // 11: sessiond.v1.ServerLimits
+	(*CreateSessionRequest)(nil),   // 12: sessiond.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),  // 13: sessiond.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),      // 14: sessiond.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),     // 15: sessiond.v1.GetSessionResponse
+	(*LoadSessionRequest)(nil),     // 16: sessiond.v1.LoadSessionRequest
+	(*LoadSessionResponse)(nil),    // 17: sessiond.v1.LoadSessionResponse
+	(*ListSessionsRequest)(nil),    // 18: sessiond.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),   // 19: sessiond.v1.ListSessionsResponse
+	(*SaveSessionHeader)(nil),      // 20: sessiond.v1.SaveSessionHeader
+	(*SaveSessionRequest)(nil),     // 21: sessiond.v1.SaveSessionRequest
+	(*SaveSessionResponse)(nil),    // 22: sessiond.v1.SaveSessionResponse
+	(*AppendMessagesRequest)(nil),  // 23: sessiond.v1.AppendMessagesRequest
+	(*AppendMessagesResponse)(nil), // 24: sessiond.v1.AppendMessagesResponse
+	(*UpdateSessionRequest)(nil),   // 25: sessiond.v1.UpdateSessionRequest
+	(*UpdateSessionResponse)(nil),  // 26: sessiond.v1.UpdateSessionResponse
+	(*DeleteSessionRequest)(nil),   // 27: sessiond.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),  // 28: sessiond.v1.DeleteSessionResponse
+	(*ForkSessionRequest)(nil),     // 29: sessiond.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),    // 30: sessiond.v1.ForkSessionResponse
+	(*RewindSessionRequest)(nil),   // 31: sessiond.v1.RewindSessionRequest
+	(*RewindSessionResponse)(nil),  // 32: sessiond.v1.RewindSessionResponse
+	(*SearchSessionsRequest)(nil),  // 33: sessiond.v1.SearchSessionsRequest
+	(*SearchSessionsResponse)(nil), // 34: sessiond.v1.SearchSessionsResponse
+	(*WatchSessionRequest)(nil),    // 35: sessiond.v1.WatchSessionRequest
+	(*WatchSessionResponse)(nil),   // 36: sessiond.v1.WatchSessionResponse
+	(*GetServerInfoRequest)(nil),   // 37: sessiond.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),  // 38: sessiond.v1.GetServerInfoResponse
+	nil,                            // 39: sessiond.v1.Message.MetadataEntry
+	nil,                            // 40: sessiond.v1.Session.MetadataEntry
+	nil,                            // 41: sessiond.v1.Session.LabelsEntry
+	nil,                            // 42: sessiond.v1.CreateSessionRequest.MetadataEntry
+	nil,                            // 43: sessiond.v1.CreateSessionRequest.LabelsEntry
+	nil,                            // 44: sessiond.v1.ListSessionsRequest.LabelsEntry
+	nil,                            // 45: sessiond.v1.SaveSessionHeader.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 47: google.protobuf.Duration
+	(*fieldmaskpb.FieldMask)(nil),  // 48: google.protobuf.FieldMask
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
-	4,  // 0: sessiond.v1.ContentPart.blob:type_name -> sessiond.v1.Blob
+	5,  // 0: sessiond.v1.ContentPart.blob:type_name -> sessiond.v1.Blob
 	0,  // 1: sessiond.v1.Message.role:type_name -> sessiond.v1.Role
-	5,  // 2: sessiond.v1.Message.parts:type_name -> sessiond.v1.ContentPart
+	6,  // 2: sessiond.v1.Message.parts:type_name -> sessiond.v1.ContentPart
 	2,  // 3: sessiond.v1.Message.tool_calls:type_name -> sessiond.v1.ToolCall
-	45, // 4: sessiond.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	38, // 5: sessiond.v1.Message.metadata:type_name -> sessiond.v1.Message.MetadataEntry
+	46, // 4: sessiond.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	39, // 5: sessiond.v1.Message.metadata:type_name -> sessiond.v1.Message.MetadataEntry
 	3,  // 6: sessiond.v1.Message.reasoning:type_name -> sessiond.v1.Reasoning
-	45, // 7: sessiond.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	45, // 8: sessiond.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	39, // 9: sessiond.v1.Session.metadata:type_name -> sessiond.v1.Session.MetadataEntry
-	40, // 10: sessiond.v1.Session.labels:type_name -> sessiond.v1.Session.LabelsEntry
-	7,  // 11: sessiond.v1.Session.parent:type_name -> sessiond.v1.ForkOrigin
-	6,  // 12: sessiond.v1.Session.messages:type_name -> sessiond.v1.Message
-	41, // 13: sessiond.v1.CreateSessionRequest.metadata:type_name -> sessiond.v1.CreateSessionRequest.MetadataEntry
-	42, // 14: sessiond.v1.CreateSessionRequest.labels:type_name -> sessiond.v1.CreateSessionRequest.LabelsEntry
-	6,  // 15: sessiond.v1.CreateSessionRequest.messages:type_name -> sessiond.v1.Message
-	45, // 16: sessiond.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 17: sessiond.v1.CreateSessionRequest.parent:type_name -> sessiond.v1.ForkOrigin
-	8,  // 18: sessiond.v1.CreateSessionResponse.session:type_name -> sessiond.v1.Session
-	9,  // 19: sessiond.v1.GetSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	8,  // 20: sessiond.v1.GetSessionResponse.session:type_name -> sessiond.v1.Session
-	9,  // 21: sessiond.v1.LoadSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	8,  // 22: sessiond.v1.LoadSessionResponse.session:type_name -> sessiond.v1.Session
-	6,  // 23: sessiond.v1.LoadSessionResponse.messages:type_name -> sessiond.v1.Message
-	43, // 24: sessiond.v1.ListSessionsRequest.labels:type_name -> sessiond.v1.ListSessionsRequest.LabelsEntry
-	45, // 25: sessiond.v1.ListSessionsRequest.updated_after:type_name -> google.protobuf.Timestamp
-	45, // 26: sessiond.v1.ListSessionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	8,  // 27: sessiond.v1.ListSessionsResponse.session:type_name -> sessiond.v1.Session
-	9,  // 28: sessiond.v1.SaveSessionHeader.ref:type_name -> sessiond.v1.SessionRef
-	44, // 29: sessiond.v1.SaveSessionHeader.metadata:type_name -> sessiond.v1.SaveSessionHeader.MetadataEntry
-	19, // 30: sessiond.v1.SaveSessionRequest.header:type_name -> sessiond.v1.SaveSessionHeader
-	6,  // 31: sessiond.v1.SaveSessionRequest.messages:type_name -> sessiond.v1.Message
-	8,  // 32: sessiond.v1.SaveSessionResponse.session:type_name -> sessiond.v1.Session
-	9,  // 33: sessiond.v1.AppendMessagesRequest.ref:type_name -> sessiond.v1.SessionRef
-	6,  // 34: sessiond.v1.AppendMessagesRequest.messages:type_name -> sessiond.v1.Message
-	9,  // 35: sessiond.v1.UpdateSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	8,  // 36: sessiond.v1.UpdateSessionRequest.session:type_name -> sessiond.v1.Session
-	46, // 37: sessiond.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
-	8,  // 38: sessiond.v1.UpdateSessionResponse.session:type_name -> sessiond.v1.Session
-	9,  // 39: sessiond.v1.DeleteSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	9,  // 40: sessiond.v1.ForkSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	8,  // 41: sessiond.v1.ForkSessionResponse.session:type_name -> sessiond.v1.Session
-	9,  // 42: sessiond.v1.RewindSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	8,  // 43: sessiond.v1.RewindSessionResponse.session:type_name -> sessiond.v1.Session
-	8,  // 44: sessiond.v1.SearchSessionsResponse.session:type_name -> sessiond.v1.Session
-	9,  // 45: sessiond.v1.WatchSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	1,  // 46: sessiond.v1.WatchSessionResponse.type:type_name -> sessiond.v1.EventType
-	6,  // 47: sessiond.v1.WatchSessionResponse.messages:type_name -> sessiond.v1.Message
-	8,  // 48: sessiond.v1.WatchSessionResponse.session:type_name -> sessiond.v1.Session
-	10, // 49: sessiond.v1.GetServerInfoResponse.limits:type_name -> sessiond.v1.ServerLimits
-	11, // 50: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
-	13, // 51: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	15, // 52: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
-	17, // 53: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	20, // 54: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
-	22, // 55: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
-	24, // 56: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
-	26, // 57: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
-	28, // 58: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
-	30, // 59: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
-	32, // 60: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
-	34, // 61: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
-	36, // 62: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
-	12, // 63: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
-	14, // 64: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
-	16, // 65: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
-	18, // 66: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	21, // 67: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
-	23, // 68: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
-	25, // 69: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
-	27, // 70: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
-	29, // 71: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
-	31, // 72: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
-	33, // 73: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
-	35, // 74: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
-	37, // 75: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
-	63, // [63:76] is the sub-list for method output_type
-	50, // [50:63] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	4,  // 7: sessiond.v1.Message.usage:type_name -> sessiond.v1.Usage
+	46, // 8: sessiond.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	46, // 9: sessiond.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 10: sessiond.v1.Session.metadata:type_name -> sessiond.v1.Session.MetadataEntry
+	41, // 11: sessiond.v1.Session.labels:type_name -> sessiond.v1.Session.LabelsEntry
+	8,  // 12: sessiond.v1.Session.parent:type_name -> sessiond.v1.ForkOrigin
+	7,  // 13: sessiond.v1.Session.messages:type_name -> sessiond.v1.Message
+	4,  // 14: sessiond.v1.Session.usage:type_name -> sessiond.v1.Usage
+	47, // 15: sessiond.v1.Session.expire_after:type_name -> google.protobuf.Duration
+	42, // 16: sessiond.v1.CreateSessionRequest.metadata:type_name -> sessiond.v1.CreateSessionRequest.MetadataEntry
+	43, // 17: sessiond.v1.CreateSessionRequest.labels:type_name -> sessiond.v1.CreateSessionRequest.LabelsEntry
+	7,  // 18: sessiond.v1.CreateSessionRequest.messages:type_name -> sessiond.v1.Message
+	46, // 19: sessiond.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 20: sessiond.v1.CreateSessionRequest.parent:type_name -> sessiond.v1.ForkOrigin
+	47, // 21: sessiond.v1.CreateSessionRequest.expire_after:type_name -> google.protobuf.Duration
+	9,  // 22: sessiond.v1.CreateSessionResponse.session:type_name -> sessiond.v1.Session
+	10, // 23: sessiond.v1.GetSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	9,  // 24: sessiond.v1.GetSessionResponse.session:type_name -> sessiond.v1.Session
+	10, // 25: sessiond.v1.LoadSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	9,  // 26: sessiond.v1.LoadSessionResponse.session:type_name -> sessiond.v1.Session
+	7,  // 27: sessiond.v1.LoadSessionResponse.messages:type_name -> sessiond.v1.Message
+	44, // 28: sessiond.v1.ListSessionsRequest.labels:type_name -> sessiond.v1.ListSessionsRequest.LabelsEntry
+	46, // 29: sessiond.v1.ListSessionsRequest.updated_after:type_name -> google.protobuf.Timestamp
+	46, // 30: sessiond.v1.ListSessionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	9,  // 31: sessiond.v1.ListSessionsResponse.session:type_name -> sessiond.v1.Session
+	10, // 32: sessiond.v1.SaveSessionHeader.ref:type_name -> sessiond.v1.SessionRef
+	45, // 33: sessiond.v1.SaveSessionHeader.metadata:type_name -> sessiond.v1.SaveSessionHeader.MetadataEntry
+	20, // 34: sessiond.v1.SaveSessionRequest.header:type_name -> sessiond.v1.SaveSessionHeader
+	7,  // 35: sessiond.v1.SaveSessionRequest.messages:type_name -> sessiond.v1.Message
+	9,  // 36: sessiond.v1.SaveSessionResponse.session:type_name -> sessiond.v1.Session
+	10, // 37: sessiond.v1.AppendMessagesRequest.ref:type_name -> sessiond.v1.SessionRef
+	7,  // 38: sessiond.v1.AppendMessagesRequest.messages:type_name -> sessiond.v1.Message
+	10, // 39: sessiond.v1.UpdateSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	9,  // 40: sessiond.v1.UpdateSessionRequest.session:type_name -> sessiond.v1.Session
+	48, // 41: sessiond.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	9,  // 42: sessiond.v1.UpdateSessionResponse.session:type_name -> sessiond.v1.Session
+	10, // 43: sessiond.v1.DeleteSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	10, // 44: sessiond.v1.ForkSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	9,  // 45: sessiond.v1.ForkSessionResponse.session:type_name -> sessiond.v1.Session
+	10, // 46: sessiond.v1.RewindSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	9,  // 47: sessiond.v1.RewindSessionResponse.session:type_name -> sessiond.v1.Session
+	9,  // 48: sessiond.v1.SearchSessionsResponse.session:type_name -> sessiond.v1.Session
+	10, // 49: sessiond.v1.WatchSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	1,  // 50: sessiond.v1.WatchSessionResponse.type:type_name -> sessiond.v1.EventType
+	7,  // 51: sessiond.v1.WatchSessionResponse.messages:type_name -> sessiond.v1.Message
+	9,  // 52: sessiond.v1.WatchSessionResponse.session:type_name -> sessiond.v1.Session
+	11, // 53: sessiond.v1.GetServerInfoResponse.limits:type_name -> sessiond.v1.ServerLimits
+	12, // 54: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
+	14, // 55: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	16, // 56: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
+	18, // 57: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	21, // 58: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
+	23, // 59: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
+	25, // 60: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
+	27, // 61: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
+	29, // 62: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
+	31, // 63: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
+	33, // 64: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
+	35, // 65: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
+	37, // 66: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
+	13, // 67: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
+	15, // 68: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
+	17, // 69: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
+	19, // 70: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	22, // 71: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
+	24, // 72: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
+	26, // 73: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
+	28, // 74: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
+	30, // 75: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
+	32, // 76: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
+	34, // 77: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
+	36, // 78: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
+	38, // 79: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
+	67, // [67:80] is the sub-list for method output_type
+	54, // [54:67] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -3042,12 +3226,12 @@ func file_sessiond_v1_sessiond_proto_init() {
 	if File_sessiond_v1_sessiond_proto != nil {
 		return
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[3].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[4].OneofWrappers = []any{
 		(*ContentPart_Text)(nil),
 		(*ContentPart_Json)(nil),
 		(*ContentPart_Blob)(nil),
 	}
-	file_sessiond_v1_sessiond_proto_msgTypes[7].OneofWrappers = []any{
+	file_sessiond_v1_sessiond_proto_msgTypes[8].OneofWrappers = []any{
 		(*SessionRef_Id)(nil),
 		(*SessionRef_Alias)(nil),
 	}
@@ -3057,7 +3241,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -14,6 +14,7 @@ from google.protobuf import descriptor_pb2
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
@@ -22,9 +23,9 @@ DESCRIPTOR = _descriptor.FileDescriptor(
   name='sessiond/v1/sessiond.proto',
   package='sessiond.v1',
   syntax='proto3',
-  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\x81\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xf9\x03\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\xd9\x03\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"g\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xb5\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"A\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\x9d\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x16\n\x14GetServerInfoRequest\"d\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x89\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x32\xfc\x08\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
+  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"k\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x03\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x03\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\xb3\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x12\r\n\x05model\x18\x0b \x01(\t\x12!\n\x05usage\x18\x0c \x01(\x0b\x32\x12.sessiond.v1.Usage\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xf9\x04\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x1a\n\x12open_tool_call_ids\x18\x0e \x03(\t\x12!\n\x05usage\x18\x0f \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\x0e\n\x06models\x18\x10 \x03(\t\x12/\n\x0c\x65xpire_after\x18\x11 \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\x8a\x04\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x12/\n\x0c\x65xpire_after\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x86\x01\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\x12\x1d\n\x15\x63lose_open_tool_calls\x18\x05 \x01(\x08\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xc4\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"A\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\x9d\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x16\n\x14GetServerInfoRequest\"d\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x89\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x32\xfc\x08\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
   ,
-  dependencies=[google_dot_protobuf_dot_field__mask__pb2.DESCRIPTOR,google_dot_protobuf_dot_timestamp__pb2.DESCRIPTOR,])
+  dependencies=[google_dot_protobuf_dot_duration__pb2.DESCRIPTOR,google_dot_protobuf_dot_field__mask__pb2.DESCRIPTOR,google_dot_protobuf_dot_timestamp__pb2.DESCRIPTOR,])
 
 _ROLE = _descriptor.EnumDescriptor(
   name='Role',
@@ -55,8 +56,8 @@ _ROLE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=4749,
-  serialized_end=4844,
+  serialized_start=5164,
+  serialized_end=5259,
 )
 _sym_db.RegisterEnumDescriptor(_ROLE)
 
@@ -90,8 +91,8 @@ _EVENTTYPE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=4847,
-  serialized_end=4984,
+  serialized_start=5262,
+  serialized_end=5399,
 )
 _sym_db.RegisterEnumDescriptor(_EVENTTYPE)
 
@@ -149,8 +150,8 @@ _TOOLCALL = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=110,
-  serialized_end=165,
+  serialized_start=142,
+  serialized_end=197,
 )
 
 
@@ -187,8 +188,60 @@ _REASONING = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=167,
-  serialized_end=211,
+  serialized_start=199,
+  serialized_end=243,
+)
+
+
+_USAGE = _descriptor.Descriptor(
+  name='Usage',
+  full_name='sessiond.v1.Usage',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='input_tokens', full_name='sessiond.v1.Usage.input_tokens', index=0,
+      number=1, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='output_tokens', full_name='sessiond.v1.Usage.output_tokens', index=1,
+      number=2, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='cached_input_tokens', full_name='sessiond.v1.Usage.cached_input_tokens', index=2,
+      number=3, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning_tokens', full_name='sessiond.v1.Usage.reasoning_tokens', index=3,
+      number=4, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=245,
+  serialized_end=352,
 )
 
 
@@ -225,8 +278,8 @@ _BLOB = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=213,
-  serialized_end=252,
+  serialized_start=354,
+  serialized_end=393,
 )
 
 
@@ -273,8 +326,8 @@ _CONTENTPART = _descriptor.Descriptor(
       name='kind', full_name='sessiond.v1.ContentPart.kind',
       index=0, containing_type=None, fields=[]),
   ],
-  serialized_start=254,
-  serialized_end=342,
+  serialized_start=395,
+  serialized_end=483,
 )
 
 
@@ -311,8 +364,8 @@ _MESSAGE_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=683,
-  serialized_end=730,
+  serialized_start=874,
+  serialized_end=921,
 )
 
 _MESSAGE = _descriptor.Descriptor(
@@ -392,6 +445,20 @@ _MESSAGE = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='model', full_name='sessiond.v1.Message.model', index=10,
+      number=11, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='usage', full_name='sessiond.v1.Message.usage', index=11,
+      number=12, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -404,8 +471,8 @@ _MESSAGE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=345,
-  serialized_end=730,
+  serialized_start=486,
+  serialized_end=921,
 )
 
 
@@ -442,8 +509,8 @@ _FORKORIGIN = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=732,
-  serialized_end=787,
+  serialized_start=923,
+  serialized_end=978,
 )
 
 
@@ -480,8 +547,8 @@ _SESSION_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=683,
-  serialized_end=730,
+  serialized_start=874,
+  serialized_end=921,
 )
 
 _SESSION_LABELSENTRY = _descriptor.Descriptor(
@@ -517,8 +584,8 @@ _SESSION_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1250,
-  serialized_end=1295,
+  serialized_start=1569,
+  serialized_end=1614,
 )
 
 _SESSION = _descriptor.Descriptor(
@@ -619,6 +686,34 @@ _SESSION = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='open_tool_call_ids', full_name='sessiond.v1.Session.open_tool_call_ids', index=13,
+      number=14, type=9, cpp_type=9, label=3,
+      has_default_value=False, default_value=[],
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='usage', full_name='sessiond.v1.Session.usage', index=14,
+      number=15, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='models', full_name='sessiond.v1.Session.models', index=15,
+      number=16, type=9, cpp_type=9, label=3,
+      has_default_value=False, default_value=[],
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='expire_after', full_name='sessiond.v1.Session.expire_after', index=16,
+      number=17, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -631,8 +726,8 @@ _SESSION = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=790,
-  serialized_end=1295,
+  serialized_start=981,
+  serialized_end=1614,
 )
 
 
@@ -679,8 +774,8 @@ _SESSIONREF = _descriptor.Descriptor(
       name='key', full_name='sessiond.v1.SessionRef.key',
       index=0, containing_type=None, fields=[]),
   ],
-  serialized_start=1297,
-  serialized_end=1366,
+  serialized_start=1616,
+  serialized_end=1685,
 )
 
 
@@ -759,8 +854,8 @@ _SERVERLIMITS = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1369,
-  serialized_end=1595,
+  serialized_start=1688,
+  serialized_end=1914,
 )
 
 
@@ -797,8 +892,8 @@ _CREATESESSIONREQUEST_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=683,
-  serialized_end=730,
+  serialized_start=874,
+  serialized_end=921,
 )
 
 _CREATESESSIONREQUEST_LABELSENTRY = _descriptor.Descriptor(
@@ -834,8 +929,8 @@ _CREATESESSIONREQUEST_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1250,
-  serialized_end=1295,
+  serialized_start=1569,
+  serialized_end=1614,
 )
 
 _CREATESESSIONREQUEST = _descriptor.Descriptor(
@@ -922,6 +1017,13 @@ _CREATESESSIONREQUEST = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='expire_after', full_name='sessiond.v1.CreateSessionRequest.expire_after', index=11,
+      number=12, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -934,8 +1036,8 @@ _CREATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1598,
-  serialized_end=2071,
+  serialized_start=1917,
+  serialized_end=2439,
 )
 
 
@@ -965,8 +1067,8 @@ _CREATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2073,
-  serialized_end=2135,
+  serialized_start=2441,
+  serialized_end=2503,
 )
 
 
@@ -996,8 +1098,8 @@ _GETSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2137,
-  serialized_end=2194,
+  serialized_start=2505,
+  serialized_end=2562,
 )
 
 
@@ -1027,8 +1129,8 @@ _GETSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2196,
-  serialized_end=2255,
+  serialized_start=2564,
+  serialized_end=2623,
 )
 
 
@@ -1067,6 +1169,13 @@ _LOADSESSIONREQUEST = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='close_open_tool_calls', full_name='sessiond.v1.LoadSessionRequest.close_open_tool_calls', index=4,
+      number=5, type=8, cpp_type=7, label=1,
+      has_default_value=False, default_value=False,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -1079,8 +1188,8 @@ _LOADSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2257,
-  serialized_end=2360,
+  serialized_start=2626,
+  serialized_end=2760,
 )
 
 
@@ -1117,8 +1226,8 @@ _LOADSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2362,
-  serialized_end=2462,
+  serialized_start=2762,
+  serialized_end=2862,
 )
 
 
@@ -1155,8 +1264,8 @@ _LISTSESSIONSREQUEST_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1250,
-  serialized_end=1295,
+  serialized_start=1569,
+  serialized_end=1614,
 )
 
 _LISTSESSIONSREQUEST = _descriptor.Descriptor(
@@ -1215,6 +1324,13 @@ _LISTSESSIONSREQUEST = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='model', full_name='sessiond.v1.ListSessionsRequest.model', index=7,
+      number=8, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -1227,8 +1343,8 @@ _LISTSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2465,
-  serialized_end=2774,
+  serialized_start=2865,
+  serialized_end=3189,
 )
 
 
@@ -1265,8 +1381,8 @@ _LISTSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2776,
-  serialized_end=2862,
+  serialized_start=3191,
+  serialized_end=3277,
 )
 
 
@@ -1303,8 +1419,8 @@ _SAVESESSIONHEADER_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=683,
-  serialized_end=730,
+  serialized_start=874,
+  serialized_end=921,
 )
 
 _SAVESESSIONHEADER = _descriptor.Descriptor(
@@ -1368,8 +1484,8 @@ _SAVESESSIONHEADER = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2865,
-  serialized_end=3121,
+  serialized_start=3280,
+  serialized_end=3536,
 )
 
 
@@ -1406,8 +1522,8 @@ _SAVESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3123,
-  serialized_end=3231,
+  serialized_start=3538,
+  serialized_end=3646,
 )
 
 
@@ -1437,8 +1553,8 @@ _SAVESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3233,
-  serialized_end=3293,
+  serialized_start=3648,
+  serialized_end=3708,
 )
 
 
@@ -1482,8 +1598,8 @@ _APPENDMESSAGESREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3296,
-  serialized_end=3424,
+  serialized_start=3711,
+  serialized_end=3839,
 )
 
 
@@ -1520,8 +1636,8 @@ _APPENDMESSAGESRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3426,
-  serialized_end=3491,
+  serialized_start=3841,
+  serialized_end=3906,
 )
 
 
@@ -1572,8 +1688,8 @@ _UPDATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3494,
-  serialized_end=3669,
+  serialized_start=3909,
+  serialized_end=4084,
 )
 
 
@@ -1603,8 +1719,8 @@ _UPDATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3671,
-  serialized_end=3733,
+  serialized_start=4086,
+  serialized_end=4148,
 )
 
 
@@ -1641,8 +1757,8 @@ _DELETESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3735,
-  serialized_end=3822,
+  serialized_start=4150,
+  serialized_end=4237,
 )
 
 
@@ -1665,8 +1781,8 @@ _DELETESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3824,
-  serialized_end=3847,
+  serialized_start=4239,
+  serialized_end=4262,
 )
 
 
@@ -1717,8 +1833,8 @@ _FORKSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3849,
-  serialized_end=3960,
+  serialized_start=4264,
+  serialized_end=4375,
 )
 
 
@@ -1748,8 +1864,8 @@ _FORKSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3962,
-  serialized_end=4022,
+  serialized_start=4377,
+  serialized_end=4437,
 )
 
 
@@ -1793,8 +1909,8 @@ _REWINDSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4024,
-  serialized_end=4134,
+  serialized_start=4439,
+  serialized_end=4549,
 )
 
 
@@ -1824,8 +1940,8 @@ _REWINDSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4136,
-  serialized_end=4198,
+  serialized_start=4551,
+  serialized_end=4613,
 )
 
 
@@ -1869,8 +1985,8 @@ _SEARCHSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4200,
-  serialized_end=4272,
+  serialized_start=4615,
+  serialized_end=4687,
 )
 
 
@@ -1914,8 +2030,8 @@ _SEARCHSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4274,
-  serialized_end=4377,
+  serialized_start=4689,
+  serialized_end=4792,
 )
 
 
@@ -1952,8 +2068,8 @@ _WATCHSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4379,
-  serialized_end=4461,
+  serialized_start=4794,
+  serialized_end=4876,
 )
 
 
@@ -2004,8 +2120,8 @@ _WATCHSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4464,
-  serialized_end=4621,
+  serialized_start=4879,
+  serialized_end=5036,
 )
 
 
@@ -2028,8 +2144,8 @@ _GETSERVERINFOREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4623,
-  serialized_end=4645,
+  serialized_start=5038,
+  serialized_end=5060,
 )
 
 
@@ -2073,8 +2189,8 @@ _GETSERVERINFORESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4647,
-  serialized_end=4747,
+  serialized_start=5062,
+  serialized_end=5162,
 )
 
 _CONTENTPART.fields_by_name['blob'].message_type = _BLOB
@@ -2094,6 +2210,7 @@ _MESSAGE.fields_by_name['tool_calls'].message_type = _TOOLCALL
 _MESSAGE.fields_by_name['created_at'].message_type = google_dot_protobuf_dot_timestamp__pb2._TIMESTAMP
 _MESSAGE.fields_by_name['metadata'].message_type = _MESSAGE_METADATAENTRY
 _MESSAGE.fields_by_name['reasoning'].message_type = _REASONING
+_MESSAGE.fields_by_name['usage'].message_type = _USAGE
 _SESSION_METADATAENTRY.containing_type = _SESSION
 _SESSION_LABELSENTRY.containing_type = _SESSION
 _SESSION.fields_by_name['created_at'].message_type = google_dot_protobuf_dot_timestamp__pb2._TIMESTAMP
@@ -2102,6 +2219,8 @@ _SESSION.fields_by_name['metadata'].message_type = _SESSION_METADATAENTRY
 _SESSION.fields_by_name['labels'].message_type = _SESSION_LABELSENTRY
 _SESSION.fields_by_name['parent'].message_type = _FORKORIGIN
 _SESSION.fields_by_name['messages'].message_type = _MESSAGE
+_SESSION.fields_by_name['usage'].message_type = _USAGE
+_SESSION.fields_by_name['expire_after'].message_type = google_dot_protobuf_dot_duration__pb2._DURATION
 _SESSIONREF.oneofs_by_name['key'].fields.append(
   _SESSIONREF.fields_by_name['id'])
 _SESSIONREF.fields_by_name['id'].containing_oneof = _SESSIONREF.oneofs_by_name['key']
@@ -2115,6 +2234,7 @@ _CREATESESSIONREQUEST.fields_by_name['labels'].message_type = _CREATESESSIONREQU
 _CREATESESSIONREQUEST.fields_by_name['messages'].message_type = _MESSAGE
 _CREATESESSIONREQUEST.fields_by_name['created_at'].message_type = google_dot_protobuf_dot_timestamp__pb2._TIMESTAMP
 _CREATESESSIONREQUEST.fields_by_name['parent'].message_type = _FORKORIGIN
+_CREATESESSIONREQUEST.fields_by_name['expire_after'].message_type = google_dot_protobuf_dot_duration__pb2._DURATION
 _CREATESESSIONRESPONSE.fields_by_name['session'].message_type = _SESSION
 _GETSESSIONREQUEST.fields_by_name['ref'].message_type = _SESSIONREF
 _GETSESSIONRESPONSE.fields_by_name['session'].message_type = _SESSION
@@ -2151,6 +2271,7 @@ _WATCHSESSIONRESPONSE.fields_by_name['session'].message_type = _SESSION
 _GETSERVERINFORESPONSE.fields_by_name['limits'].message_type = _SERVERLIMITS
 DESCRIPTOR.message_types_by_name['ToolCall'] = _TOOLCALL
 DESCRIPTOR.message_types_by_name['Reasoning'] = _REASONING
+DESCRIPTOR.message_types_by_name['Usage'] = _USAGE
 DESCRIPTOR.message_types_by_name['Blob'] = _BLOB
 DESCRIPTOR.message_types_by_name['ContentPart'] = _CONTENTPART
 DESCRIPTOR.message_types_by_name['Message'] = _MESSAGE
@@ -2202,6 +2323,13 @@ Reasoning = _reflection.GeneratedProtocolMessageType('Reasoning', (_message.Mess
   # @@protoc_insertion_point(class_scope:sessiond.v1.Reasoning)
   ))
 _sym_db.RegisterMessage(Reasoning)
+
+Usage = _reflection.GeneratedProtocolMessageType('Usage', (_message.Message,), dict(
+  DESCRIPTOR = _USAGE,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.Usage)
+  ))
+_sym_db.RegisterMessage(Usage)
 
 Blob = _reflection.GeneratedProtocolMessageType('Blob', (_message.Message,), dict(
   DESCRIPTOR = _BLOB,
@@ -2521,8 +2649,8 @@ _SESSIONSTORESERVICE = _descriptor.ServiceDescriptor(
   file=DESCRIPTOR,
   index=0,
   options=None,
-  serialized_start=4987,
-  serialized_end=6135,
+  serialized_start=5402,
+  serialized_end=6550,
   methods=[
   _descriptor.MethodDescriptor(
     name='CreateSession',
