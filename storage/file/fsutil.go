@@ -28,6 +28,8 @@ const (
 type ioStats struct {
 	bytesWritten atomic.Int64
 	journalSyncs atomic.Int64 // journal fdatasyncs
+	flushes      atomic.Int64 // flushes that made appends durable
+	flushAppends atomic.Int64 // appends those flushes covered
 }
 
 // ErrTooManyOpenFiles is the store's error when an open fails because the

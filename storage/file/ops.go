@@ -622,13 +622,16 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		}
 		return
 	}
-	if err := s.writeJournal(e, encodeCommit(recs)); err != nil {
+	frame := encodeCommit(recs)
+	t0 := time.Now()
+	if err := s.writeJournal(e, frame); err != nil {
 		err = fmt.Errorf("file: append to session %s: %w", e.id, err)
 		for _, c := range changes {
 			finish(c.op, storage.AppendResult{}, err)
 		}
 		return
 	}
+	s.observeFlush(len(changes), int64(len(frame)), time.Since(t0))
 	maps.Copy(e.ids, added)
 	final := meta
 	e.view.Store(&view{meta: &final, msgs: msgs, size: v.size + msgsSize(msgs[len(v.msgs):])})
@@ -640,6 +643,22 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	}
 	s.touch(e)
 	s.maybeFold(e)
+}
+
+// observeFlush counts a flush that made appends durable and hands its
+// record to the flush observer, if any.
+func (s *Store) observeFlush(appends int, bytes int64, took time.Duration) {
+	s.stats.flushes.Add(1)
+	s.stats.flushAppends.Add(int64(appends))
+	if s.opts.onFlush != nil {
+		s.opts.onFlush(storage.FlushRecord{Appends: appends, Bytes: bytes, Latency: took})
+	}
+}
+
+// FlushStats reports how many flushes made appends durable since Open, and
+// how many appends they covered: appends/flushes is the mean batch size.
+func (s *Store) FlushStats() (flushes, appends int64) {
+	return s.stats.flushes.Load(), s.stats.flushAppends.Load()
 }
 
 // maybeFold folds a long journal into a new snapshot. Caller holds e.wmu.

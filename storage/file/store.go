@@ -35,6 +35,7 @@ type options struct {
 	ckptDirty    int
 	maxJournals  int
 	watchHistory int64
+	onFlush      func(storage.FlushRecord)
 }
 
 // WithLogger sets the logger (default: none).
@@ -66,6 +67,18 @@ func WithMaxOpenJournals(n int) Option { return func(o *options) { o.maxJournals
 // for watches that resume from a past revision (default
 // storage.DefaultWatchHistoryTotal). See storage.WithHistoryTotal.
 func WithWatchHistoryBytes(bytes int64) Option { return func(o *options) { o.watchHistory = bytes } }
+
+// WithFlushObserver sets a function called once per flush of appends, on
+// the flushing goroutine after the flush is durable and before the appends
+// it covered are acknowledged, with what the flush covered (how many
+// appends, bytes written, write+sync latency). It must not block (count,
+// add to a histogram, and return): every append of that flush waits for
+// it. Nil (the default) observes nothing. Whatever the observer, the
+// store counts flushes itself and logs their total and mean batch size at
+// Close.
+func WithFlushObserver(fn func(storage.FlushRecord)) Option {
+	return func(o *options) { o.onFlush = fn }
+}
 
 // Store is the file backend. See the package doc.
 type Store struct {
@@ -522,6 +535,10 @@ func (s *Store) Close() error {
 		}
 		s.dirty.mu.Unlock()
 		s.closeJournalFiles()
+		if f, a := s.FlushStats(); f > 0 {
+			s.log.Info("file store flushes", zap.Int64("flushes", f), zap.Int64("appends", a),
+				zap.Float64("mean_appends_per_flush", float64(a)/float64(f)))
+		}
 		s.closeErr = s.lock.Close()
 	})
 	return s.closeErr

@@ -695,9 +695,16 @@ func TestAppendBytesConstant(t *testing.T) {
 	}
 }
 
-// TestGroupCommit: concurrent appends to one session share flushes.
+// TestGroupCommit: concurrent appends to one session share flushes, and the
+// flush observer sees each flush once, with the appends it covered.
 func TestGroupCommit(t *testing.T) {
-	s := openStore(t, t.TempDir())
+	var mu sync.Mutex
+	var recs []storage.FlushRecord
+	s := openStore(t, t.TempDir(), WithFlushObserver(func(r storage.FlushRecord) {
+		mu.Lock()
+		recs = append(recs, r)
+		mu.Unlock()
+	}))
 	se := mustCreate(t, s, storage.CreateRequest{})
 	const writers, each = 16, 20
 	// A slow flush, as on a busy disk, makes the writers queue behind it
@@ -724,6 +731,21 @@ func TestGroupCommit(t *testing.T) {
 		t.Errorf("%d appends took %d fdatasyncs; want fewer (group commit)", writers*each, syncs)
 	}
 	t.Logf("%d appends, %d fdatasyncs", writers*each, syncs)
+	mu.Lock()
+	defer mu.Unlock()
+	covered := 0
+	for _, r := range recs {
+		if r.Appends < 1 || r.Bytes <= 0 || r.Latency <= 0 {
+			t.Errorf("flush record %+v: want appends, bytes and latency", r)
+		}
+		covered += r.Appends
+	}
+	if covered != writers*each || int64(len(recs)) > syncs {
+		t.Errorf("%d flush records covering %d appends, %d fdatasyncs; want %d appends in at most that many records", len(recs), covered, syncs, writers*each)
+	}
+	if f, a := s.FlushStats(); f != int64(len(recs)) || a != int64(covered) {
+		t.Errorf("FlushStats = %d, %d; want %d, %d", f, a, len(recs), covered)
+	}
 }
 
 // TestNoSpace: a full disk at flush time is ErrNoSpace, leaves nothing of
