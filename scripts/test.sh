@@ -5,7 +5,8 @@
 # archive and the npm registry reachable) it first installs what the checks
 # need (scripts/tools.sh: quick when all is there), then runs every check:
 #
-#   generated    buf generate + scripts/gen-python.sh leave gen/ unchanged
+#   generated    buf generate + scripts/gen-python.sh leave gen/ and
+#                httpapi/openapi/ (the OpenAPI document) unchanged
 #   tidy         go mod tidy would change nothing
 #   buf          buf lint, buf format, buf breaking against proto/released.binpb
 #   vet          go vet ./...
@@ -52,11 +53,11 @@ check_generated() {
 	fi
 	bash scripts/generate.sh
 	local dirty
-	dirty=$(git status --porcelain --untracked-files=all -- gen/)
+	dirty=$(git status --porcelain --untracked-files=all -- gen/ httpapi/openapi/)
 	if [[ -n "$dirty" ]]; then
 		echo "generated code is stale or uncommitted; run scripts/generate.sh (make generate) and commit:" >&2
 		echo "$dirty" >&2
-		git --no-pager diff --stat -- gen/ >&2
+		git --no-pager diff --stat -- gen/ httpapi/openapi/ >&2
 		return 1
 	fi
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what sessiond's checks and tests need, at pinned versions, and does
 # nothing for what is already there, so it is quick to run every time:
-#   - Go tools (buf, protoc-gen-go, protoc-gen-go-grpc, grpcurl, staticcheck)
+#   - Go tools (buf, protoc-gen-go, protoc-gen-go-grpc,
+#     protoc-gen-grpc-gateway, protoc-gen-openapiv2, grpcurl, staticcheck)
 #     with `go install` into $(go env GOPATH)/bin (buf from its npm package
 #     where that works: it is much faster than building it);
 #   - Debian's python3-grpcio and python3-grpc-tools (the Python client
@@ -22,6 +23,8 @@ cd "$(dirname "$0")/.."
 BUF_VERSION=v1.75.0
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
+# The HTTP gateway's generators; keep in step with grpc-gateway/v2 in go.mod.
+GRPC_GATEWAY_VERSION=v2.33.0
 GRPCURL_VERSION=v1.9.4
 STATICCHECK_VERSION=v0.8.2
 
@@ -164,6 +167,10 @@ fi
 timed protoc-gen-go go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/protobuf "$PROTOC_GEN_GO_VERSION" &
 pids+=($!)
 timed protoc-gen-go-grpc go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" &
+pids+=($!)
+timed protoc-gen-grpc-gateway go_tool protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2 "$GRPC_GATEWAY_VERSION" &
+pids+=($!)
+timed protoc-gen-openapiv2 go_tool protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2 "$GRPC_GATEWAY_VERSION" &
 pids+=($!)
 timed grpcurl go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl github.com/fullstorydev/grpcurl "$GRPCURL_VERSION" &
 pids+=($!)

@@ -28,6 +28,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	maxOpenJournals int
 	security        securityConfig
+	http            httpConfig
 	watchHistory    int64
 	maxConns        int
 	maxStreams      uint
@@ -100,6 +101,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.StringVar(&cfg.security.tlsClientCA, "tls-client-ca", "", "mutual TLS: refuse clients without a certificate signed by a CA in this PEM `file`")
 	fs.BoolVar(&cfg.security.insecure, "insecure", false, "allow a non-loopback --listen without TLS or without --auth-tokens (logs a warning)")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
+	cfg.http.addFlags(fs)
 
 	fs.VisitAll(func(f *flag.Flag) {
 		if !noEnv[f.Name] {
@@ -198,6 +200,9 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	}
 	if cfg.listen == "" {
 		return usagef("--listen is empty")
+	}
+	if err := cfg.http.check(cfg.listen); err != nil {
+		return err
 	}
 	if cfg.dataDir == "" {
 		dir, err := defaultDataDir(lookupEnv)

@@ -101,6 +101,11 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	web, err := listenHTTP(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer web.close()
 
 	driver, err := backends[cfg.storage](ctx, cfg, log)
 	if err != nil {
@@ -147,6 +152,10 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(newLimitListener(lis, maxConns, log)) }()
 
+	if err := web.start(ctx, cfg, sec, srv, maxConns, log); err != nil {
+		gs.Stop()
+		return err
+	}
 	defer sec.startWatch(log.Named("security"))()
 
 	log.Info("sessiond started", append([]zap.Field{
@@ -170,6 +179,8 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		close(drained)
 		srv.Drain()
 		return fmt.Errorf("serve on %s: %w", lis.display, err)
+	case err = <-web.failed():
+		log.Error("the HTTP listener failed; shutting down", zap.Error(err))
 	case <-ctx.Done():
 	}
 
@@ -182,7 +193,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	srv.Drain()
 	stopped := make(chan struct{})
 	go func() {
-		gs.GracefulStop()
+		stopTogether(gs, web, cfg.shutdownTimeout, log.Named("http"))
 		close(stopped)
 	}()
 	timer := time.NewTimer(cfg.shutdownTimeout)
@@ -196,7 +207,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	}
 	<-serveErr // nil after a stop
 	log.Info("sessiond stopped")
-	return nil
+	return err // nil, or why the HTTP listener failed
 }
 
 // connOptions bound what connections may hold: calls in progress on each,

@@ -141,10 +141,16 @@ func (s *security) serverOptions(log *zap.Logger) []grpc.ServerOption {
 	if s.certs != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.certs.serverConfig())))
 	}
-	if s.tokens != nil {
-		opts = append(opts, server.NewAuthorizer(s.tokens, log.Named("auth")).ServerOptions()...)
+	return append(opts, s.authOptions(log)...)
+}
+
+// authOptions returns the authorisation interceptors alone (none without
+// --auth-tokens).
+func (s *security) authOptions(log *zap.Logger) []grpc.ServerOption {
+	if s.tokens == nil {
+		return nil
 	}
-	return opts
+	return server.NewAuthorizer(s.tokens, log.Named("auth")).ServerOptions()
 }
 
 // logFields describe the security settings in the start-up line.
