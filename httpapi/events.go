@@ -97,7 +97,11 @@ func watchRequest(r *http.Request) (*sessiondv1.WatchSessionRequest, error) {
 // events serves a watch as Server-Sent Events.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	_, out := runtime.MarshalerForRequest(h.gateway, r)
-	fail := func(err error) { runtime.HTTPError(r.Context(), h.gateway, out, w, r, err) }
+	fail := func(err error) {
+		ew := &errorWriter{ResponseWriter: w}
+		runtime.HTTPError(r.Context(), h.gateway, out, ew, r, err)
+		ew.finish()
+	}
 	req, err := watchRequest(r)
 	if err != nil {
 		fail(err)
@@ -137,7 +141,11 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Cache-Control", "no-cache")
 	hdr.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
-	_, _ = fmt.Fprintf(w, ": watching from revision %d\n\n", req.FromRevision)
+	if req.FromRevision == 0 {
+		_, _ = io.WriteString(w, ": watching from now\n\n")
+	} else {
+		_, _ = fmt.Fprintf(w, ": watching from revision %d\n\n", req.FromRevision)
+	}
 	flusher.Flush()
 
 	type result struct {

@@ -56,9 +56,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
+	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -150,7 +153,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts ...Option) (*H
 			UnmarshalOptions: protojson.UnmarshalOptions{},
 		}),
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
-			return metadata.Pairs(PeerMetadataKey, r.RemoteAddr)
+			return metadata.Pairs(PeerMetadataKey, peerName(r))
 		}),
 		runtime.WithErrorHandler(h.errorHandler),
 		runtime.WithRoutingErrorHandler(routingErrorHandler),
@@ -158,7 +161,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts ...Option) (*H
 	if err := sessiondv1.RegisterSessionStoreServiceHandlerClient(ctx, h.gateway, h.client); err != nil {
 		return nil, err
 	}
-	h.mux.Handle("/v1/", searchAlias(h.gateway))
+	h.mux.Handle("/v1/", errorBodies(searchAlias(h.gateway)))
 	h.mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(OpenAPI)
@@ -196,28 +199,82 @@ func searchAlias(next http.Handler) http.Handler {
 	})
 }
 
-// errorHandler is the gateway's error handler with two corrections: a
-// request body over the limit is 413 RESOURCE_EXHAUSTED (the gateway reads
-// the body and would call it a bad argument), and 401 carries a proper
-// "WWW-Authenticate: Bearer" challenge.
+// errorHandler is the gateway's error handler, except that a request body
+// over the limit is 413 RESOURCE_EXHAUSTED (the gateway reads the body and
+// would call it a bad argument).
 func (h *Handler) errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "http: request body too large") {
 		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge,
 			Err: status.Errorf(codes.ResourceExhausted, "request body over the HTTP limit of %d bytes", h.maxBody)}
 	}
-	if status.Code(err) == codes.Unauthenticated {
-		w = challengeWriter{w}
-	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
-// challengeWriter sets the WWW-Authenticate header of a 401 (the gateway
-// puts the error message there, which is not a challenge).
-type challengeWriter struct{ http.ResponseWriter }
+// errorBodies makes every error answer of the gateway alike: the status as
+// the whole body. The gateway answers a streaming route that fails before
+// its first frame with {"error": status} (its in-stream form) and puts the
+// error message in WWW-Authenticate; this writer holds back the body of a
+// non-200 answer, unwraps it, and sets a proper Bearer challenge on 401.
+func errorBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ew := &errorWriter{ResponseWriter: w}
+		next.ServeHTTP(ew, r)
+		ew.finish()
+	})
+}
 
-func (c challengeWriter) WriteHeader(code int) {
-	c.Header().Set("WWW-Authenticate", `Bearer realm="sessiond"`)
-	c.ResponseWriter.WriteHeader(code)
+type errorWriter struct {
+	http.ResponseWriter
+	status int          // 0 until written
+	held   bytes.Buffer // the body of a non-200 answer
+}
+
+func (e *errorWriter) WriteHeader(code int) {
+	if e.status != 0 {
+		return
+	}
+	e.status = code
+	if code == http.StatusOK {
+		e.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (e *errorWriter) Write(b []byte) (int, error) {
+	if e.status == 0 {
+		e.WriteHeader(http.StatusOK)
+	}
+	if e.status != http.StatusOK {
+		return e.held.Write(b)
+	}
+	return e.ResponseWriter.Write(b)
+}
+
+// Flush passes a streaming answer's frames on as they come.
+func (e *errorWriter) Flush() {
+	if e.status == http.StatusOK {
+		if f, ok := e.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+}
+
+func (e *errorWriter) finish() {
+	if e.status == 0 || e.status == http.StatusOK {
+		return
+	}
+	body := bytes.TrimSpace(e.held.Bytes())
+	var wrapped map[string]json.RawMessage
+	if json.Unmarshal(body, &wrapped) == nil && len(wrapped) == 1 && wrapped["error"] != nil {
+		body = wrapped["error"]
+	}
+	hdr := e.Header()
+	if e.status == http.StatusUnauthorized {
+		hdr.Set("WWW-Authenticate", `Bearer realm="sessiond"`)
+	}
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	hdr.Del("Transfer-Encoding")
+	e.ResponseWriter.WriteHeader(e.status)
+	_, _ = e.ResponseWriter.Write(body)
 }
 
 // routingErrorHandler answers an unknown route 404 and a known route with

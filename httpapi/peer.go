@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"net/http"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -27,11 +29,27 @@ func PeerServerOptions() []grpc.ServerOption {
 	}
 }
 
-// httpAddr is an HTTP client's address, as http.Request.RemoteAddr has it.
+// peerName names an HTTP client: its address, and the subject of its
+// client certificate under mutual TLS, in printable ASCII (metadata allows
+// no other).
+func peerName(r *http.Request) string {
+	name := r.RemoteAddr + " (http)"
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		name = r.RemoteAddr + " (http, client certificate " + r.TLS.PeerCertificates[0].Subject.String() + ")"
+	}
+	return strings.Map(func(c rune) rune {
+		if c < 0x20 || c > 0x7e {
+			return '?'
+		}
+		return c
+	}, name)
+}
+
+// httpAddr is an HTTP client, as peerName names it.
 type httpAddr string
 
 func (a httpAddr) Network() string { return "http" }
-func (a httpAddr) String() string  { return string(a) + " (http)" }
+func (a httpAddr) String() string  { return string(a) }
 
 func httpPeer(ctx context.Context) context.Context {
 	md, _ := metadata.FromIncomingContext(ctx)

@@ -58,7 +58,7 @@ func (c *httpConfig) check(grpcListen string) error {
 	} else if _, _, err := net.SplitHostPort(c.listen); err != nil {
 		return usagef("--http-listen %q: want host:port or unix:/path: %v", c.listen, err)
 	}
-	if c.listen == grpcListen {
+	if c.listen == grpcListen && !strings.HasSuffix(c.listen, ":0") {
 		return usagef("--http-listen %q is also --listen: give them different addresses", c.listen)
 	}
 	return nil
