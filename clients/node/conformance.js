@@ -117,7 +117,7 @@ async function load(client, ref) {
 function normalize(m) {
   return {
     id: '', role: 'ROLE_UNSPECIFIED', content: '', parts: [], tool_calls: [], tool_call_id: '',
-    name: '', created_at: null, metadata: {}, reasoning: null,
+    name: '', created_at: null, metadata: {}, reasoning: null, model: '', usage: null,
     ...m,
     tool_calls: (m.tool_calls ?? []).map((c) => ({ id: '', name: '', arguments: '', ...c })),
     reasoning: m.reasoning ? { text: '', signature: '', ...m.reasoning } : null,
