@@ -377,6 +377,33 @@ func TestRunStartupErrors(t *testing.T) {
 			t.Fatalf("data dir under a file: %v", err)
 		}
 	})
+	t.Run("metrics usage errors", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--pprof"}, "--pprof needs --metrics-listen"},
+			{[]string{"--metrics-listen", "nonsense"}, "--metrics-listen \"nonsense\": want host:port"},
+			{[]string{"--metrics-listen", "0.0.0.0:0"}, "refusing to serve metrics on 0.0.0.0:0 without TLS and --auth-tokens"},
+		} {
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), append([]string{"--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, tc.args...), &stdout, &stderr)
+			if exitCode(err, &stderr) != 2 || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("%v: %v, stderr %q; want exit 2 saying %q", tc.args, err, stderr.String(), tc.want)
+			}
+		}
+	})
+	t.Run("busy metrics port", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		_, err = tryStart(t, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--metrics-listen", l.Addr().String())
+		if err == nil || !strings.Contains(err.Error(), "--metrics-listen") || !strings.Contains(err.Error(), "address already in use") || exitCode(err, &bytes.Buffer{}) != 1 {
+			t.Fatalf("busy metrics port: %v", err)
+		}
+	})
 	t.Run("usage error", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		err := run(t.Context(), []string{"--storage", "sqlite"}, &stdout, &stderr)
