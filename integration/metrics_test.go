@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/metrics"
 )
 
 // metricsURL returns the base URL the daemon logged for its metrics
@@ -69,32 +69,23 @@ func httpGetToken(t *testing.T, url, secret string) (int, string) {
 
 // scrapeMetrics reads /metrics into series (as written, labels in the
 // exposition's sorted order) -> value.
-func scrapeMetrics(t *testing.T, base string) map[string]float64 {
+func scrapeMetrics(t *testing.T, base string) metrics.Samples {
 	t.Helper()
 	return scrapeMetricsToken(t, base, "")
 }
 
 // scrapeMetricsToken is scrapeMetrics with a bearer token.
-func scrapeMetricsToken(t *testing.T, base, secret string) map[string]float64 {
+func scrapeMetricsToken(t *testing.T, base, secret string) metrics.Samples {
 	t.Helper()
 	code, body := httpGetToken(t, base+"/metrics", secret)
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d\n%s", code, body)
 	}
-	out := map[string]float64{}
-	for line := range strings.Lines(body) {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		out[line[:i]] = v
+	got, err := metrics.ParseText(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return got
 }
 
 // handled names the grpc_server_handled_total series of a

@@ -10,10 +10,15 @@
 package metrics
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -232,4 +237,34 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descPoolLifetimeDrop, float64(p.MaxLifetimeDestroyCount))
 		counter(descPoolIdleDrop, float64(p.MaxIdleDestroyCount))
 	}
+}
+
+// Samples is a scrape in Prometheus' text format as series -> value, the
+// series written as the exposition writes it: name{label="value",...},
+// labels in sorted order (client_golang sorts them).
+type Samples map[string]float64
+
+// ParseText reads a scrape in the text format. Comments and blank lines
+// are skipped; a sample's optional timestamp is not supported (this
+// package's handler writes none).
+func ParseText(r io.Reader) (Samples, error) {
+	out := Samples{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			return nil, fmt.Errorf("metrics line %q: no value", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			return nil, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
 }

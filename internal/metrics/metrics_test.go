@@ -80,6 +80,13 @@ func TestStoreAndFlushMetrics(t *testing.T) {
 		`sessiond_store_flush_seconds_bucket{le="0.00025"} 1`,
 		`sessiond_store_flush_bytes_total 400`,
 	)
+	samples, err := ParseText(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if samples[`sessiond_store_sessions`] != 7 || samples[`sessiond_store_cache_reads_total{result="miss"}`] != 3 {
+		t.Errorf("ParseText: sessions %v, cache misses %v; want 7, 3", samples[`sessiond_store_sessions`], samples[`sessiond_store_cache_reads_total{result="miss"}`])
+	}
 	if !strings.Contains(body, `sessiond_build_info{backend="file",goversion="go`) || !strings.Contains(body, `version="v1.2.3"} 1`) {
 		t.Error("no sessiond_build_info with backend and version")
 	}
