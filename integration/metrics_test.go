@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/metrics"
+	"github.com/sessiond/sessiond/storage/postgres/pgtest"
 )
 
 // metricsURL returns the base URL the daemon logged for its metrics
@@ -195,6 +198,75 @@ func TestMetricsAfterWorkload(t *testing.T) {
 	if code, _ := httpGet(t, base+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("without --pprof: GET /debug/pprof/ = %d, want 404", code)
 	}
+	checkReadmeListsMetrics(t, got)
+	d.stop(t)
+}
+
+// checkReadmeListsMetrics checks that the README's Metrics section names
+// every sessiond_* and grpc_server_* metric family of a scrape.
+func checkReadmeListsMetrics(t *testing.T, got metrics.Samples) {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Metrics and profiling\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	for series := range got {
+		name, _, _ := strings.Cut(series, "{")
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok && strings.Contains(section, "`"+base+"`") {
+				name = base
+			}
+		}
+		if (strings.HasPrefix(name, "sessiond_") || strings.HasPrefix(name, "grpc_server_")) && !strings.Contains(section, "`"+name+"`") {
+			t.Errorf("the README's Metrics section does not list %s", name)
+		}
+	}
+}
+
+// TestMetricsPostgres: on PostgreSQL, /metrics has the sessions, the
+// tables' size and the pool's statistics, and no file-store metrics.
+func TestMetricsPostgres(t *testing.T) {
+	d := startPostgresDaemon(t, pgtest.Schema(t), "--metrics-listen", "127.0.0.1:0", "--postgres-max-conns", "6")
+	base := metricsURL(t, d)
+	c := d.client(t)
+	for i := range 3 {
+		if _, err := c.CreateSession(t.Context(), &sessiondv1.CreateSessionRequest{Alias: fmt.Sprintf("pg-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := scrapeMetrics(t, base)
+	for series, w := range map[string]float64{
+		`sessiond_store_sessions`:                   3,
+		`sessiond_postgres_pool_max_conns`:          6,
+		handled("CreateSession", "unary", codes.OK): 3,
+	} {
+		if v, ok := got[series]; !ok || v != w {
+			t.Errorf("%s = %v (present %v), want %v", series, v, ok, w)
+		}
+	}
+	for _, series := range []string{`sessiond_store_disk_bytes`, `sessiond_postgres_pool_acquires_total`, `sessiond_postgres_pool_new_conns_total`} {
+		if got[series] <= 0 {
+			t.Errorf("%s = %v, want > 0", series, got[series])
+		}
+	}
+	if got[`sessiond_postgres_pool_conns{state="acquired"}`]+got[`sessiond_postgres_pool_conns{state="idle"}`] < 1 {
+		t.Error("no connection acquired or idle in the pool")
+	}
+	buildInfo := false
+	for series, v := range got {
+		buildInfo = buildInfo || strings.HasPrefix(series, `sessiond_build_info{backend="postgres",goversion="`+runtime.Version()+`",version=`) && v == 1
+	}
+	if !buildInfo {
+		t.Error("no sessiond_build_info 1 with backend postgres")
+	}
+	for _, fileOnly := range []string{`sessiond_store_cache_bytes`, `sessiond_store_open_journals`} {
+		if _, ok := got[fileOnly]; ok {
+			t.Errorf("%s present on PostgreSQL", fileOnly)
+		}
+	}
+	checkReadmeListsMetrics(t, got)
 	d.stop(t)
 }
 
