@@ -3,6 +3,8 @@ package integration
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +20,7 @@ import (
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/metrics"
+	"github.com/sessiond/sessiond/internal/testcerts"
 	"github.com/sessiond/sessiond/storage/postgres/pgtest"
 )
 
@@ -49,6 +52,12 @@ func httpGet(t *testing.T, url string) (int, string) {
 // httpGetToken is httpGet with "Authorization: Bearer secret" ("" none).
 func httpGetToken(t *testing.T, url, secret string) (int, string) {
 	t.Helper()
+	return httpGetWith(t, http.DefaultClient, url, secret)
+}
+
+// httpGetWith is httpGetToken through client.
+func httpGetWith(t *testing.T, client *http.Client, url, secret string) (int, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -58,7 +67,7 @@ func httpGetToken(t *testing.T, url, secret string) (int, string) {
 	if secret != "" {
 		req.Header.Set("Authorization", "Bearer "+secret)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
@@ -317,6 +326,39 @@ func TestMetricsTokens(t *testing.T) {
 	got := scrapeMetricsToken(t, base, toks.readA)
 	if v := got[handled("GetServerInfo", "unary", codes.Unauthenticated)]; v != 1 {
 		t.Errorf("GetServerInfo Unauthenticated = %v, want 1 (the metrics interceptors come before the token check)", v)
+	}
+	d.stop(t)
+}
+
+// TestMetricsTLS: a daemon with TLS serves its metrics over HTTPS with the
+// same certificate; plain HTTP gets nothing.
+func TestMetricsTLS(t *testing.T) {
+	dir := t.TempDir()
+	toks := newTestTokens(t, dir)
+	ca := testcerts.NewCA(t, dir, "ca")
+	certFile, keyFile, _ := ca.Issue(t, dir, "server", false)
+	d := startDaemon(t, filepath.Join(dir, "data"), "--auth-tokens", toks.file, "--tls-cert", certFile, "--tls-key", keyFile,
+		"--metrics-listen", "127.0.0.1:0")
+	base := metricsURL(t, d)
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("metrics URL %s: want https", base)
+	}
+	pemBytes, err := os.ReadFile(ca.PEMFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pemBytes)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	t.Cleanup(client.CloseIdleConnections)
+	if code, body := httpGetWith(t, client, base+"/metrics", toks.readA); code != http.StatusOK || !strings.Contains(body, "sessiond_store_sessions 0") {
+		t.Errorf("GET /metrics over TLS with a token: %d\n%.300s", code, body)
+	}
+	if code, _ := httpGetWith(t, client, base+"/metrics", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /metrics over TLS without a token: %d, want 401", code)
+	}
+	if code, _ := httpGet(t, "http://"+strings.TrimPrefix(base, "https://")+"/metrics"); code != http.StatusBadRequest {
+		t.Errorf("plain HTTP to the TLS metrics listener: %d, want 400", code)
 	}
 	d.stop(t)
 }

@@ -149,7 +149,7 @@ func TestHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) || exitCode(err, &stderr) != 0 {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, want := range []string{"-listen", "SESSIOND_LISTEN", "-data-dir", "SESSIOND_DATA_DIR", "-max-message-bytes", "-shutdown-timeout", "-storage"} {
+	for _, want := range []string{"-listen", "SESSIOND_LISTEN", "-data-dir", "SESSIOND_DATA_DIR", "-max-message-bytes", "-shutdown-timeout", "-storage", "-metrics-listen", "SESSIOND_METRICS_LISTEN", "-pprof", "SESSIOND_PPROF"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Fatalf("--help output lacks %q:\n%s", want, stdout.String())
 		}
