@@ -362,3 +362,26 @@ func TestMetricsTLS(t *testing.T) {
 	}
 	d.stop(t)
 }
+
+// TestMetricsHTTP: calls made through the JSON API of --http-listen are
+// counted with the gRPC ones, by method and code.
+func TestMetricsHTTP(t *testing.T) {
+	d, h := startHTTPDaemon(t, t.TempDir(), "--metrics-listen", "127.0.0.1:0")
+	base := metricsURL(t, d)
+	h.call(t, "POST", "/v1/sessions", `{"alias": "over-http"}`, nil)
+	h.fail(t, "POST", "/v1/sessions", `{"alias": "over-http"}`, http.StatusConflict, codes.AlreadyExists, "alias")
+	if _, err := d.client(t).CreateSession(t.Context(), &sessiondv1.CreateSessionRequest{Alias: "over-grpc"}); err != nil {
+		t.Fatal(err)
+	}
+	got := scrapeMetrics(t, base)
+	for series, w := range map[string]float64{
+		handled("CreateSession", "unary", codes.OK):            2,
+		handled("CreateSession", "unary", codes.AlreadyExists): 1,
+		`sessiond_store_sessions`:                              2,
+	} {
+		if v := got[series]; v != w {
+			t.Errorf("%s = %v, want %v", series, v, w)
+		}
+	}
+	d.stop(t)
+}

@@ -160,7 +160,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(newLimitListener(lis, maxConns, log)) }()
 
-	if err := web.start(ctx, cfg, sec, srv, maxConns, log); err != nil {
+	if err := web.start(ctx, cfg, sec, srv, maxConns, log, mx.serverOptions()...); err != nil {
 		gs.Stop()
 		return err
 	}
