@@ -21,7 +21,8 @@ type Stats struct {
 	Sessions int64
 	// DiskBytes is the space the store's data takes: the blocks allocated
 	// to the file store's data dir (journal space reserved ahead included),
-	// or the size of the database tables (indexes and TOAST included).
+	// or the size of the database tables (indexes and TOAST included); -1
+	// when not known yet.
 	DiskBytes int64
 	// Cache is the in-memory cache of sessions' messages, if any.
 	Cache *CacheStats

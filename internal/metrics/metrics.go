@@ -163,7 +163,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	descSessions      = desc("store_sessions", "Sessions in the store, in every namespace.")
-	descDiskBytes     = desc("store_disk_bytes", "Space the store's data takes: the file store's allocated blocks (measured at most every 30 s), or PostgreSQL's tables with their indexes.")
+	descDiskBytes     = desc("store_disk_bytes", "Space the store's data takes: the file store's allocated blocks (measured in the background, at most every 30 s), or PostgreSQL's tables with their indexes.")
 	descCacheBytes    = desc("store_cache_bytes", "Message bytes held in the store's in-memory cache.")
 	descCacheMax      = desc("store_cache_max_bytes", "The cache's budget (the file store's cache size).")
 	descCacheReads    = desc("store_cache_reads_total", "Reads of a session's messages, by result: hit (served from memory) or miss (read from disk).", "result")
@@ -210,7 +210,9 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		c.cond.Log(c.log, zapcore.WarnLevel, "stats", "store statistics unavailable: sessions and disk bytes left out of the scrape", zap.Error(err))
 	} else {
 		gauge(descSessions, float64(st.Sessions))
-		gauge(descDiskBytes, float64(st.DiskBytes))
+		if st.DiskBytes >= 0 {
+			gauge(descDiskBytes, float64(st.DiskBytes))
+		}
 	}
 	if cs := st.Cache; cs != nil {
 		gauge(descCacheBytes, float64(cs.Bytes))

@@ -113,6 +113,15 @@ func TestStatsErrorKeepsTheRest(t *testing.T) {
 	if strings.Contains(body, "sessiond_store_sessions ") || strings.Contains(body, "sessiond_store_disk_bytes ") {
 		t.Error("sessions or disk bytes served although Stats failed")
 	}
+
+	// Disk bytes not measured yet (-1): left out, the sessions served.
+	m = New("devel", "file")
+	m.WatchStore(fakeStats{st: storage.Stats{Sessions: 2, DiskBytes: -1}}, zap.NewNop())
+	_, body = scrape(t, m.Handler(false, zap.NewNop()), "/metrics")
+	wantLines(t, body, `sessiond_store_sessions 2`)
+	if strings.Contains(body, "sessiond_store_disk_bytes ") {
+		t.Error("disk bytes served while unknown")
+	}
 }
 
 // TestPprofOnlyWhenAsked: /debug/pprof/ answers with pprof on, 404 without.
