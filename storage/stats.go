@@ -48,8 +48,9 @@ type JournalStats struct {
 	// Open is how many are open now; Max the bound.
 	Open, Max int64
 	// Opens counts journal files opened since the store opened: by a
-	// session's first write, and again after a close to stay under the
-	// bound. Opens far above the sessions written mean the bound is too low.
+	// session's first write, after a fold (a new journal), and again after
+	// a close to stay under the bound. Opens far above the sessions written
+	// and folded mean the bound is too low.
 	Opens uint64
 }
 

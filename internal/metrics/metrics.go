@@ -169,7 +169,7 @@ var (
 	descCacheReads    = desc("store_cache_reads_total", "Reads of a session's messages, by result: hit (served from memory) or miss (read from disk).", "result")
 	descJournalsOpen  = desc("store_open_journals", "Session journal files the file store keeps open.")
 	descJournalsMax   = desc("store_max_open_journals", "The bound on open journal files (--max-open-journals).")
-	descJournalsOpens = desc("store_journal_opens_total", "Journal files opened: by a session's first write, and again after being closed to stay under the bound.")
+	descJournalsOpens = desc("store_journal_opens_total", "Journal files opened: by a session's first write, by a fold, and again after being closed to stay under the bound.")
 
 	descPoolMax          = desc("postgres_pool_max_conns", "Most connections the PostgreSQL pool may hold (--postgres-max-conns).")
 	descPoolTotal        = desc("postgres_pool_conns", "Connections in the PostgreSQL pool, by state: acquired (in use), idle, constructing (being opened).", "state")
