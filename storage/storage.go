@@ -21,6 +21,13 @@
 // is the generated Message: messages are stored as their protobuf encoding so
 // that fields unknown to this version of the daemon survive a round trip.
 //
+// # Monitoring
+//
+// A Driver may also implement StatsReporter (sessions, bytes on disk, its
+// cache, open files, connection pool: plain numbers), and a backend may take
+// a flush observer that receives one FlushRecord per flush. The daemon turns
+// both into metrics, so backends import no metrics library.
+//
 // # Concurrency
 //
 // Every Store method is safe for concurrent use. Writes to one session are

@@ -12,7 +12,10 @@
 //	append  N clients append one message of --size bytes per call, each with a
 //	        unique id, to M sessions (client i writes session i mod M); reports
 //	        ops/s and p50/p90/p99 latency, then checks that the sessions hold
-//	        exactly the messages acknowledged.
+//	        exactly the messages acknowledged. With --metrics HOST:PORT (the
+//	        daemon's --metrics-listen) it also reports, from the daemon's
+//	        metrics over the timed run, the flushes, appends per flush (group
+//	        commit) and mean flush and server-side handling times.
 //	health  sequential grpc.health.v1 Check calls: the unary round trip, the
 //	        RPC part of the append floor.
 //	list    optionally creates --populate sessions, then times ListSessions

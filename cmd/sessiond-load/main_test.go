@@ -6,15 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sessiond/sessiond/internal/metrics"
 	"github.com/sessiond/sessiond/server"
 	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/file"
@@ -29,13 +32,26 @@ type daemon struct {
 
 func startDaemon(t *testing.T) *daemon {
 	t.Helper()
-	driver, err := file.Open(t.Context(), t.TempDir())
+	return startDaemonMetrics(t, nil)
+}
+
+// startDaemonMetrics is startDaemon with the daemon's metrics fed by m
+// (nil: none), as sessiond --metrics-listen wires them.
+func startDaemonMetrics(t *testing.T, m *metrics.Metrics) *daemon {
+	t.Helper()
+	var opts []file.Option
+	var gopts []grpc.ServerOption
+	if m != nil {
+		opts = append(opts, file.WithFlushObserver(m.ObserveFlush))
+		gopts = m.ServerOptions()
+	}
+	driver, err := file.Open(t.Context(), t.TempDir(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	store := storage.New(driver, storage.DefaultLimits())
 	srv := server.New(store, server.WithBackend("file"))
-	gs := grpc.NewServer(srv.ServerOptions()...)
+	gs := grpc.NewServer(append(gopts, srv.ServerOptions()...)...)
 	srv.Register(gs)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -271,5 +287,29 @@ func TestHelpAndBadFlags(t *testing.T) {
 				t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 			}
 		})
+	}
+}
+
+// TestAppendMetrics: with --metrics, the append report carries what the
+// daemon's metrics say about the timed run: every acknowledged append
+// flushed once (the warm-up left out), in at most as many flushes.
+func TestAppendMetrics(t *testing.T) {
+	m := metrics.New("test", "file")
+	d := startDaemonMetrics(t, m)
+	hs := httptest.NewServer(m.Handler(false, zap.NewNop()))
+	t.Cleanup(hs.Close)
+	var rep appendReport
+	runJSON(t, &rep, "--addr", d.addr, "append", "--clients", "2", "--count", "40", "--warmup", "3",
+		"--metrics", strings.TrimPrefix(hs.URL, "http://"))
+	dm := rep.Daemon
+	if rep.Ops != 40 || dm == nil {
+		t.Fatalf("report %+v: want 40 appends and daemon metrics", rep)
+	}
+	if dm.AppendsFlushed != 40 || dm.Flushes < 1 || dm.Flushes > 40 || dm.AppendsPerFlush < 1 || dm.FlushMeanMS <= 0 || dm.HandlingMeanMS <= 0 {
+		t.Errorf("daemon metrics %+v: want 40 appends flushed in 1..40 flushes, positive means", dm)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"append", "--metrics", "10.0.0.1:9090"}, &stdout, &stderr); exitCode(err, &stderr) != 2 {
+		t.Errorf("--metrics off loopback: %v, want a usage error", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/metrics"
 )
 
 // maxMsgBytes lets the tool send and receive frames up to sessiond's default
@@ -83,6 +84,8 @@ type appendReport struct {
 	Seconds   float64   `json:"seconds"`
 	OpsPerSec float64   `json:"ops_per_sec"`
 	Latency   latencyMS `json:"latency_ms"`
+	// Daemon is what the daemon's metrics say about the run (--metrics).
+	Daemon *daemonMetrics `json:"daemon_metrics,omitempty"`
 }
 
 func (r *appendReport) rows() [][2]string {
@@ -96,7 +99,11 @@ func (r *appendReport) rows() [][2]string {
 		{"elapsed", fmt.Sprintf("%.2f s", r.Seconds)},
 		{"throughput", fmtRate(r.OpsPerSec)},
 	}
-	return append(rows, r.Latency.rows("latency")...)
+	rows = append(rows, r.Latency.rows("latency")...)
+	if r.Daemon != nil {
+		rows = append(rows, r.Daemon.rows()...)
+	}
+	return rows
 }
 
 // runAppend: each client appends one message per call, with a unique id, to
@@ -152,6 +159,13 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		return nil, err
 	}
 
+	var before metrics.Samples
+	if c.metrics != "" {
+		if before, err = scrapeDaemon(ctx, c); err != nil {
+			return nil, err
+		}
+	}
+
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var (
@@ -195,6 +209,13 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		Ops: acked.Load(), Errors: failed.Load(), Warmup: int64(c.clients * c.warmup),
 		Seconds: elapsed.Seconds(), OpsPerSec: float64(acked.Load()) / elapsed.Seconds(),
 		Latency: summarize(all),
+	}
+	if c.metrics != "" {
+		after, err := scrapeDaemon(ctx, c)
+		if err != nil {
+			return rep, err
+		}
+		rep.Daemon = diffMetrics(before, after)
 	}
 	if firstErr != nil {
 		return rep, fmt.Errorf("%d appends failed; first: %w", rep.Errors, firstErr)

@@ -31,6 +31,7 @@ type config struct {
 	repeat   int
 	dir      string
 	timeout  time.Duration // per call, so that a hung daemon ends the run
+	metrics  string        // append: the daemon's --metrics-listen address, or ""
 
 	// soak
 	sessiond  string
@@ -66,6 +67,7 @@ var modes = []mode{
 			fs.IntVar(&c.count, "count", 100000, "stop after this many appends in all")
 			fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
 			fs.IntVar(&c.warmup, "warmup", 5, "untimed appends per client before the run")
+			fs.StringVar(&c.metrics, "metrics", "", "the daemon's --metrics-listen `host:port` (loopback): also report its flushes over the timed run (appends per flush, mean flush and handling time)")
 		},
 		run: runAppend,
 	},
@@ -232,6 +234,11 @@ func (c *config) check(m *mode) error {
 	if m.daemon {
 		if err := checkLoopback(c.addr); err != nil {
 			return err
+		}
+	}
+	if c.metrics != "" {
+		if err := checkLoopback(c.metrics); err != nil {
+			return usagef("--metrics %q: want the daemon's --metrics-listen host:port on loopback", c.metrics)
 		}
 	}
 	if c.timeout <= 0 {

@@ -29,6 +29,7 @@ type config struct {
 	maxOpenJournals int
 	security        securityConfig
 	http            httpConfig
+	metrics         metricsConfig
 	watchHistory    int64
 	maxConns        int
 	maxStreams      uint
@@ -100,6 +101,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.StringVar(&cfg.security.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert, reloaded when it changes")
 	fs.StringVar(&cfg.security.tlsClientCA, "tls-client-ca", "", "mutual TLS: refuse clients without a certificate signed by a CA in this PEM `file`")
 	fs.BoolVar(&cfg.security.insecure, "insecure", false, "allow a non-loopback --listen without TLS or without --auth-tokens (logs a warning)")
+	cfg.metrics.addFlags(fs)
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	cfg.http.addFlags(fs)
 
@@ -193,6 +195,9 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 		return usagef("--shutdown-timeout %v is negative", cfg.shutdownTimeout)
 	}
 	if err := cfg.security.check(); err != nil {
+		return err
+	}
+	if err := cfg.metrics.check(); err != nil {
 		return err
 	}
 	if err := cfg.limits.Validate(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -122,13 +123,15 @@ func (hs *httpSide) close() {
 	}
 }
 
-// start serves the HTTP side: srv behind its own in-process gRPC server.
-func (hs *httpSide) start(ctx context.Context, cfg *config, sec *security, srv *server.Server, maxConns int, log *zap.Logger) error {
+// start serves the HTTP side: srv behind its own in-process gRPC server,
+// whose first options are first (the metrics interceptors, so that calls
+// made over HTTP are counted with the others).
+func (hs *httpSide) start(ctx context.Context, cfg *config, sec *security, srv *server.Server, maxConns int, log *zap.Logger, first ...grpc.ServerOption) error {
 	if hs == nil {
 		return nil
 	}
 	log = log.Named("http")
-	opts := append(httpapi.PeerServerOptions(), srv.ServerOptions()...)
+	opts := slices.Concat(first, httpapi.PeerServerOptions(), srv.ServerOptions())
 	opts = append(opts, sec.authOptions(log)...)
 	hs.internal = grpc.NewServer(opts...)
 	srv.Register(hs.internal)

@@ -12,6 +12,10 @@
 // SIGHUP. A non-loopback --listen without TLS and tokens is refused unless
 // --insecure.
 //
+// --metrics-listen serves Prometheus metrics (internal/metrics) on a second
+// listener, under the same rule and with the same TLS and tokens, and
+// --pprof adds net/http/pprof there (metrics.go).
+//
 // Exit codes: 0 ok (and --help), 1 runtime error, 2 usage error.
 package main
 

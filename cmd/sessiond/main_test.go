@@ -149,7 +149,7 @@ func TestHelp(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) || exitCode(err, &stderr) != 0 {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, want := range []string{"-listen", "SESSIOND_LISTEN", "-data-dir", "SESSIOND_DATA_DIR", "-max-message-bytes", "-shutdown-timeout", "-storage"} {
+	for _, want := range []string{"-listen", "SESSIOND_LISTEN", "-data-dir", "SESSIOND_DATA_DIR", "-max-message-bytes", "-shutdown-timeout", "-storage", "-metrics-listen", "SESSIOND_METRICS_LISTEN", "-pprof", "SESSIOND_PPROF"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Fatalf("--help output lacks %q:\n%s", want, stdout.String())
 		}
@@ -375,6 +375,33 @@ func TestRunStartupErrors(t *testing.T) {
 		_, err := tryStart(t, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(notDir, "data"))
 		if err == nil || !strings.Contains(err.Error(), "data dir") || exitCode(err, &bytes.Buffer{}) != 1 {
 			t.Fatalf("data dir under a file: %v", err)
+		}
+	})
+	t.Run("metrics usage errors", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--pprof"}, "--pprof needs --metrics-listen"},
+			{[]string{"--metrics-listen", "nonsense"}, "--metrics-listen \"nonsense\": want host:port"},
+			{[]string{"--metrics-listen", "0.0.0.0:0"}, "refusing to serve metrics on 0.0.0.0:0 without TLS and --auth-tokens"},
+		} {
+			var stdout, stderr bytes.Buffer
+			err := run(t.Context(), append([]string{"--listen", "127.0.0.1:0", "--data-dir", t.TempDir()}, tc.args...), &stdout, &stderr)
+			if exitCode(err, &stderr) != 2 || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("%v: %v, stderr %q; want exit 2 saying %q", tc.args, err, stderr.String(), tc.want)
+			}
+		}
+	})
+	t.Run("busy metrics port", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		_, err = tryStart(t, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--metrics-listen", l.Addr().String())
+		if err == nil || !strings.Contains(err.Error(), "--metrics-listen") || !strings.Contains(err.Error(), "address already in use") || exitCode(err, &bytes.Buffer{}) != 1 {
+			t.Fatalf("busy metrics port: %v", err)
 		}
 	})
 	t.Run("usage error", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,7 +36,7 @@ var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
 		return file.Open(ctx, cfg.dataDir, file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals),
-			file.WithWatchHistoryBytes(cfg.watchHistory))
+			file.WithWatchHistoryBytes(cfg.watchHistory), file.WithFlushObserver(cfg.metrics.onFlush))
 	},
 	"postgres": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error) {
 		d, err := openPostgres(ctx, cfg, log)
@@ -106,6 +107,11 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		return err
 	}
 	defer web.close()
+	mx, err := openMetrics(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer mx.close()
 
 	driver, err := backends[cfg.storage](ctx, cfg, log)
 	if err != nil {
@@ -131,7 +137,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		server.WithBackend(cfg.storage),
 		server.WithMaxLoads(cfg.maxLoads),
 	)
-	gs := grpc.NewServer(append(append(srv.ServerOptions(), sec.serverOptions(log)...), connOptions(cfg)...)...)
+	gs := grpc.NewServer(slices.Concat(mx.serverOptions(), srv.ServerOptions(), sec.serverOptions(log), connOptions(cfg))...)
 	srv.Register(gs)
 	hs := health.NewServer()
 	drained := make(chan struct{})
@@ -145,6 +151,8 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		go watchHealth(hctx, cfg.ping, hs, []string{"", sessiondv1.SessionStoreService_ServiceDesc.ServiceName}, time.Second, log.Named("health"))
 	}
 
+	mx.start(gs, driver, sec)
+
 	maxConns := cfg.maxConns
 	if maxConns == 0 {
 		maxConns = autoMaxConnections(cfg.maxOpenJournals)
@@ -152,7 +160,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(newLimitListener(lis, maxConns, log)) }()
 
-	if err := web.start(ctx, cfg, sec, srv, maxConns, log); err != nil {
+	if err := web.start(ctx, cfg, sec, srv, maxConns, log, mx.serverOptions()...); err != nil {
 		gs.Stop()
 		return err
 	}
@@ -206,6 +214,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		<-stopped
 	}
 	<-serveErr // nil after a stop
+	mx.close()
 	log.Info("sessiond stopped")
 	return err // nil, or why the HTTP listener failed
 }

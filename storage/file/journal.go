@@ -256,9 +256,11 @@ func (s *Store) loadLocked(e *entry) error {
 		return damaged
 	}
 	if e.view.Load() != nil && e.j != nil {
+		s.reads.hits.Add(1)
 		s.touch(e)
 		return nil
 	}
+	s.reads.misses.Add(1)
 	s.mu.RLock()
 	var known uint64
 	if e.meta != nil {

@@ -243,6 +243,7 @@ func (s *Store) readView(ref storage.Ref) (*view, error) {
 		return nil, err
 	}
 	if v := e.view.Load(); v != nil {
+		s.reads.hits.Add(1)
 		return v, nil
 	}
 	var v *view

@@ -88,6 +88,8 @@ type Store struct {
 	lock   *os.File
 	broker *storage.Broker
 	stats  ioStats
+	reads  readStats        // message cache hits and misses (stats.go)
+	disk   diskUsage        // the data dir's size, as last measured (stats.go)
 	cond   *ratelog.Limiter // logs persisting conditions at a bounded rate
 
 	// mu guards byID, ns, closed, ckptSeq, and each entry's meta, damaged,

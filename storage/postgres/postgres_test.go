@@ -208,3 +208,32 @@ func TestWatchReplayAfterRewrite(t *testing.T) {
 		}
 	}
 }
+
+// TestStats: the sessions counted, the tables' size and the pool's
+// statistics.
+func TestStats(t *testing.T) {
+	d, err := postgres.Open(t.Context(), pgtest.Schema(t), postgres.Options{MaxConns: 4, MinConns: 1})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	s := storage.New(d, storage.Limits{})
+	t.Cleanup(func() { _ = s.Close() })
+	for range 3 {
+		if _, err := s.Create(t.Context(), storage.CreateRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := d.Stats(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sessions != 3 || st.DiskBytes <= 0 {
+		t.Errorf("Sessions = %d, DiskBytes = %d; want 3 and > 0", st.Sessions, st.DiskBytes)
+	}
+	if p := st.Pool; p == nil || p.MaxConns != 4 || p.TotalConns < 1 || p.AcquireCount < 3 {
+		t.Errorf("Pool = %+v; want 4 max conns, at least one open, at least 3 acquires", p)
+	}
+	if st.Cache != nil || st.Journals != nil {
+		t.Errorf("Cache %+v, Journals %+v: want none for PostgreSQL", st.Cache, st.Journals)
+	}
+}
