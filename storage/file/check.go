@@ -106,6 +106,63 @@ type checker struct {
 	stamp   string
 	changed bool
 	known   map[string]uint64 // revisions the last checkpoint vouched for
+	wal     *walPlan          // the write-ahead log's records, put into journals as Open would
+	lost    map[string]error  // sessions whose change the write-ahead log lost
+}
+
+// checkWAL reads the write-ahead log. Its records count as part of the
+// journals they name (after a power failure a journal may lack what only
+// the log holds), so sessions are checked as Open would see them. Damage is
+// a finding; a torn last flush (never acknowledged) is one too. Repair
+// puts the records into the journals and syncs them, moves damaged
+// segments to quarantine/ and removes the others.
+func (c *checker) checkWAL() error {
+	p, err := readWAL(c.dir, zap.NewNop())
+	if err != nil {
+		return fmt.Errorf("file: check the write-ahead log: %w", err)
+	}
+	c.wal = p
+	if c.repair && len(p.segs) > 0 {
+		if _, err := applyWAL(p, c.dir, &ioStats{}); err != nil {
+			return fmt.Errorf("file: repair: %w", err)
+		}
+		for jp := range p.byPath {
+			if err := syncFile(jp); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("file: repair: sync %s: %w", c.rel(jp), err)
+			}
+		}
+	}
+	c.lost = lostChanges(p, c.dir)
+	for _, seg := range p.segs {
+		why, bad := p.damaged[seg.path]
+		end, torn := p.torn[seg.path]
+		var err error
+		switch {
+		case bad:
+			detail := "write-ahead log segment is damaged: " + why + "; the sessions whose change it lost answer DATA_LOSS"
+			err = c.find(seg.path, KindCorrupt, detail, c.quarantine(seg.path))
+		case torn:
+			detail := fmt.Sprintf("incomplete last flush after byte %d (a crash during a flush, never acknowledged)", end)
+			err = c.find(seg.path, KindTruncated, detail, c.removeSegment(seg.path))
+		case c.repair:
+			err = c.removeSegment(seg.path)()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeSegment removes a write-ahead log segment whose records are in the
+// journals (durably, after checkWAL's repair).
+func (c *checker) removeSegment(path string) func() error {
+	return func() error {
+		if err := os.Remove(path); err != nil {
+			return err
+		}
+		return syncDir(filepath.Dir(path))
+	}
 }
 
 // trustedRevisions reads the revisions the current checkpoint recorded for
@@ -180,7 +237,7 @@ func (c *checker) run(ctx context.Context, progress func(done, total int)) error
 	}
 	for _, de := range top {
 		switch de.Name() {
-		case formatFile, "LOCK", "sessions", "index", "quarantine":
+		case formatFile, "LOCK", "sessions", "index", "quarantine", walDir:
 		default:
 			p := filepath.Join(c.dir, de.Name())
 			if err := c.find(p, KindStray, "not a file of the store", c.quarantine(p)); err != nil {
@@ -209,6 +266,9 @@ func (c *checker) run(ctx context.Context, progress func(done, total int)) error
 		if err != nil {
 			return err
 		}
+	}
+	if err := c.checkWAL(); err != nil {
+		return err
 	}
 	c.known = trustedRevisions(c.dir)
 	present := make(map[string]bool, len(ids))
@@ -297,9 +357,15 @@ func (c *checker) session(id string) error {
 	if err != nil {
 		return corrupt(jpath, err)
 	}
+	if !c.repair {
+		jdata, _ = patchJournal(jdata, c.wal.byPath[jpath])
+	}
 	jc, err := decodeJournal(jdata)
 	if err == nil {
 		meta, msgs, err = replay(meta, msgs, gen, id, jc, true)
+	}
+	if lerr := c.lost[id]; err == nil && lerr != nil {
+		err = lerr
 	}
 	if err == nil && meta.Revision < c.known[id] {
 		err = fmt.Errorf("files hold revision %d, but the last checkpoint recorded %d", meta.Revision, c.known[id])

@@ -271,6 +271,9 @@ func TestOpenJournalsBounded(t *testing.T) {
 	crashed := crashCopy(t, dir)
 	s2 := openStore(t, crashed, WithMaxOpenJournals(bound))
 	checkAcked(t, s2, acked)
+	// The write-ahead log replayed at Open is retired in the background,
+	// syncing journals with a descriptor of its own for a moment.
+	s2.waitSealed()
 	checkJournalBound(t, s2, crashed, bound)
 	// The recovered store keeps the bound while written in turn (loaded
 	// above, so no load reads a journal meanwhile).
@@ -419,5 +422,15 @@ func TestTooManyOpenFiles(t *testing.T) {
 	se, err := s.Get(t.Context(), storage.Ref{ID: fresh.ID})
 	if err != nil || se.Revision != 2 {
 		t.Errorf("session %s: %+v, %v; want revision 2", fresh.ID, se, err)
+	}
+}
+
+// waitSealed waits until the sealer has retired every segment queued.
+func (s *Store) waitSealed() {
+	w := &s.wal
+	w.sealMu.Lock()
+	defer w.sealMu.Unlock()
+	for len(w.pending) > 0 {
+		w.sealCond.Wait()
 	}
 }

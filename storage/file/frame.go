@@ -34,6 +34,8 @@ const (
 	typeDirtyHead   byte = 8  // dirty file: checkpoint sequence number (8) + epoch (16)
 	typeDirtyRun    byte = 9  // dirty file: records of kind (1) + session id (16)...
 	typeCkptMark    byte = 10 // checkpoint mark: sequence number (8) + epoch (16)
+	typeWALHead     byte = 11 // WAL segment: sequence number (8)
+	typeWALBatch    byte = 12 // WAL segment: the records of one flush (see walRec)
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -74,7 +76,7 @@ func readFrame(data []byte, off int) (payload []byte, next int, ok bool) {
 		return nil, 0, false
 	}
 	p := data[off+frameHeader : off+frameHeader+n]
-	if p[0] < typeSnapHeader || p[0] > typeCkptMark {
+	if p[0] < typeSnapHeader || p[0] > typeWALBatch {
 		return nil, 0, false
 	}
 	if crc32.Checksum(p, castagnoli) != binary.LittleEndian.Uint32(data[off+4:]) {

@@ -169,14 +169,28 @@ func (s *Store) journalFile(e *entry) error {
 }
 
 // writeJournal appends frame durably to e's journal, opening its file if
-// needed. When the write fails after the file was opened (other than for a
-// full disk), what the file holds is unsure, so e's state is dropped: the
-// next access reads the files again. Caller holds e.wmu and has loaded e.
-func (s *Store) writeJournal(e *entry, frame []byte) error {
+// needed: the frame goes into the journal (no sync), and its record into
+// the write-ahead log, whose flush makes it durable (see wal.go). appends
+// is how many appends the frame holds, for the flush record. When the
+// write fails after the file was opened (other than for a full disk), what
+// the file holds is unsure, so e's state is dropped: the next access reads
+// the files again. Caller holds e.wmu and has loaded e.
+func (s *Store) writeJournal(e *entry, frame []byte, appends int) error {
 	if err := s.journalFile(e); err != nil {
 		return err // nothing was written
 	}
-	err := s.journalWrite(e.j, frame)
+	j := e.j
+	off := j.tail
+	err := s.journalPut(j, frame)
+	if err == nil {
+		err = s.walCommit(&walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: off, frame: frame}, path: j.path, appends: appends})
+		if err != nil {
+			// Not durable, so not acknowledged: cut it off again.
+			_ = j.f.Truncate(off)
+			_ = j.f.Sync()
+			j.tail, j.alloc = off, off
+		}
+	}
 	if err != nil && !errors.Is(err, storage.ErrNoSpace) {
 		s.forget(e)
 	}
@@ -410,9 +424,32 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 	return meta, msgs, gen, j, nil
 }
 
-// write appends one frame to the journal and makes it durable with one
-// fdatasync. On error nothing of the frame stays in the file.
+// journalWrite appends one frame to the journal and makes it durable with
+// one fdatasync. On error nothing of the frame stays in the file.
 func (s *Store) journalWrite(j *journal, frame []byte) error {
+	if err := s.journalPut(j, frame); err != nil {
+		return err
+	}
+	if err := s.testHookSync(j); err != nil {
+		j.tail -= int64(len(frame))
+		s.cutJournal(j)
+		return ioErr(fmt.Errorf("journal append: %w", err))
+	}
+	return nil
+}
+
+// cutJournal cuts what may have landed past j.tail; the reserved space
+// goes with it and is reserved again by the next flush.
+func (s *Store) cutJournal(j *journal) {
+	_ = j.f.Truncate(j.tail)
+	_ = j.f.Sync()
+	j.alloc = j.tail
+}
+
+// journalPut writes one frame at the journal's tail, reserving space ahead
+// (see preallocMin), without syncing. On error nothing of the frame stays
+// in the file.
+func (s *Store) journalPut(j *journal, frame []byte) error {
 	if j.f == nil {
 		return fmt.Errorf("journal %s is not open", j.path) // a caller skipped journalFile
 	}
@@ -439,15 +476,8 @@ func (s *Store) journalWrite(j *journal, frame []byte) error {
 	}
 	n, err := j.f.WriteAt(frame, j.tail)
 	s.stats.bytesWritten.Add(int64(n))
-	if err == nil {
-		err = s.testHookSync(j)
-	}
 	if err != nil {
-		// Cut what may have landed; the reserved space goes with it and is
-		// reserved again by the next flush.
-		_ = j.f.Truncate(j.tail)
-		_ = j.f.Sync()
-		j.alloc = j.tail
+		s.cutJournal(j)
 		return ioErr(fmt.Errorf("journal append: %w", err))
 	}
 	j.tail = need

@@ -623,16 +623,13 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		}
 		return
 	}
-	frame := encodeCommit(recs)
-	t0 := time.Now()
-	if err := s.writeJournal(e, frame); err != nil {
+	if err := s.writeJournal(e, encodeCommit(recs), len(changes)); err != nil {
 		err = fmt.Errorf("file: append to session %s: %w", e.id, err)
 		for _, c := range changes {
 			finish(c.op, storage.AppendResult{}, err)
 		}
 		return
 	}
-	s.observeFlush(len(changes), int64(len(frame)), time.Since(t0))
 	maps.Copy(e.ids, added)
 	final := meta
 	e.view.Store(&view{meta: &final, msgs: msgs, size: v.size + msgsSize(msgs[len(v.msgs):])})
@@ -721,7 +718,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 		}
 		m.Revision++
 		m.UpdatedAt = now(v.meta.UpdatedAt)
-		if err := s.writeJournal(e, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}})); err != nil {
+		if err := s.writeJournal(e, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}}), 0); err != nil {
 			unreserve()
 			return fmt.Errorf("file: update session %s: %w", e.id, err)
 		}
@@ -764,6 +761,12 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 			return fmt.Errorf("file: delete session %s: %w", e.id, err)
 		}
 		s.forget(e)
+		// Void the session's records in the write-ahead log, so that a
+		// replay never writes them into a new session with the same id.
+		if err := s.walCommit(&walReq{rec: walRec{kind: walKindDrop, id: e.id}}); err != nil {
+			s.log.Warn("could not record a delete in the write-ahead log; creating the same session id again before the next clean close is unsafe after a crash",
+				zap.String("session", e.id), zap.Error(err))
+		}
 		s.mu.Lock()
 		e.gone = true
 		delete(s.byID, e.id)

@@ -36,6 +36,7 @@ type options struct {
 	maxJournals  int
 	watchHistory int64
 	onFlush      func(storage.FlushRecord)
+	walSegment   int64
 }
 
 // WithLogger sets the logger (default: none).
@@ -120,6 +121,7 @@ type Store struct {
 	closeErr  error
 
 	jfiles journalFiles // bounds the open journal files; see journal.go
+	wal    wal          // the write-ahead log shared by all sessions; see wal.go
 
 	// faultSync, when set by a test, runs before each journal fdatasync and
 	// can fail it.
@@ -223,7 +225,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) (*Store, error) {
 	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: 256 << 20,
 		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty, maxJournals: DefaultMaxOpenJournals,
-		watchHistory: storage.DefaultWatchHistoryTotal}
+		watchHistory: storage.DefaultWatchHistoryTotal, walSegment: DefaultWALSegmentBytes}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -247,6 +249,18 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	if err != nil {
 		return nil, err
 	}
+	// The journals first get what only the write-ahead log holds, so that
+	// scanning and loading see every acknowledged change.
+	lost, err := s.replayWAL()
+	if err != nil {
+		return nil, err
+	}
+	walStarted := false
+	defer func() {
+		if !walStarted {
+			s.stopWAL()
+		}
+	}()
 	ck := readCheckpoint(dir, s.log)
 	if !ck.ok {
 		if ck.why != "no checkpoint" || len(ids) > 0 {
@@ -337,7 +351,13 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 		}
 		return nil, err
 	}
+	for id, err := range lost {
+		if e := s.byID[id]; e != nil {
+			e.damaged = damage(id, err)
+		}
+	}
 	s.buildIndexes()
+	walStarted = true
 	s.openTrusted, s.openScanned = len(ids)-len(todo), len(todo)
 	s.log.Info("file store opened", zap.String("dir", dir), zap.Int("sessions", len(ids)),
 		zap.Int("from_checkpoint", len(ids)-len(todo)), zap.Int("scanned", len(todo)), zap.Duration("took", time.Since(start)))
@@ -524,6 +544,7 @@ func (s *Store) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		s.writes.Wait()
+		s.closeWAL()
 		close(s.ckptStop)
 		<-s.ckptDone
 		s.broker.Close()

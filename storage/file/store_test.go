@@ -389,6 +389,7 @@ func TestCrashDuringAppend(t *testing.T) {
 	}
 	e := entryOf(t, s, se.ID)
 	start := e.j.tail
+	walStart := s.wal.j.tail
 	cut := []*sessiondv1.Message{msg("cut1", strings.Repeat("p", 60)), msg("cut2", "second of the batch")}
 	mustAppend(t, s, se.ID, cut...)
 	end := e.j.tail
@@ -397,8 +398,14 @@ func TestCrashDuringAppend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := t.TempDir()
+	base, logged := t.TempDir(), t.TempDir()
 	copyDir(t, dir, base) // the store is still open: no clean mark, as after kill -9
+	copyDir(t, dir, logged)
+	// A crash during the append: its write-ahead log flush did not finish
+	// (TestCrashDuringWALFlush cuts that flush itself), so it was never
+	// acknowledged. In "logged" the flush finished: the append was
+	// acknowledged, and the log restores whatever the journal lacks.
+	must(t, os.Truncate(filepath.Join(base, walDir, filepath.Base(s.wal.j.path)), walStart))
 	jrel, _ := filepath.Rel(dir, jp)
 	wantBefore, wantAfter := ids(acked), append(ids(acked), ids(cut)...)
 
@@ -427,8 +434,9 @@ func TestCrashDuringAppend(t *testing.T) {
 	// may be called from several goroutines; all of them return before this
 	// test does.)
 	type cutCase struct {
-		v variant
-		c int64
+		v      variant
+		c      int64
+		logged bool
 	}
 	var cases []cutCase
 	for _, v := range variants {
@@ -436,66 +444,90 @@ func TestCrashDuringAppend(t *testing.T) {
 			if v.name == "hole" && c == 0 {
 				continue // nothing missing: the whole append
 			}
-			cases = append(cases, cutCase{v, c})
+			cases = append(cases, cutCase{v, c, false})
+			if c%8 == 0 || c == end-start {
+				cases = append(cases, cutCase{v, c, true})
+			}
 		}
 	}
-	work := make(chan cutCase)
+	runEach(cases, func(cc cutCase) {
+		t.Run(fmt.Sprintf("%s/%d/logged=%v", cc.v.name, cc.c, cc.logged), func(t *testing.T) {
+			v, c := cc.v, cc.c
+			d := filepath.Join(t.TempDir(), "d")
+			if cc.logged {
+				copyDir(t, logged, d)
+			} else {
+				copyDir(t, base, d)
+			}
+			if err := os.WriteFile(filepath.Join(d, jrel), v.journal(c), filePerm); err != nil {
+				t.Fatal(err)
+			}
+			// The frame's last bytes may be padding (zeros either way), so a
+			// cut there can leave the whole append; never a part of it.
+			want, alt := wantBefore, wantAfter
+			if (c == end-start && v.name != "hole") || cc.logged {
+				want = wantAfter
+			}
+			func() {
+				s2, err := openPortable(t.Context(), d)
+				if err != nil {
+					t.Fatalf("%s cut at %d: Open: %v", v.name, c, err)
+				}
+				defer s2.Close()
+				got, err := loadIDs(t, s2, se.ID)
+				if err != nil {
+					t.Fatalf("%s cut at %d: Load: %v", v.name, c, err)
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					if !cmp.Equal(alt, got) || end-start-c >= 8 {
+						t.Fatalf("%s cut at %d of %d: messages (-want +got):\n%s", v.name, c, end-start, diff)
+					}
+					want = alt
+				}
+				got = appendAndReopen(t, s2, d, se.ID)
+				if diff := cmp.Diff(append(append([]string(nil), want...), "after"), got); diff != "" {
+					t.Fatalf("%s cut at %d: after a new append (-want +got):\n%s", v.name, c, diff)
+				}
+			}()
+		})
+	})
+}
+
+// appendAndReopen appends a message "after" to session id, closes s,
+// opens dir again and returns the session's message ids.
+func appendAndReopen(t *testing.T, s *testStore, dir, id string) []string {
+	t.Helper()
+	mustAppend(t, s, id, msg("after", "writable"))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := openPortable(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	got, err := loadIDs(t, s2, id)
+	if err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	return got
+}
+
+// runEach calls fn for every case, eight at a time: crash cases open
+// copies of a store, which is fsync-bound, not CPU-bound. (t.Run may be
+// called from several goroutines; all of them return before runEach does.)
+func runEach[C any](cases []C, fn func(C)) {
+	work := make(chan C)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			for cc := range work {
-				t.Run(fmt.Sprintf("%s/%d", cc.v.name, cc.c), func(t *testing.T) {
-					v, c := cc.v, cc.c
-					d := filepath.Join(t.TempDir(), "d")
-					copyDir(t, base, d)
-					if err := os.WriteFile(filepath.Join(d, jrel), v.journal(c), filePerm); err != nil {
-						t.Fatal(err)
-					}
-					// The frame's last bytes may be padding (zeros either way), so a
-					// cut there can leave the whole append; never a part of it.
-					want, alt := wantBefore, wantAfter
-					if c == end-start && v.name != "hole" {
-						want = wantAfter
-					}
-					func() {
-						s2, err := openPortable(t.Context(), d)
-						if err != nil {
-							t.Fatalf("%s cut at %d: Open: %v", v.name, c, err)
-						}
-						defer s2.Close()
-						got, err := loadIDs(t, s2, se.ID)
-						if err != nil {
-							t.Fatalf("%s cut at %d: Load: %v", v.name, c, err)
-						}
-						if diff := cmp.Diff(want, got); diff != "" {
-							if !cmp.Equal(alt, got) || end-start-c >= 8 {
-								t.Fatalf("%s cut at %d of %d: messages (-want +got):\n%s", v.name, c, end-start, diff)
-							}
-							want = alt
-						}
-						mustAppend(t, s2, se.ID, msg("after", "writable"))
-						if err := s2.Close(); err != nil {
-							t.Fatal(err)
-						}
-						s3, err := openPortable(t.Context(), d)
-						if err != nil {
-							t.Fatal(err)
-						}
-						defer s3.Close()
-						got, err = loadIDs(t, s3, se.ID)
-						if err != nil {
-							t.Fatalf("%s cut at %d: reload: %v", v.name, c, err)
-						}
-						if diff := cmp.Diff(append(append([]string(nil), want...), "after"), got); diff != "" {
-							t.Fatalf("%s cut at %d: after a new append (-want +got):\n%s", v.name, c, diff)
-						}
-					}()
-				})
+			for c := range work {
+				fn(c)
 			}
 		})
 	}
-	for _, cc := range cases {
-		work <- cc
+	for _, c := range cases {
+		work <- c
 	}
 	close(work)
 	wg.Wait()

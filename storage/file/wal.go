@@ -1,0 +1,760 @@
+package file
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
+
+	"github.com/sessiond/sessiond/storage"
+)
+
+// The write-ahead log (WAL) is shared by all sessions: it is what makes a
+// change durable. A write puts its commit frame into its session's journal
+// (page cache only, no sync), then hands a WAL record naming that journal
+// (session id, generation, offset) and carrying the same frame to the
+// commit pipeline, and waits:
+//
+//   - the first waiter to find no flush running becomes the leader: it takes
+//     every record queued at that moment, writes them as one WAL frame with
+//     one write and one fdatasync, and wakes the waiters it covered;
+//   - writers that arrive while a flush runs queue up and wait; when it ends
+//     one of them leads the next flush, covering all of them.
+//
+// There is no timer: a lone writer flushes at once, and under load one
+// flush covers every writer that queued during the previous one.
+//
+// The WAL is a series of segment files wal/wal-<seq>. Once the current
+// segment passes WithWALSegmentBytes, the leader starts the next one and
+// hands the full one to the sealer goroutine, which fdatasyncs every
+// journal that segment has records for and then removes it: from then on
+// the journals hold its contents durably. At most walMaxSealing segments
+// wait for the sealer (the leader waits beyond that), so the log that Open
+// must replay is bounded. Close seals everything, so that a clean shutdown
+// leaves no WAL.
+const (
+	walDir        = "wal"
+	walPref       = "wal-"
+	walDamagedExt = ".damaged"
+	// DefaultWALSegmentBytes is the WAL segment size past which a new
+	// segment is started, unless WithWALSegmentBytes says otherwise.
+	DefaultWALSegmentBytes      = 32 << 20
+	walMaxSealing               = 2
+	walRecHeader                = 40
+	walKindFrame           byte = 1 // a journal commit frame at an offset
+	walKindDrop            byte = 2 // the session was deleted: its earlier records are void
+	// walBufKeep bounds the encode buffer the leader keeps between flushes.
+	walBufKeep = 4 << 20
+)
+
+// WithWALSegmentBytes sets the WAL segment size (default
+// DefaultWALSegmentBytes). Start-up replays at most about
+// (1+walMaxSealing) segments, so this bounds the work of an open after a
+// crash; a smaller segment means more frequent journal syncs in the
+// background.
+func WithWALSegmentBytes(n int64) Option {
+	return func(o *options) { o.walSegment = max(n, 4<<10) }
+}
+
+// walRec is one WAL record. Its encoding:
+//
+//	kind (1) | 3 zero bytes | CRC-32C of the other 36 bytes (4) | session id (16) | generation (8) | offset (8)
+//	kind 1: followed by the journal frame (self-delimiting: its own length and checksum)
+//
+// The header has its own checksum so that a damaged frame can still be
+// attributed to its session.
+type walRec struct {
+	kind  byte
+	id    string
+	gen   uint64
+	off   int64
+	frame []byte
+}
+
+func walHeadCRC(h []byte) uint32 {
+	return crc32.Update(crc32.Checksum(h[0:4], castagnoli), castagnoli, h[8:walRecHeader])
+}
+
+func appendWALRec(dst []byte, r walRec) []byte {
+	var h [walRecHeader]byte
+	h[0] = r.kind
+	u := idBytes(r.id)
+	copy(h[8:24], u)
+	binary.LittleEndian.PutUint64(h[24:], r.gen)
+	binary.LittleEndian.PutUint64(h[32:], uint64(r.off))
+	binary.LittleEndian.PutUint32(h[4:], walHeadCRC(h[:]))
+	dst = append(dst, h[:]...)
+	return append(dst, r.frame...)
+}
+
+// parseWALRecs decodes the records of a WAL batch (its payload after the
+// type byte). good are the records whose header and frame pass their
+// checksums; lost are records whose header does but whose frame does not
+// (the session is known, its change is not). clean is false when the
+// decoding had to stop before the end (a damaged header: what follows
+// cannot be attributed).
+func parseWALRecs(b []byte) (good, lost []walRec, clean bool) {
+	for len(b) > 0 {
+		if len(b) < walRecHeader {
+			return good, lost, false
+		}
+		h := b[:walRecHeader]
+		if walHeadCRC(h) != binary.LittleEndian.Uint32(h[4:]) || (h[0] != walKindFrame && h[0] != walKindDrop) {
+			return good, lost, false
+		}
+		r := walRec{kind: h[0], id: idString(h[8:24]), gen: binary.LittleEndian.Uint64(h[24:]), off: int64(binary.LittleEndian.Uint64(h[32:]))}
+		b = b[walRecHeader:]
+		if r.kind == walKindFrame {
+			if len(b) < frameHeader {
+				return good, append(lost, r), false
+			}
+			p, next, ok := readFrame(b, 0)
+			if !ok || p[0] != typeCommit {
+				lost = append(lost, r)
+				n := framedLen(int(binary.LittleEndian.Uint32(b)))
+				if n > len(b) || n <= frameHeader {
+					return good, lost, false
+				}
+				b = b[n:]
+				continue
+			}
+			r.frame = b[:next:next]
+			b = b[next:]
+		}
+		good = append(good, r)
+	}
+	return good, lost, true
+}
+
+func encodeWALHead(seq uint64) []byte {
+	return appendFrame(nil, putU64([]byte{typeWALHead}, seq))
+}
+
+// walRegion is a damaged byte range of a segment.
+type walRegion struct{ off, end int }
+
+// walScan splits a segment into frames like scanFrames, but goes on past
+// damage: a bad frame followed (at an 8-byte boundary) by a valid batch is
+// a damaged region, and scanning resumes at that batch. A bad frame with no
+// valid one after it is the torn tail of the last flush, which was never
+// acknowledged. Records inside a batch start one byte past an 8-byte
+// boundary, so an embedded journal frame is never taken for a batch.
+func walScan(data []byte) (frames [][]byte, bad []walRegion, end int, torn bool) {
+	off := 0
+	valid := func(at int) ([]byte, int, bool) {
+		p, next, ok := readFrame(data, at)
+		if !ok || (p[0] != typeWALBatch && !(at == 0 && p[0] == typeWALHead)) {
+			return nil, 0, false
+		}
+		return p, next, true
+	}
+	for off < len(data) {
+		if allZero(data[off:]) {
+			return frames, bad, off, false
+		}
+		if p, next, ok := valid(off); ok {
+			frames = append(frames, p)
+			off = next
+			continue
+		}
+		y := off + 8
+		for ; y+frameHeader <= len(data); y += 8 {
+			if _, _, ok := valid(y); ok {
+				break
+			}
+		}
+		if y+frameHeader > len(data) {
+			return frames, bad, off, true
+		}
+		bad = append(bad, walRegion{off, y})
+		off = y
+	}
+	return frames, bad, off, false
+}
+
+// walReq is one record waiting for the commit pipeline.
+type walReq struct {
+	rec     walRec
+	path    string // the journal's file
+	appends int    // appends it makes durable, for the flush record
+	done    bool   // guarded by wal.mu
+	err     error
+}
+
+// wal is the commit pipeline and the current segment.
+type wal struct {
+	// mu guards queue, flushing, closed and every queued walReq's done and
+	// err; cond signals the end of a flush.
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []*walReq
+	flushing bool
+	closed   bool
+
+	// Owned by the leader (the one that set flushing), and by Open and
+	// Close when no flush can run.
+	j       *journal // the current segment; nil until the first flush needs one
+	seq     uint64   // its sequence number (the last one used when j is nil)
+	touched map[string]struct{}
+	buf     []byte
+
+	// sealMu guards pending and sealing; sealCond signals changes.
+	sealMu   sync.Mutex
+	sealCond *sync.Cond
+	pending  []sealJob
+	stop     bool
+	sealDone chan struct{}
+}
+
+// sealJob is a full segment to retire: sync journals, then remove path.
+type sealJob struct {
+	path     string
+	journals []string
+}
+
+func (s *Store) walPath(seq uint64) string {
+	return filepath.Join(s.dir, walDir, seqName(walPref, seq))
+}
+
+// walCommit makes rec durable through the commit pipeline and returns the
+// flush's error. See the comment at the top of this file.
+func (s *Store) walCommit(req *walReq) error {
+	w := &s.wal
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return fmt.Errorf("file: %w", storage.ErrClosed)
+	}
+	w.queue = append(w.queue, req)
+	for !req.done {
+		if w.flushing {
+			w.cond.Wait()
+			continue
+		}
+		w.flushing = true
+		batch := w.queue
+		w.queue = nil
+		w.mu.Unlock()
+		err := s.walFlush(batch)
+		w.mu.Lock()
+		for _, r := range batch {
+			r.done, r.err = true, err
+		}
+		w.flushing = false
+		w.cond.Broadcast()
+	}
+	return req.err
+}
+
+// walFlush writes batch as one WAL frame with one fdatasync. Caller is the
+// leader.
+func (s *Store) walFlush(batch []*walReq) error {
+	w := &s.wal
+	buf := append(w.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, typeWALBatch)
+	appends := 0
+	for _, r := range batch {
+		buf = appendWALRec(buf, r.rec)
+		appends += r.appends
+	}
+	buf = finishFrame(buf)
+	if cap(buf) <= walBufKeep {
+		w.buf = buf
+	} else {
+		w.buf = nil
+	}
+	if w.j == nil || (w.j.tail+int64(len(buf)) > s.opts.walSegment && w.j.tail > int64(len(encodeWALHead(0)))) {
+		if err := s.walRotate(); err != nil {
+			return fmt.Errorf("file: write-ahead log: %w", err)
+		}
+	}
+	t0 := time.Now()
+	if err := s.journalWrite(w.j, buf); err != nil {
+		return fmt.Errorf("file: write-ahead log: %w", err)
+	}
+	took := time.Since(t0)
+	for _, r := range batch {
+		if r.path != "" {
+			w.touched[r.path] = struct{}{}
+		}
+	}
+	if appends > 0 {
+		s.observeFlush(appends, int64(len(buf)), took)
+	}
+	return nil
+}
+
+// finishFrame fills in the header and padding of a frame built in place:
+// buf holds 8 bytes of room for the header, then the payload.
+func finishFrame(buf []byte) []byte {
+	n := len(buf) - frameHeader
+	binary.LittleEndian.PutUint32(buf[0:], uint32(n))
+	binary.LittleEndian.PutUint32(buf[4:], crc32.Checksum(buf[frameHeader:], castagnoli))
+	for pad := framedLen(n) - frameHeader - n; pad > 0; pad-- {
+		buf = append(buf, 0)
+	}
+	return buf
+}
+
+// walRotate starts the next segment and hands the current one to the
+// sealer, waiting while walMaxSealing segments are already waiting. Caller
+// is the leader (or Close).
+func (s *Store) walRotate() error {
+	w := &s.wal
+	w.sealMu.Lock()
+	for len(w.pending) >= walMaxSealing && !w.stop {
+		w.sealCond.Wait()
+	}
+	w.sealMu.Unlock()
+	seq := w.seq + 1
+	path := s.walPath(seq)
+	head := encodeWALHead(seq)
+	if err := writeFileSync(&s.stats, path, head); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		_ = os.Remove(path)
+		return ioErr(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, filePerm)
+	if err != nil {
+		_ = os.Remove(path)
+		return ioErr(err)
+	}
+	old, touched := w.j, w.touched
+	w.j = &journal{f: f, path: path, tail: int64(len(head)), alloc: int64(len(head))}
+	w.seq, w.touched = seq, make(map[string]struct{})
+	if old != nil {
+		_ = old.f.Close()
+		s.walSeal(sealJob{path: old.path, journals: slices.Collect(maps.Keys(touched))})
+	}
+	return nil
+}
+
+// walSeal queues a segment for the sealer.
+func (s *Store) walSeal(job sealJob) {
+	w := &s.wal
+	w.sealMu.Lock()
+	w.pending = append(w.pending, job)
+	w.sealCond.Broadcast()
+	w.sealMu.Unlock()
+}
+
+// sealLoop retires full segments, oldest first, until Close stops it and
+// nothing is pending.
+func (s *Store) sealLoop() {
+	w := &s.wal
+	defer close(w.sealDone)
+	for {
+		w.sealMu.Lock()
+		for len(w.pending) == 0 && !w.stop {
+			w.sealCond.Wait()
+		}
+		if len(w.pending) == 0 {
+			w.sealMu.Unlock()
+			return
+		}
+		job := w.pending[0]
+		stopping := w.stop
+		w.sealMu.Unlock()
+		if err := s.sealSegment(job); err != nil {
+			s.cond.Log(s.log, zapcore.WarnLevel, "seal", "could not retire a write-ahead log segment; keeping it and retrying",
+				zap.String("segment", job.path), zap.Error(err))
+			if stopping {
+				// Close: the segment stays, and the next Open replays it.
+				w.sealMu.Lock()
+				w.pending = w.pending[1:]
+				w.sealCond.Broadcast()
+				w.sealMu.Unlock()
+				continue
+			}
+			time.Sleep(time.Second)
+			continue
+		}
+		w.sealMu.Lock()
+		w.pending = w.pending[1:]
+		w.sealCond.Broadcast()
+		w.sealMu.Unlock()
+	}
+}
+
+// sealSegment makes every journal the segment has records for durable,
+// then removes the segment. A journal that is gone was folded into a
+// durable snapshot, or deleted with its session.
+func (s *Store) sealSegment(job sealJob) error {
+	for _, p := range job.journals {
+		if err := syncFile(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if err := os.Remove(job.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func fdatasync(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }
+
+// syncFile fdatasyncs the file at path.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return fdatasync(f)
+}
+
+// closeWAL stops the pipeline, seals the current segment and waits for the
+// sealer: after a clean Close no WAL is left. Caller is Close, after every
+// write ended.
+func (s *Store) closeWAL() {
+	w := &s.wal
+	w.mu.Lock()
+	w.closed = true
+	for w.flushing {
+		w.cond.Wait()
+	}
+	w.mu.Unlock()
+	if w.j != nil {
+		_ = w.j.f.Close()
+		s.walSeal(sealJob{path: w.j.path, journals: slices.Collect(maps.Keys(w.touched))})
+		w.j = nil
+	}
+	s.stopWAL()
+}
+
+// stopWAL ends the sealer once it has retired the segments queued for it.
+func (s *Store) stopWAL() {
+	w := &s.wal
+	w.sealMu.Lock()
+	w.stop = true
+	w.sealCond.Broadcast()
+	w.sealMu.Unlock()
+	<-w.sealDone
+}
+
+// walSegment is a segment file found at Open (or by Check).
+type walSegment struct {
+	seq     uint64
+	path    string
+	damaged bool // kept as wal-<seq>.damaged: replayed once already
+}
+
+// walPlan is what the WAL holds beyond the journals: the records to put
+// back into journals, the sessions whose change the WAL lost, and the
+// damage found.
+type walPlan struct {
+	segs     []walSegment
+	byPath   map[string][]walRec // journal path -> records in log order
+	segPaths map[string][]string // segment path -> journal paths it names
+	lost     map[string][]walRec // session id -> records whose bytes are damaged
+	damaged  map[string]string   // segment path -> what is wrong with it
+	torn     map[string]int      // segment path -> where its torn tail starts
+	maxSeq   uint64
+}
+
+// readWAL reads every segment of dir's WAL and plans its replay. It writes
+// nothing.
+func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
+	p := &walPlan{byPath: map[string][]walRec{}, segPaths: map[string][]string{}, lost: map[string][]walRec{},
+		damaged: map[string]string{}, torn: map[string]int{}}
+	des, err := os.ReadDir(filepath.Join(dir, walDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return p, nil
+	}
+	if err != nil {
+		return nil, ioErr(err)
+	}
+	for _, de := range des {
+		name := de.Name()
+		dmg := strings.HasSuffix(name, walDamagedExt)
+		seq, ok := parseSeqName(strings.TrimSuffix(name, walDamagedExt), walPref)
+		if !ok || de.IsDir() {
+			log.Warn("ignoring unknown entry in the write-ahead log folder", zap.String("path", filepath.Join(dir, walDir, name)))
+			continue
+		}
+		p.segs = append(p.segs, walSegment{seq: seq, path: filepath.Join(dir, walDir, name), damaged: dmg})
+		p.maxSeq = max(p.maxSeq, seq)
+	}
+	slices.SortFunc(p.segs, func(a, b walSegment) int { return cmpU64(a.seq, b.seq) })
+	recsByID := map[string][]walRec{}
+	for _, seg := range p.segs {
+		data, err := os.ReadFile(seg.path)
+		if err != nil {
+			return nil, ioErr(err)
+		}
+		frames, bad, end, torn := walScan(data)
+		var problems []string
+		if len(frames) == 0 || frames[0][0] != typeWALHead {
+			if len(bad) == 0 && !torn && end == 0 {
+				continue // an empty segment: a crash right after it was created
+			}
+			if !torn || end != 0 {
+				problems = append(problems, "its header is damaged")
+			}
+		} else if r := (reader{b: frames[0][1:]}); r.u64("segment sequence") != seg.seq {
+			problems = append(problems, "its header names another segment")
+		} else {
+			frames = frames[1:]
+		}
+		if torn {
+			p.torn[seg.path] = end
+		}
+		type event struct {
+			rec  walRec
+			lost bool
+		}
+		var events []event
+		add := func(good, lost []walRec) {
+			for _, r := range good {
+				events = append(events, event{rec: r})
+			}
+			for _, r := range lost {
+				events = append(events, event{rec: r, lost: true})
+			}
+		}
+		for _, f := range frames {
+			if f[0] != typeWALBatch {
+				continue
+			}
+			good, lost, clean := parseWALRecs(f[1:])
+			add(good, lost)
+			if !clean || len(lost) > 0 {
+				problems = append(problems, "a flush's records do not decode")
+			}
+		}
+		for _, rg := range bad {
+			// The frame's own checksum failed: salvage what the records'
+			// checksums vouch for, and name the sessions of the rest.
+			var good, lost []walRec
+			clean := false
+			if rg.off+frameHeader+1 <= rg.end {
+				good, lost, clean = parseWALRecs(trimZeros(data[rg.off+frameHeader+1 : rg.end]))
+			}
+			add(good, lost)
+			what := fmt.Sprintf("bytes %d-%d are damaged", rg.off, rg.end)
+			if len(lost) > 0 {
+				ids := make([]string, 0, len(lost))
+				for _, r := range lost {
+					ids = append(ids, r.id)
+				}
+				what += fmt.Sprintf(" (changes of sessions %s)", strings.Join(ids, ", "))
+			}
+			if !clean {
+				what += "; some of them cannot be attributed to a session"
+			}
+			problems = append(problems, what)
+		}
+		if len(problems) > 0 {
+			p.damaged[seg.path] = strings.Join(problems, "; ")
+		}
+		seen := map[string]bool{}
+		for _, ev := range events {
+			r := ev.rec
+			switch {
+			case r.kind == walKindDrop:
+				delete(recsByID, r.id)
+				delete(p.lost, r.id)
+			case ev.lost:
+				p.lost[r.id] = append(p.lost[r.id], r)
+			case !seg.damaged:
+				// A .damaged segment was replayed and synced when it was
+				// found; only its lost records still matter.
+				recsByID[r.id] = append(recsByID[r.id], r)
+				jp := journalPathOf(dir, r.id, r.gen)
+				if !seen[jp] {
+					seen[jp] = true
+					p.segPaths[seg.path] = append(p.segPaths[seg.path], jp)
+				}
+			}
+		}
+	}
+	for id, recs := range recsByID {
+		for _, r := range recs {
+			jp := journalPathOf(dir, id, r.gen)
+			p.byPath[jp] = append(p.byPath[jp], r)
+		}
+	}
+	return p, nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// trimZeros drops the zero bytes at the end of b (the padding before the
+// next frame).
+func trimZeros(b []byte) []byte {
+	return bytes.TrimRight(b, "\x00")
+}
+
+func journalPathOf(dir, id string, gen uint64) string {
+	return filepath.Join(dir, "sessions", id, journalName(gen))
+}
+
+// patchJournal puts recs into data (a journal's bytes) where they differ,
+// and returns the result and whether anything changed.
+func patchJournal(data []byte, recs []walRec) ([]byte, bool) {
+	changed := false
+	for _, r := range recs {
+		end := r.off + int64(len(r.frame))
+		if end <= int64(len(data)) && bytes.Equal(data[r.off:end], r.frame) {
+			continue
+		}
+		if end > int64(len(data)) {
+			data = append(data, make([]byte, end-int64(len(data)))...)
+		}
+		copy(data[r.off:end], r.frame)
+		changed = true
+	}
+	return data, changed
+}
+
+// applyWAL writes the plan's records into the journals that lack them.
+// A journal that is gone belongs to a session deleted or rewritten since
+// (its snapshot holds the change). It returns the sessions whose journal
+// lacks a change the WAL lost.
+func applyWAL(p *walPlan, dir string, st *ioStats) (map[string]error, error) {
+	for path, recs := range p.byPath {
+		data, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
+		}
+		if err := patchFile(path, data, recs, st); err != nil {
+			return nil, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
+		}
+	}
+	return lostChanges(p, dir), nil
+}
+
+// patchFile writes the records that data (path's bytes) lacks.
+func patchFile(path string, data []byte, recs []walRec, st *ioStats) error {
+	var f *os.File
+	for _, r := range recs {
+		end := r.off + int64(len(r.frame))
+		if end <= int64(len(data)) && bytes.Equal(data[r.off:end], r.frame) {
+			continue
+		}
+		if f == nil {
+			var err error
+			if f, err = os.OpenFile(path, os.O_RDWR, filePerm); err != nil {
+				return err
+			}
+			defer f.Close()
+		}
+		n, err := f.WriteAt(r.frame, r.off)
+		st.bytesWritten.Add(int64(n))
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lostChanges names the sessions whose journal lacks a change whose WAL
+// record is damaged. A journal that holds an intact frame where the record
+// points got it before the crash, and lost nothing.
+func lostChanges(p *walPlan, dir string) map[string]error {
+	out := map[string]error{}
+	for id, recs := range p.lost {
+		for _, r := range recs {
+			data, err := os.ReadFile(journalPathOf(dir, id, r.gen))
+			if errors.Is(err, os.ErrNotExist) {
+				continue // deleted, or rewritten since
+			}
+			if err == nil {
+				if f, _, ok := readFrame(data, int(r.off)); ok && f[0] == typeCommit {
+					continue
+				}
+			}
+			out[id] = fmt.Errorf("a change at byte %d of journal generation %d is damaged in the write-ahead log and missing from the journal: %w", r.off, r.gen, errCorrupt)
+			break
+		}
+	}
+	return out
+}
+
+// replayWAL brings the journals up to date with the WAL at Open, before
+// sessions are scanned, and hands the replayed segments to the sealer.
+// A segment with damage is kept, renamed wal-<seq>.damaged, so that the
+// sessions it lost stay marked damaged at every Open until sessionctl fsck
+// repairs them; the damage is logged. It returns the sessions marked.
+func (s *Store) replayWAL() (map[string]error, error) {
+	w := &s.wal
+	w.cond = sync.NewCond(&w.mu)
+	w.sealCond = sync.NewCond(&w.sealMu)
+	w.sealDone = make(chan struct{})
+	w.touched = make(map[string]struct{})
+	if err := os.Mkdir(filepath.Join(s.dir, walDir), dirPerm); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("file: create %s: %w", walDir, ioErr(err))
+	}
+	p, err := readWAL(s.dir, s.log)
+	if err != nil {
+		return nil, fmt.Errorf("file: read the write-ahead log: %w", err)
+	}
+	w.seq = p.maxSeq
+	lost, err := applyWAL(p, s.dir, &s.stats)
+	if err != nil {
+		return nil, fmt.Errorf("file: %w", err)
+	}
+	replayed := 0
+	for _, recs := range p.byPath {
+		replayed += len(recs)
+	}
+	if replayed > 0 || len(p.segs) > 0 {
+		s.log.Info("replayed the write-ahead log", zap.Int("segments", len(p.segs)), zap.Int("records", replayed), zap.Int("journals", len(p.byPath)))
+	}
+	for path, end := range p.torn {
+		s.log.Warn("ignoring an incomplete last write-ahead log flush (never acknowledged)", zap.String("segment", path), zap.Int("valid_bytes", end))
+	}
+	for _, seg := range p.segs {
+		why, bad := p.damaged[seg.path]
+		switch {
+		case bad && !seg.damaged:
+			s.log.Error("write-ahead log segment is damaged; kept for sessionctl fsck", zap.String("segment", seg.path), zap.String("damage", why))
+			// Its intact records are in the journals now: make them
+			// durable before the segment stops being replayed.
+			for _, jp := range p.segPaths[seg.path] {
+				if err := syncFile(jp); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return nil, fmt.Errorf("file: sync journal %s: %w", jp, ioErr(err))
+				}
+			}
+			if err := os.Rename(seg.path, seg.path+walDamagedExt); err != nil {
+				return nil, fmt.Errorf("file: keep damaged write-ahead log segment: %w", ioErr(err))
+			}
+			if err := syncDir(filepath.Dir(seg.path)); err != nil {
+				return nil, fmt.Errorf("file: %w", err)
+			}
+		case seg.damaged:
+			s.log.Error("damaged write-ahead log segment from an earlier run; run sessionctl fsck --repair", zap.String("segment", seg.path), zap.String("damage", why))
+		default:
+			s.walSeal(sealJob{path: seg.path, journals: p.segPaths[seg.path]})
+		}
+	}
+	for id, err := range lost {
+		s.log.Error("session lost a change in the write-ahead log", zap.String("session", id), zap.Error(err))
+	}
+	go s.sealLoop()
+	return lost, nil
+}
