@@ -146,6 +146,15 @@ func TestModes(t *testing.T) {
 		}
 	})
 
+	t.Run("append to prefilled sessions", func(t *testing.T) {
+		var rep appendReport
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "pre", "append", "--clients", "2", "--count", "10",
+			"--duration", "1m", "--size", "64", "--warmup", "0", "--prefill", "30")
+		if rep.Ops != 10 || rep.Prefill != 30 || rep.Stored != 70 {
+			t.Errorf("report %+v; want 10 ops, 30 messages before in each of 2 sessions, 70 stored", rep)
+		}
+	})
+
 	t.Run("health", func(t *testing.T) {
 		var rep healthReport
 		runJSON(t, &rep, "--addr", d.addr, "health", "--count", "50", "--warmup", "5")

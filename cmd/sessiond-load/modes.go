@@ -59,11 +59,11 @@ func idRef(ns, id string) *sessiondv1.SessionRef {
 	return &sessiondv1.SessionRef{Namespace: ns, Key: &sessiondv1.SessionRef_Id{Id: id}}
 }
 
-// createSession makes an empty session in the run's namespace.
-func createSession(ctx context.Context, c *config, cl sessiondv1.SessionStoreServiceClient, title string) (string, error) {
+// createSession makes a session in the run's namespace holding msgs.
+func createSession(ctx context.Context, c *config, cl sessiondv1.SessionStoreServiceClient, title string, msgs ...*sessiondv1.Message) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	resp, err := cl.CreateSession(cctx, &sessiondv1.CreateSessionRequest{Namespace: c.namespace, Title: title})
+	resp, err := cl.CreateSession(cctx, &sessiondv1.CreateSessionRequest{Namespace: c.namespace, Title: title, Messages: msgs})
 	if err != nil {
 		return "", fmt.Errorf("create session in namespace %q: %w", c.namespace, err)
 	}
@@ -86,6 +86,8 @@ type appendReport struct {
 	Latency   latencyMS `json:"latency_ms"`
 	// Daemon is what the daemon's metrics say about the run (--metrics).
 	Daemon *daemonMetrics `json:"daemon_metrics,omitempty"`
+	// Prefill is how many messages each session held before the run.
+	Prefill int `json:"prefill"`
 }
 
 func (r *appendReport) rows() [][2]string {
@@ -98,6 +100,9 @@ func (r *appendReport) rows() [][2]string {
 		{"messages stored", fmt.Sprintf("%d (incl. %d warm-up)", r.Stored, r.Warmup)},
 		{"elapsed", fmt.Sprintf("%.2f s", r.Seconds)},
 		{"throughput", fmtRate(r.OpsPerSec)},
+	}
+	if r.Prefill > 0 {
+		rows = append(rows, [2]string{"messages per session before the run", strconv.Itoa(r.Prefill)})
 	}
 	rows = append(rows, r.Latency.rows("latency")...)
 	if r.Daemon != nil {
@@ -119,13 +124,17 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 	for i, cc := range conns {
 		clients[i] = sessiondv1.NewSessionStoreServiceClient(cc)
 	}
+	content := payload(c.size)
+	prefill := make([]*sessiondv1.Message, c.prefill)
+	for i := range prefill {
+		prefill[i] = &sessiondv1.Message{Id: "p-" + strconv.Itoa(i), Role: sessiondv1.Role_ROLE_USER, Content: content}
+	}
 	ids := make([]string, c.sessions)
 	for i := range ids {
-		if ids[i], err = createSession(ctx, c, clients[0], "sessiond-load append"); err != nil {
+		if ids[i], err = createSession(ctx, c, clients[0], "sessiond-load append", prefill...); err != nil {
 			return nil, err
 		}
 	}
-	content := payload(c.size)
 
 	appendOne := func(ctx context.Context, client, seq int) error {
 		cctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -208,7 +217,7 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		Mode: "append", Clients: c.clients, Sessions: c.sessions, Size: c.size,
 		Ops: acked.Load(), Errors: failed.Load(), Warmup: int64(c.clients * c.warmup),
 		Seconds: elapsed.Seconds(), OpsPerSec: float64(acked.Load()) / elapsed.Seconds(),
-		Latency: summarize(all),
+		Latency: summarize(all), Prefill: c.prefill,
 	}
 	if c.metrics != "" {
 		after, err := scrapeDaemon(ctx, c)
@@ -231,8 +240,8 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		}
 		rep.Stored += resp.GetSession().GetMessageCount()
 	}
-	if ctx.Err() == nil && rep.Stored != rep.Ops+rep.Warmup {
-		return rep, fmt.Errorf("sessions hold %d messages, but %d appends were acknowledged (+%d warm-up)", rep.Stored, rep.Ops, rep.Warmup)
+	if pre := int64(c.sessions * c.prefill); ctx.Err() == nil && rep.Stored != rep.Ops+rep.Warmup+pre {
+		return rep, fmt.Errorf("sessions hold %d messages, but %d appends were acknowledged (+%d warm-up, +%d before the run)", rep.Stored, rep.Ops, rep.Warmup, pre)
 	}
 	return rep, ctx.Err()
 }

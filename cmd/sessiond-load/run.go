@@ -26,6 +26,7 @@ type config struct {
 	size     int
 	warmup   int
 	populate int
+	prefill  int
 	messages int
 	batch    int
 	repeat   int
@@ -68,6 +69,7 @@ var modes = []mode{
 			fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
 			fs.IntVar(&c.warmup, "warmup", 5, "untimed appends per client before the run")
 			fs.StringVar(&c.metrics, "metrics", "", "the daemon's --metrics-listen `host:port` (loopback): also report its flushes over the timed run (appends per flush, mean flush and handling time)")
+			fs.IntVar(&c.prefill, "prefill", 0, "messages (of --size bytes) each session holds before the run: the cost of appending to long sessions")
 		},
 		run: runAppend,
 	},
