@@ -4,7 +4,9 @@
 # trip), sessiond's durable appends with 1 and 16 clients, Redis with
 # `appendonly yes, appendfsync always` and PostgreSQL with
 # `synchronous_commit on` on the same 16-client workload, sessiond on that
-# same PostgreSQL (--storage postgres) beside raw pgbench INSERTs, then listing
+# same PostgreSQL (--storage postgres) beside raw pgbench INSERTs, the same
+# three on 64 clients writing 1,000 sessions, one client's append p50 on a
+# 2,000-message session against a 10-message one, then listing
 # 100,000 sessions, start-up with them on disk, and loading a 10,000-message
 # session. Each throughput and latency measurement runs ROUNDS times,
 # interleaved (the order of the four stores rotates each round); the table
@@ -33,6 +35,10 @@
 #   CLIENTS        clients (and sessions / keys) of the throughput runs (16)
 #   LIST_SESSIONS  sessions listed (default 100000)
 #   LOAD_MESSAGES  messages in the loaded session (default 10000)
+#   WIDE_CLIENTS   clients of the wide throughput runs (default 64)
+#   WIDE_SESSIONS  sessions (keys, PostgreSQL session ids) they write (1000)
+#   LONG_MESSAGES  messages in the session of the long-session latency run
+#                  (default 2000), compared with a 10-message session
 #   KEEP=1         keep the temp dir (its logs) instead of removing it
 #
 # Usage: scripts/bench-compare.sh
@@ -47,6 +53,9 @@ SIZE=1024
 LIST_SESSIONS=${LIST_SESSIONS:-100000}
 LOAD_MESSAGES=${LOAD_MESSAGES:-10000}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
+WIDE_CLIENTS=${WIDE_CLIENTS:-64}
+WIDE_SESSIONS=${WIDE_SESSIONS:-1000}
+LONG_MESSAGES=${LONG_MESSAGES:-2000}
 if [[ -z ${LIST_DIR:-} ]]; then
 	if [[ -d /dev/shm && -w /dev/shm ]]; then LIST_DIR=/dev/shm; else LIST_DIR=$BENCH_DIR; fi
 fi
@@ -165,7 +174,15 @@ wait_ready() {
 }
 
 SD_PORT=$(free_port)
-start_sessiond "$work/sessiond" "$SD_PORT"
+# With a metrics endpoint, the append runs report the mean appends per
+# flush (the file store's write-ahead log batch size).
+sd_flags=() flush_metrics=()
+if "$work/bin/sessiond" --help 2>&1 | grep -q -- --metrics-listen; then
+	SD_METRICS_PORT=$(free_port)
+	sd_flags=(--metrics-listen "127.0.0.1:$SD_METRICS_PORT")
+	flush_metrics=(--metrics "http://127.0.0.1:$SD_METRICS_PORT/metrics")
+fi
+start_sessiond "$work/sessiond" "$SD_PORT" "${sd_flags[@]}"
 SD=127.0.0.1:$SD_PORT
 log "sessiond on $SD, data in $work/sessiond ($fstype)"
 
@@ -186,7 +203,7 @@ pg_data=$work/pg/data
 as_pg "$PGBIN/initdb" -D "$pg_data" -U postgres -A trust -E UTF8 --no-instructions >"$work/pg/initdb.log" 2>&1 ||
 	die "initdb failed; see $work/pg/initdb.log"
 as_pg "$PGBIN/pg_ctl" -D "$pg_data" -l "$work/pg/server.log" -w -t 60 \
-	-o "-c port=$PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$work/pg -c fsync=on -c synchronous_commit=on -c max_connections=64" \
+	-o "-c port=$PG_PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$work/pg -c fsync=on -c synchronous_commit=on -c max_connections=100" \
 	start >/dev/null || die "PostgreSQL did not start; see $work/pg/server.log"
 psql_() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres "$@"; }
 psql_ -c "CREATE TABLE messages (session int NOT NULL, seq bigserial, body text NOT NULL, PRIMARY KEY (session, seq))"
@@ -209,6 +226,12 @@ cat >"$work/pg/append.sql" <<EOF
 INSERT INTO messages (session, body) VALUES (:s, '$body');
 EOF
 
+# The wide runs: each insert goes to a random one of WIDE_SESSIONS sessions.
+cat >"$work/pg/append-wide.sql" <<EOF
+\set s random(0, $((WIDE_SESSIONS - 1)))
+INSERT INTO messages (session, body) VALUES (:s, '$body');
+EOF
+
 # --- the measurements ---
 
 floor() {
@@ -228,9 +251,49 @@ sessiond_one() {
 sessiond_many() {
 	local r=$1 out
 	out=$("$LOAD" --json --addr "$SD" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
-		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
+		--count 10000000 --duration "${DURATION}s" --size "$SIZE" "${flush_metrics[@]}")
 	record "$r" sessiond_ops "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" sessiond_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+	record "$r" sessiond_16c_batch "$(json "d.get('appends_per_flush', 'nan')" <<<"$out")"
+}
+
+# --- wide: WIDE_CLIENTS clients on WIDE_SESSIONS sessions ---
+
+sessiond_wide() {
+	local r=$1 out
+	out=$("$LOAD" --json --addr "$SD" --namespace "wide-$r" append --clients "$WIDE_CLIENTS" --sessions "$WIDE_SESSIONS" \
+		--count 10000000 --duration "${DURATION}s" --size "$SIZE" --warmup 1 "${flush_metrics[@]}")
+	record "$r" sessiond_wide_ops "$(json "d['ops_per_sec']" <<<"$out")"
+	record "$r" sessiond_wide_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+	record "$r" sessiond_wide_batch "$(json "d.get('appends_per_flush', 'nan')" <<<"$out")"
+}
+
+redis_wide_n=20000
+redis_wide() {
+	local r=$1 line rps
+	line=$(timeout 300 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$WIDE_CLIENTS" -n "$redis_wide_n" -r "$WIDE_SESSIONS" --csv \
+		RPUSH "w:__rand_int__" "$body" | tail -n 1)
+	rps=$(python3 -c 'import csv,sys; print(list(csv.reader([sys.argv[1]]))[0][1])' "$line")
+	record "$r" redis_wide_ops "$rps"
+	redis_wide_n=$(python3 -c "print(max(5000, int(float('$rps') * $DURATION)))")
+}
+
+pg_wide() {
+	local r=$1 out
+	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c "$WIDE_CLIENTS" -j 2 -T "$DURATION" \
+		-f "$work/pg/append-wide.sql" postgres 2>&1) || die "pgbench failed: $out"
+	record "$r" pg_wide_ops "$(awk '/^tps = /{print $3}' <<<"$out")"
+}
+
+# --- long sessions: one client's append p50 at LONG_MESSAGES messages and at 10 ---
+
+sessiond_long() {
+	local r=$1 out n
+	for n in 10 "$LONG_MESSAGES"; do
+		out=$("$LOAD" --json --addr "$SD" --namespace "long-$n-$r" append --clients 1 --prefill "$n" \
+			--count 2000 --duration 4s --size "$SIZE")
+		record "$r" "sessiond_len${n}_p50_ms" "$(json "d['latency_ms']['p50']" <<<"$out")"
+	done
 }
 
 sessiond_pg_many() {
@@ -269,6 +332,7 @@ pg_many() {
 }
 
 systems=(sessiond_many redis_many pg_many sessiond_pg_many)
+wide=(sessiond_wide redis_wide pg_wide)
 for ((r = 1; r <= ROUNDS; r++)); do
 	log "round $r/$ROUNDS: floor"
 	floor "$r"
@@ -279,6 +343,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		log "round $r/$ROUNDS: $s ($CLIENTS clients, ${DURATION}s)"
 		"$s" "$r"
 	done
+	for ((i = 0; i < ${#wide[@]}; i++)); do
+		s=${wide[$(((i + r - 1) % ${#wide[@]}))]}
+		log "round $r/$ROUNDS: $s ($WIDE_CLIENTS clients on $WIDE_SESSIONS sessions, ${DURATION}s)"
+		"$s" "$r"
+	done
+	log "round $r/$ROUNDS: sessiond, 1 client, sessions of 10 and $LONG_MESSAGES messages"
+	sessiond_long "$r"
 done
 
 log "loading a $LOAD_MESSAGES-message session"
@@ -314,13 +385,14 @@ done
 
 # --- the table ---
 
-python3 - "$results" "$CLIENTS" "$SIZE" "$LIST_SESSIONS" "$LOAD_MESSAGES" <<'EOF'
-import collections, statistics, sys
-path, clients, size, nlist, nload = sys.argv[1:]
+python3 - "$results" "$CLIENTS" "$SIZE" "$LIST_SESSIONS" "$LOAD_MESSAGES" "$WIDE_CLIENTS" "$WIDE_SESSIONS" "$LONG_MESSAGES" <<'EOF'
+import collections, math, statistics, sys
+path, clients, size, nlist, nload, wclients, wsessions, nlong = sys.argv[1:]
 vals = collections.defaultdict(dict)
 for line in open(path):
     r, k, v = line.rstrip("\n").split("\t")
-    vals[k][int(r)] = float(v)
+    if not math.isnan(float(v)):
+        vals[k][int(r)] = float(v)
 rounds = sorted({r for d in vals.values() for r in d})
 med = {k: statistics.median(d.values()) for k, d in vals.items()}
 
@@ -346,6 +418,14 @@ row(f"sessiond append p50 at {clients} clients (ms)", "sessiond_16c_p50_ms")
 row(f"Redis RPUSH p50 at {clients} clients (ms)", "redis_16c_p50_ms")
 row(f"PostgreSQL mean latency at {clients} clients (ms)", "pg_16c_avg_ms")
 row(f"sessiond on PostgreSQL append p50 at {clients} clients (ms)", "sessiond_pg_16c_p50_ms")
+row(f"sessiond mean appends per flush, {clients} clients", "sessiond_16c_batch", "{:.1f}")
+row(f"sessiond appends/s, {wclients} clients on {wsessions} sessions", "sessiond_wide_ops", "{:.0f}")
+row(f"Redis appendfsync always RPUSH/s, {wclients} clients on {wsessions} keys", "redis_wide_ops", "{:.0f}")
+row(f"PostgreSQL synchronous_commit on INSERT/s, {wclients} clients on {wsessions} sessions", "pg_wide_ops", "{:.0f}")
+row(f"sessiond append p50 at {wclients} clients (ms)", "sessiond_wide_p50_ms")
+row(f"sessiond mean appends per flush, {wclients} clients", "sessiond_wide_batch", "{:.1f}")
+row("sessiond append, 1 client, p50, session of 10 messages (ms)", "sessiond_len10_p50_ms")
+row(f"sessiond append, 1 client, p50, session of {nlong} messages (ms)", f"sessiond_len{nlong}_p50_ms")
 row(f"load {nload}-message session (messages/s)", "load_msgs_per_s", "{:.0f}")
 row(f"start-up with {nlist} sessions (s)", "startup_s", "{:.2f}")
 row(f"list {nlist} sessions, first result, after start (ms)", "list_first_ms", "{:.1f}")
@@ -362,13 +442,18 @@ print("|---|---|---|")
 floor = get("fsync_p50_ms") + get("health_p50_ms")
 ratio = get("sessiond_1c_p50_ms") / floor
 print(f"| 1-client append p50 <= 1.5 x floor ({get('fsync_p50_ms'):.3f} + {get('health_p50_ms'):.3f} = {floor:.3f} ms) | {get('sessiond_1c_p50_ms'):.3f} ms = {ratio:.2f} x | {'yes' if ratio <= 1.5 else 'NO'} |")
-for other, key in (("Redis", "redis_ops"), ("PostgreSQL", "pg_ops")):
+for other, key, need in (("Redis", "redis_ops", 1.0), ("PostgreSQL", "pg_ops", 2.0)):
     q = get("sessiond_ops") / get(key)
-    print(f"| {clients}-client appends/s > {other} | {get('sessiond_ops'):.0f} vs {get(key):.0f} = {q:.2f} x | {'yes' if q > 1 else 'NO'} |")
+    print(f"| {clients} clients on {clients} sessions: appends/s >= {need:.1f} x {other} | {get('sessiond_ops'):.0f} vs {get(key):.0f} = {q:.2f} x | {'yes' if q >= need else 'NO'} |")
+for other, key, need in (("Redis", "redis_wide_ops", 1.0), ("PostgreSQL", "pg_wide_ops", 2.0)):
+    q = get("sessiond_wide_ops") / get(key)
+    print(f"| {wclients} clients on {wsessions} sessions: appends/s >= {need:.1f} x {other} | {get('sessiond_wide_ops'):.0f} vs {get(key):.0f} = {q:.2f} x | {'yes' if q >= need else 'NO'} |")
+q = get(f"sessiond_len{nlong}_p50_ms") / get("sessiond_len10_p50_ms")
+print(f"| append p50 at {nlong} messages <= 1.2 x at 10 | {get(f'sessiond_len{nlong}_p50_ms'):.3f} vs {get('sessiond_len10_p50_ms'):.3f} ms = {q:.2f} x | {'yes' if q <= 1.2 else 'NO'} |")
 q = get("sessiond_pg_ops") / get("pg_ops")
 print(f"| sessiond on PostgreSQL >= 0.7 x raw PostgreSQL INSERT/s | {get('sessiond_pg_ops'):.0f} vs {get('pg_ops'):.0f} = {q:.2f} x | {'yes' if q >= 0.7 else 'NO'} |")
 f, a = get("list_first_ms"), get("list_all_ms")
-print(f"| list {nlist}: first < 50 ms, all < 1 s | first {f:.1f} ms, all {a:.0f} ms | {'yes' if f < 50 and a < 1000 else 'NO'} |")
+print(f"| list {nlist}: first < 50 ms, all < 0.5 s | first {f:.1f} ms, all {a:.0f} ms | {'yes' if f < 50 and a < 500 else 'NO'} |")
 s = get("startup_s")
 print(f"| ready within 2 s with {nlist} sessions | {s:.2f} s | {'yes' if s < 2 else 'NO'} |")
 l = get("load_msgs_per_s")

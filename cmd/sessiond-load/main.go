@@ -10,7 +10,8 @@
 // Modes:
 //
 //	append  N clients append one message of --size bytes per call, each with a
-//	        unique id, to M sessions (client i writes session i mod M); reports
+//	        unique id, to M sessions (client i's k-th append goes to session
+//	        (i + k*N) mod M, every session when M > N); reports
 //	        ops/s and p50/p90/p99 latency, then checks that the sessions hold
 //	        exactly the messages acknowledged. With --metrics HOST:PORT (the
 //	        daemon's --metrics-listen) it also reports, from the daemon's

@@ -111,8 +111,11 @@ func (r *appendReport) rows() [][2]string {
 	return rows
 }
 
-// runAppend: each client appends one message per call, with a unique id, to
-// session (client mod sessions) until --count appends in all or --duration.
+// runAppend: each client appends one message per call, with a unique id,
+// its seq-th to session (client + seq*clients) mod sessions (so session
+// client mod sessions when sessions divides clients, and every session
+// when there are more sessions than clients), until --count appends in all
+// or --duration.
 // Afterwards the sessions must hold exactly the acknowledged messages.
 func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error) {
 	conns, closeAll, err := dialN(c, c.clients)
@@ -140,7 +143,7 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		cctx, cancel := context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 		_, err := clients[client].AppendMessages(cctx, &sessiondv1.AppendMessagesRequest{
-			Ref: idRef(c.namespace, ids[client%c.sessions]),
+			Ref: idRef(c.namespace, ids[(client+seq*c.clients)%c.sessions]),
 			Messages: []*sessiondv1.Message{{
 				Id:      "c" + strconv.Itoa(client) + "-" + strconv.Itoa(seq),
 				Role:    sessiondv1.Role_ROLE_USER,

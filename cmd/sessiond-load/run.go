@@ -63,7 +63,7 @@ var modes = []mode{
 		help: "N clients append one message per call to M sessions; ops/s and latency",
 		flags: func(fs *flag.FlagSet, c *config) {
 			fs.IntVar(&c.clients, "clients", 1, "concurrent clients, each on its own connection")
-			fs.IntVar(&c.sessions, "sessions", 0, "sessions written (client i writes session i mod M; 0 = one per client)")
+			fs.IntVar(&c.sessions, "sessions", 0, "sessions written (client i's k-th append goes to session (i + k*N) mod M; 0 = one per client)")
 			fs.DurationVar(&c.duration, "duration", 10*time.Second, "stop after this long")
 			fs.IntVar(&c.count, "count", 100000, "stop after this many appends in all")
 			fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
