@@ -155,6 +155,18 @@ func TestModes(t *testing.T) {
 		}
 	})
 
+	t.Run("append spread over more sessions than clients", func(t *testing.T) {
+		var rep appendReport
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "wide", "append", "--clients", "2", "--sessions", "6",
+			"--count", "12", "--duration", "1m", "--size", "64", "--warmup", "0")
+		if n, msgs := d.storedMessages(t, "wide"); rep.Ops != 12 || n != 6 || msgs != 12 {
+			t.Errorf("report %+v, store %d sessions %d messages; want 12 appends over 6 sessions", rep, n, msgs)
+		}
+		if rep.Stored != 12 {
+			t.Errorf("stored %d; want 12", rep.Stored)
+		}
+	})
+
 	t.Run("health", func(t *testing.T) {
 		var rep healthReport
 		runJSON(t, &rep, "--addr", d.addr, "health", "--count", "50", "--warmup", "5")
@@ -242,7 +254,8 @@ func TestErrors(t *testing.T) {
 		{"not loopback after mode", []string{"health", "--addr", "example.com:7437"}, true, "not on loopback"},
 		{"unbounded count", []string{"--addr", d.addr, "append", "--count", "0"}, true, "--count"},
 		{"unbounded duration", []string{"--addr", d.addr, "health", "--duration", "0s"}, true, "--duration"},
-		{"more sessions than clients", []string{"--addr", d.addr, "append", "--clients", "2", "--sessions", "3"}, true, "--sessions"},
+		{"too many sessions", []string{"--addr", d.addr, "append", "--clients", "2", "--sessions", "100001"}, true, "--sessions"},
+		{"negative prefill", []string{"--addr", d.addr, "append", "--prefill", "-1"}, true, "--prefill"},
 		{"fsync without dir", []string{"fsync"}, true, "--dir"},
 		{"stray argument", []string{"--addr", d.addr, "health", "extra"}, true, "extra"},
 		{"refused by the daemon", []string{"--addr", d.addr, "--namespace", "no/slash", "append", "--count", "1"}, false, "create session"},

@@ -251,8 +251,11 @@ func (c *config) check(m *mode) error {
 		if c.sessions == 0 {
 			c.sessions = c.clients
 		}
-		if c.clients < 1 || c.clients > 1024 || c.sessions < 1 || c.sessions > c.clients {
-			return usagef("--clients must be 1..1024 and --sessions 1..clients (got %d, %d)", c.clients, c.sessions)
+		if c.clients < 1 || c.clients > 1024 || c.sessions < 1 || c.sessions > 100000 {
+			return usagef("--clients must be 1..1024 and --sessions 1..100000 (got %d, %d)", c.clients, c.sessions)
+		}
+		if c.prefill < 0 || c.prefill > 100000 {
+			return usagef("--prefill must be 0..100000 (got %d)", c.prefill)
 		}
 	case "list":
 		if c.populate < 0 || c.clients < 1 || c.clients > 1024 {

@@ -302,12 +302,16 @@ func appendRecord(p []byte, rec record) []byte {
 }
 
 // encodeCommit makes the one frame a flush writes.
-func encodeCommit(recs []record) []byte {
-	p := []byte{typeCommit}
+func encodeCommit(recs []record) []byte { return encodeCommitInto(nil, recs) }
+
+// encodeCommitInto makes the commit frame of recs in buf, reusing its
+// space: the records are encoded once, in place, with no copy.
+func encodeCommitInto(buf []byte, recs []record) []byte {
+	buf = append(buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, typeCommit)
 	for _, r := range recs {
-		p = appendRecord(p, r)
+		buf = appendRecord(buf, r)
 	}
-	return appendFrame(nil, p)
+	return finishFrame(buf)
 }
 
 // decodeCommit decodes the records of one journal commit frame (its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -483,6 +484,12 @@ func (s *Store) replaceLocked(e *entry, m *storage.Session, msgs [][]byte) error
 	return nil
 }
 
+// encBufs holds commit frame encode buffers for reuse; encKeep bounds the
+// size of one kept.
+var encBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const encKeep = 64 << 10
+
 // appendOp is one Append waiting for a group commit.
 type appendOp struct {
 	ctx  context.Context
@@ -623,7 +630,14 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		}
 		return
 	}
-	if err := s.writeJournal(e, encodeCommit(recs), len(changes)); err != nil {
+	bp := encBufs.Get().(*[]byte)
+	frame := encodeCommitInto(*bp, recs)
+	err := s.writeJournal(e, frame, len(changes))
+	if cap(frame) <= encKeep {
+		*bp = frame // the WAL has copied it: free to reuse
+		encBufs.Put(bp)
+	}
+	if err != nil {
 		err = fmt.Errorf("file: append to session %s: %w", e.id, err)
 		for _, c := range changes {
 			finish(c.op, storage.AppendResult{}, err)
