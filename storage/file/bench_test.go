@@ -259,6 +259,16 @@ func crashAfterWrites(b *testing.B, dir string, n int) {
 // abandon releases a store without writing anything more, as a crash
 // would: the checkpoint loop stops, files and the lock are closed.
 func abandon(s *testStore) {
+	// The write-ahead log stays as it is: its sealer is stopped with
+	// nothing queued, its segment closed.
+	s.waitSealed()
+	s.wal.mu.Lock()
+	s.wal.closed = true
+	s.wal.mu.Unlock()
+	s.stopWAL()
+	if s.wal.j != nil {
+		_ = s.wal.j.f.Close()
+	}
 	close(s.ckptStop)
 	<-s.ckptDone
 	s.dirty.mu.Lock()
