@@ -39,10 +39,18 @@ func BenchmarkAppend(b *testing.B) {
 	for _, length := range []int{10, 2000} {
 		for _, writers := range []int{1, 16} {
 			b.Run(fmt.Sprintf("len=%d/writers=%d", length, writers), func(b *testing.B) {
-				benchAppend(b, length, writers)
+				benchAppend(b, length, writers, writers)
 			})
 		}
 	}
+}
+
+// BenchmarkAppendWide is BenchmarkAppend with 64 writers spread over 1,000
+// sessions (writer w's i-th append goes to session (w + 64i) mod 1000).
+func BenchmarkAppendWide(b *testing.B) {
+	b.Run("len=10/writers=64/sessions=1000", func(b *testing.B) {
+		benchAppend(b, 10, 64, 1000)
+	})
 }
 
 // BenchmarkAppendCheckpointing is BenchmarkAppend with a checkpoint every
@@ -51,12 +59,12 @@ func BenchmarkAppend(b *testing.B) {
 func BenchmarkAppendCheckpointing(b *testing.B) {
 	for _, writers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("len=10/writers=%d", writers), func(b *testing.B) {
-			benchAppend(b, 10, writers, WithCheckpoints(100*time.Millisecond, 1<<30))
+			benchAppend(b, 10, writers, writers, WithCheckpoints(100*time.Millisecond, 1<<30))
 		})
 	}
 }
 
-func benchAppend(b *testing.B, length, writers int, opts ...Option) {
+func benchAppend(b *testing.B, length, writers, nsessions int, opts ...Option) {
 	var flushes, appends atomic.Int64
 	opts = append(opts, WithFlushObserver(func(r storage.FlushRecord) {
 		flushes.Add(1)
@@ -68,7 +76,7 @@ func benchAppend(b *testing.B, length, writers int, opts ...Option) {
 	}
 	defer s.Close()
 	var sessions []string
-	for i := range writers {
+	for i := range nsessions {
 		ms := make([]*sessiondv1.Message, length)
 		for j := range ms {
 			ms[j] = msg(fmt.Sprintf("seed-%d-%d", i, j), strings.Repeat("s", 1024))
@@ -92,7 +100,7 @@ func benchAppend(b *testing.B, length, writers int, opts ...Option) {
 		wg.Go(func() {
 			for i := range n {
 				t0 := time.Now()
-				_, err := s.Append(b.Context(), storage.AppendRequest{Ref: storage.Ref{ID: sessions[w]},
+				_, err := s.Append(b.Context(), storage.AppendRequest{Ref: storage.Ref{ID: sessions[(w+i*writers)%nsessions]},
 					Messages: []*sessiondv1.Message{msg(fmt.Sprintf("w%d-%d", w, i), body)}})
 				lat[w] = append(lat[w], time.Since(t0))
 				if err != nil {
