@@ -189,14 +189,18 @@ type walReq struct {
 	rec     walRec
 	path    string // the journal's file
 	appends int    // appends it makes durable, for the flush record
-	done    bool   // guarded by wal.mu
-	err     error
+	// wake is signalled once: when the flush covering the request is
+	// done (done and err are set before), or to hand it the lead.
+	wake chan struct{}
+	done bool
+	err  error
 }
 
 // wal is the commit pipeline and the current segment.
 type wal struct {
-	// mu guards queue, flushing, closed and every queued walReq's done and
-	// err; cond signals the end of a flush.
+	// mu guards queue, flushing and closed; cond signals that flushing
+	// ended. A request's done and err are written by the leader before it
+	// signals the request's wake channel.
 	mu       sync.Mutex
 	cond     *sync.Cond
 	queue    []*walReq
@@ -228,32 +232,50 @@ func (s *Store) walPath(seq uint64) string {
 	return filepath.Join(s.dir, walDir, seqName(walPref, seq))
 }
 
-// walCommit makes rec durable through the commit pipeline and returns the
-// flush's error. See the comment at the top of this file.
+// walCommit makes req durable through the commit pipeline and returns the
+// flush's error. See the comment at the top of this file. A writer that
+// finds a flush running queues and sleeps on its own channel; the leader
+// wakes exactly the writers its flush covered, and hands the lead to the
+// first writer queued meanwhile (no thundering herd).
 func (s *Store) walCommit(req *walReq) error {
 	w := &s.wal
+	req.wake = make(chan struct{}, 1)
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
+		w.mu.Unlock()
 		return fmt.Errorf("file: %w", storage.ErrClosed)
 	}
 	w.queue = append(w.queue, req)
-	for !req.done {
-		if w.flushing {
-			w.cond.Wait()
-			continue
+	lead := !w.flushing
+	w.flushing = true
+	w.mu.Unlock()
+	if !lead {
+		<-req.wake
+		if req.done {
+			return req.err
 		}
-		w.flushing = true
-		batch := w.queue
-		w.queue = nil
+		// Handed the lead: req is still queued, first.
+	}
+	w.mu.Lock()
+	batch := w.queue
+	w.queue = nil
+	w.mu.Unlock()
+	err := s.walFlush(batch)
+	for _, r := range batch {
+		r.done, r.err = true, err
+		if r != req {
+			r.wake <- struct{}{}
+		}
+	}
+	w.mu.Lock()
+	if len(w.queue) > 0 {
+		next := w.queue[0]
 		w.mu.Unlock()
-		err := s.walFlush(batch)
-		w.mu.Lock()
-		for _, r := range batch {
-			r.done, r.err = true, err
-		}
+		next.wake <- struct{}{}
+	} else {
 		w.flushing = false
-		w.cond.Broadcast()
+		w.cond.Broadcast() // closeWAL waits for the last flush
+		w.mu.Unlock()
 	}
 	return req.err
 }
