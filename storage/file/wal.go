@@ -650,48 +650,38 @@ func patchJournal(data []byte, recs []walRec) ([]byte, bool) {
 	return data, changed
 }
 
-// applyWAL writes the plan's records into the journals that lack them.
-// A journal that is gone belongs to a session deleted or rewritten since
-// (its snapshot holds the change). It returns the sessions whose journal
-// lacks a change the WAL lost.
+// applyWAL writes the plan's records into the journals that lack them,
+// reading only the records' byte ranges, so that its work is bounded by
+// the WAL's size, not the journals'. A journal that is gone belongs to a
+// session deleted or rewritten since (its snapshot holds the change). It
+// returns the sessions whose journal lacks a change the WAL lost.
 func applyWAL(p *walPlan, dir string, st *ioStats) (map[string]error, error) {
+	var buf []byte
 	for path, recs := range p.byPath {
-		data, err := os.ReadFile(path)
+		f, err := os.OpenFile(path, os.O_RDWR, filePerm)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
 		}
-		if err := patchFile(path, data, recs, st); err != nil {
+		for _, r := range recs {
+			buf = slices.Grow(buf[:0], len(r.frame))[:len(r.frame)]
+			if n, _ := f.ReadAt(buf, r.off); n == len(buf) && bytes.Equal(buf, r.frame) {
+				continue
+			}
+			n, err := f.WriteAt(r.frame, r.off)
+			st.bytesWritten.Add(int64(n))
+			if err != nil {
+				_ = f.Close()
+				return nil, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
+			}
+		}
+		if err := f.Close(); err != nil {
 			return nil, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
 		}
 	}
 	return lostChanges(p, dir), nil
-}
-
-// patchFile writes the records that data (path's bytes) lacks.
-func patchFile(path string, data []byte, recs []walRec, st *ioStats) error {
-	var f *os.File
-	for _, r := range recs {
-		end := r.off + int64(len(r.frame))
-		if end <= int64(len(data)) && bytes.Equal(data[r.off:end], r.frame) {
-			continue
-		}
-		if f == nil {
-			var err error
-			if f, err = os.OpenFile(path, os.O_RDWR, filePerm); err != nil {
-				return err
-			}
-			defer f.Close()
-		}
-		n, err := f.WriteAt(r.frame, r.off)
-		st.bytesWritten.Add(int64(n))
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // lostChanges names the sessions whose journal lacks a change whose WAL
@@ -701,20 +691,39 @@ func lostChanges(p *walPlan, dir string) map[string]error {
 	out := map[string]error{}
 	for id, recs := range p.lost {
 		for _, r := range recs {
-			data, err := os.ReadFile(journalPathOf(dir, id, r.gen))
-			if errors.Is(err, os.ErrNotExist) {
-				continue // deleted, or rewritten since
-			}
-			if err == nil {
-				if f, _, ok := readFrame(data, int(r.off)); ok && f[0] == typeCommit {
-					continue
-				}
+			ok, err := frameAt(journalPathOf(dir, id, r.gen), r.off)
+			if errors.Is(err, os.ErrNotExist) || ok {
+				continue // deleted or rewritten since, or the journal has it
 			}
 			out[id] = fmt.Errorf("a change at byte %d of journal generation %d is damaged in the write-ahead log and missing from the journal: %w", r.off, r.gen, errCorrupt)
 			break
 		}
 	}
 	return out
+}
+
+// frameAt reports whether the file at path holds an intact commit frame at
+// off.
+func frameAt(path string, off int64) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var h [frameHeader]byte
+	if n, _ := f.ReadAt(h[:], off); n < frameHeader {
+		return false, nil
+	}
+	n := int(binary.LittleEndian.Uint32(h[:]))
+	if n < 1 || n > maxPayload {
+		return false, nil
+	}
+	b := make([]byte, framedLen(n))
+	if m, _ := f.ReadAt(b, off); m < len(b) {
+		return false, nil
+	}
+	p, _, ok := readFrame(b, 0)
+	return ok && p[0] == typeCommit, nil
 }
 
 // replayWAL brings the journals up to date with the WAL at Open, before
