@@ -180,7 +180,7 @@ sd_flags=() flush_metrics=()
 if "$work/bin/sessiond" --help 2>&1 | grep -q -- --metrics-listen; then
 	SD_METRICS_PORT=$(free_port)
 	sd_flags=(--metrics-listen "127.0.0.1:$SD_METRICS_PORT")
-	flush_metrics=(--metrics "http://127.0.0.1:$SD_METRICS_PORT/metrics")
+	flush_metrics=(--metrics "127.0.0.1:$SD_METRICS_PORT")
 fi
 start_sessiond "$work/sessiond" "$SD_PORT" "${sd_flags[@]}"
 SD=127.0.0.1:$SD_PORT
@@ -254,7 +254,7 @@ sessiond_many() {
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE" "${flush_metrics[@]}")
 	record "$r" sessiond_ops "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" sessiond_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
-	record "$r" sessiond_16c_batch "$(json "d.get('appends_per_flush', 'nan')" <<<"$out")"
+	record "$r" sessiond_16c_batch "$(json "d.get('daemon_metrics', {}).get('appends_per_flush', 'nan')" <<<"$out")"
 }
 
 # --- wide: WIDE_CLIENTS clients on WIDE_SESSIONS sessions ---
@@ -265,7 +265,7 @@ sessiond_wide() {
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE" --warmup 1 "${flush_metrics[@]}")
 	record "$r" sessiond_wide_ops "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" sessiond_wide_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
-	record "$r" sessiond_wide_batch "$(json "d.get('appends_per_flush', 'nan')" <<<"$out")"
+	record "$r" sessiond_wide_batch "$(json "d.get('daemon_metrics', {}).get('appends_per_flush', 'nan')" <<<"$out")"
 }
 
 redis_wide_n=20000
