@@ -462,8 +462,8 @@ class SessionView {
       'div',
       { class: 'toolbar' },
       h('a', { href: listURL(this.ns), text: '« Sessions' }),
-      h('button', { type: 'button', text: 'Expand tool calls', onclick: () => this.setOpen(true) }),
-      h('button', { type: 'button', text: 'Collapse tool calls', onclick: () => this.setOpen(false) }),
+      h('button', { type: 'button', id: 'expand-calls', text: 'Expand tool calls', onclick: () => this.setOpen(true) }),
+      h('button', { type: 'button', id: 'collapse-calls', text: 'Collapse tool calls', onclick: () => this.setOpen(false) }),
       h('span', { id: 'live', class: 'live', text: '' }),
     );
     this.list = h('ol', { id: 'messages', class: 'messages' });
