@@ -6,8 +6,9 @@
 #     with `go install` into $(go env GOPATH)/bin (buf from its npm package
 #     where that works: it is much faster than building it);
 #   - Debian's python3-grpcio and python3-grpc-tools (the Python client
-#     tests and scripts/gen-python.sh) and systemd (systemd-analyze checks
-#     packaging/sessiond.service) and, when missing, postgresql (the tests'
+#     tests and scripts/gen-python.sh), systemd (systemd-analyze checks
+#     packaging/sessiond.service), chromium (the viewer's browser tests
+#     drive it headless) and, when missing, postgresql (the tests'
 #     private server, scripts/postgres.sh), with apt-get;
 #   - Node.js and npm if missing (apt-get), then the Node.js client's
 #     packages with `npm ci` in clients/node.
@@ -90,7 +91,7 @@ apt_install() {
 	if [[ "$(id -u)" != 0 ]]; then
 		sudo=sudo
 	fi
-	local apt_packages=(python3-grpcio python3-grpc-tools systemd)
+	local apt_packages=(python3-grpcio python3-grpc-tools systemd chromium)
 	if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
 		apt_packages+=(nodejs npm)
 	fi

@@ -1,0 +1,494 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/ui"
+)
+
+// The viewer's browser tests drive Debian's headless Chromium through the
+// DevTools protocol (chromedp) against the real daemon's HTTP listener:
+// they load pages, wait for what the scripts render, read the DOM, append
+// through gRPC to see live updates arrive over the SSE watch, and keep
+// screenshots in artifactsDir.
+
+// Payloads stored in titles, content and tool arguments: each would change
+// document.title or mark the body if it ever ran.
+const (
+	titlePayload   = `Payload <script>document.title='pwned-title'</script><img src=x onerror="document.body.dataset.pwned='title'">`
+	contentScript  = `<script>document.title='pwned-content'</script>`
+	contentImg     = `<img src=x onerror="document.body.dataset.pwned='content'">`
+	argsScript     = `<script>document.title='pwned-args'</script>`
+	argsImg        = `<img src=x onerror=\"document.body.dataset.pwned='args'\">` // inside a JSON string
+	resultScript   = `<script>document.title='pwned-result'</script>`
+	metadataImg    = `<img src=x onerror="document.body.dataset.pwned='metadata'">`
+	viewerNS       = "viewer"
+	browserTimeout = 30 * time.Second
+)
+
+// artifactsDir is where the browser tests leave their screenshots:
+// $SESSIOND_TEST_ARTIFACTS, else integration/testdata/artifacts.
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("SESSIOND_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join(moduleRoot, "integration", "testdata", "artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("artifacts dir: %v", err)
+	}
+	return dir
+}
+
+// startHTTPDaemon starts a daemon that also serves HTTP on a free loopback
+// port, and returns it with the HTTP base URL (http://127.0.0.1:PORT).
+func startHTTPDaemon(t *testing.T, extraArgs ...string) (*daemon, string) {
+	t.Helper()
+	d := startDaemon(t, filepath.Join(t.TempDir(), "data"), append([]string{"--http-listen", "127.0.0.1:0"}, extraArgs...)...)
+	for _, l := range d.logLines() {
+		if a, _ := l["http_addr"].(string); a != "" {
+			return d, "http://" + a
+		}
+	}
+	t.Fatalf("sessiond logged no http_addr; log:\n%s", d.Logs())
+	return nil, ""
+}
+
+// browser is one headless Chromium with one tab. problems collects what
+// the page must never report: uncaught exceptions, and messages about the
+// Content-Security-Policy or Trusted Types (the browser refusing something
+// the page tried).
+type browser struct {
+	ctx      context.Context
+	mu       sync.Mutex
+	problems []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path := lookTool(t, "chromium")
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // the tests run as root, where Chromium's sandbox cannot start
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1000),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(testContext(t, 3*time.Minute), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	// The first run starts the browser, which lives as long as ctx.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium (%s): %v", path, err)
+	}
+	b := &browser{ctx: ctx}
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Source == "security" || strings.Contains(m.Text, "Content Security Policy") || strings.Contains(m.Text, "Trusted Type") {
+				b.mu.Lock()
+				b.problems = append(b.problems, m.String())
+				b.mu.Unlock()
+			}
+		}
+	}()
+	return b
+}
+
+// run runs actions with a time limit.
+func (b *browser) run(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// waitFor polls the JavaScript expression until it is true. A poll that
+// a navigation cuts short (the page it ran in is gone) starts again in the
+// new page.
+func (b *browser) waitFor(t *testing.T, what, expr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserTimeout)
+	defer cancel()
+	for {
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond)))
+		if err == nil {
+			return
+		}
+		// -32000: the protocol's "the page or its context went away".
+		if ctx.Err() == nil && strings.Contains(err.Error(), "(-32000)") {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		status, _ := chromedp.Run(b.ctx, chromedp.Evaluate[string](`document.getElementById('status')?.textContent || ''`))
+		t.Fatalf("waiting for %s (%s): %v; page status %q", what, expr, err, status)
+	}
+}
+
+// eval evaluates expr, a JavaScript expression whose value is JSON, into out.
+func (b *browser) eval(t *testing.T, expr string, out any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserTimeout)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(`+expr+`)`))
+	if err != nil {
+		t.Fatalf("evaluate: %v", err)
+	}
+	if err := json.Unmarshal([]byte(s), out); err != nil {
+		t.Fatalf("evaluate: %v in %s", err, s)
+	}
+}
+
+// screenshot saves a PNG of the whole page in the artifacts dir.
+func (b *browser) screenshot(t *testing.T, name string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, browserTimeout)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	p := filepath.Join(artifactsDir(t), name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
+	return p
+}
+
+func (b *browser) checkNoProblems(t *testing.T) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.problems {
+		t.Errorf("the page reported: %s", p)
+	}
+}
+
+// pageSafety is what the viewer's DOM must never hold, read by safetyJS.
+type pageSafety struct {
+	Title    string   `json:"title"`
+	Pwned    string   `json:"pwned"`
+	Scripts  []string `json:"scripts"`
+	Images   int      `json:"images"`
+	Frames   int      `json:"frames"`
+	Handlers []string `json:"handlers"`
+	BadLinks []string `json:"badLinks"`
+	Text     string   `json:"text"`
+}
+
+const safetyJS = `(() => {
+  const q = (s) => [...document.querySelectorAll(s)];
+  return {
+    title: document.title,
+    pwned: document.body.dataset.pwned || '',
+    scripts: q('script').map((s) => s.getAttribute('src') || '(inline) ' + s.textContent),
+    images: q('img').length,
+    frames: q('iframe, object, embed, frame').length,
+    handlers: q('*').flatMap((e) => [...e.attributes].filter((a) => a.name.startsWith('on')).map((a) => e.tagName + ' ' + a.name)),
+    badLinks: q('a[href]').map((a) => a.getAttribute('href')).filter((h) => !/^(https?:|mailto:|\/|#)/.test(h)),
+    text: document.body.textContent,
+  };
+})()`
+
+// checkInert fails the test if anything stored became markup or ran.
+func checkInert(t *testing.T, b *browser, wantTitle string, wantText ...string) {
+	t.Helper()
+	var s pageSafety
+	b.eval(t, safetyJS, &s)
+	if s.Title != wantTitle {
+		t.Errorf("document.title = %q, want %q (a stored script ran?)", s.Title, wantTitle)
+	}
+	if s.Pwned != "" {
+		t.Errorf("a stored event handler ran: body data-pwned=%q", s.Pwned)
+	}
+	if len(s.Scripts) != 1 || s.Scripts[0] != "/ui/static/app.js" {
+		t.Errorf("script elements %q, want only /ui/static/app.js", s.Scripts)
+	}
+	if s.Images != 0 || s.Frames != 0 || len(s.Handlers) != 0 || len(s.BadLinks) != 0 {
+		t.Errorf("stored data became elements: %d img, %d frames, handlers %q, links %q", s.Images, s.Frames, s.Handlers, s.BadLinks)
+	}
+	for _, w := range wantText {
+		if !strings.Contains(s.Text, w) {
+			t.Errorf("page text lacks %q", w)
+		}
+	}
+	b.checkNoProblems(t)
+}
+
+// seedViewerSession stores the session the browser tests look at: a
+// system prompt, a user message in Markdown carrying payloads, an
+// assistant message with two tool calls (read_file answered by the next
+// ROLE_TOOL message, run_shell left open), and a last assistant message.
+func seedViewerSession(t *testing.T, ctx context.Context, c sessiondv1.SessionStoreServiceClient, ns string) string {
+	t.Helper()
+	asst := textMsg("a1", sessiondv1.Role_ROLE_ASSISTANT, "I will read the file and list the directory.")
+	asst.ToolCalls = []*sessiondv1.ToolCall{
+		{Id: "call_read", Name: "read_file", Arguments: `{"path":"` + argsImg + `"}`},
+		{Id: "call_ls", Name: "run_shell", Arguments: `{"cmd":"` + argsScript + `"}`},
+	}
+	tool := textMsg("t1", sessiondv1.Role_ROLE_TOOL, `{"text":"hello `+resultScript+`"}`)
+	tool.ToolCallId, tool.Name = "call_read", "read_file"
+	last := textMsg("a2", sessiondv1.Role_ROLE_ASSISTANT, "Still waiting for `ls`; see [the docs](https://example.com/docs) or [this](javascript:document.title='pwned-link').")
+	last.Metadata = map[string]string{"note": metadataImg}
+	resp, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{
+		Namespace: ns,
+		Title:     titlePayload,
+		Summary:   "A **test** session.",
+		Metadata:  map[string]string{"repl": "viewer-test", "note": metadataImg},
+		Labels:    map[string]string{"team": "a"},
+		Messages: []*sessiondv1.Message{
+			textMsg("s1", sessiondv1.Role_ROLE_SYSTEM, "You are a helpful agent."),
+			textMsg("u1", sessiondv1.Role_ROLE_USER, "# Question\nPlease **read** `notes.txt` and run `ls`.\n\n"+contentScript+"\n"+contentImg+"\n\n- one\n- two"),
+			asst, tool, last,
+		},
+	})
+	if err != nil {
+		t.Fatalf("CreateSession: %v", err)
+	}
+	return resp.GetSession().GetId()
+}
+
+// conversation is what the session page shows, read by conversationJS.
+type conversation struct {
+	Roles     []string `json:"roles"`
+	Heading   string   `json:"heading"`
+	Strong    []string `json:"strong"`
+	ListItems []string `json:"listItems"`
+	Links     []string `json:"links"`
+	OpenCalls string   `json:"openCalls"`
+	Revision  string   `json:"revision"`
+	Calls     map[string]struct {
+		Open      bool   `json:"open"`
+		Message   string `json:"message"`
+		Arguments string `json:"arguments"`
+		Result    string `json:"result"`
+		Collapsed bool   `json:"collapsed"`
+	} `json:"calls"`
+	PairedNote string `json:"pairedNote"`
+}
+
+const conversationJS = `(() => {
+  const q = (s) => [...document.querySelectorAll(s)];
+  const calls = {};
+  for (const p of q('.tool-pair')) {
+    calls[p.dataset.callId] = {
+      open: p.classList.contains('open') && p.dataset.open === 'true' && !!p.querySelector('.open-badge'),
+      message: p.closest('li').id,
+      arguments: p.querySelector('.arguments').textContent,
+      result: p.querySelector('.tool-result').textContent,
+      collapsed: !p.querySelector('details.tool-call').open,
+    };
+  }
+  return {
+    roles: q('#messages > li').map((li) => li.dataset.role),
+    heading: document.querySelector('#m-1 .md h1')?.textContent || '',
+    strong: q('#m-1 .md strong').map((e) => e.textContent),
+    listItems: q('#m-1 .md ul > li').map((e) => e.textContent),
+    links: q('#messages a[target=_blank]').map((a) => a.href),
+    openCalls: document.getElementById('open-calls')?.textContent || '',
+    revision: document.querySelector('[data-fact=revision]')?.textContent || '',
+    calls,
+    pairedNote: document.querySelector('#m-3.paired')?.textContent || '',
+  };
+})()`
+
+// TestViewerInBrowser loads a stored session with tool calls and payloads
+// in headless Chromium: the conversation renders with roles, Markdown, each
+// tool call beside its result, the open call marked, every payload as
+// text, nothing run; an append shows up live through the SSE watch; the
+// session list and search find it; the pages carry the strict CSP.
+func TestViewerInBrowser(t *testing.T) {
+	d, base := startHTTPDaemon(t)
+	ctx := testContext(t, 3*time.Minute)
+	c := d.client(t)
+	id := seedViewerSession(t, ctx, c, viewerNS)
+	pageURL := base + "/ui/sessions/" + id + "?namespace=" + viewerNS
+
+	// The headers, as a plain HTTP client sees them.
+	resp, err := http.Get(pageURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Security-Policy") != ui.ContentSecurityPolicy ||
+		resp.Header.Get("X-Content-Type-Options") != "nosniff" || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET %s: %d, headers %v; want 200, the viewer's CSP, nosniff, text/html", pageURL, resp.StatusCode, resp.Header)
+	}
+
+	b := newBrowser(t)
+	b.run(t, "open the session", chromedp.Navigate(pageURL))
+	b.waitFor(t, "five messages", `document.querySelectorAll('#messages > li').length === 5 && document.getElementById('live')?.textContent.includes('live')`)
+	wantTitle := titlePayload + " · sessiond"
+	checkInert(t, b, wantTitle, titlePayload, contentScript, contentImg, argsScript, resultScript, metadataImg, "onerror=")
+
+	var conv conversation
+	b.eval(t, conversationJS, &conv)
+	if want := []string{"system", "user", "assistant", "tool", "assistant"}; strings.Join(conv.Roles, ",") != strings.Join(want, ",") {
+		t.Errorf("roles %q, want %q", conv.Roles, want)
+	}
+	if conv.Heading != "Question" || strings.Join(conv.Strong, ",") != "read" || strings.Join(conv.ListItems, ",") != "one,two" {
+		t.Errorf("Markdown not rendered: heading %q, strong %q, list items %q", conv.Heading, conv.Strong, conv.ListItems)
+	}
+	if strings.Join(conv.Links, ",") != "https://example.com/docs" {
+		t.Errorf("links %q, want only https://example.com/docs (javascript: must stay text)", conv.Links)
+	}
+	read, ls := conv.Calls["call_read"], conv.Calls["call_ls"]
+	if len(conv.Calls) != 2 || read.Message != "m-2" || ls.Message != "m-2" {
+		t.Fatalf("tool calls %+v, want call_read and call_ls in message m-2", conv.Calls)
+	}
+	if read.Open || !strings.Contains(read.Result, "hello "+resultScript) || !strings.Contains(read.Arguments, `"path": "<img src=x onerror=`) {
+		t.Errorf("call_read: %+v; want closed, its result beside it, its arguments as text", read)
+	}
+	if !ls.Open || !strings.Contains(ls.Result, "No result yet") || !strings.Contains(ls.Arguments, argsScript) {
+		t.Errorf("call_ls: %+v; want marked open, with no result", ls)
+	}
+	if !strings.Contains(conv.OpenCalls, "1 open tool call") || !strings.Contains(conv.OpenCalls, "run_shell (call_ls)") {
+		t.Errorf("open calls summary %q, want run_shell (call_ls)", conv.OpenCalls)
+	}
+	if !strings.Contains(conv.PairedNote, "shown beside its call") {
+		t.Errorf("the tool message's own place says %q, want a pointer to its call", conv.PairedNote)
+	}
+	if conv.Revision != "1" {
+		t.Errorf("revision fact %q, want 1", conv.Revision)
+	}
+	b.screenshot(t, "viewer-session.png")
+
+	// Collapsing hides every tool call's body.
+	b.run(t, "collapse", chromedp.Click(chromedp.CSS("#collapse-calls")))
+	b.eval(t, conversationJS, &conv)
+	if !conv.Calls["call_read"].Collapsed || !conv.Calls["call_ls"].Collapsed {
+		t.Errorf("after Collapse tool calls: %+v", conv.Calls)
+	}
+	b.run(t, "expand", chromedp.Click(chromedp.CSS("#expand-calls")))
+
+	// Live: the open call's result and an answer arrive through the watch.
+	result := textMsg("t2", sessiondv1.Role_ROLE_TOOL, "README.md\nnotes.txt "+contentImg)
+	result.ToolCallId, result.Name = "call_ls", "run_shell"
+	if _, err := c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: byID(viewerNS, id), Messages: []*sessiondv1.Message{
+		result, textMsg("a3", sessiondv1.Role_ROLE_ASSISTANT, "Done: **two** files."),
+	}}); err != nil {
+		t.Fatalf("AppendMessages: %v", err)
+	}
+	b.waitFor(t, "the appended messages", `document.querySelectorAll('#messages > li').length === 7`)
+	b.eval(t, conversationJS, &conv)
+	if ls := conv.Calls["call_ls"]; ls.Open || !strings.Contains(ls.Result, "notes.txt "+contentImg) {
+		t.Errorf("after the live append, call_ls: %+v; want answered, its result beside it", ls)
+	}
+	if conv.OpenCalls != "" || conv.Revision != "2" || conv.Roles[6] != "assistant" {
+		t.Errorf("after the live append: open calls %q, revision %q, roles %q", conv.OpenCalls, conv.Revision, conv.Roles)
+	}
+	checkInert(t, b, wantTitle, "Done: two files.")
+	b.screenshot(t, "viewer-session-live.png")
+
+	// The list of the namespace, and a search that lands on the message.
+	b.run(t, "open the list", chromedp.Navigate(base+"/ui/?namespace="+viewerNS))
+	b.waitFor(t, "the session list", `document.querySelectorAll('table.sessions tbody tr').length === 1`)
+	var row struct{ Title, Href, Count string }
+	b.eval(t, `(() => { const r = document.querySelector('table.sessions tbody tr'); return {title: r.cells[0].textContent, href: r.querySelector('a').getAttribute('href'), count: r.cells[2].textContent}; })()`, &row)
+	if row.Title != titlePayload || row.Href != "/ui/sessions/"+id+"?namespace="+viewerNS || row.Count != "7" {
+		t.Errorf("list row %+v; want the payload title as text, a link to the session, 7 messages", row)
+	}
+	checkInert(t, b, "sessions · sessiond", titlePayload)
+	b.screenshot(t, "viewer-list.png")
+
+	b.run(t, "search", chromedp.Navigate(base+"/ui/?namespace="+viewerNS+"&q=notes.txt"))
+	b.waitFor(t, "search hits", `document.querySelectorAll('table.sessions tbody tr').length > 0`)
+	var hits []struct{ Href, Snippet string }
+	b.eval(t, `[...document.querySelectorAll('table.sessions tbody tr')].map((r) => ({href: r.querySelector('a').getAttribute('href'), snippet: r.cells[2].textContent}))`, &hits)
+	found := false
+	for _, h := range hits {
+		found = found || (h.Href == "/ui/sessions/"+id+"?namespace="+viewerNS+"#m-1" && strings.Contains(h.Snippet, "notes.txt"))
+	}
+	if !found {
+		t.Errorf("search hits %+v; want the user message, #m-1, with notes.txt in its snippet", hits)
+	}
+	checkInert(t, b, "search: notes.txt · sessiond")
+}
+
+// TestViewerPaging lists a namespace of more sessions than a page holds:
+// the first page has a link to the next, which holds the rest.
+func TestViewerPaging(t *testing.T) {
+	d, base := startHTTPDaemon(t)
+	ctx := testContext(t, 3*time.Minute)
+	c := d.client(t)
+	const total = 53 // the viewer's page is 50 sessions
+	for i := range total {
+		if _, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Namespace: "paging", Title: fmt.Sprintf("session %02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := newBrowser(t)
+	b.run(t, "open the list", chromedp.Navigate(base+"/ui/?namespace=paging"))
+	b.waitFor(t, "a full first page", `document.querySelectorAll('table.sessions tbody tr').length === 50 && !!document.querySelector('a[rel=next]')`)
+	var first string
+	b.eval(t, `document.querySelector('table.sessions tbody tr').cells[0].textContent`, &first)
+	if first != fmt.Sprintf("session %02d", total-1) {
+		t.Errorf("first row %q, want the newest session", first)
+	}
+	b.run(t, "next page", chromedp.Click(chromedp.CSS("a[rel=next]")))
+	b.waitFor(t, "the second page", `location.search.includes('page_token') && document.querySelectorAll('table.sessions tbody tr').length === 3 && !document.querySelector('a[rel=next]')`)
+	var rows []string
+	b.eval(t, `[...document.querySelectorAll('table.sessions tbody tr')].map((r) => r.cells[0].textContent)`, &rows)
+	if strings.Join(rows, ",") != "session 02,session 01,session 00" {
+		t.Errorf("second page %q, want the three oldest", rows)
+	}
+	b.checkNoProblems(t)
+}
+
+// TestViewerWithToken: with tokens on, the page says it needs one; a token
+// typed into its field is kept for the tab and sent with every request,
+// the watch's included.
+func TestViewerWithToken(t *testing.T) {
+	dir := t.TempDir()
+	toks := newTestTokens(t, dir)
+	d, base := startHTTPDaemon(t, "--auth-tokens", toks.file)
+	ctx := testContext(t, 3*time.Minute)
+	c := d.client(t)
+	id := seedViewerSession(t, withToken(ctx, toks.admin), c, nsA)
+
+	b := newBrowser(t)
+	b.run(t, "open the session", chromedp.Navigate(base+"/ui/sessions/"+id+"?namespace="+nsA))
+	b.waitFor(t, "the token prompt", `document.getElementById('status').textContent.includes('needs a token')`)
+
+	b.run(t, "enter a token of another namespace",
+		chromedp.SendKeys(chromedp.CSS("#token"), toks.writeB),
+		chromedp.Click(chromedp.CSS("#token-use")))
+	b.waitFor(t, "the refusal", `document.getElementById('status').textContent.includes('may not read')`)
+
+	b.run(t, "enter the reader's token",
+		chromedp.SendKeys(chromedp.CSS("#token"), toks.readA),
+		chromedp.Click(chromedp.CSS("#token-use")))
+	b.waitFor(t, "five messages", `document.querySelectorAll('#messages > li').length === 5 && document.getElementById('live').textContent.includes('live')`)
+	var kept string
+	b.eval(t, `sessionStorage.getItem('sessiond.token')`, &kept)
+	if kept != toks.readA {
+		t.Errorf("sessionStorage token %q, want the reader's", kept)
+	}
+	if _, err := c.AppendMessages(withToken(ctx, toks.admin), &sessiondv1.AppendMessagesRequest{Ref: byID(nsA, id), Messages: []*sessiondv1.Message{
+		textMsg("u2", sessiondv1.Role_ROLE_USER, "live with a token"),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the live append", `document.querySelectorAll('#messages > li').length === 6`)
+	checkInert(t, b, titlePayload+" · sessiond", "live with a token")
+	b.screenshot(t, "viewer-token.png")
+}
