@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -34,9 +35,13 @@ const (
 	argsImg        = `<img src=x onerror=\"document.body.dataset.pwned='args'\">` // inside a JSON string
 	resultScript   = `<script>document.title='pwned-result'</script>`
 	metadataImg    = `<img src=x onerror="document.body.dataset.pwned='metadata'">`
+	blobScript     = `<script>document.title='pwned-blob'</script>`
 	viewerNS       = "viewer"
 	browserTimeout = 30 * time.Second
 )
+
+// onePixelPNG is a 1x1 PNG, attached to a message as an image.
+var onePixelPNG, _ = base64.StdEncoding.DecodeString("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
 
 // artifactsDir is where the browser tests leave their screenshots:
 // $SESSIOND_TEST_ARTIFACTS, else integration/testdata/artifacts.
@@ -188,7 +193,7 @@ type pageSafety struct {
 	Title    string   `json:"title"`
 	Pwned    string   `json:"pwned"`
 	Scripts  []string `json:"scripts"`
-	Images   int      `json:"images"`
+	Images   []string `json:"images"`
 	Frames   int      `json:"frames"`
 	Handlers []string `json:"handlers"`
 	BadLinks []string `json:"badLinks"`
@@ -201,7 +206,7 @@ const safetyJS = `(() => {
     title: document.title,
     pwned: document.body.dataset.pwned || '',
     scripts: q('script').map((s) => s.getAttribute('src') || '(inline) ' + s.textContent),
-    images: q('img').length,
+    images: q('img').map((i) => i.getAttribute('src')),
     frames: q('iframe, object, embed, frame').length,
     handlers: q('*').flatMap((e) => [...e.attributes].filter((a) => a.name.startsWith('on')).map((a) => e.tagName + ' ' + a.name)),
     badLinks: q('a[href]').map((a) => a.getAttribute('href')).filter((h) => !/^(https?:|mailto:|\/|#)/.test(h)),
@@ -223,8 +228,13 @@ func checkInert(t *testing.T, b *browser, wantTitle string, wantText ...string) 
 	if len(s.Scripts) != 1 || s.Scripts[0] != "/ui/static/app.js" {
 		t.Errorf("script elements %q, want only /ui/static/app.js", s.Scripts)
 	}
-	if s.Images != 0 || s.Frames != 0 || len(s.Handlers) != 0 || len(s.BadLinks) != 0 {
-		t.Errorf("stored data became elements: %d img, %d frames, handlers %q, links %q", s.Images, s.Frames, s.Handlers, s.BadLinks)
+	for _, src := range s.Images {
+		if !strings.HasPrefix(src, "data:image/png;base64,") {
+			t.Errorf("an image from %q; only attached PNGs (data: URLs) may show", src)
+		}
+	}
+	if s.Frames != 0 || len(s.Handlers) != 0 || len(s.BadLinks) != 0 {
+		t.Errorf("stored data became elements: %d frames, handlers %q, links %q", s.Frames, s.Handlers, s.BadLinks)
 	}
 	for _, w := range wantText {
 		if !strings.Contains(s.Text, w) {
@@ -247,8 +257,16 @@ func seedViewerSession(t *testing.T, ctx context.Context, c sessiondv1.SessionSt
 	}
 	tool := textMsg("t1", sessiondv1.Role_ROLE_TOOL, `{"text":"hello `+resultScript+`"}`)
 	tool.ToolCallId, tool.Name = "call_read", "read_file"
+	user := textMsg("u1", sessiondv1.Role_ROLE_USER, "# Question\nPlease **read** `notes.txt` and run `ls`.\n\n"+contentScript+"\n"+contentImg+
+		"\n\n- one\n- two\n\n> quoted *text*\n\n```sh\nls -l "+contentScript+"\n```\n\n| file | size |\n|---|--:|\n| notes.txt | 12 |")
+	user.Parts = []*sessiondv1.ContentPart{
+		{Kind: &sessiondv1.ContentPart_Blob{Blob: &sessiondv1.Blob{MimeType: "image/png", Data: onePixelPNG}}},
+		{Kind: &sessiondv1.ContentPart_Blob{Blob: &sessiondv1.Blob{MimeType: "text/html", Data: []byte(blobScript)}}},
+	}
 	last := textMsg("a2", sessiondv1.Role_ROLE_ASSISTANT, "Still waiting for `ls`; see [the docs](https://example.com/docs) or [this](javascript:document.title='pwned-link').")
 	last.Metadata = map[string]string{"note": metadataImg}
+	last.Model = "test-model-1"
+	last.Usage = &sessiondv1.Usage{InputTokens: 120, OutputTokens: 30}
 	resp, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{
 		Namespace: ns,
 		Title:     titlePayload,
@@ -257,8 +275,7 @@ func seedViewerSession(t *testing.T, ctx context.Context, c sessiondv1.SessionSt
 		Labels:    map[string]string{"team": "a"},
 		Messages: []*sessiondv1.Message{
 			textMsg("s1", sessiondv1.Role_ROLE_SYSTEM, "You are a helpful agent."),
-			textMsg("u1", sessiondv1.Role_ROLE_USER, "# Question\nPlease **read** `notes.txt` and run `ls`.\n\n"+contentScript+"\n"+contentImg+"\n\n- one\n- two"),
-			asst, tool, last,
+			user, asst, tool, last,
 		},
 	})
 	if err != nil {
@@ -283,7 +300,15 @@ type conversation struct {
 		Result    string `json:"result"`
 		Collapsed bool   `json:"collapsed"`
 	} `json:"calls"`
-	PairedNote string `json:"pairedNote"`
+	PairedNote string   `json:"pairedNote"`
+	Quote      string   `json:"quote"`
+	Code       string   `json:"code"`
+	CodeLang   string   `json:"codeLang"`
+	Cells      []string `json:"cells"`
+	Attachment string   `json:"attachment"`
+	Images     int      `json:"images"`
+	Model      string   `json:"model"`
+	Usage      string   `json:"usage"`
 }
 
 const conversationJS = `(() => {
@@ -308,6 +333,14 @@ const conversationJS = `(() => {
     revision: document.querySelector('[data-fact=revision]')?.textContent || '',
     calls,
     pairedNote: document.querySelector('#m-3.paired')?.textContent || '',
+    quote: document.querySelector('#m-1 .md blockquote em')?.textContent || '',
+    code: document.querySelector('#m-1 .md pre code')?.textContent || '',
+    codeLang: document.querySelector('#m-1 .md pre code')?.dataset.lang || '',
+    cells: q('#m-1 .md table td').map((e) => e.textContent),
+    attachment: document.querySelector('#m-1 p.blob')?.textContent || '',
+    images: q('#m-1 img.blob').length,
+    model: document.querySelector('#m-4 .model')?.textContent || '',
+    usage: document.querySelector('#m-4 .usage')?.textContent || '',
   };
 })()`
 
@@ -347,6 +380,15 @@ func TestViewerInBrowser(t *testing.T) {
 	}
 	if conv.Heading != "Question" || strings.Join(conv.Strong, ",") != "read" || strings.Join(conv.ListItems, ",") != "one,two" {
 		t.Errorf("Markdown not rendered: heading %q, strong %q, list items %q", conv.Heading, conv.Strong, conv.ListItems)
+	}
+	if conv.Quote != "text" || conv.Code != "ls -l "+contentScript || conv.CodeLang != "sh" || strings.Join(conv.Cells, ",") != "notes.txt,12" {
+		t.Errorf("Markdown blocks: quote %q, code %q (%q), table cells %q", conv.Quote, conv.Code, conv.CodeLang, conv.Cells)
+	}
+	if conv.Images != 1 || !strings.Contains(conv.Attachment, "attachment: text/html") {
+		t.Errorf("attachments: %d images, note %q; want the PNG shown and the HTML named", conv.Images, conv.Attachment)
+	}
+	if conv.Model != "test-model-1" || conv.Usage != "input_tokens 120, output_tokens 30" {
+		t.Errorf("message 5: model %q, usage %q", conv.Model, conv.Usage)
 	}
 	if strings.Join(conv.Links, ",") != "https://example.com/docs" {
 		t.Errorf("links %q, want only https://example.com/docs (javascript: must stay text)", conv.Links)
@@ -399,13 +441,24 @@ func TestViewerInBrowser(t *testing.T) {
 	checkInert(t, b, wantTitle, "Done: two files.")
 	b.screenshot(t, "viewer-session-live.png")
 
+	// A rewind replaces the messages: the page reloads them, and the
+	// call is open again.
+	if _, err := c.RewindSession(ctx, &sessiondv1.RewindSessionRequest{Ref: byID(viewerNS, id), MessageCount: 5}); err != nil {
+		t.Fatalf("RewindSession: %v", err)
+	}
+	b.waitFor(t, "the rewound conversation", `document.querySelectorAll('#messages > li').length === 5 && document.querySelector('[data-fact=revision]')?.textContent === '3'`)
+	b.eval(t, conversationJS, &conv)
+	if !conv.Calls["call_ls"].Open || !strings.Contains(conv.OpenCalls, "run_shell (call_ls)") {
+		t.Errorf("after the rewind, call_ls: %+v, open calls %q; want open again", conv.Calls["call_ls"], conv.OpenCalls)
+	}
+
 	// The list of the namespace, and a search that lands on the message.
 	b.run(t, "open the list", chromedp.Navigate(base+"/ui/?namespace="+viewerNS))
 	b.waitFor(t, "the session list", `document.querySelectorAll('table.sessions tbody tr').length === 1`)
 	var row struct{ Title, Href, Count string }
 	b.eval(t, `(() => { const r = document.querySelector('table.sessions tbody tr'); return {title: r.cells[0].textContent, href: r.querySelector('a').getAttribute('href'), count: r.cells[2].textContent}; })()`, &row)
-	if row.Title != titlePayload || row.Href != "/ui/sessions/"+id+"?namespace="+viewerNS || row.Count != "7" {
-		t.Errorf("list row %+v; want the payload title as text, a link to the session, 7 messages", row)
+	if row.Title != titlePayload || row.Href != "/ui/sessions/"+id+"?namespace="+viewerNS || row.Count != "5" {
+		t.Errorf("list row %+v; want the payload title as text, a link to the session, 5 messages", row)
 	}
 	checkInert(t, b, "sessions · sessiond", titlePayload)
 	b.screenshot(t, "viewer-list.png")

@@ -529,6 +529,10 @@ class SessionView {
     if (usage) {
       facts.usage = usage;
     }
+    const ttl = field(s, 'expire_after');
+    if (ttl) {
+      facts['deleted after idle'] = typeof ttl === 'string' ? ttl : JSON.stringify(ttl);
+    }
     const factList = h(
       'dl',
       { class: 'facts' },
@@ -693,6 +697,12 @@ class SessionView {
         if (done === 'deleted') {
           return;
         }
+        if (done === 'reload') {
+          // The messages were rewritten (a save or a rewind): read them
+          // again, then watch from the revision read.
+          await this.load();
+          continue;
+        }
         delay = 1000;
       } catch (err) {
         if (this.abort.signal.aborted) {
@@ -729,9 +739,7 @@ class SessionView {
         }
         break;
       case 'EVENT_TYPE_REPLACED':
-        // The messages were rewritten (save, rewind): read them again.
-        this.load().catch((err) => setStatus(explain(err), 'error'));
-        return undefined;
+        return 'reload';
       case 'EVENT_TYPE_DELETED':
         this.setLive('deleted', 'off');
         setStatus('This session was deleted.', 'error');
@@ -791,7 +799,8 @@ function sleep(ms, signal) {
 
 // readEvents reads a text/event-stream body, calling onEvent with each
 // event's JSON data, until the stream ends. An "error" event becomes an
-// ApiError. It returns what onEvent returned to stop ("deleted").
+// ApiError. It returns what onEvent returned to stop ("deleted",
+// "reload").
 async function readEvents(res, onEvent) {
   const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';
