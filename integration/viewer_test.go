@@ -545,3 +545,54 @@ func TestViewerWithToken(t *testing.T) {
 	checkInert(t, b, titlePayload+" · sessiond", "live with a token")
 	b.screenshot(t, "viewer-token.png")
 }
+
+// TestViewerEdgeCases: a session that does not exist and a namespace that
+// cannot exist are reported on the page, and messages built to make a
+// Markdown renderer or the browser's layout slow (tens of thousands of
+// markers, deep quotes; one of 400,000 bytes) render promptly and whole,
+// as text.
+func TestViewerEdgeCases(t *testing.T) {
+	d, base := startHTTPDaemon(t)
+	ctx := testContext(t, 3*time.Minute)
+	c := d.client(t)
+	hostile := strings.Repeat("*a ", 10000) + strings.Repeat("_b ", 10000) + strings.Repeat("` ", 10000) + "\n\n" + strings.Repeat(">", 5000) + " deep"
+	huge := strings.Repeat("` ", 200000)
+	resp, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Namespace: viewerNS, Title: "hostile",
+		Messages: []*sessiondv1.Message{textMsg("u1", sessiondv1.Role_ROLE_USER, hostile), textMsg("u2", sessiondv1.Role_ROLE_USER, huge)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t)
+
+	start := time.Now()
+	b.run(t, "open the hostile session", chromedp.Navigate(base+"/ui/sessions/"+resp.GetSession().GetId()+"?namespace="+viewerNS))
+	b.waitFor(t, "the hostile messages", `document.querySelectorAll('#messages > li').length === 2`)
+	t.Logf("messages of %d and %d bytes rendered in %v", len(hostile), len(huge), time.Since(start))
+	var got struct {
+		Text, Huge    string
+		Inline, Plain int
+	}
+	b.eval(t, `({
+	  text: document.querySelector('#m-0 .md').textContent,
+	  inline: document.querySelectorAll('#m-0 .md code, #m-0 .md em, #m-0 .md strong').length,
+	  huge: document.querySelector('#m-1 .md .plain')?.textContent || '',
+	  plain: document.querySelectorAll('#m-1 .md .plain-note').length,
+	})`, &got)
+	if !strings.Contains(got.Text, "*a *a *a") || !strings.Contains(got.Text, "_b _b") || !strings.Contains(got.Text, "deep") || len(got.Text) < 80000 {
+		t.Errorf("the hostile message renders as %d bytes of text (%.60q...), want all of it", len(got.Text), got.Text)
+	}
+	if got.Inline > 2000 {
+		t.Errorf("the hostile message made %d inline elements; the renderer stops at 2000", got.Inline)
+	}
+	if got.Huge != huge || got.Plain != 1 {
+		t.Errorf("the 400,000-byte message: %d bytes as plain text, %d notes; want all of it, plain, with the note", len(got.Huge), got.Plain)
+	}
+	checkInert(t, b, "hostile · sessiond")
+
+	b.run(t, "open a missing session", chromedp.Navigate(base+"/ui/sessions/01a20884-2dde-7d2b-8b68-248637676de0?namespace="+viewerNS))
+	b.waitFor(t, "the not-found report", `document.getElementById('status').className === 'error' && /not found/i.test(document.getElementById('status').textContent)`)
+
+	b.run(t, "open a bad namespace", chromedp.Navigate(base+"/ui/?namespace=.."))
+	b.waitFor(t, "the bad-namespace report", `document.getElementById('status').textContent.includes('Not a namespace name')`)
+	b.checkNoProblems(t)
+}

@@ -22,17 +22,39 @@ const ITEM = /^( {0,3})([-*+]|\d{1,9}[.)])(?:\s+|$)/;
 const TABLE_SEP = /^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$/;
 const INDENTED = /^(?: {4}|\t)/;
 
-// MAX_SPAN bounds how far a code span or emphasis looks for its closing
-// marker, so that a hostile run of unclosed markers costs linear time.
+// MAX_SPAN bounds how far a code span or an emphasis may reach to its
+// closing marker.
 const MAX_SPAN = 4096;
 
 const SAFE_SCHEMES = new Set(['http:', 'https:', 'mailto:']);
 
+// MAX_MARKDOWN is the longest text rendered as Markdown; a longer one is
+// shown as plain text. MAX_INLINE bounds the inline elements (code, emphasis,
+// links) of one text; past it the rest of each paragraph stays plain. Both
+// keep a message built to be slow to lay out (hundreds of thousands of
+// markers) from stalling the page.
+const MAX_MARKDOWN = 100000;
+const MAX_INLINE = 2000;
+
+// inlineLeft is what remains of MAX_INLINE while renderMarkdown runs.
+let inlineLeft = 0;
+
 // renderMarkdown returns a DocumentFragment for the Markdown text.
 export function renderMarkdown(text) {
   const frag = document.createDocumentFragment();
-  const lines = String(text ?? '').replace(/\r\n?/g, '\n').split('\n');
-  renderBlocks(lines, frag, 0);
+  const src = String(text ?? '');
+  if (src.length > MAX_MARKDOWN) {
+    const note = document.createElement('p');
+    note.className = 'plain-note';
+    note.textContent = 'Shown as plain text: longer than ' + MAX_MARKDOWN.toLocaleString('en') + ' characters.';
+    const plain = document.createElement('div');
+    plain.className = 'plain';
+    plain.textContent = src;
+    frag.append(note, plain);
+    return frag;
+  }
+  inlineLeft = MAX_INLINE;
+  renderBlocks(src.replace(/\r\n?/g, '\n').split('\n'), frag, 0);
   return frag;
 }
 
@@ -278,9 +300,14 @@ function appendInline(parent, text, depth) {
     parent.append(text);
     return;
   }
+  const closers = new Closers(text);
   let pos = 0;
-  INLINE.lastIndex = 0;
+  // Text between constructs is gathered into one text node.
+  let pending = '';
   for (;;) {
+    if (inlineLeft <= 0) {
+      break;
+    }
     INLINE.lastIndex = pos;
     const m = INLINE.exec(text);
     if (!m) {
@@ -292,16 +319,14 @@ function appendInline(parent, text, depth) {
     if (m[1]) {
       // A code span closes at the next run of exactly as many backticks.
       const ticks = m[1];
-      const close = new RegExp('(?<!`)' + ticks + '(?!`)', 'g');
-      close.lastIndex = start + ticks.length;
-      const c = close.exec(text.slice(0, start + ticks.length + MAX_SPAN));
-      if (c) {
-        let code = text.slice(start + ticks.length, c.index).replace(/\n/g, ' ');
+      const close = closers.after(ticks, start);
+      if (close >= 0 && close - start <= MAX_SPAN) {
+        let code = text.slice(start + ticks.length, close).replace(/\n/g, ' ');
         if (/^ .*[^ ].* $/.test(code)) {
           code = code.slice(1, -1);
         }
         node = el('code', code);
-        end = c.index + ticks.length;
+        end = close + ticks.length;
       }
     } else if (m[3] !== undefined && m[4] !== undefined) {
       const href = safeHref(m[4]);
@@ -335,48 +360,86 @@ function appendInline(parent, text, depth) {
     } else {
       const marker = m[7] || m[8] || m[9] || m[10];
       const tag = m[7] ? 'strong' : m[10] ? 'del' : 'em';
-      const close = findClose(text, marker, start + marker.length);
-      if (close > start + marker.length) {
+      const close = closers.after(marker, start + marker.length);
+      if (close >= 0 && close - start <= MAX_SPAN) {
         node = document.createElement(tag);
         appendInline(node, text.slice(start + marker.length, close), depth + 1);
         end = close + marker.length;
       }
     }
     if (node) {
-      parent.append(text.slice(pos, start));
-      parent.append(node);
+      parent.append(pending + text.slice(pos, start), node);
+      pending = '';
+      inlineLeft--;
       pos = end;
     } else {
       // Not a construct after all: keep the marker as text and go on.
       const skip = start + Math.max(1, m[0].length);
-      parent.append(text.slice(pos, skip));
+      pending += text.slice(pos, skip);
       pos = skip;
     }
   }
-  parent.append(text.slice(pos));
+  parent.append(pending + text.slice(pos));
 }
 
-// findClose returns the index of the marker closing an emphasis that opens
-// just before from: preceded by a non-space, and for _ not followed by a
-// word character. -1 when there is none.
-function findClose(text, marker, from) {
-  let i = from;
-  for (;;) {
-    i = text.indexOf(marker, i);
-    if (i < 0 || i - from > MAX_SPAN) {
-      return -1;
+// Closers finds where a code span or an emphasis that opens at some point
+// of text closes. It lists each marker's closing places once, so that a
+// text full of markers that never close costs linear time, not quadratic.
+class Closers {
+  constructor(text) {
+    this.text = text;
+    this.lists = new Map();
+  }
+
+  // after returns the first place after from where marker closes, or -1.
+  after(marker, from) {
+    let list = this.lists.get(marker);
+    if (!list) {
+      list = marker[0] === '`' ? this.tickRuns(marker.length) : this.emphasisCloses(marker);
+      this.lists.set(marker, list);
     }
-    const before = text[i - 1];
-    const after = text[i + marker.length];
-    const closesHere =
-      before !== undefined &&
-      !/\s/.test(before) &&
-      !(marker === '*' && after === '*') &&
-      !(marker === '_' && after !== undefined && /\w/.test(after));
-    if (closesHere && i > from) {
-      return i;
+    let lo = 0;
+    let hi = list.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (list[mid] > from) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
     }
-    i += marker.length;
+    return lo < list.length ? list[lo] : -1;
+  }
+
+  // tickRuns lists the starts of the runs of exactly n backticks.
+  tickRuns(n) {
+    const out = [];
+    for (const m of this.text.matchAll(/`+/g)) {
+      if (m[0].length === n) {
+        out.push(m.index);
+      }
+    }
+    return out;
+  }
+
+  // emphasisCloses lists where marker can close an emphasis: after a
+  // non-space; a single * not followed by another; _ not followed by a
+  // word character.
+  emphasisCloses(marker) {
+    const out = [];
+    const text = this.text;
+    for (let i = text.indexOf(marker, 1); i >= 0; i = text.indexOf(marker, i + marker.length)) {
+      const before = text[i - 1];
+      const after = text[i + marker.length];
+      if (
+        !/\s/.test(before) &&
+        !(marker === '*' && after === '*') &&
+        !(marker === '_' && after !== undefined && /\w/.test(after))
+      ) {
+        out.push(i);
+      }
+    }
+    return out;
   }
 }
 
