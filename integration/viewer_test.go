@@ -57,18 +57,12 @@ func artifactsDir(t *testing.T) string {
 	return dir
 }
 
-// startHTTPDaemon starts a daemon that also serves HTTP on a free loopback
-// port, and returns it with the HTTP base URL (http://127.0.0.1:PORT).
-func startHTTPDaemon(t *testing.T, extraArgs ...string) (*daemon, string) {
+// startViewerDaemon starts a daemon with --http-listen and the extra
+// arguments, and returns it with the HTTP base URL (http://127.0.0.1:PORT).
+func startViewerDaemon(t *testing.T, extraArgs ...string) (*daemon, string) {
 	t.Helper()
-	d := startDaemon(t, filepath.Join(t.TempDir(), "data"), append([]string{"--http-listen", "127.0.0.1:0"}, extraArgs...)...)
-	for _, l := range d.logLines() {
-		if a, _ := l["http_addr"].(string); a != "" {
-			return d, "http://" + a
-		}
-	}
-	t.Fatalf("sessiond logged no http_addr; log:\n%s", d.Logs())
-	return nil, ""
+	d, api := startHTTPDaemon(t, filepath.Join(t.TempDir(), "data"), extraArgs...)
+	return d, api.base
 }
 
 // browser is one headless Chromium with one tab. problems collects what
@@ -350,7 +344,7 @@ const conversationJS = `(() => {
 // text, nothing run; an append shows up live through the SSE watch; the
 // session list and search find it; the pages carry the strict CSP.
 func TestViewerInBrowser(t *testing.T) {
-	d, base := startHTTPDaemon(t)
+	d, base := startViewerDaemon(t)
 	ctx := testContext(t, 3*time.Minute)
 	c := d.client(t)
 	id := seedViewerSession(t, ctx, c, viewerNS)
@@ -480,7 +474,7 @@ func TestViewerInBrowser(t *testing.T) {
 // TestViewerPaging lists a namespace of more sessions than a page holds:
 // the first page has a link to the next, which holds the rest.
 func TestViewerPaging(t *testing.T) {
-	d, base := startHTTPDaemon(t)
+	d, base := startViewerDaemon(t)
 	ctx := testContext(t, 3*time.Minute)
 	c := d.client(t)
 	const total = 53 // the viewer's page is 50 sessions
@@ -513,7 +507,7 @@ func TestViewerPaging(t *testing.T) {
 func TestViewerWithToken(t *testing.T) {
 	dir := t.TempDir()
 	toks := newTestTokens(t, dir)
-	d, base := startHTTPDaemon(t, "--auth-tokens", toks.file)
+	d, base := startViewerDaemon(t, "--auth-tokens", toks.file)
 	ctx := testContext(t, 3*time.Minute)
 	c := d.client(t)
 	id := seedViewerSession(t, withToken(ctx, toks.admin), c, nsA)
@@ -552,7 +546,7 @@ func TestViewerWithToken(t *testing.T) {
 // markers, deep quotes; one of 400,000 bytes) render promptly and whole,
 // as text.
 func TestViewerEdgeCases(t *testing.T) {
-	d, base := startHTTPDaemon(t)
+	d, base := startViewerDaemon(t)
 	ctx := testContext(t, 3*time.Minute)
 	c := d.client(t)
 	hostile := strings.Repeat("*a ", 10000) + strings.Repeat("_b ", 10000) + strings.Repeat("` ", 10000) + "\n\n" + strings.Repeat(">", 5000) + " deep"
