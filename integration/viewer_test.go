@@ -540,8 +540,9 @@ func TestViewerWithToken(t *testing.T) {
 	b.screenshot(t, "viewer-token.png")
 }
 
-// TestViewerEdgeCases: a session that does not exist and a namespace that
-// cannot exist are reported on the page, and messages built to make a
+// TestViewerEdgeCases: a session opens by its alias too; a session that
+// does not exist and a namespace that cannot exist are reported on the
+// page; and messages built to make a
 // Markdown renderer or the browser's layout slow (tens of thousands of
 // markers, deep quotes; one of 400,000 bytes) render promptly and whole,
 // as text.
@@ -551,7 +552,7 @@ func TestViewerEdgeCases(t *testing.T) {
 	c := d.client(t)
 	hostile := strings.Repeat("*a ", 10000) + strings.Repeat("_b ", 10000) + strings.Repeat("` ", 10000) + "\n\n" + strings.Repeat(">", 5000) + " deep"
 	huge := strings.Repeat("` ", 200000)
-	resp, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Namespace: viewerNS, Title: "hostile",
+	resp, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Namespace: viewerNS, Title: "hostile", Alias: "hostile-by-alias",
 		Messages: []*sessiondv1.Message{textMsg("u1", sessiondv1.Role_ROLE_USER, hostile), textMsg("u2", sessiondv1.Role_ROLE_USER, huge)}})
 	if err != nil {
 		t.Fatal(err)
@@ -582,6 +583,15 @@ func TestViewerEdgeCases(t *testing.T) {
 		t.Errorf("the 400,000-byte message: %d bytes as plain text, %d notes; want all of it, plain, with the note", len(got.Huge), got.Plain)
 	}
 	checkInert(t, b, "hostile · sessiond")
+
+	// The same session by its alias, live as well.
+	b.run(t, "open by alias", chromedp.Navigate(base+"/ui/sessions/hostile-by-alias?namespace="+viewerNS))
+	b.waitFor(t, "the session by alias", `document.querySelectorAll('#messages > li').length === 2 && document.getElementById('live').textContent.includes('live')`)
+	if _, err := c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: byAlias(viewerNS, "hostile-by-alias"),
+		Messages: []*sessiondv1.Message{textMsg("u3", sessiondv1.Role_ROLE_USER, "by alias")}}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the append by alias", `document.querySelectorAll('#messages > li').length === 3`)
 
 	b.run(t, "open a missing session", chromedp.Navigate(base+"/ui/sessions/01a20884-2dde-7d2b-8b68-248637676de0?namespace="+viewerNS))
 	b.waitFor(t, "the not-found report", `document.getElementById('status').className === 'error' && /not found/i.test(document.getElementById('status').textContent)`)

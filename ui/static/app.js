@@ -10,6 +10,7 @@
 // Two views, chosen by the path:
 //   /ui/?namespace=NS[&q=TEXT][&page_token=T]   sessions of a namespace, or search hits
 //   /ui/sessions/{id}?namespace=NS              one conversation, kept live through the watch
+//                                               (an alias in place of the id works too)
 import { renderMarkdown } from './markdown.js';
 
 const TOKEN_KEY = 'sessiond.token';
@@ -17,6 +18,7 @@ const PAGE_SIZE = 50;
 const SEARCH_LIMIT = 100;
 const ROLES = ['ROLE_UNSPECIFIED', 'ROLE_SYSTEM', 'ROLE_USER', 'ROLE_ASSISTANT', 'ROLE_TOOL'];
 const EVENTS = ['EVENT_TYPE_UNSPECIFIED', 'EVENT_TYPE_APPENDED', 'EVENT_TYPE_REPLACED', 'EVENT_TYPE_UPDATED', 'EVENT_TYPE_DELETED'];
+const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 const IMAGE_TYPES = new Set(['image/png', 'image/jpeg', 'image/gif', 'image/webp']);
 // gRPC codes the viewer acts on, by number and by name (proto3 JSON may
 // carry either).
@@ -455,6 +457,13 @@ class SessionView {
     this.abort.abort();
   }
 
+  // apiPath is the API's path of the session: by id, or by alias until the
+  // first load tells the id (which a rename cannot change).
+  apiPath() {
+    const id = field(this.session, 'id') || this.id;
+    return apiBase(this.ns) + (UUID.test(id) ? '/sessions/' : '/aliases/') + encodeURIComponent(id);
+  }
+
   async start() {
     const main = document.getElementById('main');
     this.header = h('section', { id: 'session-header' });
@@ -485,7 +494,7 @@ class SessionView {
   }
 
   async load() {
-    const res = await apiFetch(apiBase(this.ns) + '/sessions/' + encodeURIComponent(this.id) + '/messages', null, { signal: this.abort.signal });
+    const res = await apiFetch(this.apiPath() + '/messages', null, { signal: this.abort.signal });
     const got = await frames(res);
     let session = null;
     const messages = [];
@@ -689,7 +698,7 @@ class SessionView {
       try {
         this.setLive('● live', 'on');
         const res = await apiFetch(
-          apiBase(this.ns) + '/sessions/' + encodeURIComponent(this.id) + '/events',
+          this.apiPath() + '/events',
           { from_revision: this.revision },
           { accept: 'text/event-stream', signal: this.abort.signal },
         );
