@@ -142,12 +142,13 @@ func (b *browser) waitFor(t *testing.T, what, expr string) {
 	}
 }
 
-// eval evaluates expr, a JavaScript expression whose value is JSON, into out.
+// eval evaluates expr, a JavaScript expression whose value (or the value
+// its promise resolves to) is JSON, into out.
 func (b *browser) eval(t *testing.T, expr string, out any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, browserTimeout)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify(`+expr+`)`))
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(async () => JSON.stringify(await (`+expr+`)))()`, chromedp.EvalAwaitPromise))
 	if err != nil {
 		t.Fatalf("evaluate: %v", err)
 	}
@@ -599,4 +600,58 @@ func TestViewerEdgeCases(t *testing.T) {
 	b.run(t, "open a bad namespace", chromedp.Navigate(base+"/ui/?namespace=.."))
 	b.waitFor(t, "the bad-namespace report", `document.getElementById('status').textContent.includes('Not a namespace name')`)
 	b.checkNoProblems(t)
+}
+
+// TestViewerMarkdown renders Markdown with the viewer's own renderer in
+// the browser (imported as the page imports it) and compares the element
+// tree: what each construct becomes, and that raw HTML, script URLs and
+// unclosed markers stay text.
+func TestViewerMarkdown(t *testing.T) {
+	_, base := startViewerDaemon(t)
+	b := newBrowser(t)
+	b.run(t, "open the viewer", chromedp.Navigate(base+"/ui/"))
+	tests := []struct{ src, want string }{
+		{"plain text", "<p>plain text</p>"},
+		{"line one\nline two", "<p>line one\nline two</p>"},
+		{"# Title\n### Sub", "<h1>Title</h1><h3>Sub</h3>"},
+		{"**bold**, *em*, _em_, ~~gone~~", "<p><strong>bold</strong>, <em>em</em>, <em>em</em>, <del>gone</del></p>"},
+		{"snake_case_name and 2*3*4", "<p>snake_case_name and 2<em>3</em>4</p>"},
+		{"**unclosed and *also", "<p>**unclosed and *also</p>"},
+		{"`a <b> c` and ``x ` y``", "<p><code>a <b> c</code> and <code>x ` y</code></p>"},
+		{"```js\nalert('<x>')\n```", "<pre><code data-lang=js>alert('<x>')</code></pre>"},
+		{"    indented\n    code", "<pre><code>indented\ncode</code></pre>"},
+		{"> quoted\n> more", "<blockquote><p>quoted\nmore</p></blockquote>"},
+		{"- a\n- b\n  - c\n- d", "<ul><li>a</li><li><p>b</p><ul><li>c</li></ul></li><li>d</li></ul>"},
+		{"3. three\n4. four", "<ol start=3><li>three</li><li>four</li></ol>"},
+		{"| a | b |\n|:--|--:|\n| 1 | 2 |", "<div><table><thead><tr><th>a</th><th>b</th></tr></thead><tbody><tr><td>1</td><td>2</td></tr></tbody></table></div>"},
+		{"---", "<hr></hr>"},
+		{"[docs](https://example.com/d?x=1) and <https://a.example/b>", "<p><a href=https://example.com/d?x=1>docs</a> and <a href=https://a.example/b>https://a.example/b</a></p>"},
+		{"see https://example.com/x.", "<p>see <a href=https://example.com/x>https://example.com/x</a>.</p>"},
+		{"[bad](javascript:alert(1)) [rel](/v1/info) [data](data:text/html,x)", "<p><span>bad (javascript:alert(1)</span>) <span>rel (/v1/info)</span> <span>data (data:text/html,x)</span></p>"},
+		{"![img](https://example.com/i.png)", "<p><a href=https://example.com/i.png>image: img</a></p>"},
+		{"<script>alert(1)</script><img src=x onerror=alert(1)>", "<p><script>alert(1)</script><img src=x onerror=alert(1)></p>"},
+	}
+	for _, tc := range tests {
+		var got string
+		b.eval(t, `(async () => {
+		  const {renderMarkdown} = await import('/ui/static/markdown.js');
+		  const ser = (n) => n.nodeType === Node.TEXT_NODE ? n.data :
+		    '<' + n.nodeName.toLowerCase() +
+		    (n.getAttribute('href') ? ' href=' + n.getAttribute('href') : '') +
+		    (n.dataset.lang ? ' data-lang=' + n.dataset.lang : '') +
+		    (n.getAttribute('start') ? ' start=' + n.getAttribute('start') : '') +
+		    '>' + [...n.childNodes].map(ser).join('') + '</' + n.nodeName.toLowerCase() + '>';
+		  return [...renderMarkdown(`+jsString(tc.src)+`).childNodes].map(ser).join('');
+		})()`, &got)
+		if got != tc.want {
+			t.Errorf("renderMarkdown(%q)\n got %s\nwant %s", tc.src, got, tc.want)
+		}
+	}
+	b.checkNoProblems(t)
+}
+
+// jsString is s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
