@@ -118,8 +118,10 @@ func BenchmarkList100k(b *testing.B) {
 	}
 }
 
-// TestSearchUsesIndexes: the trigram indexes serve search's substring
-// filters, so a search reads candidates, not every message.
+// TestSearchUsesIndexes: the indexes serve search's substring filters, so
+// a search reads candidates, not every message: the trigram signature
+// index (and the index of messages too long for it) for messages, the
+// trigram index for session metadata.
 func TestSearchUsesIndexes(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	open(t, dsn)
@@ -127,9 +129,16 @@ func TestSearchUsesIndexes(t *testing.T) {
 	if _, err := conn.Exec(t.Context(), "SET enable_seqscan = off"); err != nil {
 		t.Fatal(err)
 	}
-	for table, index := range map[string]string{"messages": "messages_search", "sessions": "sessions_search"} {
-		col := map[string]string{"messages": "search", "sessions": "meta_search"}[table]
-		rows, err := conn.Query(t.Context(), "EXPLAIN SELECT 1 FROM "+table+" WHERE "+col+" LIKE '%weather in paris%'")
+	msgs, msgArgs := postgres.MessageSearch("Weather in Paris", true)
+	for _, c := range []struct {
+		query   string
+		args    []any
+		indexes []string
+	}{
+		{"SELECT 1 FROM messages m WHERE " + msgs, msgArgs, []string{"messages_search", "messages_long"}},
+		{"SELECT 1 FROM sessions WHERE meta_search LIKE '%weather in paris%'", nil, []string{"sessions_search"}},
+	} {
+		rows, err := conn.Query(t.Context(), "EXPLAIN "+c.query, c.args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,8 +146,52 @@ func TestSearchUsesIndexes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if plan := strings.Join(lines, "\n") + "\n"; !strings.Contains(plan, index) {
-			t.Errorf("a LIKE on %s.%s does not use %s:\n%s", table, col, index, plan)
+		plan := strings.Join(lines, "\n") + "\n"
+		for _, index := range c.indexes {
+			if !strings.Contains(plan, index) {
+				t.Errorf("%s does not use %s:\n%s", c.query, index, plan)
+			}
+		}
+	}
+}
+
+// TestSearchLongAndShort: a message longer than messages_search indexes is
+// still found (through messages_long), and so is a query too short to have
+// a trigram; a word of the query may continue in the text on either side.
+func TestSearchLongAndShort(t *testing.T) {
+	s := open(t, pgtest.Schema(t))
+	ctx := t.Context()
+	var long strings.Builder
+	for i := 0; long.Len() < 200_000; i++ {
+		fmt.Fprintf(&long, "w%x ", i*7919) // varied words, far past the 65,536 characters indexed
+	}
+	long.WriteString("the needle at the end")
+	se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Messages: []*sessiondv1.Message{
+		{Id: "short", Role: sessiondv1.Role_ROLE_USER, Content: "Sunny weather in Paris today"},
+		{Id: "long", Role: sessiondv1.Role_ROLE_ASSISTANT, Content: long.String()},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for query, want := range map[string][]int64{
+		"needle at":         {1},
+		"EATHER IN PAR":     {0},
+		"ny":                {0},
+		"y weather in pari": {0},
+		"weather in berlin": nil,
+	} {
+		var got []int64
+		if err := s.Search(ctx, storage.SearchOptions{Namespace: "ns", Query: query}, func(h storage.SearchHit) error {
+			if h.Session.ID != se.ID {
+				t.Errorf("Search %q: a hit in session %s", query, h.Session.ID)
+			}
+			got = append(got, h.MessageIndex)
+			return nil
+		}); err != nil {
+			t.Fatalf("Search %q: %v", query, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("Search %q: hits at %v, want %v", query, got, want)
 		}
 	}
 }
