@@ -613,6 +613,11 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 // kept (historyEvents). No row: the
 // append is not plainly new (or the session does not exist).
 //
+// The trim deletes the one event that falls out of the history: every
+// write trims what is older than its history, and an append adds one
+// revision. (A range, revision <= ..., would walk the dead index entries of
+// every event trimmed since the last vacuum, at each append.)
+//
 // The updated_ns rule is now's: the time given, or 1µs after the stored
 // one when that is not earlier. A concurrent append committed while this
 // one waited for the row lock is seen by the UPDATE (read committed
@@ -634,7 +639,7 @@ const appendFastSQL = `WITH s AS (
 	INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta)
 	SELECT id, revision, $10, message_count - $4, $4, namespace, alias, created_ns, updated_ns, message_count, meta FROM s
 ), d AS (
-	DELETE FROM events WHERE session_id = (SELECT id FROM s) AND revision <= (SELECT revision FROM s) - $11
+	DELETE FROM events WHERE session_id = (SELECT id FROM s) AND revision = (SELECT revision FROM s) - $11
 )
 SELECT ` + sessionCols + ` FROM s`
 

@@ -84,6 +84,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		cfg.MinConns = min(opts.MinConns, cfg.MaxConns)
 	}
 	cfg.MinConns = min(cfg.MinConns, cfg.MaxConns)
+	// Every write relies on read committed's row recheck: a write that
+	// waited for a session's row lock sees the row as committed, where a
+	// stricter default isolation would fail it with a serialization error.
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
