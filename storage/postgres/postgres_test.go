@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -288,5 +289,48 @@ func TestStats(t *testing.T) {
 	}
 	if st.Cache != nil || st.Journals != nil {
 		t.Errorf("Cache %+v, Journals %+v: want none for PostgreSQL", st.Cache, st.Journals)
+	}
+}
+
+// TestWatchReplayVersion1Events: events rows written by schema version 1
+// hold the session as JSON and none of the columns version 2 added; a
+// replay after the upgrade still decodes them.
+func TestWatchReplayVersion1Events(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
+	ctx := t.Context()
+	se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "now"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := storage.Ref{Namespace: "ns", ID: se.ID}
+	res, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{{Id: "a", Role: sessiondv1.Role_ROLE_USER, Content: "hello"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := *se
+	old.Title, old.Revision, old.MessageCount = "as version 1 wrote it", res.Revision, 1
+	snap, err := json.Marshal(&old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(ctx, `UPDATE events SET session = $2, namespace = NULL, alias = NULL, created_ns = NULL,
+		updated_ns = NULL, message_count = NULL, meta = NULL WHERE session_id = $1 AND revision = $3`, se.ID, snap, int64(res.Revision)); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := s.Watch(ctx, ref, se.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	select {
+	case ev := <-sub.Events():
+		if ev.Revision != res.Revision || ev.Type != storage.EventAppended || ev.Session.Title != old.Title ||
+			ev.Session.MessageCount != 1 || len(ev.Messages) != 1 || ev.Messages[0].GetContent() != "hello" {
+			t.Errorf("replayed %+v (session %+v); want the append of revision %d with the JSON session", ev, ev.Session, res.Revision)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no replay: %v", sub.Err())
 	}
 }

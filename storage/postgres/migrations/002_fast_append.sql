@@ -35,6 +35,9 @@ ALTER TABLE messages SET (toast_tuple_target = 8160);
 --
 -- Only the first 65,536 characters are indexed (a tsvector holds at most
 -- 1 MB); longer messages are always candidates, through messages_long.
+-- The functions have SQL-standard bodies (PostgreSQL 14 or newer): bound to
+-- pg_trgm's show_trgm when created, not looked up in each connection's
+-- search_path at every insert.
 CREATE FUNCTION sessiond_trgm(search text) RETURNS tsvector
 	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 	RETURN array_to_tsvector(show_trgm(left(search, 65536)));
