@@ -427,10 +427,14 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 
 // createNew inserts the new session m with msgs as its messages. An id
 // the client chose (fixed) may be that of a deleted session, which left its
-// last event: that goes first.
+// last event (and, if a daemon of schema version 1 deleted it, its
+// messages): those go first.
 func (s *Store) createNew(ctx context.Context, tx *wtx, m *storage.Session, msgs []*sessiondv1.Message, fixed bool) (*storage.Session, error) {
 	if fixed {
-		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
+		b := &pgx.Batch{}
+		b.Queue(`DELETE FROM events WHERE session_id = $1`, m.ID)
+		b.Queue(`DELETE FROM messages WHERE session_id = $1`, m.ID)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return nil, err
 		}
 	}

@@ -334,3 +334,26 @@ func TestWatchReplayVersion1Events(t *testing.T) {
 		t.Fatalf("no replay: %v", sub.Err())
 	}
 }
+
+// TestCreateOverOrphanMessages: a daemon of schema version 1 deleted a
+// session's messages through the foreign key version 2 dropped, so one
+// still running during an upgrade leaves them behind; a create that reuses
+// the session's id must not see them.
+func TestCreateOverOrphanMessages(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
+	ctx := t.Context()
+	const id = "0190a000-0000-7000-8000-000000000001"
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search) VALUES ($1, 0, 'orphan', '', 'orphan')`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", ID: id, Messages: []*sessiondv1.Message{
+		{Id: "fresh", Role: sessiondv1.Role_ROLE_USER, Content: "fresh"}}}); err != nil {
+		t.Fatalf("Create over orphan messages: %v", err)
+	}
+	_, msgs, err := s.Load(ctx, storage.Ref{Namespace: "ns", ID: id}, storage.LoadOptions{})
+	if err != nil || len(msgs) != 1 || msgs[0].GetId() != "fresh" {
+		t.Fatalf("Load: %v, %v; want the one message created", msgs, err)
+	}
+}
