@@ -21,28 +21,53 @@
 //     meta_search (pg_trgm GIN). Times are Unix nanoseconds.
 //   - messages: one row per message: its protobuf encoding (body; fields
 //     this version does not know survive), its position, its id (unique per
-//     session: idempotent appends), and its lowered text (pg_trgm GiST,
-//     whose one signature per message costs appends far less WAL than GIN's
-//     entry per trigram).
+//     session: idempotent appends), and its lowered text. Message search
+//     uses messages_search, a GiST index over the pg_trgm trigrams of that
+//     text as a tsvector (sessiond_trgm), whose leaf entry is a fixed-size
+//     signature: an append writes little to it (a pg_trgm GiST index keeps
+//     every trigram at the leaf, about 3 KB per 1 KiB message, and refuses
+//     messages of some 12 KB of varied text; a GIN index writes an entry per
+//     trigram). A query looks up the trigrams every text containing it holds
+//     (sessiond_trgm_query: its runs of three letters or digits); the
+//     signature only narrows the candidates, which LIKE and then the decoded
+//     message recheck. Only a message's first 65,536 characters are
+//     indexed; longer messages are always candidates (messages_long). A
+//     query without three letters or digits in a row reads every message
+//     of the namespace. There is no foreign key to sessions: every write of
+//     a session's messages holds the session's row lock, and Delete removes
+//     them.
 //   - events: the last storage.WatchHistory events of each session, with
-//     the session's metadata after the change. An append's event names its
-//     messages by position rather than copying them (a copy would double an
-//     append's WAL); a save or rewind, which rewrites positions, first copies
-//     into its messages column the messages of every kept append event it
-//     would overwrite, so a replay from history delivers what each append
-//     added.
+//     the session's state after the change in the sessions row's columns.
+//     An append's event names its messages by position rather than copying
+//     them (a copy would double an append's WAL); a save or rewind, which
+//     rewrites positions, first copies into its messages column the
+//     messages of every kept append event it would overwrite, so a replay
+//     from history delivers what each append added.
 //
 // # Concurrency
 //
-// Every write is one read-committed transaction that first locks the
-// session's row (SELECT ... FOR UPDATE), then applies the shared rules of
-// package storage (CheckAppend, CheckRevision, SameSave, ApplyUpdate, ...)
-// to what it read, so two replicas never both write on top of the same
-// revision: the second waits for the first to commit and then sees its
-// revision. Creates race on the primary key and the (namespace, alias)
-// unique key: exactly one wins. Reads (Get, Load) run in a read-only
-// repeatable-read transaction: one snapshot. Listing and search read keyset
-// pages of their indexes, with no transaction held while yield runs.
+// Every write is one read-committed transaction (Open sets read committed
+// on its connections, whatever the database's default) that first locks
+// the session's row, then applies the shared rules of package storage
+// (CheckAppend, CheckRevision, SameSave, ApplyUpdate, ...) to what it read,
+// so two replicas never both write on top of the same revision: the second
+// waits for the first to commit and then sees its revision.
+//
+// An append, the hot path, is first tried as one statement (one round
+// trip, its own transaction): it updates the session's row only if
+// expected_revision is absent or current and none of the batch's ids is
+// stored, and inserts the messages and the event from the row it updated.
+// Those conditions are the case where CheckAppend accepts the batch as new,
+// so the rule stays in one place: when the statement updates nothing (or
+// a concurrent append of the same ids committed first and the message key
+// refuses the insert), the append takes the general path: the row lock and
+// the stored messages with the batch's ids in one round trip, CheckAppend,
+// then the writes and COMMIT in a second.
+//
+// Creates race on the primary key and the (namespace, alias) unique key:
+// exactly one wins. Reads (Get, Load) run in a read-only repeatable-read
+// transaction: one snapshot. Listing and search read keyset pages of their
+// indexes, with no transaction held while yield runs.
 //
 // # Durability
 //

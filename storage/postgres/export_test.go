@@ -2,3 +2,11 @@ package postgres
 
 // EncodeMeta lets tests write sessions rows as the driver does.
 var EncodeMeta = encodeMeta
+
+// MessageSearch returns the condition on messages m (and its arguments)
+// that Search uses to find the messages holding query, as it decides it.
+func MessageSearch(query string, indexed bool) (string, []any) {
+	f := searchFilter{text: searchText(query), indexed: indexed}
+	f.pattern = "%" + likeEscape(f.text) + "%"
+	return f.messages(nil)
+}

@@ -112,26 +112,34 @@ const searchPage = 200
 // by session in list order.
 func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield func(storage.SearchHit) error) error {
 	q := strings.ToLower(opts.Query)
-	pattern := "%" + likeEscape(searchText(opts.Query)) + "%"
+	f := searchFilter{text: searchText(opts.Query)}
+	f.pattern = "%" + likeEscape(f.text) + "%"
+	if err := s.call(ctx, func() error {
+		return s.pool.QueryRow(ctx, `SELECT numnode(sessiond_trgm_query($1)) > 0`, f.text).Scan(&f.indexed)
+	}); err != nil {
+		return err
+	}
 	hits := int64(0)
 	var after *storage.Cursor
 	for {
 		var cands []*storage.Session
 		err := s.withConn(ctx, func(qr querier) error {
 			where, args := listWhere(storage.ListOptions{Namespace: opts.Namespace}, after)
-			args = append(args, pattern, searchPage)
-			p := len(args) - 1
+			args = append(args, f.pattern)
+			p := len(args)
+			msgs, args := f.messages(args)
+			args = append(args, searchPage)
 			var err error
 			cands, err = collectSessions(qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (meta_search LIKE $%d
-				OR EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id AND m.search LIKE $%d))
-				ORDER BY updated_ns DESC, s.id LIMIT $%d`, sessionCols, where, p, p, p+1), args...))
+				OR EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id AND %s))
+				ORDER BY updated_ns DESC, s.id LIMIT $%d`, sessionCols, where, p, msgs, len(args)), args...))
 			return err
 		})
 		if err != nil {
 			return err
 		}
 		for _, m := range cands {
-			found, err := s.searchSession(ctx, m, q, pattern)
+			found, err := s.searchSession(ctx, m, q, f)
 			if err != nil {
 				return err
 			}
@@ -153,19 +161,48 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 	}
 }
 
+// searchFilter is the condition on a messages row m that a search's
+// candidates meet.
+type searchFilter struct {
+	text    string // the query as the search column holds text
+	pattern string // LIKE pattern: text anywhere
+	indexed bool   // the query has trigrams messages_search can look up
+}
+
+// messages returns the SQL condition on messages m, with its arguments
+// appended to args. It uses messages_search (and messages_long, for the
+// messages longer than it indexes) when the query has three letters or
+// digits in a row; a shorter query reads every message of the namespace.
+func (f searchFilter) messages(args []any) (string, []any) {
+	args = append(args, f.pattern)
+	like := fmt.Sprintf("m.search LIKE $%d", len(args))
+	if !f.indexed {
+		return like, args
+	}
+	args = append(args, f.text)
+	return fmt.Sprintf("(sessiond_trgm(m.search) @@ sessiond_trgm_query($%d) OR length(m.search) > %d) AND %s",
+		len(args), maxIndexedSearch, like), args
+}
+
+// maxIndexedSearch is how many characters of a message's search text
+// messages_search indexes (migration 2); longer messages are in
+// messages_long.
+const maxIndexedSearch = 65536
+
 // searchSession returns m's hits: its metadata hit first, then its
 // messages' in order. A message that does not decode ends the session's
 // hits (damaged sessions are skipped, as documented).
-func (s *Store) searchSession(ctx context.Context, m *storage.Session, q, pattern string) ([]storage.SearchHit, error) {
+func (s *Store) searchSession(ctx context.Context, m *storage.Session, q string, f searchFilter) ([]storage.SearchHit, error) {
 	var out []storage.SearchHit
-	for _, f := range []string{m.Title, m.Alias, m.Summary} {
-		if snip, ok := storage.Snippet(f, q); ok {
+	for _, fld := range []string{m.Title, m.Alias, m.Summary} {
+		if snip, ok := storage.Snippet(fld, q); ok {
 			out = append(out, storage.SearchHit{Session: clone(m), MessageIndex: -1, Snippet: snip})
 			break
 		}
 	}
 	err := s.withConn(ctx, func(qr querier) error {
-		rows, err := qr.Query(ctx, `SELECT pos, body FROM messages WHERE session_id = $1 AND search LIKE $2 ORDER BY pos`, m.ID, pattern)
+		cond, args := f.messages([]any{m.ID})
+		rows, err := qr.Query(ctx, `SELECT pos, body FROM messages m WHERE session_id = $1 AND `+cond+` ORDER BY pos`, args...)
 		if err != nil {
 			return err
 		}

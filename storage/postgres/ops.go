@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -208,19 +207,29 @@ func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 	return aliasErr(err, m)
 }
 
+// messageRows returns the columns of msgs' rows: ids, protobuf encodings
+// and search texts.
+func messageRows(msgs []*sessiondv1.Message) (ids []string, bodies [][]byte, texts []string, err error) {
+	ids, bodies, texts = make([]string, len(msgs)), make([][]byte, len(msgs)), make([]string, len(msgs))
+	for i, m := range msgs {
+		enc, err := proto.Marshal(m)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
+		}
+		ids[i], bodies[i], texts[i] = m.GetId(), enc, searchText(storage.MessageTexts(m)...)
+	}
+	return ids, bodies, texts, nil
+}
+
 // queueMessages queues the insert of msgs at positions from, from+1, ...
 // of session id.
 func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	ids, bodies, texts := make([]string, len(msgs)), make([][]byte, len(msgs)), make([]string, len(msgs))
-	for i, m := range msgs {
-		enc, err := proto.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("postgres: encode message %d: %w", i, err)
-		}
-		ids[i], bodies[i], texts[i] = m.GetId(), enc, searchText(storage.MessageTexts(m)...)
+	ids, bodies, texts, err := messageRows(msgs)
+	if err != nil {
+		return err
 	}
 	b.Queue(`INSERT INTO messages (session_id, pos, msg_id, body, search)
 		SELECT $1, $2 + t.ord - 1, t.mid, t.body, t.search
@@ -235,12 +244,14 @@ func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Messa
 // An append's event names its messages by position: the count messages
 // before m.MessageCount. withTx sends the wake-up after the commit.
 func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, count int) error {
-	snap, err := json.Marshal(m)
+	alias, meta, _, _, err := sessionRow(m)
 	if err != nil {
 		return err
 	}
-	b.Queue(`INSERT INTO events (session_id, revision, type, session, first_pos, count) VALUES ($1, $2, $3, $4, $5, $6)`,
-		m.ID, int64(m.Revision), int16(typ), snap, m.MessageCount-int64(count), count)
+	b.Queue(`INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		m.ID, int64(m.Revision), int16(typ), m.MessageCount-int64(count), count,
+		m.Namespace, alias, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta)
 	b.Queue(`DELETE FROM events WHERE session_id = $1 AND revision <= $2`, m.ID, int64(m.Revision)-historyEvents)
 	tx.changed = append(tx.changed, m.ID)
 	return nil
@@ -416,10 +427,14 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 
 // createNew inserts the new session m with msgs as its messages. An id
 // the client chose (fixed) may be that of a deleted session, which left its
-// last event: that goes first.
+// last event (and, if a daemon of schema version 1 deleted it, its
+// messages): those go first.
 func (s *Store) createNew(ctx context.Context, tx *wtx, m *storage.Session, msgs []*sessiondv1.Message, fixed bool) (*storage.Session, error) {
 	if fixed {
-		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, m.ID); err != nil {
+		b := &pgx.Batch{}
+		b.Queue(`DELETE FROM events WHERE session_id = $1`, m.ID)
+		b.Queue(`DELETE FROM messages WHERE session_id = $1`, m.ID)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return nil, err
 		}
 	}
@@ -553,13 +568,21 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 
 // Append adds messages; the idempotency rule is storage.CheckAppend's.
 //
-// Appends are the hot path, so one takes two round trips to the database:
+// Appends are the hot path. The common one (none of the batch's ids is
+// stored, expected_revision absent or current) is one statement, one round
+// trip and its own transaction: appendFast. Every other append (and one
+// that raced a concurrent append of the same ids) takes two round trips:
 // BEGIN, the session's row lock and the stored messages with the batch's
 // ids in one; then, once CheckAppend has classified the batch, the
 // messages, the session's new revision, its event and COMMIT in the other.
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
 	var res storage.AppendResult
 	err := s.call(ctx, func() error {
+		var ok bool
+		var err error
+		if res, ok, err = s.appendFast(ctx, req, msgs); err != nil || ok {
+			return err
+		}
 		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
 			return err
@@ -581,6 +604,80 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 		return storage.AppendResult{}, err
 	}
 	return res, nil
+}
+
+// appendFastSQL appends in one statement when the append is plainly new:
+// it updates the session's row (which locks it) only if expected_revision
+// is absent or current and none of the batch's ids is stored, and then
+// inserts the messages at the positions after the row's count, the event
+// and the trim of history from the row it updated. Arguments: $1 namespace,
+// $2 id or alias, $3 expected revision (0: any), $4 the batch's size, $5
+// now (Unix ns), $6 the ids the client set, $7-$9 the messages' ids,
+// encodings and search texts, $10 the append event type, $11 the history
+// kept (historyEvents). No row: the
+// append is not plainly new (or the session does not exist).
+//
+// The trim deletes the one event that falls out of the history: every
+// write trims what is older than its history, and an append adds one
+// revision. (A range, revision <= ..., would walk the dead index entries of
+// every event trimmed since the last vacuum, at each append.)
+//
+// The updated_ns rule is now's: the time given, or 1µs after the stored
+// one when that is not earlier. A concurrent append committed while this
+// one waited for the row lock is seen by the UPDATE (read committed
+// rechecks the row), but not by the ids check, which ran on the
+// statement's snapshot; inserting such an id then violates the message
+// key, and Append falls back to the two-round-trip path, which classifies
+// the batch under the lock.
+const appendFastSQL = `WITH s AS (
+	UPDATE sessions SET revision = revision + 1, message_count = message_count + $4,
+		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END
+	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint)
+		AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = ANY($6::text[]))
+	RETURNING id, namespace, alias, created_ns, updated_ns, revision, message_count, meta
+), m AS (
+	INSERT INTO messages (session_id, pos, msg_id, body, search)
+	SELECT s.id, s.message_count - $4 + t.ord - 1, t.mid, t.body, t.search
+	FROM s, unnest($7::text[], $8::bytea[], $9::text[]) WITH ORDINALITY AS t(mid, body, search, ord)
+), e AS (
+	INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta)
+	SELECT id, revision, $10, message_count - $4, $4, namespace, alias, created_ns, updated_ns, message_count, meta FROM s
+), d AS (
+	DELETE FROM events WHERE session_id = (SELECT id FROM s) AND revision = (SELECT revision FROM s) - $11
+)
+SELECT ` + sessionCols + ` FROM s`
+
+// The append statement for each kind of ref.
+var (
+	appendFastByID    = fmt.Sprintf(appendFastSQL, "namespace = $1 AND id = $2::uuid")
+	appendFastByAlias = fmt.Sprintf(appendFastSQL, "namespace = $1 AND alias = $2")
+)
+
+// messageKey is the unique key on (session, message id).
+const messageKey = "messages_session_id_msg_id_key"
+
+// appendFast tries the append as appendFastSQL; ok is false when the
+// append must take the general path.
+func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (res storage.AppendResult, ok bool, err error) {
+	ids, bodies, texts, err := messageRows(msgs.Prepared)
+	if err != nil || len(ids) == 0 {
+		return res, false, err
+	}
+	q, ref := appendFastByID, req.Ref.ID
+	if ref == "" {
+		q, ref = appendFastByAlias, req.Ref.Alias
+	}
+	n := int64(len(ids))
+	m, err := scanSession(s.pool.QueryRow(ctx, q, req.Ref.Namespace, ref, int64(req.ExpectedRevision), n,
+		time.Now().UnixNano(), msgs.SentIDs(), ids, bodies, texts, int16(storage.EventAppended), int64(historyEvents)))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows), uniqueViolation(err, messageKey):
+		return res, false, nil
+	case err != nil:
+		return res, false, err
+	}
+	s.wake(m.ID)
+	return storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}, true, nil
 }
 
 func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.AppendRequest, msgs storage.Messages, w *wtx) (storage.AppendResult, error) {
@@ -697,6 +794,9 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM sessions WHERE id = $1`, cur.ID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, cur.ID); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, cur.ID); err != nil {

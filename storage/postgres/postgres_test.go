@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -118,8 +119,10 @@ func BenchmarkList100k(b *testing.B) {
 	}
 }
 
-// TestSearchUsesIndexes: the trigram indexes serve search's substring
-// filters, so a search reads candidates, not every message.
+// TestSearchUsesIndexes: the indexes serve search's substring filters, so
+// a search reads candidates, not every message: the trigram signature
+// index (and the index of messages too long for it) for messages, the
+// trigram index for session metadata.
 func TestSearchUsesIndexes(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	open(t, dsn)
@@ -127,9 +130,16 @@ func TestSearchUsesIndexes(t *testing.T) {
 	if _, err := conn.Exec(t.Context(), "SET enable_seqscan = off"); err != nil {
 		t.Fatal(err)
 	}
-	for table, index := range map[string]string{"messages": "messages_search", "sessions": "sessions_search"} {
-		col := map[string]string{"messages": "search", "sessions": "meta_search"}[table]
-		rows, err := conn.Query(t.Context(), "EXPLAIN SELECT 1 FROM "+table+" WHERE "+col+" LIKE '%weather in paris%'")
+	msgs, msgArgs := postgres.MessageSearch("Weather in Paris", true)
+	for _, c := range []struct {
+		query   string
+		args    []any
+		indexes []string
+	}{
+		{"SELECT 1 FROM messages m WHERE " + msgs, msgArgs, []string{"messages_search", "messages_long"}},
+		{"SELECT 1 FROM sessions WHERE meta_search LIKE '%weather in paris%'", nil, []string{"sessions_search"}},
+	} {
+		rows, err := conn.Query(t.Context(), "EXPLAIN "+c.query, c.args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,8 +147,52 @@ func TestSearchUsesIndexes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if plan := strings.Join(lines, "\n") + "\n"; !strings.Contains(plan, index) {
-			t.Errorf("a LIKE on %s.%s does not use %s:\n%s", table, col, index, plan)
+		plan := strings.Join(lines, "\n") + "\n"
+		for _, index := range c.indexes {
+			if !strings.Contains(plan, index) {
+				t.Errorf("%s does not use %s:\n%s", c.query, index, plan)
+			}
+		}
+	}
+}
+
+// TestSearchLongAndShort: a message longer than messages_search indexes is
+// still found (through messages_long), and so is a query too short to have
+// a trigram; a word of the query may continue in the text on either side.
+func TestSearchLongAndShort(t *testing.T) {
+	s := open(t, pgtest.Schema(t))
+	ctx := t.Context()
+	var long strings.Builder
+	for i := 0; long.Len() < 200_000; i++ {
+		fmt.Fprintf(&long, "w%x ", i*7919) // varied words, far past the 65,536 characters indexed
+	}
+	long.WriteString("the needle at the end")
+	se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Messages: []*sessiondv1.Message{
+		{Id: "short", Role: sessiondv1.Role_ROLE_USER, Content: "Sunny weather in Paris today"},
+		{Id: "long", Role: sessiondv1.Role_ROLE_ASSISTANT, Content: long.String()},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for query, want := range map[string][]int64{
+		"needle at":         {1},
+		"EATHER IN PAR":     {0},
+		"ny":                {0},
+		"y weather in pari": {0},
+		"weather in berlin": nil,
+	} {
+		var got []int64
+		if err := s.Search(ctx, storage.SearchOptions{Namespace: "ns", Query: query}, func(h storage.SearchHit) error {
+			if h.Session.ID != se.ID {
+				t.Errorf("Search %q: a hit in session %s", query, h.Session.ID)
+			}
+			got = append(got, h.MessageIndex)
+			return nil
+		}); err != nil {
+			t.Fatalf("Search %q: %v", query, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("Search %q: hits at %v, want %v", query, got, want)
 		}
 	}
 }
@@ -235,5 +289,71 @@ func TestStats(t *testing.T) {
 	}
 	if st.Cache != nil || st.Journals != nil {
 		t.Errorf("Cache %+v, Journals %+v: want none for PostgreSQL", st.Cache, st.Journals)
+	}
+}
+
+// TestWatchReplayVersion1Events: events rows written by schema version 1
+// hold the session as JSON and none of the columns version 2 added; a
+// replay after the upgrade still decodes them.
+func TestWatchReplayVersion1Events(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
+	ctx := t.Context()
+	se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "now"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := storage.Ref{Namespace: "ns", ID: se.ID}
+	res, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{{Id: "a", Role: sessiondv1.Role_ROLE_USER, Content: "hello"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := *se
+	old.Title, old.Revision, old.MessageCount = "as version 1 wrote it", res.Revision, 1
+	snap, err := json.Marshal(&old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(ctx, `UPDATE events SET session = $2, namespace = NULL, alias = NULL, created_ns = NULL,
+		updated_ns = NULL, message_count = NULL, meta = NULL WHERE session_id = $1 AND revision = $3`, se.ID, snap, int64(res.Revision)); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := s.Watch(ctx, ref, se.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	select {
+	case ev := <-sub.Events():
+		if ev.Revision != res.Revision || ev.Type != storage.EventAppended || ev.Session.Title != old.Title ||
+			ev.Session.MessageCount != 1 || len(ev.Messages) != 1 || ev.Messages[0].GetContent() != "hello" {
+			t.Errorf("replayed %+v (session %+v); want the append of revision %d with the JSON session", ev, ev.Session, res.Revision)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no replay: %v", sub.Err())
+	}
+}
+
+// TestCreateOverOrphanMessages: a daemon of schema version 1 deleted a
+// session's messages through the foreign key version 2 dropped, so one
+// still running during an upgrade leaves them behind; a create that reuses
+// the session's id must not see them.
+func TestCreateOverOrphanMessages(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
+	ctx := t.Context()
+	const id = "0190a000-0000-7000-8000-000000000001"
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search) VALUES ($1, 0, 'orphan', '', 'orphan')`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", ID: id, Messages: []*sessiondv1.Message{
+		{Id: "fresh", Role: sessiondv1.Role_ROLE_USER, Content: "fresh"}}}); err != nil {
+		t.Fatalf("Create over orphan messages: %v", err)
+	}
+	_, msgs, err := s.Load(ctx, storage.Ref{Namespace: "ns", ID: id}, storage.LoadOptions{})
+	if err != nil || len(msgs) != 1 || msgs[0].GetId() != "fresh" {
+		t.Fatalf("Load: %v, %v; want the one message created", msgs, err)
 	}
 }

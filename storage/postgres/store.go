@@ -84,6 +84,18 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		cfg.MinConns = min(opts.MinConns, cfg.MaxConns)
 	}
 	cfg.MinConns = min(cfg.MinConns, cfg.MaxConns)
+	// Every write relies on read committed's row recheck: a write that
+	// waited for a session's row lock sees the row as committed, where a
+	// stricter default isolation would fail it with a serialization error.
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	// Every statement is prepared once per connection and planned once:
+	// PostgreSQL's default replans a statement at each execution while a
+	// plan for its actual arguments looks cheaper than the generic one,
+	// which for the one-statement append (five tables, arrays of unknown
+	// length) is always, and costs as much CPU as executing it. The
+	// driver's statements are keyed lookups and index walks whose plan does
+	// not depend on the values.
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}

@@ -108,22 +108,27 @@ func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]stora
 			upper = 1<<63 - 1
 		}
 		rows, err := q.Query(ctx, `SELECT e.revision, e.type, e.session, e.count,
-				CASE WHEN e.type = $4 THEN `+eventBodies+` END
+				CASE WHEN e.type = $4 THEN `+eventBodies+` END,
+				coalesce(e.namespace, ''), coalesce(e.alias, ''), coalesce(e.created_ns, 0), coalesce(e.updated_ns, 0),
+				coalesce(e.message_count, 0), e.meta
 			FROM events e WHERE e.session_id = $1 AND e.revision > $2 AND e.revision <= $3 ORDER BY e.revision`,
 			id, int64(from), upper, int16(storage.EventAppended))
 		if err != nil {
 			return err
 		}
 		var (
-			rev    int64
-			typ    int16
-			count  int32
-			snap   []byte
-			bodies [][]byte
+			rev          int64
+			typ          int16
+			count        int32
+			snap         []byte
+			bodies       [][]byte
+			m            storage.Session
+			created, upd int64
+			meta         []byte
 		)
-		_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &count, &bodies}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &count, &bodies, &m.Namespace, &m.Alias, &created, &upd, &m.MessageCount, &meta}, func() error {
 			ev := storage.Event{Type: storage.EventType(typ), Revision: uint64(rev), Session: &storage.Session{}}
-			if err := json.Unmarshal(snap, ev.Session); err != nil {
+			if err := eventSession(ev.Session, id, rev, snap, m, created, upd, meta); err != nil {
 				return fmt.Errorf("postgres: event %d of session %s does not decode: %v: %w", rev, id, err, storage.ErrDataLoss)
 			}
 			if ev.Type == storage.EventAppended {
@@ -141,6 +146,19 @@ func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]stora
 		return err
 	})
 	return out, err
+}
+
+// eventSession fills out with an event's session after the change: from
+// its columns, or from the JSON that rows written by schema version 1 hold
+// (snap) instead.
+func eventSession(out *storage.Session, id string, rev int64, snap []byte, cols storage.Session, created, upd int64, meta []byte) error {
+	if snap != nil {
+		return json.Unmarshal(snap, out)
+	}
+	*out = cols
+	out.ID, out.Revision = id, uint64(rev)
+	out.CreatedAt, out.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, upd).UTC()
+	return decodeMeta(meta, out)
 }
 
 // catchUpLocked publishes session id's events after the last one
