@@ -19,57 +19,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sessiond/sessiond/convert"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-// exportVersion is the version of the JSON lines format (see the package doc).
-// Import refuses a newer one rather than guess.
-const exportVersion = 1
-
-// The line types of the export format.
-const (
-	lineHeader  = "sessiond-export"
-	lineSession = "session"
-	lineMessage = "message"
-	lineEnd     = "end"
-	lineTrailer = "trailer"
-)
-
-type headerLine struct {
-	Type       string `json:"type"`
-	Version    int    `json:"version"`
-	Namespace  string `json:"namespace"`
-	ExportedAt string `json:"exported_at"`
-	Sessionctl string `json:"sessionctl"`
-}
-
-type sessionLine struct {
-	Type    string          `json:"type"`
-	Session json.RawMessage `json:"session"`
-	Proto   []byte          `json:"proto"` // encoding/json writes standard base64
-}
-
-type messageLine struct {
-	Type      string          `json:"type"`
-	SessionID string          `json:"session_id"`
-	Index     int64           `json:"index"`
-	Message   json.RawMessage `json:"message"`
-	Proto     []byte          `json:"proto"`
-}
-
-type endLine struct {
-	Type         string `json:"type"`
-	SessionID    string `json:"session_id"`
-	MessageCount int64  `json:"message_count"`
-}
-
-type trailerLine struct {
-	Type     string `json:"type"`
-	Sessions int64  `json:"sessions"`
-}
-
-// protoJSON is the readable half of a line: proto3 JSON, compacted so each
-// object stays on its line whatever protojson's whitespace does.
+// protoJSON is a proto object as compact proto3 JSON, on one line.
 func protoJSON(m proto.Message) (json.RawMessage, error) {
 	b, err := protojson.Marshal(m)
 	if err != nil {
@@ -80,16 +34,6 @@ func protoJSON(m proto.Message) (json.RawMessage, error) {
 		return nil, fmt.Errorf("compact JSON: %w", err)
 	}
 	return buf.Bytes(), nil
-}
-
-// protoBytes is the lossless half: the object's protobuf encoding, unknown
-// fields included.
-func protoBytes(m proto.Message) ([]byte, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("encode %T: %w", m, err)
-	}
-	return b, nil
 }
 
 func exportCmd(e *env) *cobra.Command {
@@ -156,7 +100,7 @@ func (e *env) export(ctx context.Context, single *sessionArg, output string, mar
 	}
 	defer commit(false)
 	w := bufio.NewWriterSize(out, 1<<20)
-	x := &exporter{e: e, c: c, w: w, markdown: markdown, prog: newProgress(e, "exporting"), msgProgress: single != nil}
+	x := &exporter{e: e, c: c, w: w, lines: convert.NewJSONLWriter(w), markdown: markdown, prog: newProgress(e, "exporting"), msgProgress: single != nil}
 	defer x.prog.finish()
 	if err := x.header(); err != nil {
 		return err
@@ -296,37 +240,25 @@ type exporter struct {
 	e           *env
 	c           sessiondv1.SessionStoreServiceClient
 	w           *bufio.Writer
+	lines       *convert.JSONLWriter
 	markdown    bool
 	prog        *progress
 	msgProgress bool // a single session: count its messages instead
 	count       int64
 }
 
-func (x *exporter) writeLine(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode line: %w", err)
-	}
-	b = append(b, '\n')
-	if _, err := x.w.Write(b); err != nil {
-		return fmt.Errorf("write: %w", err)
-	}
-	return nil
-}
-
 func (x *exporter) header() error {
 	if x.markdown {
 		return nil
 	}
-	return x.writeLine(headerLine{Type: lineHeader, Version: exportVersion, Namespace: x.e.namespace,
-		ExportedAt: time.Now().UTC().Format(time.RFC3339), Sessionctl: ctlVersion()})
+	return x.lines.Header(x.e.namespace, ctlVersion(), time.Now())
 }
 
 func (x *exporter) trailer() error {
 	if x.markdown {
 		return nil
 	}
-	return x.writeLine(trailerLine{Type: lineTrailer, Sessions: x.count})
+	return x.lines.Trailer(x.count)
 }
 
 // session streams one session from LoadSession to the output, frame by
@@ -371,7 +303,7 @@ func (x *exporter) session(ctx context.Context, ref *sessiondv1.SessionRef) erro
 	if x.markdown {
 		return nil
 	}
-	return x.writeLine(endLine{Type: lineEnd, SessionID: sess.GetId(), MessageCount: n})
+	return x.lines.End(sess.GetId(), n)
 }
 
 func (x *exporter) sessionStart(s *sessiondv1.Session) error {
@@ -379,17 +311,7 @@ func (x *exporter) sessionStart(s *sessiondv1.Session) error {
 		writeMarkdownHeader(x.w, s, x.count > 0)
 		return nil
 	}
-	s = proto.CloneOf(s)
-	s.Messages = nil
-	js, err := protoJSON(s)
-	if err != nil {
-		return err
-	}
-	pb, err := protoBytes(s)
-	if err != nil {
-		return err
-	}
-	return x.writeLine(sessionLine{Type: lineSession, Session: js, Proto: pb})
+	return x.lines.Session(s)
 }
 
 func (x *exporter) message(s *sessiondv1.Session, i int64, m *sessiondv1.Message) error {
@@ -397,15 +319,7 @@ func (x *exporter) message(s *sessiondv1.Session, i int64, m *sessiondv1.Message
 		writeMarkdownMessage(x.w, i, m)
 		return nil
 	}
-	js, err := protoJSON(m)
-	if err != nil {
-		return err
-	}
-	pb, err := protoBytes(m)
-	if err != nil {
-		return err
-	}
-	return x.writeLine(messageLine{Type: lineMessage, SessionID: s.GetId(), Index: i, Message: js, Proto: pb})
+	return x.lines.Message(s.GetId(), i, m)
 }
 
 func writeMarkdownHeader(w io.Writer, s *sessiondv1.Session, separate bool) {

@@ -346,16 +346,16 @@ func checkExportFile(t *testing.T, data []byte, sessions, messages int) {
 		}
 		counts[l.Type]++
 		types = append(types, l.Type)
-		if l.Type == lineMessage {
+		if l.Type == "message" {
 			if len(l.Proto) == 0 || len(l.Message) == 0 {
 				t.Errorf("message line without both halves: %.200q", line)
 			}
 		}
 	}
-	if types[0] != lineHeader || types[len(types)-1] != lineTrailer {
+	if types[0] != "sessiond-export" || types[len(types)-1] != "trailer" {
 		t.Errorf("export starts with %q and ends with %q", types[0], types[len(types)-1])
 	}
-	if counts[lineSession] != sessions || counts[lineEnd] != sessions || counts[lineMessage] != messages {
+	if counts["session"] != sessions || counts["end"] != sessions || counts["message"] != messages {
 		t.Errorf("export holds %v, want %d sessions and %d messages", counts, sessions, messages)
 	}
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sessiond/sessiond/convert"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
 )
@@ -27,19 +25,6 @@ import (
 // this travels alone. A variable so that tests can exercise the batching
 // without megabytes of data.
 var importBatchBytes = 4 << 20
-
-// importLine is any line of the export format (see the package doc).
-type importLine struct {
-	Type         string          `json:"type"`
-	Version      int             `json:"version"`
-	Session      json.RawMessage `json:"session"`
-	Message      json.RawMessage `json:"message"`
-	Proto        []byte          `json:"proto"`
-	SessionID    string          `json:"session_id"`
-	Index        *int64          `json:"index"`
-	MessageCount *int64          `json:"message_count"`
-	Sessions     *int64          `json:"sessions"`
-}
 
 // Metadata keys an import into another namespace records on each session.
 const (
@@ -94,7 +79,7 @@ func (e *env) importFile(ctx context.Context, name string, force bool) error {
 	}
 	im := &importer{e: e, c: c, force: force, name: name, prog: newProgress(e, "imported")}
 	defer im.prog.finish()
-	err = im.read(ctx, bufio.NewReaderSize(in, 1<<20))
+	err = im.read(ctx, in)
 	im.prog.final(im.imported, 0, "sessions")
 	im.prog.finish()
 	if err != nil {
@@ -124,128 +109,24 @@ type importer struct {
 	msgs []*sessiondv1.Message
 }
 
-// read checks and imports the file line by line.
-func (im *importer) read(ctx context.Context, r *bufio.Reader) error {
-	var lineNo, sessions int64
-	seenHeader, seenTrailer := false, false
+// read checks and imports the file session by session.
+func (im *importer) read(ctx context.Context, r io.Reader) error {
+	lines := convert.NewJSONLReader(r)
 	for {
-		raw, err := r.ReadBytes('\n')
-		if len(raw) == 0 && errors.Is(err, io.EOF) {
-			break
+		s, err := lines.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
 		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("read: %w", err)
+		if err != nil {
+			return err
 		}
-		lineNo++
-		if len(trimSpace(raw)) == 0 {
-			continue
+		im.cur, im.msgs = s, s.GetMessages()
+		if err := im.create(ctx); err != nil {
+			return err
 		}
-		if seenTrailer {
-			return fmt.Errorf("line %d: data after the trailer; is this two files joined?", lineNo)
-		}
-		var l importLine
-		if err := json.Unmarshal(raw, &l); err != nil {
-			return fmt.Errorf("line %d: not a JSON object (%v); is this a 'sessionctl export' file?", lineNo, err)
-		}
-		if !seenHeader {
-			if l.Type != lineHeader {
-				return fmt.Errorf("line %d: no export header; is this a 'sessionctl export' file (not --format markdown)?", lineNo)
-			}
-			if l.Version != exportVersion {
-				return fmt.Errorf("line %d: export format version %d, this sessionctl reads version %d; use a matching sessionctl", lineNo, l.Version, exportVersion)
-			}
-			seenHeader = true
-			continue
-		}
-		at := func(format string, a ...any) error {
-			return fmt.Errorf("line %d: %s", lineNo, fmt.Sprintf(format, a...))
-		}
-		switch l.Type {
-		case lineSession:
-			if im.cur != nil {
-				return at("session %s has no end line; the file is damaged, export again", im.cur.GetId())
-			}
-			s := &sessiondv1.Session{}
-			if err := decodeHalf(s, l.Proto, l.Session); err != nil {
-				return at("session: %v", err)
-			}
-			im.cur, im.msgs = s, nil
-		case lineMessage:
-			if im.cur == nil || l.SessionID != im.cur.GetId() {
-				return at("message of session %q outside that session's lines", l.SessionID)
-			}
-			if l.Index == nil || *l.Index != int64(len(im.msgs)) {
-				return at("message index is %v, expected %d; the file is damaged, export again", ptrVal(l.Index), len(im.msgs))
-			}
-			m := &sessiondv1.Message{}
-			if err := decodeHalf(m, l.Proto, l.Message); err != nil {
-				return at("message %d: %v", len(im.msgs), err)
-			}
-			im.msgs = append(im.msgs, m)
-		case lineEnd:
-			if im.cur == nil || l.SessionID != im.cur.GetId() {
-				return at("end of session %q that was not started", l.SessionID)
-			}
-			if l.MessageCount == nil || *l.MessageCount != int64(len(im.msgs)) {
-				return at("session %s: end line says %v messages, the file holds %d; export again", l.SessionID, ptrVal(l.MessageCount), len(im.msgs))
-			}
-			sessions++
-			if err := im.create(ctx); err != nil {
-				return err
-			}
-			im.prog.update(im.imported, 0, "sessions")
-			im.cur, im.msgs = nil, nil
-		case lineTrailer:
-			if im.cur != nil {
-				return at("session %s has no end line; the file is damaged, export again", im.cur.GetId())
-			}
-			if l.Sessions == nil || *l.Sessions != sessions {
-				return at("trailer says %v sessions, the file holds %d; export again", ptrVal(l.Sessions), sessions)
-			}
-			seenTrailer = true
-		default:
-			return at("unknown line type %q; was the file made by a newer sessionctl?", l.Type)
-		}
+		im.prog.update(im.imported, 0, "sessions")
+		im.cur, im.msgs = nil, nil
 	}
-	switch {
-	case !seenHeader:
-		return errors.New("empty input; give a file made by 'sessionctl export'")
-	case !seenTrailer:
-		return fmt.Errorf("cut short after line %d (no trailer); export again", lineNo)
-	}
-	return nil
-}
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-func ptrVal(p *int64) any {
-	if p == nil {
-		return "missing"
-	}
-	return *p
-}
-
-// decodeHalf reads a line's object from its protobuf bytes when present
-// (lossless: unknown fields are kept), else from its proto3 JSON.
-func decodeHalf(m proto.Message, pb []byte, js json.RawMessage) error {
-	if pb != nil {
-		if err := proto.Unmarshal(pb, m); err != nil {
-			return fmt.Errorf("bad proto bytes: %w", err)
-		}
-		return nil
-	}
-	if len(js) == 0 {
-		return errors.New("neither proto nor JSON given")
-	}
-	if err := protojson.Unmarshal(js, m); err != nil {
-		return fmt.Errorf("bad JSON: %w", err)
-	}
-	return nil
 }
 
 // create makes the session read from the file, with its id, alias,

@@ -1,0 +1,375 @@
+package convert
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+// Metadata keys of the openai-responses mapping: the item ids and statuses
+// of the items that became a message, so that an export gives them back.
+const (
+	respPrefix       = "openai-responses."
+	respInstructions = respPrefix + "instructions" // "true": the system message came from the instructions parameter
+	respRole         = respPrefix + "role"         // "developer"
+	respMessageID    = respPrefix + "message.id"
+	respMessageState = respPrefix + "message.status"
+	respReasoningID  = respPrefix + "reasoning.id"
+	respOutputID     = respPrefix + "output.id"     // a function_call_output item's id
+	respOutputState  = respPrefix + "output.status" // its status
+)
+
+// respCallKey is the metadata key of a function_call item's id or status.
+func respCallKey(callID, what string) string { return respPrefix + "call." + callID + "." + what }
+
+func importResponses(data []byte, ws *warnings) (*sessiondv1.Session, error) {
+	top, err := parseObj("", data)
+	if err != nil {
+		return nil, err
+	}
+	s := &sessiondv1.Session{}
+	if top.has("instructions") {
+		text, err := top.str("instructions")
+		if err != nil {
+			return nil, err
+		}
+		m := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_SYSTEM, Content: text}
+		setMeta(m, respInstructions, "true")
+		s.Messages = append(s.Messages, m)
+	}
+	if !top.has("input") {
+		return nil, fmt.Errorf("input: missing; a conversation needs it")
+	}
+	if in := top.m["input"]; isString(in) {
+		// The short form: one user message.
+		text, _ := top.str("input")
+		s.Messages = append(s.Messages, &sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: text})
+		keepParams(OpenAIResponses, top, s)
+		return s, nil
+	}
+	items, err := top.list("input")
+	if err != nil {
+		return nil, err
+	}
+	// turn is the assistant message the current run of reasoning, output
+	// message and function_call items fills; any other item ends the run.
+	var turn *sessiondv1.Message
+	startTurn := func() *sessiondv1.Message {
+		turn = &sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT}
+		s.Messages = append(s.Messages, turn)
+		return turn
+	}
+	for i, raw := range items {
+		o, err := parseObj(fmt.Sprintf("input[%d]", i), raw)
+		if err != nil {
+			return nil, err
+		}
+		at := len(s.Messages)
+		typ, err := o.str("type")
+		if err != nil {
+			return nil, err
+		}
+		switch typ {
+		case "", "message":
+			role, err := o.str("role")
+			if err != nil {
+				return nil, err
+			}
+			var m *sessiondv1.Message
+			if role == "assistant" {
+				if turn == nil || turn.GetContent() != "" || len(turn.GetParts()) > 0 || len(turn.GetToolCalls()) > 0 {
+					startTurn()
+				}
+				m = turn
+			} else {
+				turn = nil
+				m = &sessiondv1.Message{}
+				switch role {
+				case "user":
+					m.Role = sessiondv1.Role_ROLE_USER
+				case "system":
+					m.Role = sessiondv1.Role_ROLE_SYSTEM
+				case "developer":
+					m.Role = sessiondv1.Role_ROLE_SYSTEM
+					setMeta(m, respRole, "developer")
+				case "":
+					return nil, fmt.Errorf("%s: missing", o.field("role"))
+				default:
+					return nil, fmt.Errorf("%s: %q is not user, assistant, system or developer", o.field("role"), role)
+				}
+				s.Messages = append(s.Messages, m)
+			}
+			at = len(s.Messages) - 1
+			if err := respIDs(o, m, respMessageID, respMessageState); err != nil {
+				return nil, err
+			}
+			c := o.raw("content")
+			if isString(c) {
+				_ = json.Unmarshal(c, &m.Content)
+			} else if c != nil {
+				if m.Parts, err = respPartsIn(o.field("content"), c); err != nil {
+					return nil, err
+				}
+			}
+		case "reasoning":
+			m := startTurn()
+			at = len(s.Messages) - 1
+			m.Reasoning = &sessiondv1.Reasoning{}
+			id, err := o.str("id")
+			if err != nil {
+				return nil, err
+			}
+			if id != "" {
+				setMeta(m, respReasoningID, id)
+			}
+			summary, err := o.list("summary")
+			if err != nil {
+				return nil, err
+			}
+			var texts []string
+			for j, r := range summary {
+				p, err := parseObj(fmt.Sprintf("%s[%d]", o.field("summary"), j), r)
+				if err != nil {
+					return nil, err
+				}
+				t, err := p.str("text")
+				if err != nil {
+					return nil, err
+				}
+				if typ, _ := p.str("type"); typ != "summary_text" {
+					ws.add(p.field("type"), at, "summary part %q is not understood; read as text", typ)
+				}
+				p.unknown(ws, at)
+				texts = append(texts, t)
+			}
+			if len(texts) > 1 {
+				ws.add(o.field("summary"), at, "%d summary parts joined into one reasoning text", len(texts))
+			}
+			m.Reasoning.Text = strings.Join(texts, "\n\n")
+			if m.Reasoning.Signature, err = o.str("encrypted_content"); err != nil {
+				return nil, err
+			}
+		case "function_call":
+			if turn == nil {
+				startTurn()
+			}
+			at = len(s.Messages) - 1
+			tc := &sessiondv1.ToolCall{}
+			if tc.Id, err = o.str("call_id"); err != nil {
+				return nil, err
+			}
+			if tc.Name, err = o.str("name"); err != nil {
+				return nil, err
+			}
+			if tc.Arguments, err = o.str("arguments"); err != nil {
+				return nil, err
+			}
+			if err := respIDs(o, turn, respCallKey(tc.Id, "id"), respCallKey(tc.Id, "status")); err != nil {
+				return nil, err
+			}
+			turn.ToolCalls = append(turn.ToolCalls, tc)
+		case "function_call_output":
+			turn = nil
+			m := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_TOOL}
+			if m.ToolCallId, err = o.str("call_id"); err != nil {
+				return nil, err
+			}
+			if err := respIDs(o, m, respOutputID, respOutputState); err != nil {
+				return nil, err
+			}
+			c := o.raw("output")
+			if isString(c) {
+				_ = json.Unmarshal(c, &m.Content)
+			} else if c != nil {
+				if m.Parts, err = respPartsIn(o.field("output"), c); err != nil {
+					return nil, err
+				}
+			}
+			s.Messages = append(s.Messages, m)
+			at = len(s.Messages) - 1
+		default:
+			for k := range o.m {
+				o.used[k] = true
+			}
+			ws.add(o.path, at, "item type %q is not understood; dropped", typ)
+		}
+		o.unknown(ws, at)
+	}
+	keepParams(OpenAIResponses, top, s)
+	return s, nil
+}
+
+// respIDs keeps an item's id and status in the message's metadata.
+func respIDs(o *jobj, m *sessiondv1.Message, idKey, statusKey string) error {
+	for _, f := range []struct{ json, key string }{{"id", idKey}, {"status", statusKey}} {
+		v, err := o.str(f.json)
+		if err != nil {
+			return err
+		}
+		if v != "" {
+			setMeta(m, f.key, v)
+		}
+	}
+	return nil
+}
+
+// respPartsIn reads a content array: input_text and output_text (without
+// annotations) become text parts, data-URL input_image parts become
+// blobs, and anything else is kept as a JSON part.
+func respPartsIn(path string, raw json.RawMessage) ([]*sessiondv1.ContentPart, error) {
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("%s: neither a string nor an array", path)
+	}
+	var parts []*sessiondv1.ContentPart
+	for j, r := range list {
+		p, err := parseObj(fmt.Sprintf("%s[%d]", path, j), r)
+		if err != nil {
+			return nil, err
+		}
+		typ, _ := p.str("type")
+		switch typ {
+		case "input_text", "output_text":
+			t, err := p.str("text")
+			if err != nil {
+				return nil, err
+			}
+			rest := p.rest()
+			plain := len(rest) == 0 || typ == "output_text" && len(rest) == 1 && rest[0] == "annotations" && compact(p.m["annotations"]) == "[]"
+			if plain {
+				parts = append(parts, textPart(t))
+				continue
+			}
+		case "input_image":
+			u, err := p.str("image_url")
+			if err != nil {
+				return nil, err
+			}
+			if len(p.rest()) == 0 {
+				if b, ok := parseDataURL(u); ok {
+					parts = append(parts, blobPart(b))
+					continue
+				}
+			}
+		case "":
+			return nil, fmt.Errorf("%s: missing", p.field("type"))
+		}
+		parts = append(parts, jsonPart(r))
+	}
+	return parts, nil
+}
+
+func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj, error) {
+	sessionDrops(OpenAIResponses, s, ws)
+	var doc obj
+	if m := model(OpenAIResponses, s, o, ws); m != "" {
+		doc = append(doc, kv{"model", m})
+	}
+	items := make([]any, 0, len(s.GetMessages()))
+	for i, m := range s.GetMessages() {
+		md := m.GetMetadata()
+		keep := []string{respInstructions, respRole, respMessageID, respMessageState, respReasoningID, respOutputID, respOutputState}
+		for _, tc := range m.GetToolCalls() {
+			keep = append(keep, respCallKey(tc.GetId(), "id"), respCallKey(tc.GetId(), "status"))
+		}
+		messageDrops(OpenAIResponses, i, m, ws, keep...)
+		if m.GetName() != "" {
+			ws.add("message.name", i, "not held by openai-responses; dropped")
+		}
+		if m.GetToolCallId() != "" && m.GetRole() != sessiondv1.Role_ROLE_TOOL {
+			ws.add("message.tool_call_id", i, "only tool messages carry one in openai-responses; dropped")
+		}
+		if len(m.GetToolCalls()) > 0 && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
+			ws.add("message.tool_calls", i, "only assistant messages carry them in openai-responses; dropped")
+		}
+		if m.GetReasoning() != nil && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
+			ws.add("message.reasoning", i, "only assistant messages carry it in openai-responses; dropped")
+		}
+		p := &partWriter{f: OpenAIResponses, ws: ws, at: i,
+			text: func(s string) obj { return obj{{"type", "input_text"}, {"text", s}} }, blob: respBlob}
+		message := func(role string) obj {
+			var item obj
+			item = append(item, kv{"type", "message"})
+			if id := md[respMessageID]; id != "" {
+				item = append(item, kv{"id", id})
+			}
+			if st := md[respMessageState]; st != "" {
+				item = append(item, kv{"status", st})
+			}
+			return append(item, kv{"role", role}, kv{"content", stringOrBlocks(m, p)})
+		}
+		switch m.GetRole() {
+		case sessiondv1.Role_ROLE_SYSTEM:
+			if md[respInstructions] == "true" && i == 0 && len(m.GetParts()) == 0 {
+				doc = append(doc, kv{"instructions", m.GetContent()})
+				continue
+			}
+			role := "system"
+			if md[respRole] == "developer" {
+				role = "developer"
+			}
+			items = append(items, message(role))
+		case sessiondv1.Role_ROLE_USER:
+			items = append(items, message("user"))
+		case sessiondv1.Role_ROLE_ASSISTANT:
+			if r := m.GetReasoning(); r != nil {
+				item := obj{{"type", "reasoning"}}
+				if id := md[respReasoningID]; id != "" {
+					item = append(item, kv{"id", id})
+				}
+				summary := []any{}
+				if r.GetText() != "" {
+					summary = append(summary, obj{{"type", "summary_text"}, {"text", r.GetText()}})
+				}
+				item = append(item, kv{"summary", summary})
+				if r.GetSignature() != "" {
+					item = append(item, kv{"encrypted_content", r.GetSignature()})
+				}
+				items = append(items, item)
+			}
+			if m.GetContent() != "" || len(m.GetParts()) > 0 {
+				p.text = func(s string) obj { return obj{{"type", "output_text"}, {"text", s}, {"annotations", []any{}}} }
+				p.blob = nil // an assistant's output holds text only
+				items = append(items, message("assistant"))
+			}
+			for _, tc := range m.GetToolCalls() {
+				item := obj{{"type", "function_call"}}
+				if id := md[respCallKey(tc.GetId(), "id")]; id != "" {
+					item = append(item, kv{"id", id})
+				}
+				item = append(item, kv{"call_id", tc.GetId()}, kv{"name", tc.GetName()}, kv{"arguments", tc.GetArguments()})
+				if st := md[respCallKey(tc.GetId(), "status")]; st != "" {
+					item = append(item, kv{"status", st})
+				}
+				items = append(items, item)
+			}
+		case sessiondv1.Role_ROLE_TOOL:
+			if m.GetToolCallId() == "" {
+				ws.add("message.tool_call_id", i, "empty; openai-responses requires a call_id on a function_call_output")
+			}
+			item := obj{{"type", "function_call_output"}}
+			if id := md[respOutputID]; id != "" {
+				item = append(item, kv{"id", id})
+			}
+			item = append(item, kv{"call_id", m.GetToolCallId()}, kv{"output", stringOrBlocks(m, p)})
+			if st := md[respOutputState]; st != "" {
+				item = append(item, kv{"status", st})
+			}
+			items = append(items, item)
+		default:
+			return nil, fmt.Errorf("message %d: role %s has no openai-responses item", i, m.GetRole())
+		}
+	}
+	doc = append(doc, kv{"input", items})
+	return restoreParams(OpenAIResponses, s, doc), nil
+}
+
+// respBlob writes images as input_image data URLs.
+func respBlob(b *sessiondv1.Blob) (obj, bool) {
+	if strings.HasPrefix(b.GetMimeType(), "image/") {
+		return obj{{"type", "input_image"}, {"image_url", dataURL(b)}}, true
+	}
+	return nil, false
+}

@@ -1,0 +1,107 @@
+package convert
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+// dataURL writes a blob as a data: URL.
+func dataURL(b *sessiondv1.Blob) string {
+	return "data:" + b.GetMimeType() + ";base64," + base64.StdEncoding.EncodeToString(b.GetData())
+}
+
+// parseDataURL reads a base64 data: URL.
+func parseDataURL(s string) (*sessiondv1.Blob, bool) {
+	rest, ok := strings.CutPrefix(s, "data:")
+	if !ok {
+		return nil, false
+	}
+	mime, data, ok := strings.Cut(rest, ";base64,")
+	if !ok || mime == "" {
+		return nil, false
+	}
+	b, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return nil, false
+	}
+	return &sessiondv1.Blob{MimeType: mime, Data: b}, true
+}
+
+func textPart(s string) *sessiondv1.ContentPart {
+	return &sessiondv1.ContentPart{Kind: &sessiondv1.ContentPart_Text{Text: s}}
+}
+
+func blobPart(b *sessiondv1.Blob) *sessiondv1.ContentPart {
+	return &sessiondv1.ContentPart{Kind: &sessiondv1.ContentPart_Blob{Blob: b}}
+}
+
+// jsonPart keeps a content part this package does not map as it came.
+func jsonPart(raw json.RawMessage) *sessiondv1.ContentPart {
+	return &sessiondv1.ContentPart{Kind: &sessiondv1.ContentPart_Json{Json: compact(raw)}}
+}
+
+// typedJSON returns a JSON part's object when it is one with a string
+// "type", the shape of a content part of every format here: exports write
+// such parts back as they are.
+func typedJSON(s string) (json.RawMessage, bool) {
+	var probe struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal([]byte(s), &probe); err != nil || probe.Type == nil {
+		return nil, false
+	}
+	return json.RawMessage(s), true
+}
+
+// partWriter writes a message's content (its content string, then its
+// parts) as a format's content blocks.
+type partWriter struct {
+	f      Format
+	ws     *warnings
+	at     int
+	text   func(s string) obj
+	blob   func(b *sessiondv1.Blob) (obj, bool) // false: the format has no block for it
+	blocks []any
+}
+
+func (p *partWriter) content(m *sessiondv1.Message) []any {
+	if m.GetContent() != "" {
+		p.blocks = append(p.blocks, p.text(m.GetContent()))
+	}
+	for _, part := range m.GetParts() {
+		switch k := part.GetKind().(type) {
+		case *sessiondv1.ContentPart_Text:
+			p.blocks = append(p.blocks, p.text(k.Text))
+		case *sessiondv1.ContentPart_Json:
+			if raw, ok := typedJSON(k.Json); ok {
+				p.blocks = append(p.blocks, raw)
+				continue
+			}
+			p.ws.add("message.parts.json", p.at, "%s has no JSON block; sent as a text block", p.f)
+			p.blocks = append(p.blocks, p.text(k.Json))
+		case *sessiondv1.ContentPart_Blob:
+			if p.blob != nil {
+				if o, ok := p.blob(k.Blob); ok {
+					p.blocks = append(p.blocks, o)
+					continue
+				}
+			}
+			p.ws.add("message.parts.blob", p.at, "%s has no block for %s here; dropped", p.f, k.Blob.GetMimeType())
+		default:
+			p.ws.add("message.parts", p.at, "an empty part; dropped")
+		}
+	}
+	return p.blocks
+}
+
+// stringOrBlocks is a message's content as a JSON string when it is only
+// text, else as blocks.
+func stringOrBlocks(m *sessiondv1.Message, p *partWriter) any {
+	if len(m.GetParts()) == 0 {
+		return m.GetContent()
+	}
+	return p.content(m)
+}
