@@ -12,7 +12,6 @@ import (
 const (
 	anthIsError   = "anthropic.is_error"  // "true": a tool_result block with is_error
 	anthRedacted  = "anthropic.redacted"  // "true": the reasoning is a redacted_thinking block (its data in the signature)
-	anthContinues = "anthropic.continues" // "true": the user message shared its API message with the tool results before it
 )
 
 func importAnthropic(data []byte, ws *warnings) (*sessiondv1.Session, error) {
@@ -205,9 +204,6 @@ func anthUserIn(path string, raw json.RawMessage) ([]*sessiondv1.Message, error)
 		out = append(out, m)
 	}
 	if user != nil {
-		if len(out) > 0 {
-			setMeta(user, anthContinues, "true")
-		}
 		out = append(out, user)
 	}
 	return out, nil
@@ -280,7 +276,7 @@ func exportAnthropic(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 	var out []any
 	for i := 0; i < len(msgs); i++ {
 		m := msgs[i]
-		messageDrops(Anthropic, i, m, ws, anthIsError, anthRedacted, anthContinues)
+		messageDrops(Anthropic, i, m, ws, anthIsError, anthRedacted)
 		if m.GetName() != "" {
 			ws.add("message.name", i, "not held by anthropic; dropped")
 		}
@@ -304,16 +300,17 @@ func exportAnthropic(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 			out = append(out, obj{{"role", "user"}, {"content", stringOrBlocks(m, p)}})
 		case sessiondv1.Role_ROLE_TOOL:
 			// A run of tool results is one user message, with the user
-			// message that shared it on import.
+			// message after it if there is one (the API wants the roles to
+			// alternate, and tool results first in their message).
 			var blocks []any
 			for ; i < len(msgs) && msgs[i].GetRole() == sessiondv1.Role_ROLE_TOOL; i++ {
 				if i > 0 && msgs[i] != m {
-					messageDrops(Anthropic, i, msgs[i], ws, anthIsError, anthRedacted, anthContinues)
+					messageDrops(Anthropic, i, msgs[i], ws, anthIsError, anthRedacted)
 				}
 				blocks = append(blocks, anthToolResult(i, msgs[i], ws))
 			}
-			if i < len(msgs) && msgs[i].GetRole() == sessiondv1.Role_ROLE_USER && msgs[i].GetMetadata()[anthContinues] == "true" {
-				messageDrops(Anthropic, i, msgs[i], ws, anthIsError, anthRedacted, anthContinues)
+			if i < len(msgs) && msgs[i].GetRole() == sessiondv1.Role_ROLE_USER {
+				messageDrops(Anthropic, i, msgs[i], ws, anthIsError, anthRedacted)
 				blocks = append(blocks, anthParts(ws, i).content(msgs[i])...)
 			} else {
 				i--

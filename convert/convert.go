@@ -306,8 +306,8 @@ func (o *jobj) unknown(ws *warnings, at int) {
 // rest lists the keys nobody read, sorted.
 func (o *jobj) rest() []string {
 	var ks []string
-	for k := range o.m {
-		if !o.used[k] {
+	for k, v := range o.m {
+		if !o.used[k] && !isNull(v) {
 			ks = append(ks, k)
 		}
 	}
