@@ -10,8 +10,8 @@ import (
 
 // Metadata keys of the anthropic mapping.
 const (
-	anthIsError   = "anthropic.is_error"  // "true": a tool_result block with is_error
-	anthRedacted  = "anthropic.redacted"  // "true": the reasoning is a redacted_thinking block (its data in the signature)
+	anthIsError  = "anthropic.is_error" // "true": a tool_result block with is_error
+	anthRedacted = "anthropic.redacted" // "true": the reasoning is a redacted_thinking block (its data in the signature)
 )
 
 func importAnthropic(data []byte, ws *warnings) (*sessiondv1.Session, error) {

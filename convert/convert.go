@@ -14,9 +14,10 @@
 // each field of the session it could not write (metadata, usage, blobs of a
 // kind the format has no block for, reasoning signatures, author names...),
 // and [Import] returns one for each field of the input it did not
-// understand. Session ids, namespaces, revisions and the message ids and
-// times the store assigns are bookkeeping, not conversation: they are not
-// carried by the three API formats and not warned about (JSONL keeps them).
+// understand. Session ids, aliases, namespaces, revisions and the message
+// ids and times the store assigns are bookkeeping, not conversation: they
+// are not carried by the three API formats and not warned about (JSONL
+// keeps them).
 //
 // Request parameters of the input that are not conversation (max_tokens,
 // temperature, tools...) are kept in the session's metadata under
@@ -406,9 +407,6 @@ func sessionDrops(f Format, s *sessiondv1.Session, ws *warnings) {
 	}
 	if s.GetSummary() != "" {
 		ws.add("session.summary", -1, "%s", not)
-	}
-	if s.GetAlias() != "" {
-		ws.add("session.alias", -1, "%s", not)
 	}
 	if len(s.GetLabels()) > 0 {
 		ws.add("session.labels", -1, "%s", not)

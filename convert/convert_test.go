@@ -171,7 +171,7 @@ func mustRead(p string) []byte {
 // TestExportWarnsAboutWhatItDrops: each format names every field it
 // cannot hold.
 func TestExportWarnsAboutWhatItDrops(t *testing.T) {
-	common := []string{"session.title", "session.summary", "session.alias", "session.labels", "session.expire_after",
+	common := []string{"session.title", "session.summary", "session.labels", "session.expire_after",
 		"session.metadata", "message.model", "message.usage", "message.metadata[latency_ms]", "message.parts.json"}
 	tests := []struct {
 		f    convert.Format

@@ -38,14 +38,21 @@ func protoJSON(m proto.Message) (json.RawMessage, error) {
 
 func exportCmd(e *env) *cobra.Command {
 	var all bool
-	var output, format string
+	var output, format, model string
 	cmd := &cobra.Command{
 		Use:   "export ID|ALIAS | --all",
-		Short: "write sessions as JSON lines (for import) or Markdown",
+		Short: "write sessions as JSON lines (for import), Markdown, or another tool's request format",
 		Long: `export writes sessions as JSON lines, the format import reads back losslessly,
 or as Markdown for people. With --all it exports every session of the
 namespace: a damaged session (DATA_LOSS) does not stop it; each is named on
-stderr, the others are exported, and the exit code is 1 at the end.`,
+stderr, the others are exported, and the exit code is 1 at the end.
+
+With --format openai-chat (a Chat Completions request body),
+openai-responses (a Responses API request body with input items) or
+anthropic (a Messages API request body), it writes one session as the JSON
+another tool sends to a model. What the format cannot hold (metadata,
+usage, reasoning signatures, blobs of a kind it has no block for...) is
+named on stderr, one warning per field; the README has the mapping.`,
 		Args:              rangeArgs(0, 1),
 		ValidArgsFunction: e.completeSessions,
 		RunE: func(cmd *cobra.Command, pos []string) error {
@@ -55,13 +62,16 @@ stderr, the others are exported, and the exit code is 1 at the end.`,
 			case !all && len(pos) == 0:
 				return usageErrorf("export: give ID|ALIAS, or --all for the whole namespace")
 			}
-			switch format {
-			case "jsonl", "json":
-				format = "jsonl"
-			case "markdown", "md":
-				format = "markdown"
-			default:
-				return usageErrorf("export: --format %q: use jsonl or markdown", format)
+			f, conversation, err := conversationFormat("export", format, "markdown", "md")
+			if err != nil {
+				return err
+			}
+			markdown := f == ""
+			switch {
+			case conversation && all:
+				return usageErrorf("export: --format %s writes one conversation; give ID|ALIAS instead of --all", f)
+			case model != "" && !conversation:
+				return usageErrorf("export: --model goes with --format openai-chat, openai-responses or anthropic")
 			}
 			var single *sessionArg
 			if !all {
@@ -71,13 +81,17 @@ stderr, the others are exported, and the exit code is 1 at the end.`,
 				}
 				single = &sa
 			}
-			return e.export(cmd.Context(), single, output, format == "markdown")
+			if conversation {
+				return e.exportConversation(cmd.Context(), *single, output, f, model)
+			}
+			return e.export(cmd.Context(), single, output, markdown)
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&all, "all", false, "export every session of the namespace")
 	f.StringVarP(&output, "output", "o", "", "write to FILE instead of stdout (written whole, then renamed into place)")
-	f.StringVar(&format, "format", "jsonl", "jsonl (for import) or markdown (for people)")
+	f.StringVar(&format, "format", "jsonl", "jsonl (for import), markdown (for people), openai-chat, openai-responses or anthropic")
+	f.StringVar(&model, "model", "", "the request's model for a conversation format (default: the session's newest)")
 	return cmd
 }
 

@@ -38,6 +38,7 @@ var importIDSpace = uuid.MustParse("4f6d9a52-0b3e-4c1e-9d7a-6a2f3b8c1e70")
 
 func importCmd(e *env) *cobra.Command {
 	var force bool
+	var format, alias string
 	cmd := &cobra.Command{
 		Use:   "import FILE|-",
 		Short: "read sessions from an export, keeping ids and aliases",
@@ -51,13 +52,34 @@ one a session was exported from, the session is copied there under a new
 id (derived from the namespace and the source id, so that running the
 same import again finds the copies instead of duplicating them); the
 source id and namespace are kept in its metadata as sessiond.source_id and
-sessiond.source_namespace, and fork parents point to the copies.`,
+sessiond.source_namespace, and fork parents point to the copies.
+
+With --format openai-chat, openai-responses or anthropic, FILE is one
+request body of that tool, and becomes one new session of the namespace
+(named --alias if given). Request parameters other than the conversation
+(max_tokens, tools...) are kept in the session's metadata so that an
+export in the same format gives them back; fields it does not understand
+are named on stderr.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, pos []string) error {
+			f, conversation, err := conversationFormat("import", format)
+			if err != nil {
+				return err
+			}
+			switch {
+			case !conversation && alias != "":
+				return usageErrorf("import: --alias goes with --format openai-chat, openai-responses or anthropic; a jsonl export keeps its sessions' aliases")
+			case conversation && force:
+				return usageErrorf("import: --force goes with jsonl imports; --format %s always makes a new session", f)
+			case conversation:
+				return e.importConversation(cmd.Context(), pos[0], f, alias)
+			}
 			return e.importFile(cmd.Context(), pos[0], force)
 		},
 	}
 	cmd.Flags().BoolVar(&force, "force", false, "replace sessions that already exist (delete, then recreate)")
+	cmd.Flags().StringVar(&format, "format", "jsonl", "jsonl (a sessionctl export), openai-chat, openai-responses or anthropic")
+	cmd.Flags().StringVar(&alias, "alias", "", "the new session's alias (with a conversation --format)")
 	return cmd
 }
 
@@ -130,10 +152,7 @@ func (im *importer) read(ctx context.Context, r io.Reader) error {
 }
 
 // create makes the session read from the file, with its id, alias,
-// created_at and parent; the first messages travel in CreateSession and the
-// rest in AppendMessages batches guarded by expected_revision. If anything
-// fails after the create, the partial session is deleted so that the import
-// can simply be run again.
+// created_at and parent (see createInBatches).
 func (im *importer) create(ctx context.Context) error {
 	s := im.cur
 	e := im.e
@@ -182,19 +201,7 @@ func (im *importer) create(ctx context.Context) error {
 		return e.rpcError(op, err)
 	}
 
-	batches := splitBatches(im.msgs, importBatchBytes)
-	var first []*sessiondv1.Message
-	if len(batches) > 0 {
-		first, batches = batches[0], batches[1:]
-	}
-	// Start where the exported session was, less the appends still to come,
-	// so that it ends at its exported revision (above it only when it has
-	// more batches than revisions): never behind what a client holds.
-	start := uint64(1)
-	if r, n := s.GetRevision(), uint64(len(batches)); r > n {
-		start = r - n
-	}
-	resp, err := im.c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{
+	sess, err := createInBatches(ctx, e, im.c, &sessiondv1.CreateSessionRequest{
 		Namespace: ns,
 		Id:        id,
 		Alias:     s.GetAlias(),
@@ -202,37 +209,60 @@ func (im *importer) create(ctx context.Context) error {
 		Summary:   s.GetSummary(),
 		Metadata:  metadata,
 		Labels:    s.GetLabels(),
-		Messages:  first,
 		CreatedAt: s.GetCreatedAt(),
 		Parent:    parent,
-		Revision:  start,
-	})
+	}, im.msgs, s.GetRevision(), op)
+	if err != nil {
+		return err
+	}
+	im.imported++
+	if e.json {
+		return writeJSONLine(e.stdout, sess)
+	}
+	return nil
+}
+
+// createInBatches creates the session req describes (its id set) with
+// msgs: the first batch travels in CreateSession and the rest in
+// AppendMessages calls guarded by expected_revision. If anything fails
+// after the create, the partial session is deleted so that the import can
+// simply be run again. The session starts at exportedRev less the appends
+// still to come, so that it ends at the revision it was exported with
+// (above it only when it has more batches than revisions): never behind
+// what a client holds. It returns the session as it ends.
+func createInBatches(ctx context.Context, e *env, c sessiondv1.SessionStoreServiceClient, req *sessiondv1.CreateSessionRequest,
+	msgs []*sessiondv1.Message, exportedRev uint64, op string) (*sessiondv1.Session, error) {
+	batches := splitBatches(msgs, importBatchBytes)
+	if len(batches) > 0 {
+		req.Messages, batches = batches[0], batches[1:]
+	}
+	req.Revision = 1
+	if n := uint64(len(batches)); exportedRev > n {
+		req.Revision = exportedRev - n
+	}
+	resp, err := c.CreateSession(ctx, req)
 	if err != nil {
 		if status.Code(err) == codes.AlreadyExists {
-			return fmt.Errorf("%s (alias %q): %s; the id or alias is taken, maybe in another namespace: remove or rename that session first", op, s.GetAlias(), status.Convert(err).Message())
+			return nil, fmt.Errorf("%s (alias %q): %s; the id or alias is taken, maybe in another namespace: remove or rename that session first", op, req.GetAlias(), status.Convert(err).Message())
 		}
-		return e.rpcError("create "+op, err)
+		return nil, e.rpcError("create "+op, err)
 	}
-	rev := resp.GetSession().GetRevision()
+	sess := resp.GetSession()
+	ref := &sessiondv1.SessionRef{Namespace: req.GetNamespace(), Key: &sessiondv1.SessionRef_Id{Id: sess.GetId()}}
 	for _, b := range batches {
-		ar, err := im.c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: ref, Messages: b, ExpectedRevision: rev})
+		ar, err := c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: ref, Messages: b, ExpectedRevision: sess.GetRevision()})
 		if err != nil {
 			// Best effort, on a fresh context: the import is failing anyway,
 			// possibly because ctx ended.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			_, _ = im.c.DeleteSession(cctx, &sessiondv1.DeleteSessionRequest{Ref: ref})
+			_, _ = c.DeleteSession(cctx, &sessiondv1.DeleteSessionRequest{Ref: ref})
 			cancel()
-			return e.rpcError("append to "+op, err)
+			return nil, e.rpcError("append to "+op, err)
 		}
-		rev = ar.GetRevision()
+		sess.Revision, sess.MessageCount = ar.GetRevision(), ar.GetMessageCount()
 	}
-	im.imported++
-	if e.json {
-		resp.GetSession().MessageCount = int64(len(im.msgs))
-		resp.GetSession().Revision = rev
-		return writeJSONLine(e.stdout, resp.GetSession())
-	}
-	return nil
+	sess.MessageCount = int64(len(msgs))
+	return sess, nil
 }
 
 // targetID is the id of the copy of session srcID in namespace ns: a

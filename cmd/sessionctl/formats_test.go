@@ -1,0 +1,159 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+// formatFixture is the convert package's fixture for a format, written
+// from that format's public documentation.
+func formatFixture(t *testing.T, f string) string {
+	t.Helper()
+	return filepath.Join("..", "..", "convert", "testdata", f+".json")
+}
+
+func decodeJSON(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, b)
+	}
+	return v
+}
+
+// TestImportExportFormats: each fixture imported into the real daemon as
+// a new session, then exported in its format, gives the same JSON back,
+// with no warning either way.
+func TestImportExportFormats(t *testing.T) {
+	d := startDaemon(t, t.TempDir(), "")
+	for _, f := range []string{"openai-chat", "openai-responses", "anthropic"} {
+		t.Run(f, func(t *testing.T) {
+			file := formatFixture(t, f)
+			alias := "from-" + f
+			r := must(t, d.ctl("import", "--format", f, "--alias", alias, file))
+			if !strings.Contains(r.stdout, "imported "+file+" as session ") || r.stderr != "" {
+				t.Errorf("import: %v", r)
+			}
+			out := filepath.Join(t.TempDir(), "out.json")
+			r = must(t, d.ctl("export", "--format", f, alias, "--output", out))
+			if r.stderr != "" {
+				t.Errorf("export of an imported %s conversation warned: %s", f, r.stderr)
+			}
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(decodeJSON(t, want), decodeJSON(t, got)); diff != "" {
+				t.Errorf("(-fixture +export):\n%s", diff)
+			}
+			// To stdout by default.
+			r = must(t, d.ctl("export", "--format", f, alias))
+			if diff := cmp.Diff(decodeJSON(t, got), decodeJSON(t, []byte(r.stdout))); diff != "" {
+				t.Errorf("stdout differs from --output (-file +stdout):\n%s", diff)
+			}
+		})
+	}
+
+	// A second import of the same file is a second session; the alias is
+	// taken.
+	r := d.ctl("import", "--format", "anthropic", "--alias", "from-anthropic", formatFixture(t, "anthropic"))
+	if r.code != exitError || !strings.Contains(r.stderr, "taken") {
+		t.Errorf("import under a taken alias: %v", r)
+	}
+	must(t, d.ctl("import", "--format", "anthropic", formatFixture(t, "anthropic")))
+	ls := must(t, d.ctl("--json", "ls"))
+	if n := strings.Count(ls.stdout, "\n"); n != 4 {
+		t.Errorf("want 4 sessions, got %d:\n%s", n, ls.stdout)
+	}
+}
+
+// TestExportFormatWarns: a session with what the API formats cannot hold
+// exports with one warning per dropped field, on stderr, as lines or as
+// JSON objects.
+func TestExportFormatWarns(t *testing.T) {
+	d := startDaemon(t, t.TempDir(), "")
+	msgs := richMessages()
+	msgs[2].Model = "gpt-4.1"
+	msgs[2].Usage = &sessiondv1.Usage{InputTokens: 10, OutputTokens: 5}
+	d.create(&sessiondv1.CreateSessionRequest{Alias: "rich", Title: "Rich", Labels: map[string]string{"team": "x"}, Messages: msgs})
+
+	r := must(t, d.ctl("export", "--format", "openai-chat", "rich"))
+	for _, field := range []string{"session.title", "session.labels", "message.usage", "message.model", "message.reasoning.signature",
+		"message.metadata[tokens]", "message (fields unknown to this version)"} {
+		if !strings.Contains(r.stderr, "sessionctl: export: warning: "+field+":") {
+			t.Errorf("no warning for %s:\n%s", field, r.stderr)
+		}
+	}
+	var body struct {
+		Model    string            `json:"model"`
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &body); err != nil || body.Model != "gpt-4.1" || len(body.Messages) != 4 {
+		t.Errorf("export body (model from the newest message that names one): %v\n%s", err, r.stdout)
+	}
+
+	r = must(t, d.ctl("--json", "export", "--format", "anthropic", "--model", "claude-x", "rich"))
+	var fields []string
+	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		var w struct {
+			Warning, Format, Field string
+			First                  int
+		}
+		if err := json.Unmarshal([]byte(line), &w); err != nil {
+			t.Fatalf("--json warning is not a JSON object: %q", line)
+		}
+		fields = append(fields, w.Field)
+	}
+	for _, want := range []string{"max_tokens", "message.usage", "message.name"} {
+		if !strings.Contains(strings.Join(fields, " "), want) {
+			t.Errorf("--json warnings lack %s: %v", want, fields)
+		}
+	}
+	if !strings.Contains(r.stdout, `"model": "claude-x"`) {
+		t.Errorf("--model not used:\n%s", r.stdout)
+	}
+}
+
+// TestImportFormatErrors: a bad file is a one-line error and leaves no
+// session; unknown fields are named.
+func TestImportFormatErrors(t *testing.T) {
+	d := startDaemon(t, t.TempDir(), "")
+	r := ctlIn(t, strings.NewReader(`{"model":"m","messages":[{"role":"robot","content":"x"}]}`), "--addr", d.addr, "import", "--format", "openai-chat", "-")
+	if r.code != exitError || !strings.Contains(r.stderr, "messages[0].role") {
+		t.Errorf("bad role: %v", r)
+	}
+	checkOneLineError(t, r)
+	r = must(t, ctlIn(t, strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"x","mood":"good"}]}`), "--addr", d.addr, "import", "--format", "openai-chat", "-"))
+	if !strings.Contains(r.stderr, "warning: messages[0].mood: not understood; dropped") {
+		t.Errorf("unknown field not named: %v", r)
+	}
+	ls := must(t, d.ctl("--json", "ls"))
+	if n := strings.Count(ls.stdout, "\n"); n != 1 {
+		t.Errorf("want only the good import, got %d sessions", n)
+	}
+	for _, args := range [][]string{
+		{"import", "--format", "xml", "f"},
+		{"import", "--alias", "a", "f"},
+		{"import", "--format", "anthropic", "--alias", "not an alias", "f"},
+		{"import", "--format", "anthropic", "--force", "f"},
+		{"export", "--format", "anthropic", "--all"},
+		{"export", "--model", "m", "a"},
+	} {
+		r := d.ctl(args...)
+		if r.code != exitUsage {
+			t.Errorf("%v: want exit %d, got %v", args, exitUsage, r)
+		}
+		checkOneLineError(t, r)
+	}
+}
