@@ -91,7 +91,7 @@ func newRoot(e *env) *cobra.Command {
 		Use:   "sessionctl",
 		Short: "administer a sessiond daemon",
 		Long: `sessionctl administers a sessiond daemon: it lists, shows, searches, renames,
-forks, rewinds, deletes, exports, imports and watches sessions over gRPC, and
+forks, rewinds, deletes, purges, exports, imports and watches sessions over gRPC, and
 checks a file data dir offline (fsck).
 
 A session argument (ID|ALIAS) shaped like a UUID is an id, anything else an
@@ -139,7 +139,7 @@ corrected, 4 errors left. With --json, an error is a JSON object on stderr:
 
 	root.AddCommand(
 		lsCmd(e), showCmd(e), rmCmd(e), renameCmd(e), forkCmd(e), rewindCmd(e), searchCmd(e),
-		exportCmd(e), importCmd(e), watchCmd(e), healthCmd(e), versionCmd(e), fsckCmd(e),
+		exportCmd(e), importCmd(e), purgeCmd(e), watchCmd(e), healthCmd(e), versionCmd(e), fsckCmd(e),
 		tokenCmd(e), manCmd(root),
 	)
 	root.SetHelpCommand(helpCmd(root))
