@@ -64,6 +64,15 @@
 // takes a client certificate for mutual TLS. Dial refuses to send a token
 // without TLS to an address that is not loopback or a unix socket.
 //
+// # Other tools' formats
+//
+// Handle.Export writes the conversation as an OpenAI Chat Completions,
+// OpenAI Responses or Anthropic Messages request body (package convert does
+// the mapping, and says what a format cannot hold), so a loaded session
+// goes to a model in one line:
+//
+//	body, warnings, err := h.Export(convert.OpenAIChat, convert.ExportOptions{Model: "gpt-4.1"})
+//
 // # Concurrency
 //
 // Client and Handle are safe for concurrent use.
