@@ -369,3 +369,37 @@ func compactJSON(b []byte) string {
 	_ = json.Compact(&buf, b)
 	return buf.String()
 }
+
+// FuzzImport: no input makes Import panic, and whatever it accepts
+// exports, in every format, as valid JSON.
+func FuzzImport(f *testing.F) {
+	for _, format := range convert.Formats() {
+		b, err := os.ReadFile(filepath.Join("testdata", map[convert.Format]string{convert.JSONL: "jsonl.jsonl"}[format]+string(format)+".json"))
+		if format == convert.JSONL {
+			b, err = os.ReadFile(filepath.Join("testdata", "jsonl.jsonl"))
+		}
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(0), b)
+	}
+	f.Add(uint8(2), []byte(`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"x","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"!!"}}]}]}]}`))
+	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
+		formats := convert.Formats()
+		in := formats[int(which)%len(formats)]
+		s, _, err := convert.Import(in, data)
+		if err != nil {
+			return
+		}
+		for _, out := range formats {
+			b, _, err := convert.Export(out, s, convert.ExportOptions{})
+			if err != nil {
+				// Only a message without a role cannot be written.
+				continue
+			}
+			if out != convert.JSONL && !json.Valid(b) {
+				t.Fatalf("%s → %s: invalid JSON:\n%s", in, out, b)
+			}
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -30,7 +31,11 @@ func conversationFormat(cmd, s string, extra ...string) (convert.Format, bool, e
 	}
 	f, err := convert.ParseFormat(s)
 	if err != nil {
-		return "", false, usageErrorf("%s: --format: %v", cmd, err)
+		names := []string{}
+		for _, f := range convert.Formats() {
+			names = append(names, string(f))
+		}
+		return "", false, usageErrorf("%s: --format %q: use %s", cmd, s, strings.Join(append(names, extra...), ", "))
 	}
 	return f, f != convert.JSONL, nil
 }

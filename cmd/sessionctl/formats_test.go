@@ -31,8 +31,9 @@ func decodeJSON(t *testing.T, b []byte) any {
 // TestImportExportFormats: each fixture imported into the real daemon as
 // a new session, then exported in its format, gives the same JSON back,
 // with no warning either way.
-func TestImportExportFormats(t *testing.T) {
-	d := startDaemon(t, t.TempDir(), "")
+func TestImportExportFormats(t *testing.T) { eachBackend(t, testImportExportFormats) }
+
+func testImportExportFormats(t *testing.T, d *daemon) {
 	for _, f := range []string{"openai-chat", "openai-responses", "anthropic"} {
 		t.Run(f, func(t *testing.T) {
 			file := formatFixture(t, f)

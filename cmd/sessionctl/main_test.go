@@ -73,12 +73,12 @@ type daemon struct {
 // startDaemon starts sessiond on dataDir listening on listen (a free
 // loopback port when ""), waits for its "sessiond started" log line, and
 // stops it when the test ends.
-func startDaemon(t *testing.T, dataDir, listen string) *daemon {
+func startDaemon(t *testing.T, dataDir, listen string, opts ...clienttest.DaemonOption) *daemon {
 	t.Helper()
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	d := &daemon{t: t, proc: clienttest.StartDaemon(t, sessiondBin, dataDir, listen)}
+	d := &daemon{t: t, proc: clienttest.StartDaemon(t, sessiondBin, dataDir, listen, opts...)}
 	d.addr = d.proc.Addr
 	if strings.HasPrefix(listen, "unix:") {
 		d.addr = listen

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sessiond/sessiond/client/clienttest"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage/postgres/pgtest"
 )
 
 func TestParseIdle(t *testing.T) {
@@ -50,8 +51,20 @@ func encodedBytes(t *testing.T, d *daemon, ns, id string) int64 {
 	return n
 }
 
-func TestPurge(t *testing.T) {
-	d := startDaemon(t, t.TempDir(), "")
+// eachBackend runs test against a daemon on the file backend, and on
+// PostgreSQL (a private schema) when SESSIOND_TEST_POSTGRES_DSN names a
+// server.
+func eachBackend(t *testing.T, test func(t *testing.T, d *daemon)) {
+	t.Run("file", func(t *testing.T) { test(t, startDaemon(t, t.TempDir(), "")) })
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.Schema(t)
+		test(t, startDaemon(t, t.TempDir(), "", clienttest.WithArgs("--storage", "postgres", "--postgres-dsn", dsn)))
+	})
+}
+
+func TestPurge(t *testing.T) { eachBackend(t, testPurge) }
+
+func testPurge(t *testing.T, d *daemon) {
 	msgs := func(n int) []*sessiondv1.Message {
 		var out []*sessiondv1.Message
 		for i := range n {
@@ -146,18 +159,23 @@ func TestPurgeKeepsWhatWasWritten(t *testing.T) {
 // BenchmarkPurge10k purges 10,000 idle sessions of one message each from
 // the real daemon (file backend) and reports the listing time (list-s),
 // a dry run's (listing and reading every session, dryrun-s) and the whole
-// purge's (purge-s), with 1 and 16 sessions at a time:
+// purge's (purge-s), with 1 and 16 sessions at a time; and on PostgreSQL
+// with 16 when SESSIOND_TEST_POSTGRES_DSN names a server:
 // go test -run '^$' -bench Purge10k -benchtime 1x ./cmd/sessionctl
 func BenchmarkPurge10k(b *testing.B) {
 	for _, workers := range []int{1, defaultPurgeWorkers} {
-		b.Run(fmt.Sprintf("concurrency=%d", workers), func(b *testing.B) { benchmarkPurge(b, 10000, workers) })
+		b.Run(fmt.Sprintf("file/concurrency=%d", workers), func(b *testing.B) { benchmarkPurge(b, 10000, workers) })
 	}
+	b.Run(fmt.Sprintf("postgres/concurrency=%d", defaultPurgeWorkers), func(b *testing.B) {
+		dsn := pgtest.Schema(b)
+		benchmarkPurge(b, 10000, defaultPurgeWorkers, "--storage", "postgres", "--postgres-dsn", dsn)
+	})
 }
 
-func benchmarkPurge(b *testing.B, n, workers int) {
+func benchmarkPurge(b *testing.B, n, workers int, daemonArgs ...string) {
 	for range b.N {
 		b.StopTimer()
-		proc := clienttest.StartDaemon(b, sessiondBin, b.TempDir(), "127.0.0.1:0")
+		proc := clienttest.StartDaemon(b, sessiondBin, b.TempDir(), "127.0.0.1:0", clienttest.WithArgs(daemonArgs...))
 		conn, err := grpc.NewClient(proc.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
