@@ -46,7 +46,7 @@ func TestHelpListsFlags(t *testing.T) {
 	}
 	// The top-level help lists every command of the README's contract.
 	r = ctlIn(t, strings.NewReader(""), "help")
-	for _, c := range []string{"ls", "show", "rm", "rename", "fork", "rewind", "search", "export", "import", "watch", "health", "version", "fsck", "completion"} {
+	for _, c := range []string{"ls", "show", "rm", "rename", "fork", "rewind", "search", "export", "import", "purge", "watch", "health", "version", "fsck", "completion"} {
 		if !regexp.MustCompile(`(?m)^  ` + c + `\s`).MatchString(r.stdout) {
 			t.Errorf("help does not list %s:\n%s", c, r.stdout)
 		}
