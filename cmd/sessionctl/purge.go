@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -167,12 +168,9 @@ func (e *env) purge(ctx context.Context, idle time.Duration, idleText string, dr
 	}
 	prog := newProgress(e, verb)
 	defer prog.finish()
-	var tb *table
-	if dryRun && !e.json {
-		tb = newTable(e.stdout, "ID", "ALIAS", "UPDATED", "MESSAGES", "BYTES")
-	}
 	var firstErr error
 	var done int64
+	var candidates []purgeResult // with --dry-run, listed oldest first at the end
 	for r := range results {
 		done++
 		prog.update(done, rep.Listed, "sessions")
@@ -190,22 +188,13 @@ func (e *env) purge(ctx context.Context, idle time.Duration, idleText string, dr
 		rep.Sessions++
 		rep.Messages += r.s.GetMessageCount()
 		rep.Bytes += r.bytes
-		if !dryRun {
-			continue
-		}
-		if e.json {
-			b, _ := json.Marshal(map[string]any{"id": r.s.GetId(), "alias": r.s.GetAlias(), "updated_at": r.s.GetUpdatedAt().AsTime().UTC().Format(time.RFC3339Nano),
-				"message_count": r.s.GetMessageCount(), "bytes": r.bytes})
-			fmt.Fprintf(e.stdout, "%s\n", b)
-		} else if err := tb.row(r.s.GetId(), r.s.GetAlias(), fmtTime(r.s.GetUpdatedAt()), fmt.Sprint(r.s.GetMessageCount()), fmt.Sprint(r.bytes)); err != nil {
-			return err
+		if dryRun {
+			candidates = append(candidates, r)
 		}
 	}
 	prog.finish()
-	if tb != nil {
-		if err := tb.flush(); err != nil {
-			return err
-		}
+	if err := e.printPurgeCandidates(candidates); err != nil {
+		return err
 	}
 	if ctx.Err() != nil {
 		return &exitErr{code: exitError, grpc: codes.Canceled, err: fmt.Errorf("purge: interrupted after %d of %d sessions", done, rep.Listed)}
@@ -226,6 +215,38 @@ func (e *env) purge(ctx context.Context, idle time.Duration, idleText string, dr
 		return fmt.Errorf("purge: %d sessions could not be purged; the first: %w", rep.Failed, firstErr)
 	}
 	return nil
+}
+
+// printPurgeCandidates lists what a dry run would delete, the longest
+// idle first: a table, or JSON lines with --json.
+func (e *env) printPurgeCandidates(rs []purgeResult) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	sort.Slice(rs, func(i, j int) bool {
+		a, b := rs[i].s.GetUpdatedAt().AsTime(), rs[j].s.GetUpdatedAt().AsTime()
+		if !a.Equal(b) {
+			return a.Before(b)
+		}
+		return rs[i].s.GetId() < rs[j].s.GetId()
+	})
+	if e.json {
+		for _, r := range rs {
+			b, _ := json.Marshal(map[string]any{"id": r.s.GetId(), "alias": r.s.GetAlias(), "updated_at": r.s.GetUpdatedAt().AsTime().UTC().Format(time.RFC3339Nano),
+				"message_count": r.s.GetMessageCount(), "bytes": r.bytes})
+			if _, err := fmt.Fprintf(e.stdout, "%s\n", b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tb := newTable(e.stdout, "ID", "ALIAS", "UPDATED", "MESSAGES", "BYTES")
+	for _, r := range rs {
+		if err := tb.row(r.s.GetId(), safeLine(r.s.GetAlias()), fmtTime(r.s.GetUpdatedAt()), fmt.Sprint(r.s.GetMessageCount()), fmt.Sprint(r.bytes)); err != nil {
+			return err
+		}
+	}
+	return tb.flush()
 }
 
 // purgeOne reads session s (to count its messages and bytes, and to

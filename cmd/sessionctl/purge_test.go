@@ -94,6 +94,9 @@ func testPurge(t *testing.T, d *daemon) {
 	if len(lines) != 3 || !rep.DryRun || rep.Sessions != 2 || rep.Messages != 4 || rep.Bytes != wantBytes || rep.Listed != 2 {
 		t.Errorf("dry run: want old1 and old2 (4 messages, %d bytes), got %+v\n%s", wantBytes, rep, r.stdout)
 	}
+	if !strings.Contains(lines[0], old1.GetId()) || !strings.Contains(lines[1], old2.GetId()) {
+		t.Errorf("dry run: want the longest idle first (old1, old2):\n%s", r.stdout)
+	}
 	must(t, d.ctl("show", "old1"))
 	r = must(t, d.ctl("purge", "--idle-for", "1s", "--dry-run"))
 	if !strings.Contains(r.stdout, "old1") || !strings.Contains(r.stdout, "would purge 2 sessions") {
