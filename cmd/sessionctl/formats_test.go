@@ -66,6 +66,34 @@ func testImportExportFormats(t *testing.T, d *daemon) {
 		})
 	}
 
+	// The lossless format: the fixture's session comes back with its id,
+	// and its message lines (readable and protobuf halves) byte for byte.
+	t.Run("jsonl", func(t *testing.T) {
+		file := filepath.Join("..", "..", "convert", "testdata", "jsonl.jsonl")
+		must(t, d.ctl("import", "--format", "jsonl", file))
+		r := must(t, d.ctl("export", "--format", "jsonl", "weather"))
+		want, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		messageLines := func(b string) []string {
+			var out []string
+			for _, l := range strings.Split(b, "\n") {
+				if strings.HasPrefix(l, `{"type":"message"`) {
+					out = append(out, l)
+				}
+			}
+			return out
+		}
+		if diff := cmp.Diff(messageLines(string(want)), messageLines(r.stdout)); diff != "" || len(messageLines(r.stdout)) != 5 {
+			t.Errorf("message lines (-fixture +export):\n%s", diff)
+		}
+		if !strings.Contains(r.stdout, `"id":"0196a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","alias":"weather","title":"Weather in two cities"`) {
+			t.Errorf("session line:\n%s", r.stdout)
+		}
+		must(t, d.ctl("rm", "--yes", "weather"))
+	})
+
 	// A second import of the same file is a second session; the alias is
 	// taken.
 	r := d.ctl("import", "--format", "anthropic", "--alias", "from-anthropic", formatFixture(t, "anthropic"))
