@@ -403,3 +403,47 @@ func FuzzImport(f *testing.F) {
 		}
 	})
 }
+
+// TestSmallRoundTrips: shapes of the docs beyond the fixtures come back
+// as they were.
+func TestSmallRoundTrips(t *testing.T) {
+	tests := []struct {
+		f  convert.Format
+		in string
+	}{
+		{convert.Anthropic, `{"model":"claude-sonnet-4-5","max_tokens":1024,
+			"system":[{"type":"text","text":"You are an AI assistant analyzing literary works."},
+			          {"type":"text","text":"<the entire contents of Pride and Prejudice>","cache_control":{"type":"ephemeral"}}],
+			"messages":[{"role":"user","content":"Analyze the major themes."}]}`},
+		{convert.Anthropic, `{"model":"m","max_tokens":1,"messages":[
+			{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"Grass is green."}},
+			                          {"type":"image","source":{"type":"url","url":"https://example.com/a.jpg"}},{"type":"text","text":"?"}]},
+			{"role":"assistant","content":[{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3pzix"},{"type":"text","text":"Green."}]}]}`},
+		{convert.OpenAIChat, `{"model":"gpt-4o-audio-preview","messages":[
+			{"role":"system","name":"setup","content":[{"type":"text","text":"Be brief."}]},
+			{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"UklGRg==","format":"wav"}}]},
+			{"role":"assistant","content":[{"type":"refusal","refusal":"I cannot."}]}]}`},
+		{convert.OpenAIResponses, `{"model":"gpt-4.1","input":"Tell me a three sentence bedtime story about a unicorn."}`},
+		{convert.OpenAIResponses, `{"model":"gpt-4.1","input":[
+			{"type":"message","role":"user","content":[{"type":"input_image","image_url":"https://example.com/a.jpg","detail":"high"},{"type":"input_text","text":"What is this?"}]},
+			{"type":"reasoning","id":"rs_1","summary":[]},
+			{"type":"message","role":"assistant","content":"A cat."}]}`},
+	}
+	for _, tt := range tests {
+		s, warns, err := convert.Import(tt.f, []byte(tt.in))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.f, err)
+		}
+		if len(warns) > 0 {
+			t.Errorf("%s: import warned: %v", tt.f, warns)
+		}
+		out, warns, err := convert.Export(tt.f, s, convert.ExportOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(warns) > 0 {
+			t.Errorf("%s: export warned: %v", tt.f, warns)
+		}
+		SameJSON(t, tt.f, []byte(tt.in), out)
+	}
+}

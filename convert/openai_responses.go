@@ -19,6 +19,7 @@ const (
 	respReasoningID  = respPrefix + "reasoning.id"
 	respOutputID     = respPrefix + "output.id"     // a function_call_output item's id
 	respOutputState  = respPrefix + "output.status" // its status
+	respInputString  = respPrefix + "input_string"  // "true": the input was a string, the short form of one user message
 )
 
 // respCallKey is the metadata key of a function_call item's id or status.
@@ -45,7 +46,9 @@ func importResponses(data []byte, ws *warnings) (*sessiondv1.Session, error) {
 	if in := top.m["input"]; isString(in) {
 		// The short form: one user message.
 		text, _ := top.str("input")
-		s.Messages = append(s.Messages, &sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: text})
+		m := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: text}
+		setMeta(m, respInputString, "true")
+		s.Messages = append(s.Messages, m)
 		keepParams(OpenAIResponses, top, s)
 		return s, nil
 	}
@@ -270,7 +273,7 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 	items := make([]any, 0, len(s.GetMessages()))
 	for i, m := range s.GetMessages() {
 		md := m.GetMetadata()
-		keep := []string{respInstructions, respRole, respMessageID, respMessageState, respReasoningID, respOutputID, respOutputState}
+		keep := []string{respInstructions, respRole, respMessageID, respMessageState, respReasoningID, respOutputID, respOutputState, respInputString}
 		for _, tc := range m.GetToolCalls() {
 			keep = append(keep, respCallKey(tc.GetId(), "id"), respCallKey(tc.GetId(), "status"))
 		}
@@ -312,6 +315,10 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 			}
 			items = append(items, message(role))
 		case sessiondv1.Role_ROLE_USER:
+			if md[respInputString] == "true" && i == len(s.GetMessages())-1 && len(items) == 0 && len(m.GetParts()) == 0 {
+				doc = append(doc, kv{"input", m.GetContent()})
+				return restoreParams(OpenAIResponses, s, doc), nil
+			}
 			items = append(items, message("user"))
 		case sessiondv1.Role_ROLE_ASSISTANT:
 			if r := m.GetReasoning(); r != nil {
