@@ -374,8 +374,7 @@ func anthToolResult(i int, m *sessiondv1.Message, ws *warnings) any {
 	}
 	// A block kept whole on import goes back as it was.
 	if ps := m.GetParts(); m.GetContent() == "" && len(ps) == 1 {
-		var probe struct{ Type string }
-		if raw, ok := typedJSON(ps[0].GetJson()); ok && json.Unmarshal(raw, &probe) == nil && probe.Type == "tool_result" {
+		if raw, typ, ok := typedJSON(ps[0].GetJson()); ok && typ == "tool_result" {
 			return raw
 		}
 	}

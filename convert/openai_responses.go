@@ -250,7 +250,11 @@ func respPartsIn(path string, raw json.RawMessage) ([]*sessiondv1.ContentPart, e
 			if err != nil {
 				return nil, err
 			}
-			if len(p.rest()) == 0 {
+			detail, err := p.str("detail")
+			if err != nil {
+				return nil, err
+			}
+			if len(p.rest()) == 0 && (detail == "" || detail == "auto") {
 				if b, ok := parseDataURL(u); ok {
 					parts = append(parts, blobPart(b))
 					continue
@@ -321,25 +325,30 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 			}
 			items = append(items, message("user"))
 		case sessiondv1.Role_ROLE_ASSISTANT:
-			if r := m.GetReasoning(); r != nil {
-				item := obj{{"type", "reasoning"}}
-				if id := md[respReasoningID]; id != "" {
-					item = append(item, kv{"id", id})
-				}
+			if r := m.GetReasoning(); r != nil && md[respReasoningID] == "" {
+				ws.add("message.reasoning", i, "openai-responses takes back only reasoning items it made (with their id); dropped")
+			} else if r != nil {
 				summary := []any{}
 				if r.GetText() != "" {
 					summary = append(summary, obj{{"type", "summary_text"}, {"text", r.GetText()}})
 				}
-				item = append(item, kv{"summary", summary})
+				item := obj{{"type", "reasoning"}, {"id", md[respReasoningID]}, {"summary", summary}}
 				if r.GetSignature() != "" {
 					item = append(item, kv{"encrypted_content", r.GetSignature()})
 				}
 				items = append(items, item)
 			}
-			if m.GetContent() != "" || len(m.GetParts()) > 0 {
+			switch {
+			case m.GetContent() == "" && len(m.GetParts()) == 0:
+			case md[respMessageID] != "":
+				// An output message of the API's, given back whole.
 				p.text = func(s string) obj { return obj{{"type", "output_text"}, {"text", s}, {"annotations", []any{}}} }
 				p.blob = nil // an assistant's output holds text only
 				items = append(items, message("assistant"))
+			default:
+				// Any other assistant turn is an easy input message, whose
+				// content is text.
+				items = append(items, obj{{"type", "message"}, {"role", "assistant"}, {"content", assistantText(i, m, ws)}})
 			}
 			for _, tc := range m.GetToolCalls() {
 				item := obj{{"type", "function_call"}}
@@ -376,7 +385,27 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 // respBlob writes images as input_image data URLs.
 func respBlob(b *sessiondv1.Blob) (obj, bool) {
 	if strings.HasPrefix(b.GetMimeType(), "image/") {
-		return obj{{"type", "input_image"}, {"image_url", dataURL(b)}}, true
+		return obj{{"type", "input_image"}, {"image_url", dataURL(b)}, {"detail", "auto"}}, true
 	}
 	return nil, false
+}
+
+// assistantText is an assistant message's text: its content and text
+// parts, joined by blank lines (warned when there is more than one).
+func assistantText(i int, m *sessiondv1.Message, ws *warnings) string {
+	var texts []string
+	if m.GetContent() != "" {
+		texts = append(texts, m.GetContent())
+	}
+	for _, p := range m.GetParts() {
+		if t, ok := p.GetKind().(*sessiondv1.ContentPart_Text); ok {
+			texts = append(texts, t.Text)
+		} else {
+			ws.add("message.parts", i, "openai-responses takes only text from an assistant turn it did not make; a non-text part dropped")
+		}
+	}
+	if len(texts) > 1 {
+		ws.add("message.parts", i, "openai-responses takes one text from an assistant turn it did not make; %d texts joined", len(texts))
+	}
+	return strings.Join(texts, "\n\n")
 }

@@ -43,17 +43,28 @@ func jsonPart(raw json.RawMessage) *sessiondv1.ContentPart {
 	return &sessiondv1.ContentPart{Kind: &sessiondv1.ContentPart_Json{Json: compact(raw)}}
 }
 
-// typedJSON returns a JSON part's object when it is one with a string
-// "type", the shape of a content part of every format here: exports write
-// such parts back as they are.
-func typedJSON(s string) (json.RawMessage, bool) {
+// typedJSON returns a JSON part's object and its "type" when it is an
+// object with a string "type", the shape of a content part of every format
+// here: an export writes such a part back as it is when the type is one of
+// the format's blocks.
+func typedJSON(s string) (json.RawMessage, string, bool) {
 	var probe struct {
 		Type *string `json:"type"`
 	}
 	if err := json.Unmarshal([]byte(s), &probe); err != nil || probe.Type == nil {
-		return nil, false
+		return nil, "", false
 	}
-	return json.RawMessage(s), true
+	return json.RawMessage(s), *probe.Type, true
+}
+
+// blockTypes are the content part types of each format that an export
+// writes back from a JSON part as they are.
+var blockTypes = map[Format][]string{
+	OpenAIChat:      {"text", "image_url", "input_audio", "file", "refusal"},
+	OpenAIResponses: {"input_text", "output_text", "input_image", "input_file", "refusal"},
+	Anthropic: {"text", "image", "document", "search_result", "thinking", "redacted_thinking", "tool_use", "tool_result",
+		"server_tool_use", "web_search_tool_result", "web_fetch_tool_result", "code_execution_tool_result",
+		"mcp_tool_use", "mcp_tool_result", "container_upload"},
 }
 
 // partWriter writes a message's content (its content string, then its
@@ -76,12 +87,16 @@ func (p *partWriter) content(m *sessiondv1.Message) []any {
 		case *sessiondv1.ContentPart_Text:
 			p.blocks = append(p.blocks, p.text(k.Text))
 		case *sessiondv1.ContentPart_Json:
-			if raw, ok := typedJSON(k.Json); ok {
+			raw, typ, ok := typedJSON(k.Json)
+			switch {
+			case ok && contains(blockTypes[p.f], typ):
 				p.blocks = append(p.blocks, raw)
-				continue
+			case ok:
+				p.ws.add("message.parts.json", p.at, "a %q block is not one of %s's; dropped", typ, p.f)
+			default:
+				p.ws.add("message.parts.json", p.at, "%s has no JSON block; sent as a text block", p.f)
+				p.blocks = append(p.blocks, p.text(k.Json))
 			}
-			p.ws.add("message.parts.json", p.at, "%s has no JSON block; sent as a text block", p.f)
-			p.blocks = append(p.blocks, p.text(k.Json))
 		case *sessiondv1.ContentPart_Blob:
 			if p.blob != nil {
 				if o, ok := p.blob(k.Blob); ok {
