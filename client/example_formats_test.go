@@ -45,7 +45,7 @@ func ExampleHandle_Export() {
 		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "toolu_01", Content: "14°C, light rain"},
 	)
 
-	body, warnings, err := h.Export(convert.Anthropic, convert.ExportOptions{})
+	body, warnings, err := h.Export(convert.Anthropic, convert.ExportOptions{MaxTokens: 1024})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -85,8 +85,8 @@ func ExampleHandle_Export() {
 	//         }
 	//       ]
 	//     }
-	//   ]
+	//   ],
+	//   "max_tokens": 1024
 	// }
-	// warning: max_tokens: required by the Messages API; the session has none (add it to the request)
 	// warning: message.model: not held by anthropic; dropped (message 1)
 }

@@ -268,8 +268,8 @@ func exportAnthropic(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 	if m := model(Anthropic, s, o, ws); m != "" {
 		doc = append(doc, kv{"model", m})
 	}
-	if _, ok := s.GetMetadata()["anthropic.max_tokens"]; !ok {
-		ws.add("max_tokens", -1, "required by the Messages API; the session has none (add it to the request)")
+	if _, ok := s.GetMetadata()["anthropic.max_tokens"]; !ok && o.MaxTokens <= 0 {
+		ws.add("max_tokens", -1, "required by the Messages API; the session has none (give one)")
 	}
 	msgs := s.GetMessages()
 	var system []*sessiondv1.Message
@@ -357,7 +357,7 @@ func exportAnthropic(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 		out = []any{}
 	}
 	doc = append(doc, kv{"messages", out})
-	return restoreParams(Anthropic, s, doc), nil
+	return restoreParams(Anthropic, s, withMaxTokens(Anthropic, o, doc)), nil
 }
 
 func anthParts(ws *warnings, at int) *partWriter {

@@ -79,6 +79,23 @@ type ExportOptions struct {
 	// recorded in the session's metadata for this format, else the model
 	// of the newest message that names one, else Session.models[0].
 	Model string
+	// MaxTokens, when above zero, is the request's output token limit:
+	// max_tokens for anthropic (which requires one), max_completion_tokens
+	// for openai-chat, max_output_tokens for openai-responses. Zero leaves
+	// it as an import of the same format kept it, or out.
+	MaxTokens int64
+}
+
+// maxTokensKey names the output token limit in each format's request.
+var maxTokensKey = map[Format]string{Anthropic: "max_tokens", OpenAIChat: "max_completion_tokens", OpenAIResponses: "max_output_tokens"}
+
+// withMaxTokens adds o.MaxTokens to doc under f's name, before the kept
+// parameters so that it wins over a kept one.
+func withMaxTokens(f Format, o ExportOptions, doc obj) obj {
+	if o.MaxTokens > 0 {
+		doc = append(doc, kv{maxTokensKey[f], o.MaxTokens})
+	}
+	return doc
 }
 
 // Warning names what a conversion could not carry: a field of the session

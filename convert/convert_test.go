@@ -447,3 +447,28 @@ func TestSmallRoundTrips(t *testing.T) {
 		SameJSON(t, tt.f, []byte(tt.in), out)
 	}
 }
+
+func TestMaxTokens(t *testing.T) {
+	s, _, err := convert.Import(convert.Anthropic, fixture(t, convert.Anthropic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, key := range map[convert.Format]string{convert.Anthropic: "max_tokens", convert.OpenAIChat: "max_completion_tokens", convert.OpenAIResponses: "max_output_tokens"} {
+		out, warns, err := convert.Export(f, s, convert.ExportOptions{MaxTokens: 2048})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body map[string]any
+		if err := json.Unmarshal(out, &body); err != nil {
+			t.Fatal(err)
+		}
+		if body[key] != float64(2048) {
+			t.Errorf("%s: %s = %v, want 2048 (over the kept 16000)", f, key, body[key])
+		}
+		for _, w := range warns {
+			if w.Field == "max_tokens" {
+				t.Errorf("%s: warned about max_tokens although given: %v", f, w)
+			}
+		}
+	}
+}

@@ -199,7 +199,7 @@ func exportChat(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj, erro
 		msgs = append(msgs, out)
 	}
 	doc = append(doc, kv{"messages", msgs})
-	return restoreParams(OpenAIChat, s, doc), nil
+	return restoreParams(OpenAIChat, s, withMaxTokens(OpenAIChat, o, doc)), nil
 }
 
 func chatMessageOut(i int, m *sessiondv1.Message, ws *warnings) (obj, error) {

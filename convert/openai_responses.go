@@ -321,7 +321,7 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 		case sessiondv1.Role_ROLE_USER:
 			if md[respInputString] == "true" && i == len(s.GetMessages())-1 && len(items) == 0 && len(m.GetParts()) == 0 {
 				doc = append(doc, kv{"input", m.GetContent()})
-				return restoreParams(OpenAIResponses, s, doc), nil
+				return restoreParams(OpenAIResponses, s, withMaxTokens(OpenAIResponses, o, doc)), nil
 			}
 			items = append(items, message("user"))
 		case sessiondv1.Role_ROLE_ASSISTANT:
@@ -379,7 +379,7 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 		}
 	}
 	doc = append(doc, kv{"input", items})
-	return restoreParams(OpenAIResponses, s, doc), nil
+	return restoreParams(OpenAIResponses, s, withMaxTokens(OpenAIResponses, o, doc)), nil
 }
 
 // respBlob writes images as input_image data URLs.

@@ -39,6 +39,7 @@ func protoJSON(m proto.Message) (json.RawMessage, error) {
 func exportCmd(e *env) *cobra.Command {
 	var all bool
 	var output, format, model string
+	var maxTokens int64
 	cmd := &cobra.Command{
 		Use:   "export ID|ALIAS | --all",
 		Short: "write sessions as JSON lines (for import), Markdown, or another tool's request format",
@@ -70,8 +71,10 @@ named on stderr, one warning per field; the README has the mapping.`,
 			switch {
 			case conversation && all:
 				return usageErrorf("export: --format %s writes one conversation; give ID|ALIAS instead of --all", f)
-			case model != "" && !conversation:
-				return usageErrorf("export: --model goes with --format openai-chat, openai-responses or anthropic")
+			case (model != "" || maxTokens != 0) && !conversation:
+				return usageErrorf("export: --model and --max-tokens go with --format openai-chat, openai-responses or anthropic")
+			case maxTokens < 0:
+				return usageErrorf("export: --max-tokens must not be negative")
 			}
 			var single *sessionArg
 			if !all {
@@ -82,7 +85,7 @@ named on stderr, one warning per field; the README has the mapping.`,
 				single = &sa
 			}
 			if conversation {
-				return e.exportConversation(cmd.Context(), *single, output, f, model)
+				return e.exportConversation(cmd.Context(), *single, output, f, convert.ExportOptions{Model: model, MaxTokens: maxTokens})
 			}
 			return e.export(cmd.Context(), single, output, markdown)
 		},
@@ -92,6 +95,7 @@ named on stderr, one warning per field; the README has the mapping.`,
 	f.StringVarP(&output, "output", "o", "", "write to FILE instead of stdout (written whole, then renamed into place)")
 	f.StringVar(&format, "format", "jsonl", "jsonl (for import), markdown (for people), openai-chat, openai-responses or anthropic")
 	f.StringVar(&model, "model", "", "the request's model for a conversation format (default: the session's newest)")
+	f.Int64Var(&maxTokens, "max-tokens", 0, "the request's output token limit for a conversation format (anthropic requires one)")
 	return cmd
 }
 

@@ -50,13 +50,13 @@ func (e *env) warn(op string, f convert.Format, ws []convert.Warning) {
 }
 
 // exportConversation writes one session in a conversation format.
-func (e *env) exportConversation(ctx context.Context, sa sessionArg, output string, f convert.Format, model string) error {
+func (e *env) exportConversation(ctx context.Context, sa sessionArg, output string, f convert.Format, o convert.ExportOptions) error {
 	sess, msgs, err := e.loadSession(ctx, "export", &sessiondv1.LoadSessionRequest{Ref: sa.ref})
 	if err != nil {
 		return err
 	}
 	sess.Messages = msgs
-	doc, warns, err := convert.Export(f, sess, convert.ExportOptions{Model: model})
+	doc, warns, err := convert.Export(f, sess, o)
 	if err != nil {
 		return fmt.Errorf("export %s: %w", sa.text, err)
 	}

@@ -133,6 +133,10 @@ func TestExportFormatWarns(t *testing.T) {
 	}
 
 	r = must(t, d.ctl("--json", "export", "--format", "anthropic", "--model", "claude-x", "rich"))
+	withMax := must(t, d.ctl("export", "--format", "anthropic", "--max-tokens", "2048", "rich"))
+	if !strings.Contains(withMax.stdout, `"max_tokens": 2048`) || strings.Contains(withMax.stderr, "max_tokens") {
+		t.Errorf("--max-tokens: %v", withMax)
+	}
 	var fields []string
 	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
 		var w struct {
@@ -178,6 +182,8 @@ func TestImportFormatErrors(t *testing.T) {
 		{"import", "--format", "anthropic", "--force", "f"},
 		{"export", "--format", "anthropic", "--all"},
 		{"export", "--model", "m", "a"},
+		{"export", "--max-tokens", "5", "a"},
+		{"export", "--format", "anthropic", "--max-tokens", "-1", "a"},
 	} {
 		r := d.ctl(args...)
 		if r.code != exitUsage {
