@@ -13,24 +13,31 @@ import (
 	"github.com/sessiond/sessiond/convert"
 )
 
-// TestFormatsAgainstOpenAITypes type-checks what convert exports, from
-// every fixture, as OpenAI Chat and Responses request bodies against the
-// types of OpenAI's own Node.js SDK (the openai package the Node client's
-// dev dependencies bring): a field the API does not take, or one it
+// TestFormatsAgainstSDKTypes type-checks what convert exports, from every
+// fixture, as OpenAI Chat, OpenAI Responses and Anthropic request bodies
+// against the types of the vendors' own Node.js SDKs (openai, which the
+// Node client's dev dependencies bring, and @anthropic-ai/sdk, a dev
+// dependency for this test): a field the API does not take, or one it
 // requires and the export left out, fails tsc.
-func TestFormatsAgainstOpenAITypes(t *testing.T) {
+func TestFormatsAgainstSDKTypes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	buildNodeClient(t, ctx)
 	nodeDir := filepath.Join(moduleRoot, "clients", "node")
+	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "@anthropic-ai", "sdk")); err != nil {
+		// Packages installed before the dependency was added.
+		runScript(t, ctx, nil, "npm", "ci", "--prefix", "clients/node", "--no-audit", "--no-fund")
+	}
 
 	types := map[convert.Format]string{
 		convert.OpenAIChat:      "ChatCompletionCreateParamsNonStreaming",
 		convert.OpenAIResponses: "ResponseCreateParamsNonStreaming",
+		convert.Anthropic:       "MessageCreateParamsNonStreaming",
 	}
 	var src strings.Builder
 	src.WriteString(`import type { ChatCompletionCreateParamsNonStreaming } from "openai/resources/chat/completions";
 import type { ResponseCreateParamsNonStreaming } from "openai/resources/responses/responses";
+import type { MessageCreateParamsNonStreaming } from "@anthropic-ai/sdk/resources/messages";
 `)
 	n := 0
 	for _, from := range []convert.Format{convert.OpenAIChat, convert.OpenAIResponses, convert.Anthropic} {
@@ -42,8 +49,10 @@ import type { ResponseCreateParamsNonStreaming } from "openai/resources/response
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, to := range []convert.Format{convert.OpenAIChat, convert.OpenAIResponses} {
-			body, _, err := convert.Export(to, s, convert.ExportOptions{Model: "gpt-4.1"})
+		for _, to := range []convert.Format{convert.OpenAIChat, convert.OpenAIResponses, convert.Anthropic} {
+			// max_tokens: Anthropic requires one, which only its own
+			// fixture carries.
+			body, _, err := convert.Export(to, s, convert.ExportOptions{Model: "a-model", MaxTokens: 1024})
 			if err != nil {
 				t.Fatal(err)
 			}
