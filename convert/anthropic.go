@@ -304,13 +304,16 @@ func exportAnthropic(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 			// alternate, and tool results first in their message).
 			var blocks []any
 			for ; i < len(msgs) && msgs[i].GetRole() == sessiondv1.Role_ROLE_TOOL; i++ {
-				if i > 0 && msgs[i] != m {
+				if msgs[i] != m { // the first was checked above
 					messageDrops(Anthropic, i, msgs[i], ws, anthIsError, anthRedacted)
 				}
 				blocks = append(blocks, anthToolResult(i, msgs[i], ws))
 			}
 			if i < len(msgs) && msgs[i].GetRole() == sessiondv1.Role_ROLE_USER {
 				messageDrops(Anthropic, i, msgs[i], ws, anthIsError, anthRedacted)
+				if msgs[i].GetName() != "" {
+					ws.add("message.name", i, "not held by anthropic; dropped")
+				}
 				blocks = append(blocks, anthParts(ws, i).content(msgs[i])...)
 			} else {
 				i--
