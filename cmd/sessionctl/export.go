@@ -53,7 +53,9 @@ openai-responses (a Responses API request body with input items) or
 anthropic (a Messages API request body), it writes one session as the JSON
 another tool sends to a model. What the format cannot hold (metadata,
 usage, reasoning signatures, blobs of a kind it has no block for...) is
-named on stderr, one warning per field; the README has the mapping.`,
+named on stderr, one warning per field; the README has the mapping. A tool
+call left unanswered gets the daemon's synthetic "interrupted" result
+(close_open_tool_calls), as a model API refuses the history without it.`,
 		Args:              rangeArgs(0, 1),
 		ValidArgsFunction: e.completeSessions,
 		RunE: func(cmd *cobra.Command, pos []string) error {
