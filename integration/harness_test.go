@@ -1,7 +1,8 @@
 // Package integration tests the real sessiond binary: it is built once per
 // test run, started on a free loopback port with a temporary data dir, and
 // driven over real sockets by real clients (the generated Go client, grpcurl,
-// sessionctl and the Python and Node.js clients).
+// sessionctl, the Python and Node.js clients, and curl and net/http on the
+// HTTP side).
 //
 // The harness in this file is shared by every test of the package:
 // startDaemon starts a daemon and waits until it logs "sessiond started",

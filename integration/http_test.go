@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -699,4 +700,162 @@ func TestHTTPListenRefusals(t *testing.T) {
 	d := startDaemonEnv(t, t.TempDir(), []string{"SESSIOND_HTTP_LISTEN=127.0.0.1:0"})
 	h := &httpAPI{base: "http://" + httpAddr(t, d), client: &http.Client{Timeout: time.Minute}}
 	h.call(t, "GET", "/v1/info", "", nil)
+}
+
+// readmeHTTPAddr is the address of the README's curl walkthrough; the test
+// runs its commands against its own daemon instead.
+const readmeHTTPAddr = "127.0.0.1:7438"
+
+// readmeCurlCommands returns the README's curl command lines that call
+// readmeHTTPAddr, in order.
+func readmeCurlCommands(t *testing.T) []string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
+	if err != nil {
+		t.Fatalf("read README.md: %v", err)
+	}
+	var cmds []string
+	for line := range strings.Lines(string(readme)) {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "curl ") && strings.Contains(line, readmeHTTPAddr) {
+			cmds = append(cmds, line)
+		}
+	}
+	return cmds
+}
+
+// TestReadmeHTTPWalkthrough runs the README's curl walkthrough as a reader
+// would, in order, against a fresh daemon: a `curl -N` watch runs in the
+// background, as in a second terminal, and must print the event of the
+// append that follows it. Every answer is checked against what the commands
+// before it wrote.
+func TestReadmeHTTPWalkthrough(t *testing.T) {
+	cmds := readmeCurlCommands(t)
+	curl := lookTool(t, "curl")
+	bash := lookTool(t, "bash")
+	d, _ := startHTTPDaemon(t, t.TempDir())
+	addr := httpAddr(t, d)
+	ctx := testContext(t, scriptTimeout)
+	env := []string{"PATH=" + filepath.Dir(curl) + string(os.PathListSeparator) + os.Getenv("PATH")}
+
+	type watch struct {
+		cmd *exec.Cmd
+		out *syncBuffer
+	}
+	var watches []watch
+	appended := map[string][]string{} // alias -> message ids appended so far
+	seen := map[string]bool{}
+	aliasIn := func(c string) string {
+		if _, rest, ok := strings.Cut(c, "/v1/aliases/"); ok {
+			return strings.FieldsFunc(rest, func(r rune) bool { return r == '/' || r == '?' || r == ' ' || r == '"' || r == '\'' })[0]
+		}
+		return ""
+	}
+	for _, c := range cmds {
+		run := strings.ReplaceAll(c, readmeHTTPAddr, addr)
+		if strings.Contains(c, " -N ") {
+			w := watch{cmd: exec.CommandContext(ctx, bash, "-c", run), out: &syncBuffer{}}
+			w.cmd.Env = append(os.Environ(), env...)
+			w.cmd.Stdout = w.out
+			if err := w.cmd.Start(); err != nil {
+				t.Fatalf("%s: %v", c, err)
+			}
+			t.Cleanup(func() { _ = w.cmd.Process.Kill(); _ = w.cmd.Wait() })
+			// Like a reader, start the next command once the watch is on.
+			waitFor(t, func() bool { return strings.Contains(w.out.String(), ": watching") }, c+" prints its opening comment")
+			watches = append(watches, w)
+			seen["watch"] = true
+			continue
+		}
+		out := runScript(t, ctx, env, bash, "-c", run)
+		alias := aliasIn(c)
+		switch {
+		case strings.Contains(c, "-X POST") && strings.Contains(c, "/v1/sessions "):
+			var cr sessiondv1.CreateSessionResponse
+			if err := protojson.Unmarshal([]byte(out), &cr); err != nil || cr.GetSession().GetId() == "" {
+				t.Fatalf("%s answered %s (%v); want the new session", c, out, err)
+			}
+			seen["create"] = true
+		case strings.Contains(c, "-X POST") && strings.Contains(c, "/messages"):
+			var req struct {
+				Messages []struct{ ID string } `json:"messages"`
+			}
+			if m := dataFlag.FindStringSubmatch(c); m == nil || json.Unmarshal([]byte(m[1]), &req) != nil {
+				t.Fatalf("%s: no JSON -d body", c)
+			}
+			for _, m := range req.Messages {
+				appended[alias] = append(appended[alias], m.ID)
+			}
+			var ar sessiondv1.AppendMessagesResponse
+			if err := protojson.Unmarshal([]byte(out), &ar); err != nil || ar.GetMessageCount() != int64(len(appended[alias])) {
+				t.Fatalf("%s answered %s (%v); want messageCount %d", c, out, err, len(appended[alias]))
+			}
+			for _, w := range watches {
+				last := req.Messages[len(req.Messages)-1].ID
+				waitFor(t, func() bool {
+					s := w.out.String()
+					return strings.Contains(s, fmt.Sprintf("id: %d\nevent: appended\n", ar.GetRevision())) && strings.Contains(s, `"id":"`+last+`"`)
+				}, "the curl -N watch prints the event of "+c)
+				seen["watched"] = true
+			}
+			seen["append"] = true
+		case strings.HasSuffix(c, "/messages"):
+			var got []string
+			for line := range strings.Lines(out) {
+				var f struct{ Result json.RawMessage }
+				var lr sessiondv1.LoadSessionResponse
+				if json.Unmarshal([]byte(line), &f) != nil || protojson.Unmarshal(f.Result, &lr) != nil {
+					t.Fatalf("%s: line %q is not a {\"result\": LoadSessionResponse}", c, line)
+				}
+				for _, m := range lr.GetMessages() {
+					got = append(got, m.GetId())
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(appended[alias]) {
+				t.Errorf("%s printed messages %v, want %v (what the README appended)", c, got, appended[alias])
+			}
+			seen["load"] = true
+		case strings.Contains(c, "/v1/sessions?"):
+			for a := range appended {
+				if !strings.Contains(out, `"alias":"`+a+`"`) {
+					t.Errorf("%s does not list %s:\n%s", c, a, out)
+				}
+			}
+			seen["list"] = true
+		}
+	}
+	for _, step := range []string{"create", "append", "load", "list", "watch", "watched"} {
+		if !seen[step] {
+			t.Errorf("the README's curl walkthrough (on %s) has no %s step", readmeHTTPAddr, step)
+		}
+	}
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("within 10s: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
