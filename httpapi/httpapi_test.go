@@ -1,0 +1,211 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sessiond/sessiond/client/clienttest"
+	"github.com/sessiond/sessiond/httpapi"
+)
+
+// These tests run the handler under the race detector against the real
+// service in process (clienttest's server over a file store); the
+// integration tests cover the daemon's HTTP listener end to end.
+
+// newAPI serves the handler over a real service and returns its base URL.
+func newAPI(t *testing.T, opts ...httpapi.Option) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := clienttest.NewServer(t, clienttest.WithListener(lis), clienttest.WithGRPCServerOptions(httpapi.PeerServerOptions()...))
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	h, err := httpapi.New(t.Context(), conn, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+func send(t *testing.T, method, url, body string, header ...string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+// mustSend sends a request that must answer want.
+func mustSend(t *testing.T, want int, method, url, body string) []byte {
+	t.Helper()
+	code, _, b := send(t, method, url, body)
+	if code != want {
+		t.Fatalf("%s %s: status %d, want %d; body %s", method, url, code, want, b)
+	}
+	return b
+}
+
+// events opens an event stream and returns its lines, one by one.
+func events(t *testing.T, url string, header ...string) (<-chan string, func()) {
+	t.Helper()
+	ctx, cancel := contextWithCancel(t)
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: status %d: %s", url, resp.StatusCode, b)
+	}
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		defer func() { _ = resp.Body.Close() }()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return lines, cancel
+}
+
+// nextLine returns the next line that starts with prefix.
+func nextLine(t *testing.T, lines <-chan string, prefix string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the stream ended before a line starting %q", prefix)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("no line starting %q within 10s", prefix)
+		}
+	}
+}
+
+func TestEventsResumeWithLastEventID(t *testing.T) {
+	base := newAPI(t)
+	mustSend(t, 200, "POST", base+"/v1/sessions", `{"alias": "w"}`)
+	add := func(id string) {
+		mustSend(t, 200, "POST", base+"/v1/aliases/w/messages", `{"messages": [{"id": "`+id+`", "role": "ROLE_USER", "content": "x"}]}`)
+	}
+	lines, stop := events(t, base+"/v1/aliases/w/events")
+	nextLine(t, lines, ": watching from now")
+	add("m1")
+	if l := nextLine(t, lines, "id: "); l != "id: 2" {
+		t.Fatalf("first event %q, want id: 2", l)
+	}
+	if l := nextLine(t, lines, "event: "); l != "event: appended" {
+		t.Fatalf("event name %q", l)
+	}
+	stop()
+	add("m2")
+	add("m3")
+	lines, stop = events(t, base+"/v1/aliases/w/events", "Last-Event-ID", "2")
+	defer stop()
+	for _, want := range []string{"3", "4"} {
+		if l := nextLine(t, lines, "id: "); l != "id: "+want {
+			t.Fatalf("resumed event %q, want id: %s", l, want)
+		}
+		data := nextLine(t, lines, "data: ")
+		var ev struct {
+			Revision string `json:"revision"`
+		}
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(data, "data: ")), &ev); err != nil || ev.Revision != want {
+			t.Fatalf("data %q: revision %q (%v), want %s", data, ev.Revision, err, want)
+		}
+	}
+}
+
+func TestEventsKeepAlive(t *testing.T) {
+	old := httpapi.KeepAliveInterval
+	httpapi.KeepAliveInterval = 20 * time.Millisecond
+	t.Cleanup(func() { httpapi.KeepAliveInterval = old })
+	base := newAPI(t)
+	mustSend(t, 200, "POST", base+"/v1/sessions", `{"alias": "idle"}`)
+	lines, stop := events(t, base+"/v1/aliases/idle/events")
+	defer stop()
+	nextLine(t, lines, ": keep-alive")
+}
+
+func TestErrorBodiesAndMounts(t *testing.T) {
+	base := newAPI(t, httpapi.WithMaxBodyBytes(4096),
+		httpapi.WithHandler("/extra/", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "mounted") })))
+
+	// A streaming route refused before its first frame answers the bare
+	// status, as unary routes do.
+	for _, path := range []string{"/v1/sessions?namespace=bad!", "/v1/aliases/bad!"} {
+		code, _, b := send(t, "GET", base+path, "")
+		var st map[string]any
+		if err := json.Unmarshal(b, &st); err != nil || code != 400 || st["code"] != float64(3) || st["error"] != nil {
+			t.Errorf("GET %s: %d %s (%v); want 400 and a bare status of code 3", path, code, b, err)
+		}
+	}
+	code, _, b := send(t, "POST", base+"/v1/sessions", `{"alias": "`+strings.Repeat("x", 5000)+`"}`)
+	if code != http.StatusRequestEntityTooLarge || !bytes.Contains(b, []byte(`"code":8`)) && !bytes.Contains(b, []byte(`"code": 8`)) {
+		t.Errorf("a body over the limit: %d %s; want 413 with code 8", code, b)
+	}
+	mustSend(t, 200, "POST", base+"/v1/sessions", `{"alias": "found", "title": "needle"}`)
+	if b := mustSend(t, 200, "GET", base+"/v1/search?q=needle", ""); !bytes.Contains(b, []byte(`"alias":"found"`)) {
+		t.Errorf("search ?q=needle: %s", b)
+	}
+	if b := mustSend(t, 200, "GET", base+"/extra/x", ""); string(b) != "mounted" {
+		t.Errorf("mounted handler answered %q", b)
+	}
+	if b := mustSend(t, 200, "GET", base+"/v1/openapi.json", ""); !bytes.Equal(b, httpapi.OpenAPI) {
+		t.Error("/v1/openapi.json is not the embedded document")
+	}
+	if code, hdr, _ := send(t, "GET", base+"/v1/sessions", "", "Authorization", "Bearer x"); code != 200 || hdr.Get("WWW-Authenticate") != "" {
+		t.Errorf("a server without tokens: %d, WWW-Authenticate %q", code, hdr.Get("WWW-Authenticate"))
+	}
+}
+
+func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	return ctx, cancel
+}
