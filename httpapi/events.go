@@ -96,12 +96,7 @@ func watchRequest(r *http.Request) (*sessiondv1.WatchSessionRequest, error) {
 
 // events serves a watch as Server-Sent Events.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
-	_, out := runtime.MarshalerForRequest(h.gateway, r)
-	fail := func(err error) {
-		ew := &errorWriter{ResponseWriter: w}
-		runtime.HTTPError(r.Context(), h.gateway, out, ew, r, err)
-		ew.finish()
-	}
+	fail := func(err error) { h.writeError(w, r, err) }
 	req, err := watchRequest(r)
 	if err != nil {
 		fail(err)

@@ -60,6 +60,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -90,9 +91,10 @@ const DefaultMaxBodyBytes = 64 << 20
 type Option func(*options)
 
 type options struct {
-	log      *zap.Logger
-	maxBody  int64
-	handlers []mount
+	log          *zap.Logger
+	maxBody      int64
+	handlers     []mount
+	loopbackOnly bool
 }
 
 type mount struct {
@@ -114,6 +116,12 @@ func WithLogger(l *zap.Logger) Option {
 // larger one is answered 413 with a RESOURCE_EXHAUSTED status.
 func WithMaxBodyBytes(n int64) Option { return func(o *options) { o.maxBody = max(n, 1) } }
 
+// WithLoopbackHostsOnly refuses (403) a request whose Host header is not a
+// loopback name or address: for a listener on loopback, so that a web page
+// cannot reach it through a name of its own that resolves to 127.0.0.1
+// (DNS rebinding) and read what it holds.
+func WithLoopbackHostsOnly() Option { return func(o *options) { o.loopbackOnly = true } }
+
 // WithHandler serves h for pattern (an http.ServeMux pattern, such as
 // "/ui/") beside the API. Patterns under /v1/ belong to the API.
 func WithHandler(pattern string, h http.Handler) Option {
@@ -128,11 +136,13 @@ const PeerMetadataKey = "x-sessiond-http-peer"
 
 // Handler is the HTTP side of the service; it is safe for concurrent use.
 type Handler struct {
-	mux     *http.ServeMux
-	gateway *runtime.ServeMux
-	client  sessiondv1.SessionStoreServiceClient
-	log     *zap.Logger
-	maxBody int64
+	mux          *http.ServeMux
+	gateway      *runtime.ServeMux
+	client       sessiondv1.SessionStoreServiceClient
+	log          *zap.Logger
+	maxBody      int64
+	loopbackOnly bool
+	cop          *http.CrossOriginProtection
 }
 
 // New returns the handler of every route, calling the service over conn.
@@ -142,10 +152,12 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts ...Option) (*H
 		opt(&o)
 	}
 	h := &Handler{
-		mux:     http.NewServeMux(),
-		client:  sessiondv1.NewSessionStoreServiceClient(conn),
-		log:     o.log,
-		maxBody: o.maxBody,
+		mux:          http.NewServeMux(),
+		client:       sessiondv1.NewSessionStoreServiceClient(conn),
+		log:          o.log,
+		maxBody:      o.maxBody,
+		loopbackOnly: o.loopbackOnly,
+		cop:          http.NewCrossOriginProtection(),
 	}
 	h.gateway = runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
@@ -175,12 +187,50 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts ...Option) (*H
 	return h, nil
 }
 
-// ServeHTTP serves every route.
+// ServeHTTP serves every route. Before any route it refuses a browser's
+// cross-origin request that could change data (CSRF: a web page posting to
+// the API behind its user's back; net/http.CrossOriginProtection, from the
+// Sec-Fetch-Site and Origin headers, which browsers set and curl does not),
+// and, with WithLoopbackHostsOnly, a Host that is not a loopback name.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := h.cop.Check(r); err != nil {
+		h.writeError(w, r, status.Errorf(codes.PermissionDenied, "cross-origin request refused: %v; call the API from its own origin", err))
+		return
+	}
+	if h.loopbackOnly && !loopbackHost(r.Host) {
+		h.writeError(w, r, status.Errorf(codes.PermissionDenied,
+			"Host %q is not a loopback name; this listener serves loopback clients only (use 127.0.0.1, [::1] or localhost)", r.Host))
+		return
+	}
 	if r.Body != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// writeError answers err as every route does: the HTTP status of its code
+// and the status as the body.
+func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	_, out := runtime.MarshalerForRequest(h.gateway, r)
+	ew := &errorWriter{ResponseWriter: w}
+	runtime.HTTPError(r.Context(), h.gateway, out, ew, r, err)
+	ew.finish()
+}
+
+// loopbackHost reports whether a Host header names this machine: localhost
+// (or a name under .localhost) or a loopback address, with or without a
+// port. A web page whose own name an attacker points at 127.0.0.1 (DNS
+// rebinding) sends its own name and is refused.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
 // searchAlias lets a search say ?q=TEXT for ?query=TEXT.

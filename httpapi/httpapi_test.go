@@ -53,7 +53,11 @@ func send(t *testing.T, method, url, body string, header ...string) (int, http.H
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+		} else {
+			req.Header.Set(header[i], header[i+1])
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -208,4 +212,36 @@ func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
 	return ctx, cancel
+}
+
+// TestBrowserProtections: a cross-origin browser request that could change
+// data is refused (CSRF), and with WithLoopbackHostsOnly a Host that is not
+// a loopback name is refused (DNS rebinding); curl-like requests pass.
+func TestBrowserProtections(t *testing.T) {
+	base := newAPI(t, httpapi.WithLoopbackHostsOnly())
+	body := `{"alias": "csrf"}`
+	for _, hdr := range [][]string{
+		{"Sec-Fetch-Site", "cross-site"},
+		{"Origin", "https://evil.example"},
+	} {
+		code, _, b := send(t, "POST", base+"/v1/sessions", body, hdr...)
+		if code != http.StatusForbidden || !bytes.Contains(b, []byte("cross-origin")) {
+			t.Errorf("POST with %v: %d %s; want 403 cross-origin", hdr, code, b)
+		}
+	}
+	if code, _, b := send(t, "GET", base+"/v1/sessions", "", "Sec-Fetch-Site", "cross-site"); code != 200 {
+		t.Errorf("a cross-site GET (cannot change data, cannot read the answer without CORS): %d %s", code, b)
+	}
+	if code, _, b := send(t, "GET", base+"/v1/sessions", "", "Host", "rebind.example:80"); code != http.StatusForbidden || !bytes.Contains(b, []byte("loopback")) {
+		t.Errorf("Host rebind.example: %d %s; want 403 naming loopback", code, b)
+	}
+	for _, host := range []string{"localhost:1", "127.0.0.1", "[::1]:8", "app.localhost"} {
+		if code, _, b := send(t, "GET", base+"/v1/info", "", "Host", host); code != 200 {
+			t.Errorf("Host %s: %d %s; want 200", host, code, b)
+		}
+	}
+	mustSend(t, 200, "POST", base+"/v1/sessions", body)
+	if code, _, b := send(t, "POST", base+"/v1/sessions", `{"alias": "same"}`, "Sec-Fetch-Site", "same-origin"); code != 200 {
+		t.Errorf("a same-origin POST (the viewer): %d %s", code, b)
+	}
 }

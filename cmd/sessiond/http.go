@@ -152,6 +152,11 @@ func (hs *httpSide) start(ctx context.Context, cfg *config, sec *security, srv *
 	// service then enforces the frame limit itself.
 	maxBody := min(2*cfg.limits.MaxFrameBytes+1<<20, math.MaxInt64/2)
 	hopts := []httpapi.Option{httpapi.WithLogger(log), httpapi.WithMaxBodyBytes(maxBody)}
+	if hs.lis.loopback && !strings.HasPrefix(hs.lis.display, "unix:") {
+		// Browsers on this machine can reach a loopback port: refuse
+		// names that are not loopback ones (DNS rebinding).
+		hopts = append(hopts, httpapi.WithLoopbackHostsOnly())
+	}
 	for _, m := range httpMounts {
 		hopts = append(hopts, httpapi.WithHandler(m.pattern, m.h))
 	}
