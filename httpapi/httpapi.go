@@ -53,6 +53,14 @@
 // 409 ALREADY_EXISTS, ABORTED; 429 RESOURCE_EXHAUSTED; 500 INTERNAL,
 // DATA_LOSS; 503 UNAVAILABLE; ...) with the body of a google.rpc.Status:
 // {"code": 5, "message": "...", "details": [...]}.
+//
+// # Browsers
+//
+// A browser's cross-origin request that could change data is refused
+// (403; CSRF), and WithLoopbackHostsOnly refuses a Host header that is not
+// a loopback name (403; DNS rebinding). Other handlers given to WithHandler
+// (the conversation viewer under /ui/) are served on the same origin, so
+// their pages call the API as same-origin requests.
 package httpapi
 
 import (
