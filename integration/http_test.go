@@ -738,8 +738,9 @@ func TestReadmeHTTPWalkthrough(t *testing.T) {
 	env := []string{"PATH=" + filepath.Dir(curl) + string(os.PathListSeparator) + os.Getenv("PATH")}
 
 	type watch struct {
-		cmd *exec.Cmd
-		out *syncBuffer
+		line string
+		cmd  *exec.Cmd
+		out  *syncBuffer
 	}
 	var watches []watch
 	appended := map[string][]string{} // alias -> message ids appended so far
@@ -753,7 +754,7 @@ func TestReadmeHTTPWalkthrough(t *testing.T) {
 	for _, c := range cmds {
 		run := strings.ReplaceAll(c, readmeHTTPAddr, addr)
 		if strings.Contains(c, " -N ") {
-			w := watch{cmd: exec.CommandContext(ctx, bash, "-c", run), out: &syncBuffer{}}
+			w := watch{line: run, cmd: exec.CommandContext(ctx, bash, "-c", run), out: &syncBuffer{}}
 			w.cmd.Env = append(os.Environ(), env...)
 			w.cmd.Stdout = w.out
 			if err := w.cmd.Start(); err != nil {
@@ -822,6 +823,9 @@ func TestReadmeHTTPWalkthrough(t *testing.T) {
 			}
 			seen["list"] = true
 		}
+	}
+	for _, w := range watches {
+		t.Logf("bash -c %s (in the background) printed:\n%s", w.line, w.out.String())
 	}
 	for _, step := range []string{"create", "append", "load", "list", "watch", "watched"} {
 		if !seen[step] {
