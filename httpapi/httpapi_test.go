@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sessiond/sessiond/client/clienttest"
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/httpapi"
 )
 
@@ -244,4 +246,68 @@ func TestBrowserProtections(t *testing.T) {
 	if code, _, b := send(t, "POST", base+"/v1/sessions", `{"alias": "same"}`, "Sec-Fetch-Site", "same-origin"); code != 200 {
 		t.Errorf("a same-origin POST (the viewer): %d %s", code, b)
 	}
+}
+
+// BenchmarkAppend compares one durable append of a 1 KiB message over the
+// JSON API with the same call over gRPC, both to the real service in
+// process (file store, fsync'd): the difference is the HTTP side's cost.
+//
+//	go test ./httpapi -run '^$' -bench Append -benchtime 500x
+func BenchmarkAppend(b *testing.B) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := clienttest.NewServer(b, clienttest.WithListener(lis), clienttest.WithGRPCServerOptions(httpapi.PeerServerOptions()...))
+	conn, err := grpc.NewClient(s.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close() })
+	h, err := httpapi.New(b.Context(), conn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(h)
+	b.Cleanup(ts.Close)
+	c := sessiondv1.NewSessionStoreServiceClient(conn)
+	content := strings.Repeat("x", 1024)
+	runs := 0 // each run of a sub-benchmark appends to a session of its own
+
+	b.Run("grpc", func(b *testing.B) {
+		runs++
+		alias := fmt.Sprint("bench-grpc-", runs)
+		if _, err := c.CreateSession(b.Context(), &sessiondv1.CreateSessionRequest{Alias: alias}); err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; b.Loop(); i++ {
+			_, err := c.AppendMessages(b.Context(), &sessiondv1.AppendMessagesRequest{
+				Ref:      &sessiondv1.SessionRef{Key: &sessiondv1.SessionRef_Alias{Alias: alias}},
+				Messages: []*sessiondv1.Message{{Id: fmt.Sprint("m", i), Role: sessiondv1.Role_ROLE_USER, Content: content}},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("http", func(b *testing.B) {
+		runs++
+		alias := fmt.Sprint("bench-http-", runs)
+		hc := &http.Client{}
+		post := func(path, body string) {
+			resp, err := hc.Post(ts.URL+path, "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Fatalf("POST %s: %d", path, resp.StatusCode)
+			}
+		}
+		post("/v1/sessions", `{"alias": "`+alias+`"}`)
+		for i := 0; b.Loop(); i++ {
+			post("/v1/aliases/"+alias+"/messages", fmt.Sprintf(`{"messages": [{"id": "m%d", "role": "ROLE_USER", "content": %q}]}`, i, content))
+		}
+	})
 }
