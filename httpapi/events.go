@@ -41,7 +41,8 @@ import (
 // behind: reload, then watch again; UNAVAILABLE when the daemon shuts down)
 // is a last event named "error" with the status as its data. After a
 // "deleted" event the stream ends. A comment line is sent every
-// KeepAliveInterval so that proxies keep an idle stream open.
+// KeepAliveInterval so that proxies keep an idle stream open, and a client
+// that takes nothing for a minute is cut off.
 
 // eventPatterns are the watch routes, beside the session routes.
 var eventPatterns = []string{
@@ -53,6 +54,10 @@ var eventPatterns = []string{
 
 // KeepAliveInterval is how often an idle event stream gets a comment line.
 var KeepAliveInterval = 15 * time.Second
+
+// StalledWriteTimeout ends an event stream whose client has not taken an
+// event (or keep-alive) for this long.
+var StalledWriteTimeout = time.Minute
 
 const watchMethod = "/sessiond.v1.SessionStoreService/WatchSession"
 
@@ -164,6 +169,8 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	rc := http.NewResponseController(w)
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 	keepAlive := time.NewTicker(KeepAliveInterval)
 	defer keepAlive.Stop()
 	var buf bytes.Buffer
@@ -186,11 +193,18 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 				writeEvent(&buf, strconv.FormatUint(res.ev.GetRevision(), 10), eventNames[res.ev.GetType()], res.ev)
 			}
 		}
-		if _, err := w.Write(buf.Bytes()); err != nil {
-			h.log.Debug("event stream: client gone", zap.String("path", r.URL.Path), zap.Error(err))
+		// A client that stops reading must not hold the stream (and its
+		// goroutines) forever: a write that cannot finish in
+		// StalledWriteTimeout ends it.
+		_ = rc.SetWriteDeadline(time.Now().Add(StalledWriteTimeout))
+		_, err := w.Write(buf.Bytes())
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			h.log.Debug("event stream: client gone or not reading", zap.String("path", r.URL.Path), zap.Error(err))
 			return
 		}
-		flusher.Flush()
 		if last {
 			return
 		}

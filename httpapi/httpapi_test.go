@@ -311,3 +311,50 @@ func BenchmarkAppend(b *testing.B) {
 		}
 	})
 }
+
+// TestEventsCutOffStalledClient: a client that stops reading its event
+// stream is cut off once a write cannot finish within StalledWriteTimeout,
+// instead of holding the watch forever.
+func TestEventsCutOffStalledClient(t *testing.T) {
+	old := httpapi.StalledWriteTimeout
+	httpapi.StalledWriteTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { httpapi.StalledWriteTimeout = old })
+	base := newAPI(t)
+	mustSend(t, 200, "POST", base+"/v1/sessions", `{"alias": "stall"}`)
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	if _, err := io.WriteString(conn, "GET /v1/aliases/stall/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Read up to the opening comment: the watch is in place.
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var head []byte
+	for !bytes.Contains(head, []byte(": watching from now")) {
+		b := make([]byte, 1)
+		if _, err := conn.Read(b); err != nil {
+			t.Fatalf("reading the stream's start %q: %v", head, err)
+		}
+		head = append(head, b[0])
+	}
+	// Events beyond what the sockets' buffers hold (on Linux about 4 MiB
+	// of send buffer and, for a reader that reads nothing, little more),
+	// while nobody reads.
+	big := strings.Repeat("z", 256<<10)
+	for i := range 32 {
+		mustSend(t, 200, "POST", base+"/v1/aliases/stall/messages", fmt.Sprintf(`{"messages": [{"id": "m%d", "role": "ROLE_USER", "content": %q}]}`, i, big))
+	}
+	time.Sleep(time.Second)
+	// Now read: the server must have ended the stream (EOF), not kept it.
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err := io.Copy(io.Discard, conn)
+	if err != nil {
+		t.Fatalf("after %d bytes: %v; want the server to have closed the stalled stream", n, err)
+	}
+	if n >= 32*256<<10 {
+		t.Errorf("read %d bytes: every event arrived, so the client was never cut off", n)
+	}
+}
