@@ -131,7 +131,8 @@ func WithMaxBodyBytes(n int64) Option { return func(o *options) { o.maxBody = ma
 func WithLoopbackHostsOnly() Option { return func(o *options) { o.loopbackOnly = true } }
 
 // WithHandler serves h for pattern (an http.ServeMux pattern, such as
-// "/ui/") beside the API. Patterns under /v1/ belong to the API.
+// "/ui/") beside the API. Patterns under /v1/ belong to the API: one that
+// conflicts with its routes panics in New, as http.ServeMux.Handle does.
 func WithHandler(pattern string, h http.Handler) Option {
 	return func(o *options) { o.handlers = append(o.handlers, mount{pattern, h}) }
 }
@@ -168,6 +169,9 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts ...Option) (*H
 		cop:          http.NewCrossOriginProtection(),
 	}
 	h.gateway = runtime.NewServeMux(
+		// Plain proto3 JSON both ways (the gateway's default would print
+		// zero values and drop unknown request fields): zero values left
+		// out as grpcurl does, and a misspelt field refused.
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{},
 			UnmarshalOptions: protojson.UnmarshalOptions{},
