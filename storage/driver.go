@@ -24,7 +24,9 @@ import (
 // A Driver still decides what needs the stored state, under its own lock or
 // transaction, using the shared rule functions of this package so that each
 // rule is written once: CheckAppend (idempotent append, then the expected
-// revision), CheckRevision, SameCreate, SameSave, ApplyUpdate, CheckCount.
+// revision), CheckRevision, SameCreate, SameSave, ApplyUpdate, CheckCount,
+// and Tally.Add and Recount, which keep Session.Tally (open tool calls,
+// usage, models) and apply the tool-call pairing rule.
 //
 // # Errors
 //
@@ -45,7 +47,8 @@ import (
 // method returns ErrClosed after Close.
 type Driver interface {
 	// Create makes a session at revision req.Revision (1 or more; New's
-	// Create sets it) holding msgs.Prepared. req.ID is
+	// Create sets it) holding msgs.Prepared, with msgs.Tally and
+	// req.ExpireAfter. req.ID is
 	// "" (the driver draws a new id, a UUIDv7 preferred) or a canonical UUID;
 	// if that id exists, SameCreate decides between answering the existing
 	// session (a retried create) and ErrAlreadyExists. Errors:
@@ -62,11 +65,12 @@ type Driver interface {
 	Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error)
 
 	// List yields matching sessions in list order (UpdatedAt newest first,
-	// then ID), without locks held while yield runs, and stops at the first
+	// then ID; opts.Model, when set, among Models), without locks held while yield runs, and stops at the first
 	// error yield returns, returning it.
 	List(ctx context.Context, opts ListOptions, yield func(*Session) error) error
 
-	// Save replaces messages (msgs.Prepared), title, summary and metadata.
+	// Save replaces messages (msgs.Prepared, with msgs.Tally), title,
+	// summary and metadata.
 	// SameSave decides the no-op before CheckRevision. With
 	// req.CreateIfMissing and no such session, it creates one (revision 1;
 	// a non-zero ExpectedRevision is then ErrConflict). Errors: ErrNotFound,
@@ -77,8 +81,10 @@ type Driver interface {
 	// its transaction) it reads the stored messages with the ids of
 	// msgs.SentIDs and calls CheckAppend, which classifies the batch
 	// (no-op, ErrMessageConflict) before checking the expected revision
-	// (ErrConflict). Errors: ErrNotFound, ErrConflict, ErrMessageConflict,
-	// ErrNoSpace, ErrDataLoss.
+	// (ErrConflict); then the session's Tally.Add, which applies the
+	// pairing rule (ErrInvalid) and gives the new tally. Errors:
+	// ErrNotFound, ErrConflict, ErrMessageConflict, ErrInvalid, ErrNoSpace,
+	// ErrDataLoss.
 	Append(ctx context.Context, req AppendRequest, msgs Messages) (AppendResult, error)
 
 	// Update changes the fields req.Fields names; ApplyUpdate computes the
@@ -91,14 +97,17 @@ type Driver interface {
 	Delete(ctx context.Context, ref Ref, expectedRevision uint64) error
 
 	// Fork copies a session's first req.MessageCount messages (0 = all) into
-	// a new session; CheckCount refuses a count beyond the session. Errors:
+	// a new session; CheckCount refuses a count beyond the session. The new
+	// session's tally is Recount of the copied messages, its ExpireAfter the
+	// source's. Errors:
 	// ErrNotFound, ErrInvalid (from CheckCount), ErrAliasInUse, ErrNoSpace,
 	// ErrDataLoss.
 	Fork(ctx context.Context, req ForkRequest) (*Session, error)
 
 	// Rewind keeps a session's first req.MessageCount messages; CheckCount
 	// refuses a count beyond the session, and keeping every message is a
-	// no-op before CheckRevision. Errors: ErrNotFound, ErrConflict,
+	// no-op before CheckRevision. The tally becomes Recount of the kept
+	// messages. Errors: ErrNotFound, ErrConflict,
 	// ErrInvalid (from CheckCount), ErrNoSpace, ErrDataLoss.
 	Rewind(ctx context.Context, req RewindRequest) (*Session, error)
 
@@ -110,6 +119,11 @@ type Driver interface {
 	// Watch subscribes to a session's changes after fromRevision (0 = from
 	// now). Errors: ErrNotFound, ErrWatchReset.
 	Watch(ctx context.Context, ref Ref, fromRevision uint64) (*Subscription, error)
+
+	// Expired yields the sessions ExpiredOptions.Expires selects, in any
+	// namespace and order, at most opts.Limit (0: all), without locks held
+	// while yield runs.
+	Expired(ctx context.Context, opts ExpiredOptions, yield func(*Session) error) error
 
 	// Close releases the backend; it waits for writes in progress and ends
 	// every subscription with ErrClosed.
@@ -128,6 +142,11 @@ type Messages struct {
 	// with what is stored (SameMessage ignores a created_at the client left
 	// unset). Read only.
 	Sent []*sessiondv1.Message
+	// Tally is, for a create or a save, the tally of Prepared as a whole
+	// session (Count, which has applied the pairing rule). For an append
+	// the Driver computes the session's new tally under its lock, after
+	// CheckAppend: Session.Tally.Add("messages", Prepared).
+	Tally Tally
 }
 
 // SentIDs returns the ids the client chose, in batch order: the only ids of

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -33,12 +34,22 @@ type portable struct {
 	lim Limits
 }
 
+// messages checks and prepares a request's messages. When whole is set
+// they are a session's whole messages (a create or save): their tally is
+// counted here, applying the pairing rule; an append's is the Driver's to
+// count against the stored session.
 func (p *portable) messages(field string, sent []*sessiondv1.Message, whole bool) (Messages, error) {
 	prepared, err := p.lim.PrepareMessages(field, sent, time.Now().UTC(), whole)
 	if err != nil {
 		return Messages{}, err
 	}
-	return Messages{Prepared: prepared, Sent: sent}, nil
+	msgs := Messages{Prepared: prepared, Sent: sent}
+	if whole {
+		if msgs.Tally, err = Count(field, prepared); err != nil {
+			return Messages{}, err
+		}
+	}
+	return msgs, nil
 }
 
 func notNegative(field string, v int64) error {
@@ -100,6 +111,9 @@ func (p *portable) Create(ctx context.Context, req CreateRequest) (*Session, err
 		}
 		req.Parent = &ForkOrigin{SessionID: id, MessageCount: req.Parent.MessageCount}
 	}
+	if err := ValidateExpireAfter("expire_after", req.ExpireAfter); err != nil {
+		return nil, err
+	}
 	if req.Revision > MaxStartRevision {
 		return nil, Invalid("revision", "is %d; the most a new session may start at is %d", req.Revision, uint64(MaxStartRevision))
 	}
@@ -125,14 +139,53 @@ func (p *portable) Load(ctx context.Context, ref Ref, opts LoadOptions) (*Sessio
 	if err != nil {
 		return nil, nil, err
 	}
-	return p.d.Load(ctx, ref, opts)
+	if !opts.CloseOpenToolCalls {
+		return p.d.Load(ctx, ref, opts)
+	}
+	var (
+		sess *Session
+		msgs []*sessiondv1.Message
+	)
+	err = p.LoadStream(ctx, ref, opts, func(s *Session) error {
+		sess = s
+		return nil
+	}, func(m *sessiondv1.Message) error {
+		msgs = append(msgs, m)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return sess, msgs, nil
 }
 
-func (p *portable) LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error {
-	ref, err := validLoad(ref, opts)
+func (p *portable) LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) (err error) {
+	ref, err = validLoad(ref, opts)
 	if err != nil {
 		return err
 	}
+	if opts.CloseOpenToolCalls {
+		// The session's open calls, from the same snapshot as the messages,
+		// say which assistant messages get synthetic results.
+		opts.CloseOpenToolCalls = false
+		var c *toolCallCloser
+		inner := each
+		start, each = func(s *Session) error {
+			c = newToolCallCloser(s.OpenToolCallIDs)
+			return start(s)
+		}, func(m *sessiondv1.Message) error {
+			return c.next(m, inner)
+		}
+		defer func() {
+			if err == nil && c != nil {
+				err = c.flush(inner)
+			}
+		}()
+	}
+	return p.loadStream(ctx, ref, opts, start, each)
+}
+
+func (p *portable) loadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error {
 	if ls, ok := p.d.(LoadStreamer); ok {
 		return ls.LoadStream(ctx, ref, opts, start, each)
 	}
@@ -164,7 +217,7 @@ func validLoad(ref Ref, opts LoadOptions) (Ref, error) {
 
 func (p *portable) List(ctx context.Context, opts ListOptions, yield func(*Session) error) error {
 	err := firstErr(ValidateNamespace(opts.Namespace), ValidateAliasPrefix("alias_prefix", opts.AliasPrefix),
-		p.lim.CheckMap("labels", opts.Labels), notNegative("limit", opts.Limit))
+		p.lim.CheckMap("labels", opts.Labels), notNegative("limit", opts.Limit), ValidateModel("model", opts.Model))
 	if err != nil {
 		return err
 	}
@@ -206,13 +259,13 @@ func (p *portable) Append(ctx context.Context, req AppendRequest) (AppendResult,
 }
 
 // updateFields is every field Update knows.
-const updateFields = UpdateAlias | UpdateTitle | UpdateSummary | UpdateMetadata | UpdateLabels
+const updateFields = UpdateAlias | UpdateTitle | UpdateSummary | UpdateMetadata | UpdateLabels | UpdateExpireAfter
 
 // CheckUpdateFields checks an update's field set (its update_mask): at least
 // one field, and only known ones.
 func CheckUpdateFields(f UpdateField) error {
 	if f == 0 {
-		return Invalid("update_mask", "is empty; name at least one of alias, title, summary, metadata, labels")
+		return Invalid("update_mask", "is empty; name at least one of alias, title, summary, metadata, labels, expire_after")
 	}
 	if f&updateFields != f {
 		return Invalid("update_mask", "names unknown fields %#x", f&^updateFields)
@@ -236,7 +289,8 @@ func (p *portable) Update(ctx context.Context, req UpdateRequest) (*Session, err
 		when(f&UpdateTitle != 0, func() error { return p.lim.CheckTitle("title", req.Title) }),
 		when(f&UpdateSummary != 0, func() error { return p.lim.CheckSummary("summary", req.Summary) }),
 		when(f&UpdateMetadata != 0, func() error { return p.lim.CheckMap("metadata", req.Metadata) }),
-		when(f&UpdateLabels != 0, func() error { return p.lim.CheckMap("labels", req.Labels) }))
+		when(f&UpdateLabels != 0, func() error { return p.lim.CheckMap("labels", req.Labels) }),
+		when(f&UpdateExpireAfter != 0, func() error { return ValidateExpireAfter("expire_after", req.ExpireAfter) }))
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +347,24 @@ func (p *portable) Watch(ctx context.Context, ref Ref, fromRevision uint64) (*Su
 		return nil, err
 	}
 	return p.d.Watch(ctx, ref, fromRevision)
+}
+
+func (p *portable) Expired(ctx context.Context, opts ExpiredOptions, yield func(*Session) error) error {
+	if err := notNegative("limit", opts.Limit); err != nil {
+		return err
+	}
+	if opts.Now.IsZero() {
+		return Invalid("now", "is unset")
+	}
+	for ns, d := range opts.Defaults {
+		if err := ValidateNamespace(ns); err != nil {
+			return err
+		}
+		if err := ValidateExpireAfter(fmt.Sprintf("defaults[%q]", ns), d); err != nil {
+			return err
+		}
+	}
+	return p.d.Expired(ctx, opts, yield)
 }
 
 func (p *portable) Close() error { return p.d.Close() }

@@ -14,7 +14,7 @@ type StoredAtFunc func(i int) (*sessiondv1.Message, error)
 // SameCreate reports whether req, a create naming the id of the existing
 // session cur, is an exact retry of the create that made cur: same
 // namespace, still at its starting revision (req.Revision), same alias, title, summary, metadata,
-// labels, parent, created_at (when req sets it) and messages. A Driver
+// labels, parent, created_at (when req sets it), expire_after and messages. A Driver
 // answers cur to a retry and ErrAlreadyExists otherwise. storedAt is called
 // only when the metadata matches.
 func SameCreate(cur *Session, req CreateRequest, msgs Messages, storedAt StoredAtFunc) (bool, error) {
@@ -23,7 +23,7 @@ func SameCreate(cur *Session, req CreateRequest, msgs Messages, storedAt StoredA
 		cur.Title == req.Title && cur.Summary == req.Summary &&
 		maps.Equal(cur.Metadata, req.Metadata) && maps.Equal(cur.Labels, req.Labels) &&
 		(p == nil) == (cur.Parent == nil) && (p == nil || *p == *cur.Parent) &&
-		(req.CreatedAt.IsZero() || req.CreatedAt.Equal(cur.CreatedAt)) &&
+		(req.CreatedAt.IsZero() || req.CreatedAt.Equal(cur.CreatedAt)) && cur.ExpireAfter == req.ExpireAfter &&
 		cur.MessageCount == int64(len(msgs.Sent))
 	if !same {
 		return false, nil
@@ -79,6 +79,9 @@ func ApplyUpdate(cur *Session, req UpdateRequest) (next *Session, changed bool) 
 	}
 	if req.Fields&UpdateLabels != 0 && !maps.Equal(n.Labels, req.Labels) {
 		n.Labels, changed = maps.Clone(req.Labels), true
+	}
+	if req.Fields&UpdateExpireAfter != 0 && n.ExpireAfter != req.ExpireAfter {
+		n.ExpireAfter, changed = req.ExpireAfter, true
 	}
 	if cur.Parent != nil {
 		p := *cur.Parent

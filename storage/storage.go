@@ -130,6 +130,12 @@ type Session struct {
 	Metadata     map[string]string
 	Labels       map[string]string
 	Parent       *ForkOrigin // nil unless forked or imported with a parent
+	// Tally is derived from the messages (open tool calls, usage, models)
+	// by every write that changes them.
+	Tally
+	// ExpireAfter is the session's idle time to live (0: none of its own;
+	// the daemon may apply a namespace default).
+	ExpireAfter time.Duration
 }
 
 // CreateRequest creates a session.
@@ -155,6 +161,8 @@ type CreateRequest struct {
 	// revision a client holds; 0 means 1 (New's Create normalises it, so a
 	// Driver sees 1 or more). At most MaxStartRevision.
 	Revision uint64
+	// ExpireAfter is the idle time to live (0: none); see ValidateExpireAfter.
+	ExpireAfter time.Duration
 }
 
 // MaxStartRevision bounds CreateRequest.Revision, leaving room for any
@@ -166,6 +174,13 @@ type LoadOptions struct {
 	Offset int64 // messages to skip from the start
 	Limit  int64 // at most this many; 0 means all
 	Tail   bool  // the last Limit messages instead; Offset must be 0
+	// CloseOpenToolCalls adds, after each assistant message of the window
+	// whose tool calls are open in the session, a synthetic ROLE_TOOL result
+	// per open call (SyntheticResult), placed after the ROLE_TOOL messages
+	// that directly follow the assistant message in the window. Nothing is
+	// stored; Offset, Limit and Tail count stored messages only. The portable
+	// Store adds them; a Driver never sees the flag set.
+	CloseOpenToolCalls bool
 }
 
 // Window returns the range [from, to) of a session of n messages that o
@@ -200,6 +215,7 @@ type ListOptions struct {
 	UpdatedBefore time.Time         // exclusive
 	Limit         int64             // 0 means all
 	After         *Cursor
+	Model         string // only sessions whose Models hold it
 }
 
 // SaveRequest replaces a session's messages, title, summary and metadata.
@@ -238,6 +254,7 @@ const (
 	UpdateSummary
 	UpdateMetadata
 	UpdateLabels
+	UpdateExpireAfter // 0 removes the session's own time to live
 )
 
 // UpdateRequest changes the fields named in Fields to the values given.
@@ -250,11 +267,12 @@ type UpdateRequest struct {
 	Summary          string
 	Metadata         map[string]string
 	Labels           map[string]string
+	ExpireAfter      time.Duration
 }
 
 // ForkRequest copies a session's first MessageCount messages (0 = all) into
 // a new session of the same namespace, with Parent set, copying title (unless
-// Title is set), summary, metadata and labels.
+// Title is set), summary, metadata, labels and expire_after.
 type ForkRequest struct {
 	Ref          Ref
 	MessageCount int64
@@ -283,6 +301,25 @@ type SearchHit struct {
 	Session      *Session
 	MessageIndex int64
 	Snippet      string
+}
+
+// ExpiredOptions selects the sessions Expired yields.
+type ExpiredOptions struct {
+	Now time.Time
+	// Defaults are the idle times to live of sessions without their own,
+	// by namespace ("" is the default namespace).
+	Defaults map[string]time.Duration
+	Limit    int64 // at most this many; 0 means all
+}
+
+// Expires reports whether s is past its idle time to live at now, with
+// defaults as in ExpiredOptions.
+func (o ExpiredOptions) Expires(s *Session) bool {
+	ttl := s.ExpireAfter
+	if ttl <= 0 {
+		ttl = o.Defaults[s.Namespace]
+	}
+	return ttl > 0 && !s.UpdatedAt.Add(ttl).After(o.Now)
 }
 
 // EventType says what kind of change an Event reports.
@@ -370,6 +407,12 @@ type Store interface {
 	// fromRevision. Errors: ErrNotFound, ErrWatchReset (fromRevision older
 	// than the history kept, or newer than the session).
 	Watch(ctx context.Context, ref Ref, fromRevision uint64) (*Subscription, error)
+
+	// Expired calls yield for each session, in any namespace, that has not
+	// been updated for its idle time to live as of opts.Now: its own
+	// ExpireAfter, else opts.Defaults[namespace]; it stops at the first
+	// error yield returns. Errors: ErrInvalid.
+	Expired(ctx context.Context, opts ExpiredOptions, yield func(*Session) error) error
 
 	// Close releases the store; it waits for writes in progress and ends
 	// every subscription with ErrClosed.

@@ -50,9 +50,22 @@ func ID(field, id string) *Fault {
 	return nil
 }
 
+// MaxModelBytes is the longest model name.
+const MaxModelBytes = 256
+
+// Model checks a model name: empty, or at most MaxModelBytes of UTF-8
+// without control characters.
+func Model(field, model string) *Fault {
+	if model == "" {
+		return nil
+	}
+	return ID(field, model)
+}
+
 // Message checks one message (field names it, e.g. "messages[3]"): not
 // null, a known role, only valid UTF-8 strings, a valid id when set, valid
-// tool-call ids, and a valid created_at when set.
+// tool-call ids, a valid created_at when set, a valid model name, and
+// usage counts that are not negative.
 func Message(field string, m *sessiondv1.Message) *Fault {
 	if m == nil {
 		return fault(field, "is null")
@@ -76,6 +89,20 @@ func Message(field string, m *sessiondv1.Message) *Fault {
 	for j, tc := range m.GetToolCalls() {
 		if f := ID(fmt.Sprintf("%s.tool_calls[%d].id", field, j), tc.GetId()); f != nil {
 			return f
+		}
+	}
+	if f := Model(field+".model", m.GetModel()); f != nil {
+		return f
+	}
+	if u := m.GetUsage(); u != nil {
+		for _, c := range []struct {
+			name string
+			n    int64
+		}{{"input_tokens", u.GetInputTokens()}, {"output_tokens", u.GetOutputTokens()},
+			{"cached_input_tokens", u.GetCachedInputTokens()}, {"reasoning_tokens", u.GetReasoningTokens()}} {
+			if c.n < 0 {
+				return fault(field+".usage."+c.name, "is %d; a token count must not be negative", c.n)
+			}
 		}
 	}
 	if ts := m.GetCreatedAt(); ts != nil {

@@ -493,6 +493,9 @@ func (c *checker) salvage(id, dir string) (string, error) {
 	m := *meta
 	m.Revision = max(rev, m.Revision, c.known[id]) + 1
 	m.MessageCount = int64(len(msgs))
+	if m.Tally, err = tallyStored(id, storage.Tally{}, msgs); err != nil {
+		return "", err
+	}
 	m.UpdatedAt = time.Now().UTC()
 	if !updated.IsZero() && updated.After(m.UpdatedAt) {
 		m.UpdatedAt = updated

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -28,9 +29,20 @@ func metaToProto(m *storage.Session) *sessiondv1.Session {
 		CreatedAt: timestamppb.New(m.CreatedAt), UpdatedAt: timestamppb.New(m.UpdatedAt),
 		Revision: m.Revision, MessageCount: m.MessageCount,
 		Metadata: m.Metadata, Labels: m.Labels,
+		OpenToolCallIds: m.OpenToolCallIDs, Models: m.Models,
 	}
 	if m.Parent != nil {
 		p.Parent = &sessiondv1.ForkOrigin{SessionId: m.Parent.SessionID, MessageCount: m.Parent.MessageCount}
+	}
+	// usage is always written, zero or not: its absence marks metadata
+	// written before tallies were kept (storage.Tally.Unknown).
+	if !m.Unknown {
+		u := m.Usage
+		p.Usage = &sessiondv1.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+			CachedInputTokens: u.CachedInputTokens, ReasoningTokens: u.ReasoningTokens}
+	}
+	if m.ExpireAfter > 0 {
+		p.ExpireAfter = durationpb.New(m.ExpireAfter)
 	}
 	return p
 }
@@ -45,7 +57,31 @@ func metaFromProto(p *sessiondv1.Session) *storage.Session {
 	if p.Parent != nil {
 		m.Parent = &storage.ForkOrigin{SessionID: p.Parent.GetSessionId(), MessageCount: p.Parent.GetMessageCount()}
 	}
+	if u := p.GetUsage(); u != nil {
+		m.OpenToolCallIDs, m.Models = p.GetOpenToolCallIds(), p.GetModels()
+		m.Usage = storage.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
+			CachedInputTokens: u.GetCachedInputTokens(), ReasoningTokens: u.GetReasoningTokens()}
+	} else {
+		m.Unknown = p.GetMessageCount() > 0
+	}
+	if d := p.GetExpireAfter(); d != nil {
+		m.ExpireAfter = d.AsDuration()
+	}
 	return m
+}
+
+// tallyStored adds the encoded messages msgs of session id, already stored,
+// to t (storage.Tally.AddStored).
+func tallyStored(id string, t storage.Tally, msgs [][]byte) (storage.Tally, error) {
+	dec := make([]*sessiondv1.Message, len(msgs))
+	for i, b := range msgs {
+		m := new(sessiondv1.Message)
+		if err := proto.Unmarshal(b, m); err != nil {
+			return t, fmt.Errorf("stored message of session %s: %v: %w", id, err, errCorrupt)
+		}
+		dec[i] = m
+	}
+	return t.AddStored(dec), nil
 }
 
 func marshalMeta(m *storage.Session) []byte {
@@ -71,6 +107,7 @@ func cloneMeta(m *storage.Session) *storage.Session {
 	c := *m
 	c.Metadata = maps.Clone(m.Metadata)
 	c.Labels = maps.Clone(m.Labels)
+	c.Tally = m.Tally.Clone()
 	if m.Parent != nil {
 		p := *m.Parent
 		c.Parent = &p

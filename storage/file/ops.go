@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,7 @@ func metaEqual(a, b *storage.Session) bool {
 	return a.ID == b.ID && a.Namespace == b.Namespace && a.Alias == b.Alias && a.Title == b.Title &&
 		a.Summary == b.Summary && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) &&
 		a.Revision == b.Revision && a.MessageCount == b.MessageCount &&
+		storage.SameTally(a.Tally, b.Tally) && a.ExpireAfter == b.ExpireAfter &&
 		maps.Equal(a.Metadata, b.Metadata) && maps.Equal(a.Labels, b.Labels) &&
 		(pa == nil) == (pb == nil) && (pa == nil || *pa == *pb)
 }
@@ -82,7 +84,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 	meta := &storage.Session{
 		ID: req.ID, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, Summary: req.Summary,
 		CreatedAt: created, UpdatedAt: t, Revision: max(req.Revision, 1), MessageCount: int64(len(enc)),
-		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels),
+		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels), Tally: msgs.Tally, ExpireAfter: req.ExpireAfter,
 	}
 	if req.Parent != nil {
 		p := *req.Parent
@@ -388,6 +390,38 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*
 	}
 }
 
+// Expired yields the sessions past their idle time to live, from the
+// in-memory index (no file is read): a walk of every session's metadata,
+// which the sweeper's interval keeps rare.
+func (s *Store) Expired(ctx context.Context, opts storage.ExpiredOptions, yield func(*storage.Session) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var found []*storage.Session
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return fmt.Errorf("file: %w", storage.ErrClosed)
+	}
+	for _, n := range s.ns {
+		for _, e := range n.list {
+			if opts.Limit > 0 && int64(len(found)) >= opts.Limit {
+				break
+			}
+			if opts.Expires(e.meta) {
+				found = append(found, e.meta)
+			}
+		}
+	}
+	s.mu.RUnlock()
+	for _, m := range found {
+		if err := yield(cloneMeta(m)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func matches(m *storage.Session, o *storage.ListOptions) bool {
 	if !o.UpdatedBefore.IsZero() && !m.UpdatedAt.Before(o.UpdatedBefore) {
 		return false
@@ -400,7 +434,7 @@ func matches(m *storage.Session, o *storage.ListOptions) bool {
 			return false
 		}
 	}
-	return true
+	return o.Model == "" || slices.Contains(m.Models, o.Model)
 }
 
 // Save replaces a session's messages, title, summary and metadata.
@@ -431,7 +465,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 				return err
 			}
 			m := cloneMeta(v.meta)
-			m.Title, m.Summary, m.Metadata = req.Title, req.Summary, maps.Clone(req.Metadata)
+			m.Title, m.Summary, m.Metadata, m.Tally = req.Title, req.Summary, maps.Clone(req.Metadata), msgs.Tally
 			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(enc)), m.Revision+1, now(v.meta.UpdatedAt)
 			if err := s.replaceWrite(e, "save", m, enc); err != nil {
 				return err
@@ -449,6 +483,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 		meta := &storage.Session{
 			ID: ref.ID, Namespace: ref.Namespace, Alias: ref.Alias, Title: req.Title, Summary: req.Summary,
 			CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: int64(len(enc)), Metadata: maps.Clone(req.Metadata),
+			Tally: msgs.Tally,
 		}
 		if req.ExpectedRevision != 0 {
 			return nil, fmt.Errorf("save with expected revision %d creates nothing: %w", req.ExpectedRevision, storage.ErrConflict)
@@ -610,6 +645,12 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 			finish(op, storage.AppendResult{Revision: meta.Revision, MessageCount: meta.MessageCount}, nil)
 			continue
 		}
+		tally, err := meta.Tally.Add("messages", op.msgs.Prepared)
+		if err != nil {
+			finish(op, storage.AppendResult{}, err)
+			continue
+		}
+		meta.Tally = tally
 		meta.Revision++
 		meta.MessageCount += int64(len(op.enc))
 		meta.UpdatedAt = now(meta.UpdatedAt)
@@ -821,6 +862,10 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 	if n == 0 {
 		n = int64(len(v.msgs))
 	}
+	tally, err := tallyStored(v.meta.ID, storage.Tally{}, v.msgs[:n])
+	if err != nil {
+		return nil, damage(v.meta.ID, err)
+	}
 	t := now(time.Time{})
 	src := v.meta
 	m := &storage.Session{
@@ -828,6 +873,7 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 		CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: n,
 		Metadata: maps.Clone(src.Metadata), Labels: maps.Clone(src.Labels),
 		Parent: &storage.ForkOrigin{SessionID: src.ID, MessageCount: n},
+		Tally: tally, ExpireAfter: src.ExpireAfter,
 	}
 	if req.Title != "" {
 		m.Title = req.Title
@@ -857,8 +903,13 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		if err := storage.CheckRevision(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
 			return err
 		}
+		tally, err := tallyStored(e.id, storage.Tally{}, v.msgs[:req.MessageCount])
+		if err != nil {
+			return damage(e.id, err)
+		}
 		m := cloneMeta(v.meta)
 		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, m.Revision+1, now(v.meta.UpdatedAt)
+		m.Tally = tally
 		if err := s.replaceWrite(e, "rewind", m, v.msgs[:req.MessageCount]); err != nil {
 			return err
 		}

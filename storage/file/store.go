@@ -522,6 +522,10 @@ func replay(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *jou
 		case recAppend:
 			m.Revision, m.UpdatedAt = rec.rev, rec.updatedAt
 			m.MessageCount += int64(len(rec.msgs))
+			var err error
+			if m.Tally, err = tallyStored(id, m.Tally, rec.msgs); err != nil {
+				return nil, nil, err
+			}
 			if withMsgs {
 				msgs = append(msgs, rec.msgs...)
 			}

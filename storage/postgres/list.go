@@ -80,6 +80,9 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 	if !opts.UpdatedBefore.IsZero() {
 		where = append(where, "updated_ns < "+arg(opts.UpdatedBefore.UnixNano()))
 	}
+	if opts.Model != "" {
+		where = append(where, "models @> ARRAY["+arg(opts.Model)+"::text]")
+	}
 	if after != nil {
 		// The first condition bounds the index scan; the second skips the
 		// rows at the cursor's own time up to its id.
@@ -229,4 +232,43 @@ func (s *Store) searchSession(ctx context.Context, m *storage.Session, q string,
 // likeEscape escapes LIKE's wildcards (the default escape is backslash).
 func likeEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// Expired yields the sessions past their idle time to live: those with
+// their own (sessions_expiry), then, per namespace default, those without
+// (sessions_list), at most opts.Limit in all.
+func (s *Store) Expired(ctx context.Context, opts storage.ExpiredOptions, yield func(*storage.Session) error) error {
+	now := opts.Now.UnixNano()
+	type query struct {
+		sql  string
+		args []any
+	}
+	qs := []query{{`SELECT ` + sessionCols + ` FROM sessions WHERE expire_after_ns > 0 AND updated_ns + expire_after_ns <= $1 LIMIT $2`,
+		[]any{now}}}
+	for ns, d := range opts.Defaults {
+		qs = append(qs, query{`SELECT ` + sessionCols + ` FROM sessions WHERE namespace = $1 AND expire_after_ns = 0 AND updated_ns <= $2 LIMIT $3`,
+			[]any{ns, opts.Now.Add(-d).UnixNano()}})
+	}
+	left := opts.Limit
+	for _, q := range qs {
+		var got []*storage.Session
+		if err := s.withConn(ctx, func(c querier) error {
+			var err error
+			got, err = collectSessions(c.Query(ctx, q.sql, append(q.args, pgLimit(left))...))
+			return err
+		}); err != nil {
+			return err
+		}
+		for _, m := range got {
+			if err := yield(m); err != nil {
+				return err
+			}
+		}
+		if opts.Limit > 0 {
+			if left -= int64(len(got)); left <= 0 {
+				return nil
+			}
+		}
+	}
+	return nil
 }

@@ -19,7 +19,7 @@ import (
 )
 
 // sessionCols are the sessions columns scanSession reads, in its order.
-const sessionCols = `id::text, namespace, coalesce(alias, ''), created_ns, updated_ns, revision, message_count, meta`
+const sessionCols = `id::text, namespace, coalesce(alias, ''), created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns`
 
 // The unique constraints whose violation means something to a client.
 const (
@@ -31,15 +31,19 @@ func scanSession(row pgx.Row) (*storage.Session, error) {
 	var (
 		m            storage.Session
 		created, upd int64
-		rev          int64
-		meta         []byte
+		rev, expire  int64
+		meta, tally  []byte
 	)
-	if err := row.Scan(&m.ID, &m.Namespace, &m.Alias, &created, &upd, &rev, &m.MessageCount, &meta); err != nil {
+	if err := row.Scan(&m.ID, &m.Namespace, &m.Alias, &created, &upd, &rev, &m.MessageCount, &meta, &tally, &expire); err != nil {
 		return nil, err
 	}
 	if err := decodeMeta(meta, &m); err != nil {
 		return nil, fmt.Errorf("postgres: session %s metadata does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
 	}
+	if err := decodeTally(tally, &m); err != nil {
+		return nil, fmt.Errorf("postgres: session %s tally does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
+	}
+	m.ExpireAfter = time.Duration(expire)
 	m.CreatedAt, m.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, upd).UTC()
 	m.Revision = uint64(rev)
 	return &m, nil
@@ -170,6 +174,51 @@ func sessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, se
 	return alias, meta, labelPairs(m.Labels), searchText(m.Title, m.Alias, m.Summary), err
 }
 
+// encodeTally is the tally column of m: a sessiond.v1.Session proto holding
+// only open_tool_call_ids, usage and models, or NULL (nil) for a session
+// whose tally is unknown (written before schema version 2).
+func encodeTally(m *storage.Session) ([]byte, error) {
+	if m.Unknown {
+		return nil, nil
+	}
+	u := m.Usage
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&sessiondv1.Session{
+		OpenToolCallIds: m.OpenToolCallIDs, Models: m.Models,
+		Usage: &sessiondv1.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+			CachedInputTokens: u.CachedInputTokens, ReasoningTokens: u.ReasoningTokens},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: encode the tally of session %s: %w", m.ID, err)
+	}
+	return b, nil
+}
+
+// decodeTally fills m's tally from encodeTally's bytes; NULL marks it
+// unknown when the session has messages.
+func decodeTally(b []byte, m *storage.Session) error {
+	if b == nil {
+		m.Unknown = m.MessageCount > 0
+		return nil
+	}
+	var p sessiondv1.Session
+	if err := proto.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	u := p.GetUsage()
+	m.OpenToolCallIDs, m.Models = p.GetOpenToolCallIds(), p.GetModels()
+	m.Usage = storage.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
+		CachedInputTokens: u.GetCachedInputTokens(), ReasoningTokens: u.GetReasoningTokens()}
+	return nil
+}
+
+// models is the models column of m.
+func models(m *storage.Session) []string {
+	if m.Models == nil {
+		return []string{}
+	}
+	return m.Models
+}
+
 // aliasErr turns a violation of the alias key into ErrAliasInUse.
 func aliasErr(err error, m *storage.Session) error {
 	if uniqueViolation(err, aliasKey) {
@@ -184,17 +233,31 @@ func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+	tally, err := encodeTally(m)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search,
+			tally, models, expire_after_ns)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		m.ID, m.Namespace, alias, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount,
-		meta, labels, search)
+		meta, labels, search, tally, models(m), int64(m.ExpireAfter))
 	return aliasErr(err, m)
 }
 
-// bumpSession writes a session's new time, revision and message count
-// (arguments: id, updated_ns, revision, message_count) when only its
-// messages changed, as in Append and Rewind.
-const bumpSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4 WHERE id = $1`
+// bumpSession writes a session's new time, revision, message count and
+// tally (arguments: id, updated_ns, revision, message_count, tally, models)
+// when only its messages changed, as in Append and Rewind; bumpArgs makes
+// the arguments.
+const bumpSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6 WHERE id = $1`
+
+func bumpArgs(m *storage.Session) ([]any, error) {
+	tally, err := encodeTally(m)
+	if err != nil {
+		return nil, err
+	}
+	return []any{m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, tally, models(m)}, nil
+}
 
 // updateSession writes m's metadata, revision and count.
 func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
@@ -202,8 +265,14 @@ func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `UPDATE sessions SET alias = $2, updated_ns = $3, revision = $4, message_count = $5, meta = $6, label_pairs = $7, meta_search = $8
-		WHERE id = $1`, m.ID, alias, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, meta, labels, search)
+	tally, err := encodeTally(m)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE sessions SET alias = $2, updated_ns = $3, revision = $4, message_count = $5, meta = $6, label_pairs = $7, meta_search = $8,
+			tally = $9, models = $10, expire_after_ns = $11
+		WHERE id = $1`, m.ID, alias, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, meta, labels, search,
+		tally, models(m), int64(m.ExpireAfter))
 	return aliasErr(err, m)
 }
 
@@ -316,7 +385,7 @@ func storedAt(ctx context.Context, tx pgx.Tx, id string) storage.StoredAtFunc {
 
 // readMessages decodes session id's messages from position from, at most
 // limit of them (-1: all).
-func readMessages(ctx context.Context, tx pgx.Tx, id string, from, limit int64) ([]*sessiondv1.Message, error) {
+func readMessages(ctx context.Context, tx querier, id string, from, limit int64) ([]*sessiondv1.Message, error) {
 	rows, err := tx.Query(ctx, `SELECT body FROM messages WHERE session_id = $1 AND pos >= $2 ORDER BY pos LIMIT $3`,
 		id, from, pgLimit(limit))
 	if err != nil {
@@ -360,6 +429,7 @@ func pgLimit(n int64) any {
 func clone(m *storage.Session) *storage.Session {
 	c := *m
 	c.Metadata, c.Labels = maps.Clone(m.Metadata), maps.Clone(m.Labels)
+	c.Tally = m.Tally.Clone()
 	if m.Parent != nil {
 		p := *m.Parent
 		c.Parent = &p
@@ -373,7 +443,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 	m := &storage.Session{
 		ID: req.ID, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, Summary: req.Summary,
 		CreatedAt: t, UpdatedAt: t, Revision: max(req.Revision, 1), MessageCount: int64(len(msgs.Prepared)),
-		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels),
+		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels), Tally: msgs.Tally, ExpireAfter: req.ExpireAfter,
 	}
 	if !req.CreatedAt.IsZero() {
 		m.CreatedAt = req.CreatedAt.UTC()
@@ -514,6 +584,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 				m := &storage.Session{
 					ID: req.Ref.ID, Namespace: req.Ref.Namespace, Alias: req.Ref.Alias, Title: req.Title, Summary: req.Summary,
 					CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: int64(len(msgs.Prepared)), Metadata: maps.Clone(req.Metadata),
+					Tally: msgs.Tally,
 				}
 				fixed := m.ID != ""
 				if !fixed {
@@ -535,7 +606,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 				return err
 			}
 			m := clone(cur)
-			m.Title, m.Summary, m.Metadata = req.Title, req.Summary, maps.Clone(req.Metadata)
+			m.Title, m.Summary, m.Metadata, m.Tally = req.Title, req.Summary, maps.Clone(req.Metadata), msgs.Tally
 			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(msgs.Prepared)), m.Revision+1, now(cur.UpdatedAt)
 			if err := keepEventMessages(ctx, tx, m.ID, 0); err != nil {
 				return err
@@ -740,13 +811,31 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 		_, err := conn.Exec(ctx, "COMMIT")
 		return storage.AppendResult{Revision: cur.Revision, MessageCount: cur.MessageCount}, err
 	}
+	base := cur.Tally
+	if base.Unknown {
+		// Written before schema version 2: count the stored messages once.
+		stored, err := readMessages(ctx, conn, cur.ID, 0, -1)
+		if err != nil {
+			return storage.AppendResult{}, err
+		}
+		base = storage.Recount(stored)
+	}
+	tally, err := base.Add("messages", msgs.Prepared)
+	if err != nil {
+		return storage.AppendResult{}, err
+	}
 	b = &pgx.Batch{}
 	if err := queueMessages(b, cur.ID, cur.MessageCount, msgs.Prepared); err != nil {
 		return storage.AppendResult{}, err
 	}
 	m := cur
 	m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+int64(len(msgs.Prepared)), now(cur.UpdatedAt)
-	b.Queue(bumpSession, m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount)
+	m.Tally = tally
+	bump, err := bumpArgs(m)
+	if err != nil {
+		return storage.AppendResult{}, err
+	}
+	b.Queue(bumpSession, bump...)
 	if err := queueEvent(b, w, storage.EventAppended, m, len(msgs.Prepared)); err != nil {
 		return storage.AppendResult{}, err
 	}
@@ -822,12 +911,17 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 		if err := storage.CheckCount(src.ID, n, src.MessageCount); err != nil {
 			return err
 		}
+		kept, err := readMessages(ctx, tx, src.ID, 0, n)
+		if err != nil {
+			return err
+		}
 		t := now(time.Time{})
 		m := &storage.Session{
 			ID: uuid.Must(uuid.NewV7()).String(), Namespace: src.Namespace, Alias: req.Alias, Title: src.Title, Summary: src.Summary,
 			CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: n,
 			Metadata: maps.Clone(src.Metadata), Labels: maps.Clone(src.Labels),
 			Parent: &storage.ForkOrigin{SessionID: src.ID, MessageCount: n},
+			Tally: storage.Recount(kept), ExpireAfter: src.ExpireAfter,
 		}
 		if req.Title != "" {
 			m.Title = req.Title
@@ -866,9 +960,18 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1 AND pos >= $2`, cur.ID, req.MessageCount); err != nil {
 			return err
 		}
+		kept, err := readMessages(ctx, tx, cur.ID, 0, req.MessageCount)
+		if err != nil {
+			return err
+		}
 		m := clone(cur)
 		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, cur.Revision+1, now(cur.UpdatedAt)
-		if _, err := tx.Exec(ctx, bumpSession, m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount); err != nil {
+		m.Tally = storage.Recount(kept)
+		bump, err := bumpArgs(m)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, bumpSession, bump...); err != nil {
 			return err
 		}
 		out = clone(m)

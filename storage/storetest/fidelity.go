@@ -122,7 +122,8 @@ func testFidelity(t *testing.T, h *harness) {
 	if got.Title != title || got.Summary != "sümmary\n" {
 		t.Errorf("title %q, summary %q came back as %q, %q", title, "sümmary\n", got.Title, got.Summary)
 	}
-	want := &storage.Session{ID: se.ID, Namespace: nsA, Title: title, Summary: "sümmary\n", CreatedAt: got.CreatedAt, UpdatedAt: got.UpdatedAt, Revision: 1, MessageCount: int64(len(sent)), Metadata: meta, Labels: labels}
+	want := &storage.Session{ID: se.ID, Namespace: nsA, Title: title, Summary: "sümmary\n", CreatedAt: got.CreatedAt, UpdatedAt: got.UpdatedAt, Revision: 1, MessageCount: int64(len(sent)), Metadata: meta, Labels: labels,
+		Tally: storage.Tally{OpenToolCallIDs: []string{"call-2", "call-3"}}} // call-1 is answered; withUnknown is a user message
 	if d := diffSession(want, got); d != "" {
 		t.Errorf("session metadata (-want +got):\n%s", d)
 	}

@@ -194,7 +194,7 @@ func (s *memStore) Create(_ context.Context, req storage.CreateRequest, msgs sto
 		se := &memSession{msgs: msgs.Prepared, meta: storage.Session{
 			ID: id, Namespace: req.Namespace, Title: req.Title, Summary: req.Summary,
 			CreatedAt: created, UpdatedAt: now, Revision: max(req.Revision, 1), MessageCount: int64(len(msgs.Prepared)),
-			Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels),
+			Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels), Tally: msgs.Tally, ExpireAfter: req.ExpireAfter,
 		}}
 		if req.Parent != nil {
 			p := *req.Parent
@@ -255,7 +255,7 @@ func (s *memStore) List(_ context.Context, opts storage.ListOptions, yield func(
 					match = false
 				}
 			}
-			if !match {
+			if !match || opts.Model != "" && !slices.Contains(m.Models, opts.Model) {
 				continue
 			}
 			if a := opts.After; a != nil && !listBefore(&storage.Session{UpdatedAt: a.UpdatedAt, ID: a.ID}, m) {
@@ -308,6 +308,7 @@ func (s *memStore) Save(_ context.Context, req storage.SaveRequest, msgs storage
 			se = &memSession{msgs: msgs.Prepared, meta: storage.Session{
 				ID: id, Namespace: ref.Namespace, Title: req.Title, Summary: req.Summary,
 				CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: int64(len(msgs.Prepared)), Metadata: maps.Clone(req.Metadata),
+				Tally: msgs.Tally,
 			}}
 			s.sessions[id] = se
 			s.setAlias(se, ref.Alias)
@@ -324,6 +325,7 @@ func (s *memStore) Save(_ context.Context, req storage.SaveRequest, msgs storage
 			return err
 		}
 		se.meta.Title, se.meta.Summary, se.meta.Metadata, se.msgs = req.Title, req.Summary, maps.Clone(req.Metadata), msgs.Prepared
+		se.meta.Tally = msgs.Tally
 		s.bump(se, storage.EventReplaced, nil)
 		out = copyMeta(&se.meta)
 		return nil
@@ -349,6 +351,9 @@ func (s *memStore) Append(_ context.Context, req storage.AppendRequest, msgs sto
 			return err
 		}
 		if !noop {
+			if se.meta.Tally, err = se.meta.Tally.Add("messages", msgs.Prepared); err != nil {
+				return err
+			}
 			se.msgs = append(se.msgs[:len(se.msgs):len(se.msgs)], msgs.Prepared...)
 			s.bump(se, storage.EventAppended, msgs.Prepared)
 		}
@@ -432,6 +437,7 @@ func (s *memStore) Fork(_ context.Context, req storage.ForkRequest) (*storage.Se
 			CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: n,
 			Metadata: maps.Clone(src.meta.Metadata), Labels: maps.Clone(src.meta.Labels),
 			Parent: &storage.ForkOrigin{SessionID: src.meta.ID, MessageCount: n},
+			Tally: storage.Recount(src.msgs[:n]), ExpireAfter: src.meta.ExpireAfter,
 		}}
 		s.sessions[se.meta.ID] = se
 		s.setAlias(se, req.Alias)
@@ -459,6 +465,7 @@ func (s *memStore) Rewind(_ context.Context, req storage.RewindRequest) (*storag
 			return err
 		}
 		se.msgs = se.msgs[:req.MessageCount:req.MessageCount]
+		se.meta.Tally = storage.Recount(se.msgs)
 		s.bump(se, storage.EventReplaced, nil)
 		out = copyMeta(&se.meta)
 		return nil
@@ -515,6 +522,27 @@ func (s *memStore) Watch(_ context.Context, ref storage.Ref, from uint64) (*stor
 		return err
 	})
 	return sub, err
+}
+
+func (s *memStore) Expired(_ context.Context, opts storage.ExpiredOptions, yield func(*storage.Session) error) error {
+	var list []*storage.Session
+	err := s.locked(func() error {
+		for _, se := range s.sessions {
+			if opts.Expires(&se.meta) && (opts.Limit == 0 || int64(len(list)) < opts.Limit) {
+				list = append(list, copyMeta(&se.meta))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, se := range list {
+		if err := yield(se); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *memStore) Close() error {

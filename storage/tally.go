@@ -1,0 +1,290 @@
+package storage
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/msgcheck"
+)
+
+// Usage counts the tokens of model calls (sessiond.v1.Usage).
+type Usage struct {
+	InputTokens       int64
+	OutputTokens      int64
+	CachedInputTokens int64
+	ReasoningTokens   int64
+}
+
+// plus returns u + v, each count saturating at math.MaxInt64 (every count
+// is validated non-negative, so a sum only overflows upwards).
+func (u Usage) plus(v *sessiondv1.Usage) Usage {
+	add := func(a, b int64) int64 {
+		if b > math.MaxInt64-a {
+			return math.MaxInt64
+		}
+		return a + b
+	}
+	return Usage{
+		InputTokens:       add(u.InputTokens, v.GetInputTokens()),
+		OutputTokens:      add(u.OutputTokens, v.GetOutputTokens()),
+		CachedInputTokens: add(u.CachedInputTokens, v.GetCachedInputTokens()),
+		ReasoningTokens:   add(u.ReasoningTokens, v.GetReasoningTokens()),
+	}
+}
+
+// Tally is what a session's messages say about the session as a whole,
+// kept with its metadata so that metadata answers need no message:
+// the tool calls still open, the usage totals and the models used. Every
+// backend derives it with the same two functions of this package: Count
+// (or Recount) over a session's whole messages, and Tally.Add for an
+// append. A Tally's slices are never modified in place: Add returns new
+// ones, so copies of a Session may share them.
+type Tally struct {
+	// OpenToolCallIDs are the ids of the tool calls the session's assistant
+	// messages made that no later ROLE_TOOL message answers, in the order
+	// they were made.
+	OpenToolCallIDs []string
+	// Usage is the sum of every message's usage.
+	Usage Usage
+	// Models are the models the messages name, most recently used first,
+	// each once.
+	Models []string
+	// Unknown is set on a session stored by a version that kept no tally:
+	// the fields above are empty, and a Driver recounts the messages
+	// (Recount) before it writes to the session.
+	Unknown bool
+}
+
+// SameTally reports whether a and b are equal.
+func SameTally(a, b Tally) bool {
+	return a.Usage == b.Usage && a.Unknown == b.Unknown &&
+		slices.Equal(a.OpenToolCallIDs, b.OpenToolCallIDs) && slices.Equal(a.Models, b.Models)
+}
+
+// Count returns the tally of msgs as a session's whole messages (a create,
+// a save), applying the pairing rule as Add does.
+func Count(field string, msgs []*sessiondv1.Message) (Tally, error) {
+	return Tally{}.Add(field, msgs)
+}
+
+// Recount returns the tally of messages already stored (a rewind or fork
+// keeping some of them, a session stored before tallies were kept). It
+// never fails: a ROLE_TOOL message that answers no open call, which the
+// pairing rule refuses today but an earlier version stored, is skipped.
+func Recount(msgs []*sessiondv1.Message) Tally { return Tally{}.AddStored(msgs) }
+
+// AddStored is Add for messages already stored (a backend replaying its
+// journal): it never fails, skipping what the pairing rule would refuse, as
+// Recount does.
+func (t Tally) AddStored(msgs []*sessiondv1.Message) Tally {
+	out, _ := t.add("", msgs, false)
+	return out
+}
+
+// Clone returns a copy of t that shares no slice with it.
+func (t Tally) Clone() Tally {
+	t.OpenToolCallIDs, t.Models = slices.Clone(t.OpenToolCallIDs), slices.Clone(t.Models)
+	return t
+}
+
+// Add returns the tally after msgs are appended to a session whose tally is
+// t; t is unchanged. It applies the pairing rule: a ROLE_TOOL message with
+// a tool_call_id must answer a tool call that is open (made by an earlier
+// assistant message of the session, or earlier in msgs, and answered by no
+// other ROLE_TOOL message), else the batch is ErrInvalid naming
+// field[i].tool_call_id; an assistant message may not make a tool call
+// whose id is open already (field[i].tool_calls[j].id). A ROLE_TOOL
+// message without a tool_call_id answers nothing and is allowed.
+func (t Tally) Add(field string, msgs []*sessiondv1.Message) (Tally, error) {
+	return t.add(field, msgs, true)
+}
+
+func (t Tally) add(field string, msgs []*sessiondv1.Message, strict bool) (Tally, error) {
+	out := Tally{Usage: t.Usage, Unknown: t.Unknown}
+	open := slices.Clone(t.OpenToolCallIDs)
+	models := slices.Clone(t.Models)
+	for i, m := range msgs {
+		switch m.GetRole() {
+		case sessiondv1.Role_ROLE_ASSISTANT:
+			for j, tc := range m.GetToolCalls() {
+				if slices.Contains(open, tc.GetId()) {
+					if strict {
+						return t, Invalid(fmt.Sprintf("%s[%d].tool_calls[%d].id", field, i, j),
+							"%q is the id of a tool call that is still open; a session's open calls need distinct ids", clip(tc.GetId()))
+					}
+					continue
+				}
+				open = append(open, tc.GetId())
+			}
+		case sessiondv1.Role_ROLE_TOOL:
+			id := m.GetToolCallId()
+			if id == "" {
+				break
+			}
+			k := slices.Index(open, id)
+			if k < 0 {
+				if strict {
+					return t, Invalid(fmt.Sprintf("%s[%d].tool_call_id", field, i),
+						"%q answers no open tool call: no earlier assistant message of the session made it, or another ROLE_TOOL message answered it", clip(id))
+				}
+				continue
+			}
+			open = slices.Delete(open, k, k+1)
+		}
+		if u := m.GetUsage(); u != nil {
+			out.Usage = out.Usage.plus(u)
+		}
+		if model := m.GetModel(); model != "" {
+			if k := slices.Index(models, model); k >= 0 {
+				models = slices.Delete(models, k, k+1)
+			}
+			models = slices.Insert(models, 0, model)
+		}
+	}
+	if len(open) > 0 {
+		out.OpenToolCallIDs = open
+	}
+	if len(models) > 0 {
+		out.Models = models
+	}
+	return out, nil
+}
+
+// SyntheticKey is the metadata key (value "true") that marks a ROLE_TOOL
+// message a load with CloseOpenToolCalls made up for a call left open; such
+// a message is never stored.
+const SyntheticKey = "sessiond.synthetic"
+
+// InterruptedContent is the content of a synthetic tool result.
+const InterruptedContent = "The tool call was interrupted: no result was recorded, and the call may or may not have run."
+
+// syntheticPrefix begins a synthetic result's id.
+const syntheticPrefix = "sessiond-interrupted-"
+
+// SyntheticResult returns the synthetic ROLE_TOOL result a load with
+// CloseOpenToolCalls sends for the open tool call tc of the assistant
+// message call. Its id is deterministic ("sessiond-interrupted-" and the
+// call's id, or a hash of it when that would pass the id limit), so two
+// loads send the same message; created_at is the assistant message's.
+func SyntheticResult(call *sessiondv1.Message, tc *sessiondv1.ToolCall) *sessiondv1.Message {
+	id := syntheticPrefix + tc.GetId()
+	if len(id) > MaxMessageIDBytes {
+		h := sha256.Sum256([]byte(tc.GetId()))
+		id = syntheticPrefix + hex.EncodeToString(h[:16])
+	}
+	var at *timestamppb.Timestamp
+	if call.GetCreatedAt() != nil {
+		at = timestamppb.New(call.GetCreatedAt().AsTime())
+	}
+	return &sessiondv1.Message{
+		Id:         id,
+		Role:       sessiondv1.Role_ROLE_TOOL,
+		Content:    InterruptedContent,
+		ToolCallId: tc.GetId(),
+		Name:       tc.GetName(),
+		CreatedAt:  at,
+		Metadata:   map[string]string{SyntheticKey: "true"},
+	}
+}
+
+// IsSynthetic reports whether m is a synthetic tool result (SyntheticResult).
+func IsSynthetic(m *sessiondv1.Message) bool {
+	return m.GetRole() == sessiondv1.Role_ROLE_TOOL && m.GetMetadata()[SyntheticKey] == "true"
+}
+
+// toolCallCloser inserts synthetic results into a stream of stored
+// messages (a load's window, in order) for the calls open in the session:
+// the results for an assistant message's open calls come after the
+// ROLE_TOOL messages that directly follow it in the window, just before the
+// next other message or at the window's end. Calls made by an assistant
+// message outside the window get none.
+type toolCallCloser struct {
+	open    map[string]bool
+	pending []*sessiondv1.Message // synthetic results waiting for the end of a tool run
+}
+
+func newToolCallCloser(open []string) *toolCallCloser {
+	c := &toolCallCloser{open: make(map[string]bool, len(open))}
+	for _, id := range open {
+		c.open[id] = true
+	}
+	return c
+}
+
+// next returns what to send for the stored message m: the pending
+// synthetic results (when m ends a tool run), then m.
+func (c *toolCallCloser) next(m *sessiondv1.Message, send func(*sessiondv1.Message) error) error {
+	if m.GetRole() != sessiondv1.Role_ROLE_TOOL {
+		if err := c.flush(send); err != nil {
+			return err
+		}
+	} else if id := m.GetToolCallId(); id != "" {
+		// A result in the run answers that call here: the open call with
+		// this id is a later one, made again after this answer.
+		for k, p := range c.pending {
+			if p.GetToolCallId() == id {
+				c.pending = slices.Delete(c.pending, k, k+1)
+				c.open[id] = true
+				break
+			}
+		}
+	}
+	if err := send(m); err != nil {
+		return err
+	}
+	if m.GetRole() == sessiondv1.Role_ROLE_ASSISTANT {
+		for _, tc := range m.GetToolCalls() {
+			if c.open[tc.GetId()] {
+				delete(c.open, tc.GetId()) // one result per call, even if an id came back later
+				c.pending = append(c.pending, SyntheticResult(m, tc))
+			}
+		}
+	}
+	return nil
+}
+
+// flush sends the pending synthetic results.
+func (c *toolCallCloser) flush(send func(*sessiondv1.Message) error) error {
+	for _, p := range c.pending {
+		if err := send(p); err != nil {
+			return err
+		}
+	}
+	c.pending = c.pending[:0]
+	return nil
+}
+
+// Retention bounds.
+const (
+	// MinExpireAfter is the shortest idle TTL a session may carry.
+	MinExpireAfter = time.Second
+	// MaxExpireAfter is the longest: 100 years.
+	MaxExpireAfter = 100 * 365 * 24 * time.Hour
+)
+
+// ValidateExpireAfter checks an idle TTL: 0 (none), or between
+// MinExpireAfter and MaxExpireAfter.
+func ValidateExpireAfter(field string, d time.Duration) error {
+	if d == 0 {
+		return nil
+	}
+	if d < MinExpireAfter || d > MaxExpireAfter {
+		return Invalid(field, "is %v; an idle time to live is at least %v and at most %v (100 years), or unset for none", d, MinExpireAfter, MaxExpireAfter)
+	}
+	return nil
+}
+
+// MaxModelBytes is the longest model name.
+const MaxModelBytes = msgcheck.MaxModelBytes
+
+// ValidateModel checks a model name (a message's model, a listing's model
+// filter): empty, or at most MaxModelBytes of UTF-8 without control
+// characters.
+func ValidateModel(field, model string) error { return fromFault(msgcheck.Model(field, model)) }
