@@ -873,7 +873,7 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 		CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: n,
 		Metadata: maps.Clone(src.Metadata), Labels: maps.Clone(src.Labels),
 		Parent: &storage.ForkOrigin{SessionID: src.ID, MessageCount: n},
-		Tally: tally, ExpireAfter: src.ExpireAfter,
+		Tally:  tally, ExpireAfter: src.ExpireAfter,
 	}
 	if req.Title != "" {
 		m.Title = req.Title

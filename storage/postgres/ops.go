@@ -921,7 +921,7 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 			CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: n,
 			Metadata: maps.Clone(src.Metadata), Labels: maps.Clone(src.Labels),
 			Parent: &storage.ForkOrigin{SessionID: src.ID, MessageCount: n},
-			Tally: storage.Recount(kept), ExpireAfter: src.ExpireAfter,
+			Tally:  storage.Recount(kept), ExpireAfter: src.ExpireAfter,
 		}
 		if req.Title != "" {
 			m.Title = req.Title

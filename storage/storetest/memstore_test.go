@@ -437,7 +437,7 @@ func (s *memStore) Fork(_ context.Context, req storage.ForkRequest) (*storage.Se
 			CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: n,
 			Metadata: maps.Clone(src.meta.Metadata), Labels: maps.Clone(src.meta.Labels),
 			Parent: &storage.ForkOrigin{SessionID: src.meta.ID, MessageCount: n},
-			Tally: storage.Recount(src.msgs[:n]), ExpireAfter: src.meta.ExpireAfter,
+			Tally:  storage.Recount(src.msgs[:n]), ExpireAfter: src.meta.ExpireAfter,
 		}}
 		s.sessions[se.meta.ID] = se
 		s.setAlias(se, req.Alias)
