@@ -3,6 +3,7 @@ package server
 import (
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -65,7 +66,37 @@ func sessionToProto(s *storage.Session) *sessiondv1.Session {
 		Metadata:     s.Metadata,
 		Labels:       s.Labels,
 		Parent:       forkOriginToProto(s.Parent),
+		// The tally: usage is sent whenever it is known, zero or not, so a
+		// client reads totals without checking for their presence.
+		OpenToolCallIds: s.OpenToolCallIDs,
+		Usage:           usageToProto(s.Tally),
+		Models:          s.Models,
+		ExpireAfter:     durationToProto(s.ExpireAfter),
 	}
+}
+
+func usageToProto(t storage.Tally) *sessiondv1.Usage {
+	if t.Unknown {
+		return nil
+	}
+	u := t.Usage
+	return &sessiondv1.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CachedInputTokens: u.CachedInputTokens, ReasoningTokens: u.ReasoningTokens}
+}
+
+func durationToProto(d time.Duration) *durationpb.Duration {
+	if d == 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+// durationFromProto converts a duration validDuration accepted; unset is 0.
+func durationFromProto(d *durationpb.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.AsDuration()
 }
 
 func createFromProto(r *sessiondv1.CreateSessionRequest) storage.CreateRequest {
@@ -81,11 +112,13 @@ func createFromProto(r *sessiondv1.CreateSessionRequest) storage.CreateRequest {
 		CreatedAt: timeFromProto(r.GetCreatedAt()),
 		Parent:    forkOriginFromProto(r.GetParent()),
 		Revision:  r.GetRevision(),
+		// validDuration has checked it.
+		ExpireAfter: durationFromProto(r.GetExpireAfter()),
 	}
 }
 
 func loadOptionsFromProto(r *sessiondv1.LoadSessionRequest) storage.LoadOptions {
-	return storage.LoadOptions{Offset: r.GetOffset(), Limit: r.GetLimit(), Tail: r.GetTail()}
+	return storage.LoadOptions{Offset: r.GetOffset(), Limit: r.GetLimit(), Tail: r.GetTail(), CloseOpenToolCalls: r.GetCloseOpenToolCalls()}
 }
 
 func listOptionsFromProto(r *sessiondv1.ListSessionsRequest, after *storage.Cursor) storage.ListOptions {
@@ -97,6 +130,7 @@ func listOptionsFromProto(r *sessiondv1.ListSessionsRequest, after *storage.Curs
 		UpdatedBefore: timeFromProto(r.GetUpdatedBefore()),
 		Limit:         r.GetLimit(),
 		After:         after,
+		Model:         r.GetModel(),
 	}
 }
 
@@ -135,6 +169,8 @@ var updateFields = map[string]storage.UpdateField{
 	"summary":  storage.UpdateSummary,
 	"metadata": storage.UpdateMetadata,
 	"labels":   storage.UpdateLabels,
+	// Unset in the request's session removes the session's own time to live.
+	"expire_after": storage.UpdateExpireAfter,
 }
 
 func updateFromProto(r *sessiondv1.UpdateSessionRequest, fields storage.UpdateField) storage.UpdateRequest {
@@ -148,6 +184,7 @@ func updateFromProto(r *sessiondv1.UpdateSessionRequest, fields storage.UpdateFi
 		Summary:          s.GetSummary(),
 		Metadata:         s.GetMetadata(),
 		Labels:           s.GetLabels(),
+		ExpireAfter:      durationFromProto(s.GetExpireAfter()),
 	}
 }
 

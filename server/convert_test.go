@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -20,20 +21,34 @@ func TestSessionToProto(t *testing.T) {
 		CreatedAt: created, UpdatedAt: updated, Revision: 7, MessageCount: 3,
 		Metadata: map[string]string{"k": "v"}, Labels: map[string]string{"l": "w"},
 		Parent: &storage.ForkOrigin{SessionID: "0190a6b2-3c4d-7e5f-8a9b-0c1d2e3f4a5c", MessageCount: 2},
+		Tally: storage.Tally{OpenToolCallIDs: []string{"c2", "c1"}, Usage: storage.Usage{InputTokens: 10, OutputTokens: 5, CachedInputTokens: 4, ReasoningTokens: 1},
+			Models: []string{"m-new", "m-old"}},
+		ExpireAfter: 90 * time.Minute,
 	}
 	want := &sessiondv1.Session{
 		Id: in.ID, Namespace: "ns", Alias: "a", Title: "t", Summary: "s",
 		CreatedAt: timestamppb.New(created), UpdatedAt: timestamppb.New(updated), Revision: 7, MessageCount: 3,
 		Metadata: map[string]string{"k": "v"}, Labels: map[string]string{"l": "w"},
-		Parent: &sessiondv1.ForkOrigin{SessionId: in.Parent.SessionID, MessageCount: 2},
+		Parent:          &sessiondv1.ForkOrigin{SessionId: in.Parent.SessionID, MessageCount: 2},
+		OpenToolCallIds: []string{"c2", "c1"},
+		Usage:           &sessiondv1.Usage{InputTokens: 10, OutputTokens: 5, CachedInputTokens: 4, ReasoningTokens: 1},
+		Models:          []string{"m-new", "m-old"},
+		ExpireAfter:     durationpb.New(90 * time.Minute),
 	}
 	if diff := cmp.Diff(want, sessionToProto(in), protocmp.Transform()); diff != "" {
 		t.Fatalf("sessionToProto (-want +got):\n%s", diff)
 	}
 	// Zero times and no parent stay unset rather than becoming 1970.
 	got := sessionToProto(&storage.Session{ID: in.ID})
-	if got.CreatedAt != nil || got.UpdatedAt != nil || got.Parent != nil {
+	if got.CreatedAt != nil || got.UpdatedAt != nil || got.Parent != nil || got.ExpireAfter != nil {
 		t.Fatalf("zero values became %v", got)
+	}
+	// A known tally's usage is always sent, zero or not; an unknown one's never.
+	if got.Usage == nil {
+		t.Fatal("a zero usage total must still be sent")
+	}
+	if got := sessionToProto(&storage.Session{ID: in.ID, Tally: storage.Tally{Unknown: true}}); got.Usage != nil {
+		t.Fatalf("an unknown tally sent usage %v", got.Usage)
 	}
 	if sessionToProto(nil) != nil {
 		t.Fatal("nil session became non-nil")
@@ -47,17 +62,19 @@ func TestCreateFromProtoRoundTrip(t *testing.T) {
 		Namespace: "ns", Id: "0190a6b2-3c4d-7e5f-8a9b-0c1d2e3f4a5b", Alias: "a", Title: "t", Summary: "s",
 		Metadata: map[string]string{"k": "v"}, Labels: map[string]string{"l": "w"},
 		Messages: []*sessiondv1.Message{m}, CreatedAt: timestamppb.New(created),
-		Parent: &sessiondv1.ForkOrigin{SessionId: "0190a6b2-3c4d-7e5f-8a9b-0c1d2e3f4a5c", MessageCount: 4},
+		Parent:      &sessiondv1.ForkOrigin{SessionId: "0190a6b2-3c4d-7e5f-8a9b-0c1d2e3f4a5c", MessageCount: 4},
+		ExpireAfter: durationpb.New(72 * time.Hour),
 	}
 	r := createFromProto(req)
 	// Back through the session converter: the same fields come out.
 	back := sessionToProto(&storage.Session{
 		ID: r.ID, Namespace: r.Namespace, Alias: r.Alias, Title: r.Title, Summary: r.Summary,
-		CreatedAt: r.CreatedAt, Metadata: r.Metadata, Labels: r.Labels, Parent: r.Parent,
+		CreatedAt: r.CreatedAt, Metadata: r.Metadata, Labels: r.Labels, Parent: r.Parent, ExpireAfter: r.ExpireAfter,
 	})
 	want := &sessiondv1.Session{
 		Id: req.Id, Namespace: "ns", Alias: "a", Title: "t", Summary: "s", CreatedAt: req.CreatedAt,
-		Metadata: req.Metadata, Labels: req.Labels, Parent: req.Parent,
+		Metadata: req.Metadata, Labels: req.Labels, Parent: req.Parent, ExpireAfter: req.ExpireAfter,
+		Usage: &sessiondv1.Usage{},
 	}
 	if diff := cmp.Diff(want, back, protocmp.Transform()); diff != "" {
 		t.Fatalf("round trip (-want +got):\n%s", diff)

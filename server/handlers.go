@@ -26,6 +26,9 @@ func (s *Server) CreateSession(ctx context.Context, req *sessiondv1.CreateSessio
 	if err == nil {
 		err = validTimestamp("created_at", req.GetCreatedAt())
 	}
+	if err == nil {
+		err = validDuration("expire_after", req.GetExpireAfter())
+	}
 	if err != nil {
 		return nil, s.toStatus(mCreate, err)
 	}
@@ -76,6 +79,9 @@ func (s *Server) UpdateSession(ctx context.Context, req *sessiondv1.UpdateSessio
 	var fields storage.UpdateField
 	if err == nil {
 		fields, err = maskFields(req.GetUpdateMask().GetPaths())
+	}
+	if err == nil && fields&storage.UpdateExpireAfter != 0 {
+		err = validDuration("session.expire_after", req.GetSession().GetExpireAfter())
 	}
 	if err != nil {
 		return nil, s.toStatus(mUpdate, err)

@@ -2,8 +2,11 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"strings"
+	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -36,6 +39,25 @@ func validTimestamp(field string, ts *timestamppb.Timestamp) error {
 	return nil
 }
 
+// validDuration checks a duration before it becomes a Go value: unset, or
+// a valid protobuf Duration within time.Duration's range (the store checks
+// the bounds that matter).
+func validDuration(field string, d *durationpb.Duration) error {
+	if d == nil {
+		return nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return storage.Invalid(field, "is not a valid duration: %v", err)
+	}
+	if d.GetSeconds() < 0 || d.GetNanos() < 0 {
+		return storage.Invalid(field, "is negative")
+	}
+	if d.AsDuration() == time.Duration(math.MaxInt64) {
+		return storage.Invalid(field, "is longer than %v", storage.MaxExpireAfter)
+	}
+	return nil
+}
+
 // maskFields turns update_mask paths into storage fields. An empty mask is
 // refused (storage.CheckUpdateFields): with proto3 zero values, "update
 // nothing" and "clear everything" would otherwise be a client bug away from
@@ -45,7 +67,7 @@ func maskFields(paths []string) (storage.UpdateField, error) {
 	for i, p := range paths {
 		f, ok := updateFields[p]
 		if !ok {
-			return 0, storage.Invalid(fmt.Sprintf("update_mask.paths[%d]", i), "%q is not one of alias, title, summary, metadata, labels", clip(p))
+			return 0, storage.Invalid(fmt.Sprintf("update_mask.paths[%d]", i), "%q is not one of alias, title, summary, metadata, labels, expire_after", clip(p))
 		}
 		fields |= f
 	}
@@ -84,7 +106,7 @@ func underParent(parent string, moved func(top string) bool, err error) error {
 // session message.
 func sessionField(top string) bool {
 	switch top {
-	case "alias", "title", "summary", "metadata", "labels":
+	case "alias", "title", "summary", "metadata", "labels", "expire_after":
 		return true
 	}
 	return false

@@ -169,10 +169,10 @@ func (p *portable) LoadStream(ctx context.Context, ref Ref, opts LoadOptions, st
 		// say which assistant messages get synthetic results.
 		opts.CloseOpenToolCalls = false
 		var c *toolCallCloser
-		inner := each
+		outerStart, inner := start, each
 		start, each = func(s *Session) error {
 			c = newToolCallCloser(s.OpenToolCallIDs)
-			return start(s)
+			return outerStart(s)
 		}, func(m *sessiondv1.Message) error {
 			return c.next(m, inner)
 		}
