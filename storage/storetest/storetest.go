@@ -96,6 +96,7 @@ func RunConformance(t *testing.T, h Harness) {
 		{"Search", testSearch},
 		{"Watch", testWatch},
 		{"Fidelity", testFidelity},
+		{"Tally", testTally},
 		{"Aliasing", testAliasing},
 		{"Closed", testClosed},
 		{"Reopen", testReopen},
@@ -197,6 +198,9 @@ func checkInvariants(t *testing.T, s storage.Store) {
 			}
 			if int64(len(msgs)) != loaded.MessageCount {
 				t.Errorf("invariants: session %s has MessageCount %d but Load returned %d messages", se.ID, loaded.MessageCount, len(msgs))
+			}
+			if want := storage.Recount(msgs); !loaded.Unknown && !storage.SameTally(loaded.Tally, want) {
+				t.Errorf("invariants: session %s has tally %+v, but its messages say %+v", se.ID, loaded.Tally, want)
 			}
 			ids := make(map[string]bool)
 			for i, m := range msgs {
