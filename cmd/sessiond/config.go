@@ -36,6 +36,10 @@ type config struct {
 	maxConnIdle     time.Duration
 	maxLoads        int
 	showVersion     bool
+	// retention is each namespace's default idle time to live (--retention),
+	// retentionInterval how often the sweeper looks.
+	retention         retentionFlag
+	retentionInterval time.Duration
 
 	postgresDSN            string
 	postgresMaxConns       int32
@@ -102,6 +106,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.StringVar(&cfg.security.tlsClientCA, "tls-client-ca", "", "mutual TLS: refuse clients without a certificate signed by a CA in this PEM `file`")
 	fs.BoolVar(&cfg.security.insecure, "insecure", false, "allow a non-loopback --listen without TLS or without --auth-tokens (logs a warning)")
 	cfg.metrics.addFlags(fs)
+	fs.Var(&cfg.retention, "retention", "a namespace's default idle time to live, `NS=DURATION` (30d, 12h, 90m, 1d12h; =30d for the default namespace): its sessions without their own expire_after are deleted once not updated for that long; repeatable, or comma-separated")
+	fs.DurationVar(&cfg.retentionInterval, "retention-interval", storage.DefaultSweepInterval, "how often the daemon looks for sessions past their idle time to live and deletes them (1s to 24h)")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 	cfg.http.addFlags(fs)
 
@@ -194,6 +200,9 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	if cfg.shutdownTimeout < 0 {
 		return usagef("--shutdown-timeout %v is negative", cfg.shutdownTimeout)
 	}
+	if cfg.retentionInterval < time.Second || cfg.retentionInterval > 24*time.Hour {
+		return usagef("--retention-interval %v: want 1s to 24h", cfg.retentionInterval)
+	}
 	if err := cfg.security.check(); err != nil {
 		return err
 	}
@@ -233,6 +242,35 @@ func defaultDataDir(lookupEnv func(string) (string, bool)) (string, error) {
 		}
 	}
 	return filepath.Join(home, ".local", "share", "sessiond"), nil
+}
+
+// retentionFlag is --retention: namespace defaults, later ones (the command
+// line over the environment) winning for the same namespace.
+type retentionFlag map[string]time.Duration
+
+func (r *retentionFlag) String() string {
+	if r == nil || len(*r) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, ns := range slices.Sorted(maps.Keys(*r)) {
+		parts = append(parts, ns+"="+(*r)[ns].String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (r *retentionFlag) Set(v string) error {
+	if *r == nil {
+		*r = make(retentionFlag)
+	}
+	for _, spec := range strings.Split(v, ",") {
+		ns, ttl, err := storage.ParseRetention(strings.TrimSpace(spec))
+		if err != nil {
+			return err
+		}
+		(*r)[ns] = ttl
+	}
+	return nil
 }
 
 func backendNames() []string {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -74,6 +75,13 @@ func TestParseConfig(t *testing.T) {
 					t.Fatalf("flags over env: %+v", c)
 				}
 			}},
+		{"retention", []string{"--retention", "a=30d", "--retention", "=12h,b=1d12h", "--retention", "env=1h"},
+			map[string]string{"SESSIOND_RETENTION": "env=2d,other=90m"}, func(t *testing.T, c *config) {
+				want := retentionFlag{"a": 30 * 24 * time.Hour, "": 12 * time.Hour, "b": 36 * time.Hour, "env": time.Hour, "other": 90 * time.Minute}
+				if !maps.Equal(c.retention, want) || c.retentionInterval != storage.DefaultSweepInterval {
+					t.Fatalf("retention %v every %v, want %v every %v", c.retention, c.retentionInterval, want, storage.DefaultSweepInterval)
+				}
+			}},
 		{"version ignores environment", []string{"--version"}, map[string]string{"SESSIOND_VERSION": "false"}, func(t *testing.T, c *config) {
 			if !c.showVersion {
 				t.Fatal("--version not set")
@@ -114,6 +122,12 @@ func TestParseConfig(t *testing.T) {
 		{"negative idle", []string{"--max-connection-idle", "-1s"}, nil, "max-connection-idle"},
 		{"tiny watch history", []string{"--watch-history-bytes", "1024"}, nil, "watch-history-bytes"},
 		{"empty listen", []string{"--listen", ""}, nil, "listen"},
+		{"retention without a namespace", []string{"--retention", "30d"}, nil, "NAMESPACE=DURATION"},
+		{"retention of zero", []string{"--retention", "a=0s"}, nil, "zero"},
+		{"retention too short", []string{"--retention", "a=10ms"}, nil, "at least 1s"},
+		{"retention in a bad namespace", []string{"--retention", "a/b=1d"}, nil, "namespace"},
+		{"bad retention env", nil, map[string]string{"SESSIOND_RETENTION": "a=soon"}, "SESSIOND_RETENTION"},
+		{"retention interval", []string{"--retention-interval", "10ms"}, nil, "retention-interval"},
 	}
 	for _, tt := range usage {
 		t.Run(tt.name, func(t *testing.T) {

@@ -152,6 +152,17 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	}
 
 	mx.start(gs, driver, sec)
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		(&storage.Sweeper{Store: store, Defaults: cfg.retention, Interval: cfg.retentionInterval, Log: log.Named("retention")}).Run(sweepCtx)
+	}()
+	// The sweeper ends before the store closes (defers run last first).
+	defer func() {
+		stopSweep()
+		<-sweepDone
+	}()
 
 	maxConns := cfg.maxConns
 	if maxConns == 0 {
@@ -173,6 +184,8 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		zap.String("storage", cfg.storage),
 		zap.String("version", ver),
 		zap.Int("max_connections", maxConns),
+		zap.Stringer("retention", &cfg.retention),
+		zap.Duration("retention_interval", cfg.retentionInterval),
 	}, sec.logFields()...)...)
 	if exposureWarning != "" {
 		log.Warn(exposureWarning, zap.String("addr", lis.display))
