@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -133,8 +134,9 @@ func WithSessionMetadata(md map[string]string) HandleOption {
 // entry is one message of a handle.
 type entry struct {
 	m *sessiondv1.Message
-	// local marks a system message that WithoutSystemMessages keeps out of
-	// the store.
+	// local marks a message the handle never saves: a system message that
+	// WithoutSystemMessages keeps out of the store, or a synthetic tool
+	// result a resume loaded for a call left open (msgcheck.IsSynthetic).
 	local bool
 }
 
@@ -198,13 +200,24 @@ type Handle struct {
 
 // Open opens an existing session by id or alias, loading its messages. A
 // missing session is ErrNotFound.
+//
+// The messages are loaded with CloseOpenToolCalls, so that what Messages
+// returns is a history a model API accepts even if the program stopped
+// between a tool call and its result: each call left open is followed by a
+// synthetic result saying it was interrupted. Those results are the
+// handle's local entries, like the system messages WithoutSystemMessages
+// keeps out of the store: Messages shows them, saves never send them, and
+// counts (Rewind, Fork) leave them out. OpenToolCalls still lists the
+// calls, which the program may answer: appending a real result for one
+// drops its synthetic result from the handle.
 func (c *Client) Open(ctx context.Context, r Ref, opts ...HandleOption) (*Handle, error) {
 	hc := c.In(r.namespace(c.namespace))
-	sess, msgs, err := hc.Load(ctx, r, LoadOptions{})
+	sess, msgs, err := hc.Load(ctx, r, LoadOptions{CloseOpenToolCalls: true})
 	if err != nil {
 		return nil, err
 	}
-	h := newHandle(hc, sess, msgs, nil, opts)
+	stored, synthetic := splitSynthetic(msgs)
+	h := newHandle(hc, sess, stored, synthetic, opts)
 	if h.spoolPath != "" {
 		if err := h.replaySpools(ctx); err != nil {
 			h.closeMu.Lock()
@@ -275,6 +288,33 @@ func newID() string {
 type localAt struct {
 	e     entry
 	after int64
+}
+
+// splitSynthetic separates what a load with CloseOpenToolCalls made up
+// (msgcheck.IsSynthetic: the daemon refuses to store such a message, so
+// only a load makes one) from the stored messages: the synthetic results
+// become local entries at their positions.
+func splitSynthetic(msgs []*sessiondv1.Message) ([]*sessiondv1.Message, []localAt) {
+	stored := msgs[:0:0]
+	var synthetic []localAt
+	for _, m := range msgs {
+		if msgcheck.IsSynthetic(m) {
+			synthetic = append(synthetic, localAt{e: entry{m: m, local: true}, after: int64(len(stored))})
+			continue
+		}
+		stored = append(stored, m)
+	}
+	return stored, synthetic
+}
+
+// withSynthetic returns the handle's own local entries among locals (its
+// system messages) together with synthetic, a fresh load's synthetic
+// results, in position order: a reload replaces the old synthetic results.
+func withSynthetic(locals, synthetic []localAt) []localAt {
+	out := slices.DeleteFunc(slices.Clone(locals), func(l localAt) bool { return msgcheck.IsSynthetic(l.e.m) })
+	out = append(out, synthetic...)
+	slices.SortStableFunc(out, func(a, b localAt) int { return cmp.Compare(a.after, b.after) })
+	return out
 }
 
 // merge interleaves local entries among stored messages at their positions.
@@ -378,6 +418,33 @@ func (h *Handle) Messages() []*sessiondv1.Message {
 	return out
 }
 
+// OpenToolCalls returns the ids of the tool calls the session's assistant
+// messages made (stored or not yet saved) that no ROLE_TOOL message
+// answers, in the order they were made: the calls the program may still
+// answer. A synthetic result (see Open) answers nothing.
+func (h *Handle) OpenToolCalls() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	open, _ := msgcheck.OpenCalls(nil, "", h.savedMessagesLocked(), false)
+	return open
+}
+
+// savedMessagesLocked returns the messages a save sends or sent: every
+// entry but the local ones.
+func (h *Handle) savedMessagesLocked() []*sessiondv1.Message { return savedOf(h.entries) }
+
+// savedOf returns the messages of entries that saves send: all but the
+// local ones.
+func savedOf(entries []entry) []*sessiondv1.Message {
+	out := make([]*sessiondv1.Message, 0, len(entries))
+	for _, e := range entries {
+		if !e.local {
+			out = append(out, e.m)
+		}
+	}
+	return out
+}
+
 // Unsaved returns how many messages wait for a save.
 func (h *Handle) Unsaved() int {
 	h.mu.Lock()
@@ -414,8 +481,11 @@ func (h *Handle) savable(from, to int) int {
 // Append adds messages to the handle, in memory: each gets a UUID id unless
 // it has one and created_at unless set. The handle keeps copies, so the
 // caller may reuse msgs. A nil message, an unspecified role, a malformed id
-// or invalid UTF-8 (the rules the daemon applies to one message), or an id
-// already in the handle is ErrInvalid, and then nothing is appended.
+// or invalid UTF-8 (the rules the daemon applies to one message), an id
+// already in the handle, or a ROLE_TOOL result that answers no open tool
+// call (OpenToolCalls, or a call earlier in msgs) is ErrInvalid, and then
+// nothing is appended. A result for a call a resume closed with a synthetic
+// result (see Open) replaces that synthetic result.
 func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	add, ids, err := h.prepare("append", msgs)
 	if err != nil {
@@ -431,15 +501,62 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 			return fmt.Errorf("client: append: message id %q is already in the session: %w", e.m.Id, ErrInvalid)
 		}
 	}
-	n := len(h.entries)
+	open, _ := msgcheck.OpenCalls(nil, "", h.savedMessagesLocked(), false)
+	batch := savedOf(add)
+	if _, f := msgcheck.OpenCalls(open, "messages", batch, true); f != nil {
+		return fmt.Errorf("client: append: %s %s: %w", f.Field, f.Description, ErrInvalid)
+	}
+	old := h.snapshotLocked()
+	h.dropSyntheticLocked(batch)
 	h.entries = append(h.entries, add...)
 	if err := h.syncSpoolLocked(); err != nil {
-		h.entries = h.entries[:n]
+		h.restoreLocked(old)
 		return fmt.Errorf("client: append: %w", err)
 	}
 	maps.Copy(h.ids, ids)
 	h.poke()
 	return nil
+}
+
+// dropSyntheticLocked removes the synthetic results (local entries) of the
+// calls the ROLE_TOOL messages of batch answer. It never modifies the
+// entries array in place, so a snapshot taken before stays valid.
+func (h *Handle) dropSyntheticLocked(batch []*sessiondv1.Message) {
+	answered := map[string]bool{}
+	for _, m := range batch {
+		if m.GetRole() == sessiondv1.Role_ROLE_TOOL && m.GetToolCallId() != "" {
+			answered[m.GetToolCallId()] = true
+		}
+	}
+	if len(answered) == 0 {
+		return
+	}
+	var kept []entry
+	for i, e := range h.entries {
+		if !e.local || !msgcheck.IsSynthetic(e.m) || !answered[e.m.GetToolCallId()] {
+			continue
+		}
+		if kept == nil {
+			kept = slices.Clone(h.entries[:i])
+			h.ids = maps.Clone(h.ids)
+		}
+		delete(h.ids, e.m.GetId())
+		if i < h.synced {
+			h.synced--
+		}
+		if h.rewrite && i < h.rewriteLen {
+			h.rewriteLen--
+		}
+	}
+	if kept == nil {
+		return
+	}
+	for _, e := range h.entries[len(kept):] {
+		if !(e.local && msgcheck.IsSynthetic(e.m) && answered[e.m.GetToolCallId()]) {
+			kept = append(kept, e)
+		}
+	}
+	h.entries = kept
 }
 
 // prepare copies msgs into entries for Append and SetMessages, giving each
@@ -475,11 +592,15 @@ func (h *Handle) prepare(op string, msgs []*sessiondv1.Message) ([]entry, map[st
 
 // SetMessages replaces the handle's messages (a local rewrite, e.g. after
 // compaction): the next save replaces the stored ones with SaveSession.
-// Messages get ids and created_at as in Append.
+// Messages get ids and created_at as in Append; a ROLE_TOOL result that
+// answers no open tool call earlier in msgs is ErrInvalid.
 func (h *Handle) SetMessages(msgs ...*sessiondv1.Message) error {
 	entries, ids, err := h.prepare("set messages", msgs)
 	if err != nil {
 		return err
+	}
+	if _, f := msgcheck.OpenCalls(nil, "messages", savedOf(entries), true); f != nil {
+		return fmt.Errorf("client: set messages: %s %s: %w", f.Field, f.Description, ErrInvalid)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -837,10 +958,11 @@ func (h *Handle) Reload(ctx context.Context) error {
 	if err := h.checkOpen("reload"); err != nil {
 		return err
 	}
-	sess, stored, err := h.c.Load(ctx, ID(h.id), LoadOptions{})
+	sess, loaded, err := h.c.Load(ctx, ID(h.id), LoadOptions{CloseOpenToolCalls: true})
 	if err != nil {
 		return fmt.Errorf("reload %s: %w", h.id, err)
 	}
+	stored, synthetic := splitSynthetic(loaded)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	storedIDs := make(map[string]struct{}, len(stored))
@@ -855,7 +977,7 @@ func (h *Handle) Reload(ctx context.Context) error {
 	if h.rewrite {
 		base = h.rewriteLen
 	}
-	entries := merge(stored, h.localsLocked(base, -1))
+	entries := merge(stored, withSynthetic(h.localsLocked(base, -1), synthetic))
 	synced := len(entries)
 	for _, e := range h.entries[base:] {
 		if _, ok := storedIDs[e.m.GetId()]; ok && !e.local {
@@ -976,16 +1098,17 @@ func (h *Handle) Fork(ctx context.Context, o ForkOptions, opts ...HandleOption) 
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", h.id, err)
 	}
-	fsess, stored, err := h.c.Load(ctx, ID(sess.ID), LoadOptions{})
+	fsess, loaded, err := h.c.Load(ctx, ID(sess.ID), LoadOptions{CloseOpenToolCalls: true})
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: open %s: %w", h.id, sess.ID, err)
 	}
+	stored, synthetic := splitSynthetic(loaded)
 	h.mu.Lock()
 	keep := o.MessageCount
 	if keep == 0 {
 		keep = -1
 	}
-	locals := h.localsLocked(h.synced, keep)
+	locals := withSynthetic(h.localsLocked(h.synced, keep), synthetic)
 	h.mu.Unlock()
 	all := append(slices.Clone(h.base), opts...)
 	return newHandle(h.c, fsess, stored, locals, all), nil

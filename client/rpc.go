@@ -6,10 +6,12 @@ import (
 	"io"
 	"iter"
 	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -30,6 +32,16 @@ type Session struct {
 	Metadata     map[string]string
 	Labels       map[string]string
 	Parent       *ForkOrigin // nil unless forked (or imported with a parent)
+	// OpenToolCallIDs are the ids of the tool calls the session's assistant
+	// messages made that no ROLE_TOOL message answers yet, in order.
+	OpenToolCallIDs []string
+	// Usage is the sum of every message's usage; nil for a session stored by
+	// a daemon that kept no totals and not written to since.
+	Usage *sessiondv1.Usage
+	// Models are the models the messages name, most recently used first.
+	Models []string
+	// ExpireAfter is the session's idle time to live (0: none of its own).
+	ExpireAfter time.Duration
 	// PageToken is set by List: pass it as ListOptions.PageToken to resume
 	// just after this session.
 	PageToken string
@@ -69,6 +81,13 @@ func sessionFromProto(p *sessiondv1.Session) *Session {
 	if p.Parent != nil {
 		s.Parent = &ForkOrigin{SessionID: p.Parent.GetSessionId(), MessageCount: p.Parent.GetMessageCount()}
 	}
+	s.OpenToolCallIDs, s.Models = slices.Clone(p.GetOpenToolCallIds()), slices.Clone(p.GetModels())
+	if p.Usage != nil {
+		s.Usage = proto.CloneOf(p.Usage)
+	}
+	if p.ExpireAfter != nil {
+		s.ExpireAfter = p.ExpireAfter.AsDuration()
+	}
 	return s
 }
 
@@ -93,6 +112,9 @@ type CreateOptions struct {
 	// CreatedAt and Parent are for imports.
 	CreatedAt time.Time
 	Parent    *ForkOrigin
+	// ExpireAfter is the idle time to live: the daemon deletes the session
+	// once it has not been updated for this long (0: none of its own).
+	ExpireAfter time.Duration
 }
 
 // Create makes a session in c's namespace. A taken alias or id is
@@ -111,6 +133,9 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Session, error) 
 		Labels:    o.Labels,
 		Messages:  o.Messages,
 		CreatedAt: tsOrNil(o.CreatedAt),
+	}
+	if o.ExpireAfter != 0 {
+		req.ExpireAfter = durationpb.New(o.ExpireAfter)
 	}
 	if o.Parent != nil {
 		req.Parent = &sessiondv1.ForkOrigin{SessionId: o.Parent.SessionID, MessageCount: o.Parent.MessageCount}
@@ -139,6 +164,12 @@ type LoadOptions struct {
 	Offset int64 // messages to skip from the start
 	Limit  int64 // at most this many; 0 means all
 	Tail   bool  // the last Limit messages instead (Offset must be 0)
+	// CloseOpenToolCalls asks for a synthetic ROLE_TOOL result (metadata
+	// "sessiond.synthetic": "true", content saying the call was interrupted)
+	// after each assistant message whose tool calls no stored result
+	// answers, so that the history is one a model API accepts. The daemon
+	// stores nothing; Offset and Limit count stored messages.
+	CloseOpenToolCalls bool
 }
 
 // Load returns a session's metadata and the messages o selects.
@@ -183,7 +214,7 @@ func (c *Client) load(ctx context.Context, r Ref, o LoadOptions, onSession func(
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream if the caller stops early
 	stream, err := c.conn.rpc.LoadSession(ctx, &sessiondv1.LoadSessionRequest{
-		Ref: c.ref(r), Offset: o.Offset, Limit: o.Limit, Tail: o.Tail,
+		Ref: c.ref(r), Offset: o.Offset, Limit: o.Limit, Tail: o.Tail, CloseOpenToolCalls: o.CloseOpenToolCalls,
 	})
 	if err != nil {
 		return mapError(ctx, rpcLoad, err)
@@ -215,6 +246,7 @@ type ListOptions struct {
 	UpdatedBefore time.Time         // exclusive
 	Limit         int64             // 0 means all
 	PageToken     string            // a Session.PageToken to resume after
+	Model         string            // only sessions with a message by this model
 }
 
 // List streams the sessions of c's namespace, newest-updated first.
@@ -227,6 +259,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Session, er
 		UpdatedBefore: tsOrNil(o.UpdatedBefore),
 		Limit:         o.Limit,
 		PageToken:     o.PageToken,
+		Model:         o.Model,
 	}
 	return streamSeq(ctx, c, rpcList, c.conn.rpc.ListSessions, req, func(frame *sessiondv1.ListSessionsResponse) *Session {
 		s := sessionFromProto(frame.GetSession())
@@ -397,6 +430,15 @@ func SetMetadata(md map[string]string) UpdateOption {
 // SetLabels replaces the labels.
 func SetLabels(labels map[string]string) UpdateOption {
 	return setField("labels", func(s *sessiondv1.Session) { s.Labels = labels })
+}
+
+// SetExpireAfter changes the idle time to live; 0 removes the session's own.
+func SetExpireAfter(d time.Duration) UpdateOption {
+	return setField("expire_after", func(s *sessiondv1.Session) {
+		if d != 0 {
+			s.ExpireAfter = durationpb.New(d)
+		}
+	})
 }
 
 // IfRevision makes the update fail with ErrConflict unless the session is at

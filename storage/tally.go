@@ -3,7 +3,6 @@ package storage
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -107,37 +106,13 @@ func (t Tally) Add(field string, msgs []*sessiondv1.Message) (Tally, error) {
 }
 
 func (t Tally) add(field string, msgs []*sessiondv1.Message, strict bool) (Tally, error) {
+	open, f := msgcheck.OpenCalls(t.OpenToolCallIDs, field, msgs, strict)
+	if f != nil {
+		return t, fromFault(f)
+	}
 	out := Tally{Usage: t.Usage, Unknown: t.Unknown}
-	open := slices.Clone(t.OpenToolCallIDs)
 	models := slices.Clone(t.Models)
-	for i, m := range msgs {
-		switch m.GetRole() {
-		case sessiondv1.Role_ROLE_ASSISTANT:
-			for j, tc := range m.GetToolCalls() {
-				if slices.Contains(open, tc.GetId()) {
-					if strict {
-						return t, Invalid(fmt.Sprintf("%s[%d].tool_calls[%d].id", field, i, j),
-							"%q is the id of a tool call that is still open; a session's open calls need distinct ids", clip(tc.GetId()))
-					}
-					continue
-				}
-				open = append(open, tc.GetId())
-			}
-		case sessiondv1.Role_ROLE_TOOL:
-			id := m.GetToolCallId()
-			if id == "" {
-				break
-			}
-			k := slices.Index(open, id)
-			if k < 0 {
-				if strict {
-					return t, Invalid(fmt.Sprintf("%s[%d].tool_call_id", field, i),
-						"%q answers no open tool call: no earlier assistant message of the session made it, or another ROLE_TOOL message answered it", clip(id))
-				}
-				continue
-			}
-			open = slices.Delete(open, k, k+1)
-		}
+	for _, m := range msgs {
 		if u := m.GetUsage(); u != nil {
 			out.Usage = out.Usage.plus(u)
 		}
@@ -158,9 +133,10 @@ func (t Tally) add(field string, msgs []*sessiondv1.Message, strict bool) (Tally
 }
 
 // SyntheticKey is the metadata key (value "true") that marks a ROLE_TOOL
-// message a load with CloseOpenToolCalls made up for a call left open; such
-// a message is never stored.
-const SyntheticKey = "sessiond.synthetic"
+// message a load with CloseOpenToolCalls made up for a call left open. It
+// is reserved: a message that carries it is ErrInvalid, so such a message
+// is never stored.
+const SyntheticKey = msgcheck.SyntheticKey
 
 // InterruptedContent is the content of a synthetic tool result.
 const InterruptedContent = "The tool call was interrupted: no result was recorded, and the call may or may not have run."
@@ -194,10 +170,6 @@ func SyntheticResult(call *sessiondv1.Message, tc *sessiondv1.ToolCall) *session
 	}
 }
 
-// IsSynthetic reports whether m is a synthetic tool result (SyntheticResult).
-func IsSynthetic(m *sessiondv1.Message) bool {
-	return m.GetRole() == sessiondv1.Role_ROLE_TOOL && m.GetMetadata()[SyntheticKey] == "true"
-}
 
 // toolCallCloser inserts synthetic results into a stream of stored
 // messages (a load's window, in order) for the calls open in the session:

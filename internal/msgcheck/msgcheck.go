@@ -7,6 +7,7 @@ package msgcheck
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -48,6 +49,62 @@ func ID(field, id string) *Fault {
 		return fault(field, "has a control character at byte %d", i)
 	}
 	return nil
+}
+
+// SyntheticKey is the metadata key (value "true") that marks a ROLE_TOOL
+// result a load with close_open_tool_calls made up for a call left open. It
+// is reserved: a message that carries it is refused, so that a made-up
+// result is never stored as if a tool had answered.
+const SyntheticKey = "sessiond.synthetic"
+
+// IsSynthetic reports whether m is a result a load made up for an open call.
+func IsSynthetic(m *sessiondv1.Message) bool {
+	return m.GetRole() == sessiondv1.Role_ROLE_TOOL && m.GetMetadata()[SyntheticKey] == "true"
+}
+
+// OpenCalls applies msgs (field names the batch, e.g. "messages"), in
+// order, to open, a session's open tool calls (ids in the order made), and
+// returns the new list; open is not modified. An assistant message's tool
+// calls open; a ROLE_TOOL message with a tool_call_id closes that open
+// call. With strict set, a result that answers no open call, or a call
+// whose id is already open, is a Fault naming its field; otherwise it is
+// skipped (for messages stored before the rule).
+func OpenCalls(open []string, field string, msgs []*sessiondv1.Message, strict bool) ([]string, *Fault) {
+	out := slices.Clone(open)
+	for i, m := range msgs {
+		switch m.GetRole() {
+		case sessiondv1.Role_ROLE_ASSISTANT:
+			for j, tc := range m.GetToolCalls() {
+				if !slices.Contains(out, tc.GetId()) {
+					out = append(out, tc.GetId())
+				} else if strict {
+					return open, fault(fmt.Sprintf("%s[%d].tool_calls[%d].id", field, i, j),
+						"%q is the id of a tool call that is still open; a session's open calls need distinct ids", clip(tc.GetId()))
+				}
+			}
+		case sessiondv1.Role_ROLE_TOOL:
+			id := m.GetToolCallId()
+			if id == "" {
+				continue
+			}
+			if k := slices.Index(out, id); k >= 0 {
+				out = slices.Delete(out, k, k+1)
+			} else if strict {
+				return open, fault(fmt.Sprintf("%s[%d].tool_call_id", field, i),
+					"%q answers no open tool call: no earlier assistant message of the session made it, or another ROLE_TOOL message answered it", clip(id))
+			}
+		}
+	}
+	return out, nil
+}
+
+// clip shortens a client's string for a message.
+func clip(s string) string {
+	const n = 32
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // MaxModelBytes is the longest model name.
@@ -93,6 +150,9 @@ func Message(field string, m *sessiondv1.Message) *Fault {
 	}
 	if f := Model(field+".model", m.GetModel()); f != nil {
 		return f
+	}
+	if _, ok := m.GetMetadata()[SyntheticKey]; ok {
+		return fault(fmt.Sprintf("%s.metadata[%q]", field, SyntheticKey), "is reserved for the tool results a load with close_open_tool_calls makes up; such a result is never stored")
 	}
 	if u := m.GetUsage(); u != nil {
 		for _, c := range []struct {
