@@ -32,7 +32,7 @@ func TestResumeClosesOpenToolCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT, Model: "gpt-4.1",
-		Usage: &sessiondv1.Usage{InputTokens: 50, OutputTokens: 7},
+		Usage:     &sessiondv1.Usage{InputTokens: 50, OutputTokens: 7},
 		ToolCalls: []*sessiondv1.ToolCall{{Id: "call_a", Name: "f"}, {Id: "call_b", Name: "g"}}}
 	if err := h.Append(userMsg("do two things"), call,
 		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "call_a", Content: "done"}); err != nil {

@@ -170,7 +170,6 @@ func SyntheticResult(call *sessiondv1.Message, tc *sessiondv1.ToolCall) *session
 	}
 }
 
-
 // toolCallCloser inserts synthetic results into a stream of stored
 // messages (a load's window, in order) for the calls open in the session:
 // the results for an assistant message's open calls come after the
