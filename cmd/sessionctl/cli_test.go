@@ -320,7 +320,8 @@ func TestControlCharactersNeutralised(t *testing.T) {
 	s := d.create(&sessiondv1.CreateSessionRequest{Alias: "evil", Title: "title " + evil, Summary: evil,
 		Labels: map[string]string{"k": evil}, Metadata: map[string]string{"m": evil},
 		Messages: []*sessiondv1.Message{
-			{Id: "1", Role: user, Content: "line one\nline " + evil, Name: "n" + evil,
+			// An assistant message: only those make tool calls a tool result answers.
+			{Id: "1", Role: assistant, Content: "line one\nline " + evil, Name: "n" + evil,
 				ToolCalls: []*sessiondv1.ToolCall{{Id: "c1", Name: "t" + evil, Arguments: `{"a":"` + evil + `"}`}}},
 			{Id: "2", Role: toolRole, ToolCallId: "c1", Content: evil,
 				Parts: []*sessiondv1.ContentPart{{Kind: &sessiondv1.ContentPart_Text{Text: evil}}}},

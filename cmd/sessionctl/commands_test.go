@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -421,5 +422,43 @@ func TestAddrFromEnvAndUnixSocket(t *testing.T) {
 	r = must(t, ctlIn(t, strings.NewReader(""), "--namespace", "", "ls"))
 	if strings.Contains(r.stdout, "over-unix") {
 		t.Errorf("--namespace \"\" did not override SESSIOND_NAMESPACE:\n%s", r.stdout)
+	}
+}
+
+func TestLsShowUsageAndModels(t *testing.T) {
+	d := startDaemon(t, t.TempDir(), "")
+	msgs := []*sessiondv1.Message{
+		text(user, "u1", "weather in Paris and Oslo?"),
+		{Id: "a1", Role: assistant, Model: "gpt-4.1", Usage: &sessiondv1.Usage{InputTokens: 120, OutputTokens: 30, CachedInputTokens: 100},
+			ToolCalls: []*sessiondv1.ToolCall{{Id: "call_paris", Name: "weather"}, {Id: "call_oslo", Name: "weather"}}},
+		{Id: "t1", Role: toolRole, ToolCallId: "call_paris", Content: "18C"},
+		{Id: "a2", Role: assistant, Model: "claude-sonnet-4", Content: "18C in Paris", Usage: &sessiondv1.Usage{InputTokens: 200, OutputTokens: 12, ReasoningTokens: 4}},
+	}
+	s := d.create(&sessiondv1.CreateSessionRequest{Alias: "tools", Messages: msgs, ExpireAfter: durationpb.New(30 * 24 * time.Hour)})
+	plain := d.create(&sessiondv1.CreateSessionRequest{Alias: "plain"})
+
+	r := must(t, d.ctl("ls"))
+	if !regexp.MustCompile(s.GetId() + `\s+tools\s+4\s+320/42\s+claude-sonnet-4 \+1\s`).MatchString(r.stdout) {
+		t.Errorf("ls row of the session with usage:\n%s", r.stdout)
+	}
+	if !regexp.MustCompile(plain.GetId() + `\s+plain\s+0\s+-\s+-\s`).MatchString(r.stdout) {
+		t.Errorf("ls row of the session without usage:\n%s", r.stdout)
+	}
+	r = must(t, d.ctl("ls", "--model", "gpt-4.1"))
+	if !strings.Contains(r.stdout, s.GetId()) || strings.Contains(r.stdout, plain.GetId()) {
+		t.Errorf("ls --model gpt-4.1:\n%s", r.stdout)
+	}
+	r = must(t, d.ctl("show", "tools"))
+	for _, want := range []string{
+		"usage:     320 in (100 cached), 42 out (4 reasoning)",
+		"models:    claude-sonnet-4, gpt-4.1",
+		"open calls: call_oslo",
+		"expires:   after 30d without an update",
+		"assistant [gpt-4.1; 120 in (100 cached), 30 out]",
+		"assistant [claude-sonnet-4; 200 in, 12 out (4 reasoning)]",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("show lacks %q:\n%s", want, r.stdout)
+		}
 	}
 }

@@ -146,6 +146,14 @@ func writeHeader(w io.Writer, s *sessiondv1.Session) {
 	line("updated", fmtTime(s.GetUpdatedAt()))
 	line("revision", fmt.Sprint(s.GetRevision()))
 	line("messages", fmt.Sprint(s.GetMessageCount()))
+	if u := s.GetUsage(); u != nil {
+		line("usage", fmtUsage(u))
+	}
+	line("models", strings.Join(s.GetModels(), ", "))
+	line("open calls", strings.Join(s.GetOpenToolCallIds(), ", "))
+	if d := s.GetExpireAfter(); d != nil {
+		line("expires", "after "+fmtDays(d.AsDuration())+" without an update")
+	}
 	if p := s.GetParent(); p != nil {
 		line("parent", fmt.Sprintf("%s (first %d messages)", p.GetSessionId(), p.GetMessageCount()))
 	}
@@ -204,6 +212,16 @@ func (c *conversation) message(index int64, m *sessiondv1.Message) {
 	if m.GetRole() == sessiondv1.Role_ROLE_TOOL && m.GetToolCallId() != "" {
 		who += " result of " + m.GetToolCallId()
 	}
+	if m.GetModel() != "" || m.GetUsage() != nil {
+		var by []string
+		if m.GetModel() != "" {
+			by = append(by, m.GetModel())
+		}
+		if u := m.GetUsage(); u != nil {
+			by = append(by, fmtUsage(u))
+		}
+		who += " [" + strings.Join(by, "; ") + "]"
+	}
 	fmt.Fprintf(c.w, "\n[%d] %s  %s\n", index, fmtTime(m.GetCreatedAt()), safeLine(who))
 	c.body(m, "    ")
 	for _, tc := range m.GetToolCalls() {
@@ -216,6 +234,53 @@ func (c *conversation) message(index int64, m *sessiondv1.Message) {
 			fmt.Fprintf(c.w, "      ← (no result in view)\n")
 		}
 	}
+}
+
+// fmtUsage says what a Usage counts: "320 in (100 cached), 42 out (4
+// reasoning)", leaving out the zero parts in parentheses.
+func fmtUsage(u *sessiondv1.Usage) string {
+	s := fmt.Sprintf("%d in", u.GetInputTokens())
+	if u.GetCachedInputTokens() > 0 {
+		s += fmt.Sprintf(" (%d cached)", u.GetCachedInputTokens())
+	}
+	s += fmt.Sprintf(", %d out", u.GetOutputTokens())
+	if u.GetReasoningTokens() > 0 {
+		s += fmt.Sprintf(" (%d reasoning)", u.GetReasoningTokens())
+	}
+	return s
+}
+
+// fmtTokens is ls's token column: input/output, or "-" for none.
+func fmtTokens(u *sessiondv1.Usage) string {
+	if u.GetInputTokens() == 0 && u.GetOutputTokens() == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d", u.GetInputTokens(), u.GetOutputTokens())
+}
+
+// fmtModels is ls's model column: the most recent model, and how many
+// others, or "-".
+func fmtModels(models []string) string {
+	switch len(models) {
+	case 0:
+		return "-"
+	case 1:
+		return clip(models[0], 30)
+	}
+	return fmt.Sprintf("%s +%d", clip(models[0], 30), len(models)-1)
+}
+
+// fmtDays writes a duration in whole days when it is some ("30d", "1d12h0m0s"),
+// else as Go does.
+func fmtDays(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d < day {
+		return d.String()
+	}
+	if d%day == 0 {
+		return fmt.Sprintf("%dd", d/day)
+	}
+	return fmt.Sprintf("%dd%s", d/day, d%day)
 }
 
 // body prints a message's reasoning, content and parts, indented.

@@ -25,13 +25,14 @@ import (
 
 func lsCmd(e *env) *cobra.Command {
 	labels := labelsFlag{}
-	var since, prefix string
+	var since, prefix, model string
 	var limit int64
 	cmd := &cobra.Command{
 		Use:   "ls [ALIAS_PREFIX]",
 		Short: "list sessions, newest-updated first",
 		Example: `  sessionctl ls
   sessionctl ls proj- --label team=x --since 7d
+  sessionctl ls --model gpt-4.1
   sessionctl ls --since 2026-11-01 --json`,
 		Args:              rangeArgs(0, 1),
 		ValidArgsFunction: e.completeSessions,
@@ -45,7 +46,7 @@ func lsCmd(e *env) *cobra.Command {
 			if limit < 0 {
 				return usageErrorf("ls: --limit must not be negative")
 			}
-			req := &sessiondv1.ListSessionsRequest{Namespace: e.namespace, AliasPrefix: prefix, Labels: labels, Limit: limit}
+			req := &sessiondv1.ListSessionsRequest{Namespace: e.namespace, AliasPrefix: prefix, Labels: labels, Limit: limit, Model: model}
 			if since != "" {
 				t, err := parseSince(since, time.Now())
 				if err != nil {
@@ -61,6 +62,7 @@ func lsCmd(e *env) *cobra.Command {
 	f.StringVar(&since, "since", "", "only sessions updated since: a duration ago (36h, 7d, 2w), a date (2026-11-01) or an RFC3339 time")
 	f.StringVar(&prefix, "prefix", "", "only sessions whose alias starts with this (same as ALIAS_PREFIX)")
 	f.Int64Var(&limit, "limit", 0, "list at most N sessions (0: all)")
+	f.StringVar(&model, "model", "", "only sessions with a message written by this model")
 	return cmd
 }
 
@@ -86,7 +88,7 @@ func (e *env) ls(ctx context.Context, req *sessiondv1.ListSessionsRequest) error
 		return err
 	}
 	unreadable := e.unreadable(ctx, c, ss)
-	tb := newTable(e.stdout, "ID", "ALIAS", "MESSAGES", "UPDATED", "TITLE", "LABELS", "STATUS")
+	tb := newTable(e.stdout, "ID", "ALIAS", "MESSAGES", "TOKENS IN/OUT", "MODELS", "UPDATED", "TITLE", "LABELS", "STATUS")
 	for i, s := range ss {
 		alias := safeLine(s.GetAlias())
 		if alias == "" {
@@ -96,7 +98,7 @@ func (e *env) ls(ctx context.Context, req *sessiondv1.ListSessionsRequest) error
 		if unreadable[i] != "" {
 			st = unreadable[i]
 		}
-		if err := tb.row(s.GetId(), alias, fmt.Sprint(s.GetMessageCount()),
+		if err := tb.row(s.GetId(), alias, fmt.Sprint(s.GetMessageCount()), fmtTokens(s.GetUsage()), fmtModels(s.GetModels()),
 			fmtTime(s.GetUpdatedAt()), clip(s.GetTitle(), 40), clip(sortedPairs(s.GetLabels()), 60), st); err != nil {
 			return err
 		}
