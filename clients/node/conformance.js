@@ -121,6 +121,9 @@ function normalize(m) {
     ...m,
     tool_calls: (m.tool_calls ?? []).map((c) => ({ id: '', name: '', arguments: '', ...c })),
     reasoning: m.reasoning ? { text: '', signature: '', ...m.reasoning } : null,
+    usage: m.usage
+      ? { input_tokens: '0', output_tokens: '0', cached_input_tokens: '0', reasoning_tokens: '0', ...m.usage }
+      : null,
   };
 }
 

@@ -41,6 +41,7 @@ const everyKind = () => [
   { type: 'reasoning', content: [{ type: 'input_text', text: 'thinking' }] },
   { type: 'reasoning', id: 'rs_1', content: [], providerData: { encrypted_content: 'b64==' } },
   { type: 'function_call', callId: 'call_a', name: 'get_weather', arguments: '{ "city":"Paris",  "note": "caf\u00e9 😀" }', status: 'completed' },
+  { type: 'function_call', callId: 'call_b', name: 'get_weather', arguments: '{"city":"Oslo"}', status: 'completed' },
   { type: 'function_call_result', name: 'get_weather', callId: 'call_a', status: 'completed', output: { type: 'text', text: 'sunny' } },
   { type: 'function_call_result', name: 'get_weather', callId: 'call_b', status: 'completed', output: 'a plain string', providerData: undefined },
   { type: 'computer_call', callId: 'call_c', status: 'completed', action: { type: 'click', x: 1, y: 2, button: 'left' } },
@@ -85,7 +86,7 @@ test('items of every kind come back from getItems deep-equal to what addItems st
   assert.equal(raw.length, items.length);
   assert.deepStrictEqual(raw.map((m) => m.role), [
     'ROLE_USER', 'ROLE_SYSTEM', 'ROLE_USER', 'ROLE_ASSISTANT', 'ROLE_ASSISTANT', 'ROLE_ASSISTANT', 'ROLE_ASSISTANT',
-    'ROLE_ASSISTANT', 'ROLE_TOOL', 'ROLE_TOOL', 'ROLE_ASSISTANT', 'ROLE_TOOL', 'ROLE_ASSISTANT', 'ROLE_TOOL',
+    'ROLE_ASSISTANT', 'ROLE_ASSISTANT', 'ROLE_TOOL', 'ROLE_TOOL', 'ROLE_ASSISTANT', 'ROLE_TOOL', 'ROLE_ASSISTANT', 'ROLE_TOOL',
     'ROLE_ASSISTANT', 'ROLE_ASSISTANT', 'ROLE_ASSISTANT',
   ]);
   assert.equal(raw[0].content, 'plain user text');
@@ -95,11 +96,11 @@ test('items of every kind come back from getItems deep-equal to what addItems st
   assert.equal(raw[2].metadata[ITEM_ENCODING_KEY], 'json');
   assert.deepStrictEqual(raw[7].tool_calls.map((c) => [c.id, c.name, c.arguments]),
     [['call_a', 'get_weather', '{ "city":"Paris",  "note": "caf\u00e9 😀" }']]);
-  assert.equal(raw[8].tool_call_id, 'call_a');
-  assert.equal(raw[8].content, 'sunny');
+  assert.equal(raw[9].tool_call_id, 'call_a');
+  assert.equal(raw[9].content, 'sunny');
   assert.equal(raw[5].reasoning.text, 'thinking');
-  assert.equal(raw[13].tool_call_id, 'call_d');
-  assert.equal(raw[13].content, 'a\n');
+  assert.equal(raw[14].tool_call_id, 'call_d');
+  assert.equal(raw[14].content, 'a\n');
 });
 
 test('items that are not plain data are refused, naming where', async () => {
@@ -112,11 +113,11 @@ test('items that are not plain data are refused, naming where', async () => {
 
 test('popItem removes and returns the last item; clearSession empties the session, which stays', async () => {
   const session = open({ alias: `pop-${process.pid}-${Date.now()}` });
-  const items = everyKind().slice(7, 10);
+  const items = everyKind().slice(7, 11); // two calls, then their results
   await session.addItems(items);
+  assert.deepStrictEqual(await session.popItem(), items[3]);
   assert.deepStrictEqual(await session.popItem(), items[2]);
-  assert.deepStrictEqual(await session.popItem(), items[1]);
-  assert.deepStrictEqual(await session.getItems(), items.slice(0, 1));
+  assert.deepStrictEqual(await session.getItems(), items.slice(0, 2));
   await session.clearSession();
   assert.deepStrictEqual(await session.getItems(), []);
   assert.equal(await session.popItem(), undefined);
