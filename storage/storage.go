@@ -53,6 +53,20 @@
 // check, so a retry of a write that landed succeeds. A non-zero
 // ExpectedRevision that differs from the session's revision is ErrConflict.
 //
+// # Tool calls, usage and retention
+//
+// Every session keeps a Tally derived from its messages: its open tool
+// calls, its usage totals and the models its messages name. The rule that
+// keeps a conversation one a model API accepts is applied by every write:
+// a ROLE_TOOL message with a tool_call_id must answer an open call (made by
+// an earlier assistant message of the session, or earlier in the batch, and
+// answered by no other result), else ErrInvalid naming the field. Count and
+// Tally.Add apply it; Recount derives a tally from stored messages (rewind,
+// fork). A load with LoadOptions.CloseOpenToolCalls adds a synthetic result
+// (SyntheticResult) for each open call; the metadata key SyntheticKey is
+// reserved so such a result is never stored. A session's ExpireAfter is its
+// idle time to live: a Sweeper deletes what Store.Expired finds.
+//
 // # Errors
 //
 // Methods return errors that wrap exactly one of the sentinels below, with

@@ -40,7 +40,11 @@
 //	uint32 LE payload length n (>= 1) | uint32 LE CRC-32C of the payload | payload | zero padding to 8 bytes
 //
 // payload[0] is the frame type. A snapshot is a header frame (type 1:
-// generation, session id, the metadata as a sessiond.v1.Session proto),
+// generation, session id, the metadata as a sessiond.v1.Session proto,
+// whose open_tool_call_ids, usage, models and expire_after hold the
+// session's storage.Tally and idle time to live; usage is always present,
+// and its absence marks metadata written before tallies were kept, which
+// the first load of the session recounts from its messages),
 // message frames (type 2: a run of uvarint-length-prefixed sessiond.v1.Message
 // encodings, each exactly as the client's message was marshalled, unknown
 // fields included), and an end frame (type 3: the message count). A journal

@@ -18,7 +18,13 @@
 //     beside it are the columns that listing and search query: namespace,
 //     alias (unique per namespace), updated_ns (index sessions_list on
 //     namespace, updated_ns DESC, id: the list order), label_pairs (GIN) and
-//     meta_search (pg_trgm GIN). Times are Unix nanoseconds.
+//     meta_search (pg_trgm GIN). Times are Unix nanoseconds. Since schema
+//     version 2: tally (the session's storage.Tally as a sessiond.v1.Session
+//     proto with open_tool_call_ids, usage and models; NULL for a session
+//     written before, whose messages the next append recounts), models (the
+//     tally's models as text[], GIN: the list's model filter) and
+//     expire_after_ns (0: none; index sessions_expiry on updated_ns +
+//     expire_after_ns for the retention sweeper).
 //   - messages: one row per message: its protobuf encoding (body; fields
 //     this version does not know survive), its position, its id (unique per
 //     session: idempotent appends), and its lowered text. Message search
