@@ -357,3 +357,41 @@ func TestCreateOverOrphanMessages(t *testing.T) {
 		t.Fatalf("Load: %v, %v; want the one message created", msgs, err)
 	}
 }
+
+// TestTallyOfOldRows: a session row written before schema version 2 (tally
+// NULL, no models) answers an unknown tally until its next append, which
+// recounts its messages, so that a result for a call made back then is
+// accepted and the model filter finds the session again.
+func TestTallyOfOldRows(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
+	ctx := t.Context()
+	se, err := s.Create(ctx, storage.CreateRequest{Messages: []*sessiondv1.Message{
+		{Id: "a1", Role: sessiondv1.Role_ROLE_ASSISTANT, Model: "m-1", Usage: &sessiondv1.Usage{InputTokens: 7},
+			ToolCalls: []*sessiondv1.ToolCall{{Id: "c1"}, {Id: "c2"}}},
+		{Id: "r1", Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "c1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What migration 002 leaves in a row it did not write.
+	if _, err := connect(t, dsn).Exec(ctx, `UPDATE sessions SET tally = NULL, models = '{}' WHERE id = $1`, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	ref := storage.Ref{ID: se.ID}
+	got, err := s.Get(ctx, ref)
+	if err != nil || !got.Unknown {
+		t.Fatalf("old row: %+v, %v; want an unknown tally", got, err)
+	}
+	if _, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{{Id: "r2", Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "c2"}}}); err != nil {
+		t.Fatalf("append of a result for a call made before the upgrade: %v", err)
+	}
+	got, err = s.Get(ctx, ref)
+	if err != nil || got.Unknown || len(got.OpenToolCallIDs) != 0 || got.Usage.InputTokens != 7 || len(got.Models) != 1 {
+		t.Fatalf("after the append: %+v, %v", got.Tally, err)
+	}
+	var n int
+	if err := s.List(ctx, storage.ListOptions{Model: "m-1"}, func(*storage.Session) error { n++; return nil }); err != nil || n != 1 {
+		t.Fatalf("model filter after the recount: %d, %v", n, err)
+	}
+}
