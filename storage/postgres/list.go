@@ -23,18 +23,11 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*
 		if left > 0 {
 			page = min(page, left)
 		}
-		var got []*storage.Session
-		if err := s.withConn(ctx, func(q querier) error {
-			var err error
-			got, err = listPage1(ctx, q, opts, after, page)
+		got, err := s.queryYield(ctx, func(q querier) ([]*storage.Session, error) {
+			return listPage1(ctx, q, opts, after, page)
+		}, yield)
+		if err != nil {
 			return err
-		}); err != nil {
-			return err
-		}
-		for _, m := range got {
-			if err := yield(m); err != nil {
-				return err
-			}
 		}
 		if int64(len(got)) < page {
 			return nil
@@ -47,6 +40,25 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*
 		last := got[len(got)-1]
 		after = &storage.Cursor{UpdatedAt: last.UpdatedAt, ID: last.ID}
 	}
+}
+
+// queryYield runs query on a pooled connection, then yields each session it
+// read, with no connection held while yield runs, and returns them.
+func (s *Store) queryYield(ctx context.Context, query func(q querier) ([]*storage.Session, error), yield func(*storage.Session) error) ([]*storage.Session, error) {
+	var got []*storage.Session
+	if err := s.withConn(ctx, func(q querier) error {
+		var err error
+		got, err = query(q)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	for _, m := range got {
+		if err := yield(m); err != nil {
+			return nil, err
+		}
+	}
+	return got, nil
 }
 
 // querier is what pool connections and transactions share.
@@ -251,18 +263,11 @@ func (s *Store) Expired(ctx context.Context, opts storage.ExpiredOptions, yield 
 	}
 	left := opts.Limit
 	for _, q := range qs {
-		var got []*storage.Session
-		if err := s.withConn(ctx, func(c querier) error {
-			var err error
-			got, err = collectSessions(c.Query(ctx, q.sql, append(q.args, pgLimit(left))...))
+		got, err := s.queryYield(ctx, func(c querier) ([]*storage.Session, error) {
+			return collectSessions(c.Query(ctx, q.sql, append(q.args, pgLimit(left))...))
+		}, yield)
+		if err != nil {
 			return err
-		}); err != nil {
-			return err
-		}
-		for _, m := range got {
-			if err := yield(m); err != nil {
-				return err
-			}
 		}
 		if opts.Limit > 0 {
 			if left -= int64(len(got)); left <= 0 {
