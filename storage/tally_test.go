@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -55,4 +56,57 @@ func TestToolCallCloser(t *testing.T) {
 	if _, err := tally.Add("messages", []*sessiondv1.Message{res("x1", "c1"), res("x2", long)}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzTally builds conversations from bytes (each byte: a kind and a call
+// id from a small set, so that ids collide) and checks that the strict and
+// the lenient counts agree when the strict one accepts, and that counting a
+// conversation in two appends gives what counting it whole gives.
+func FuzzTally(f *testing.F) {
+	f.Add([]byte{0x00, 0x11, 0x21, 0x22, 0x32}, uint8(2))
+	f.Add([]byte{0x21, 0x00, 0x10, 0x10}, uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, cut uint8) {
+		if len(data) > 64 {
+			return
+		}
+		msgs := make([]*sessiondv1.Message, len(data))
+		for i, b := range data {
+			id := string(rune('a' + b&3))
+			m := &sessiondv1.Message{Id: strings.Repeat("m", i+1), Model: string(rune('p' + b>>6))}
+			switch b >> 4 & 3 {
+			case 0:
+				m.Role = sessiondv1.Role_ROLE_USER
+			case 1:
+				m.Role = sessiondv1.Role_ROLE_ASSISTANT
+				m.ToolCalls = []*sessiondv1.ToolCall{{Id: id}}
+				m.Usage = &sessiondv1.Usage{InputTokens: int64(b), OutputTokens: 1}
+			case 2:
+				m.Role = sessiondv1.Role_ROLE_TOOL
+				m.ToolCallId = id
+			default:
+				m.Role = sessiondv1.Role_ROLE_TOOL
+			}
+			msgs[i] = m
+		}
+		whole, err := Count("messages", msgs)
+		if err != nil {
+			var fe *FieldError
+			if !errors.As(err, &fe) || !strings.HasPrefix(fe.Field, "messages[") {
+				t.Fatalf("Count error %v does not name a message field", err)
+			}
+			return
+		}
+		if re := Recount(msgs); !SameTally(whole, re) {
+			t.Fatalf("Count %+v, Recount %+v", whole, re)
+		}
+		k := int(cut) % (len(msgs) + 1)
+		first, err := Count("messages", msgs[:k])
+		if err != nil {
+			t.Fatalf("a prefix of an accepted conversation was refused: %v", err)
+		}
+		both, err := first.Add("messages", msgs[k:])
+		if err != nil || !SameTally(both, whole) {
+			t.Fatalf("in two appends: %+v, %v; whole: %+v", both, err, whole)
+		}
+	})
 }

@@ -452,7 +452,7 @@ func TestLsShowUsageAndModels(t *testing.T) {
 	for _, want := range []string{
 		"usage:     320 in (100 cached), 42 out (4 reasoning)",
 		"models:    claude-sonnet-4, gpt-4.1",
-		"open calls: call_oslo",
+		"open call: call_oslo",
 		"expires:   after 30d without an update",
 		"assistant [gpt-4.1; 120 in (100 cached), 30 out]",
 		"assistant [claude-sonnet-4; 200 in, 12 out (4 reasoning)]",

@@ -150,7 +150,7 @@ func writeHeader(w io.Writer, s *sessiondv1.Session) {
 		line("usage", fmtUsage(u))
 	}
 	line("models", strings.Join(s.GetModels(), ", "))
-	line("open calls", strings.Join(s.GetOpenToolCallIds(), ", "))
+	line("open call", strings.Join(s.GetOpenToolCallIds(), ", ")) // tool calls no result answers yet
 	if d := s.GetExpireAfter(); d != nil {
 		line("expires", "after "+fmtDays(d.AsDuration())+" without an update")
 	}
