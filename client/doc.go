@@ -48,6 +48,17 @@
 // (auto-save stops and reports it). Reload fetches the stored messages and
 // puts the handle's unsaved ones after them; the next Save appends them.
 //
+// # Tool calls left open
+//
+// The daemon refuses a ROLE_TOOL result that answers no open tool call, and
+// so does Handle.Append, at once (ErrInvalid). A program that stopped
+// between a tool call and its result resumes with a valid history anyway:
+// Open, Reload and Fork load with LoadOptions.CloseOpenToolCalls, and the
+// synthetic results (metadata "sessiond.synthetic": "true") become local
+// entries that Messages shows and saves never send. OpenToolCalls lists the
+// calls still open; a real result appended for one replaces its synthetic
+// result.
+//
 // # Errors
 //
 // Errors wrap a sentinel (ErrNotFound, ErrAliasInUse, ErrMessageConflict,
