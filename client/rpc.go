@@ -35,8 +35,9 @@ type Session struct {
 	// OpenToolCallIDs are the ids of the tool calls the session's assistant
 	// messages made that no ROLE_TOOL message answers yet, in order.
 	OpenToolCallIDs []string
-	// Usage is the sum of every message's usage; nil for a session stored by
-	// a daemon that kept no totals and not written to since.
+	// Usage is the sum of every message's usage; nil when it is zero (or not
+	// known yet: a session stored by a daemon that kept no totals, not
+	// written to since).
 	Usage *sessiondv1.Usage
 	// Models are the models the messages name, most recently used first.
 	Models []string

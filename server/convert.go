@@ -66,8 +66,8 @@ func sessionToProto(s *storage.Session) *sessiondv1.Session {
 		Metadata:     s.Metadata,
 		Labels:       s.Labels,
 		Parent:       forkOriginToProto(s.Parent),
-		// The tally: usage is sent whenever it is known, zero or not, so a
-		// client reads totals without checking for their presence.
+		// The tally. Usage is left out when it is all zero (or unknown), as
+		// proto3 leaves out every zero value: a client's getters read 0.
 		OpenToolCallIds: s.OpenToolCallIDs,
 		Usage:           usageToProto(s.Tally),
 		Models:          s.Models,
@@ -76,7 +76,7 @@ func sessionToProto(s *storage.Session) *sessiondv1.Session {
 }
 
 func usageToProto(t storage.Tally) *sessiondv1.Usage {
-	if t.Unknown {
+	if t.Unknown || t.Usage == (storage.Usage{}) {
 		return nil
 	}
 	u := t.Usage

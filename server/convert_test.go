@@ -43,11 +43,12 @@ func TestSessionToProto(t *testing.T) {
 	if got.CreatedAt != nil || got.UpdatedAt != nil || got.Parent != nil || got.ExpireAfter != nil {
 		t.Fatalf("zero values became %v", got)
 	}
-	// A known tally's usage is always sent, zero or not; an unknown one's never.
-	if got.Usage == nil {
-		t.Fatal("a zero usage total must still be sent")
+	// Zero usage is left out, like every proto3 zero value; so is an
+	// unknown tally's.
+	if got.Usage != nil {
+		t.Fatalf("a zero usage total was sent: %v", got.Usage)
 	}
-	if got := sessionToProto(&storage.Session{ID: in.ID, Tally: storage.Tally{Unknown: true}}); got.Usage != nil {
+	if got := sessionToProto(&storage.Session{ID: in.ID, Tally: storage.Tally{Unknown: true, Usage: storage.Usage{InputTokens: 1}}}); got.Usage != nil {
 		t.Fatalf("an unknown tally sent usage %v", got.Usage)
 	}
 	if sessionToProto(nil) != nil {
@@ -74,7 +75,6 @@ func TestCreateFromProtoRoundTrip(t *testing.T) {
 	want := &sessiondv1.Session{
 		Id: req.Id, Namespace: "ns", Alias: "a", Title: "t", Summary: "s", CreatedAt: req.CreatedAt,
 		Metadata: req.Metadata, Labels: req.Labels, Parent: req.Parent, ExpireAfter: req.ExpireAfter,
-		Usage: &sessiondv1.Usage{},
 	}
 	if diff := cmp.Diff(want, back, protocmp.Transform()); diff != "" {
 		t.Fatalf("round trip (-want +got):\n%s", diff)
