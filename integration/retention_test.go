@@ -59,7 +59,9 @@ func checkRetention(t *testing.T, d *daemon) {
 	forever := mk("", 0)                 // no time to live at all
 	longer := mk("short", 2*time.Minute) // its own, longer than the default
 
-	watch, err := c.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: byID("", own)})
+	// From revision 1 (the create), so a subscription that starts late still
+	// replays the deletion from history.
+	watch, err := c.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: byID("", own), FromRevision: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"io"
 	"testing"
 	"time"
@@ -146,7 +147,11 @@ func TestLoadSessionCloseOpenToolCalls(t *testing.T) {
 
 	// Answering the open call closes it: no synthetic result any more, and
 	// the watcher's event says so.
-	watch, err := h.client.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: ref})
+	// From the current revision, not "from now": the server may subscribe
+	// after the append below, and the event comes from history then.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	watch, err := h.client.WatchSession(wctx, &sessiondv1.WatchSessionRequest{Ref: ref, FromRevision: sess.GetRevision()})
 	if err != nil {
 		t.Fatal(err)
 	}
