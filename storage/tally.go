@@ -132,6 +132,19 @@ func (t Tally) add(field string, msgs []*sessiondv1.Message, strict bool) (Tally
 	return out, nil
 }
 
+// AffectsTally reports whether appending msgs can change a session's tally
+// (or break the pairing rule): whether one makes a tool call, answers one,
+// or names a model or usage. A backend may take a faster path for a batch
+// that does not, leaving the tally as it is.
+func AffectsTally(msgs []*sessiondv1.Message) bool {
+	for _, m := range msgs {
+		if len(m.GetToolCalls()) > 0 || m.GetToolCallId() != "" || m.GetModel() != "" || m.GetUsage() != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // SyntheticKey is the metadata key (value "true") that marks a ROLE_TOOL
 // message a load with CloseOpenToolCalls made up for a call left open. It
 // is reserved: a message that carries it is ErrInvalid, so such a message

@@ -19,7 +19,7 @@
 //     alias (unique per namespace), updated_ns (index sessions_list on
 //     namespace, updated_ns DESC, id: the list order), label_pairs (GIN) and
 //     meta_search (pg_trgm GIN). Times are Unix nanoseconds. Since schema
-//     version 2: tally (the session's storage.Tally as a sessiond.v1.Session
+//     version 3: tally (the session's storage.Tally as a sessiond.v1.Session
 //     proto with open_tool_call_ids, usage and models; NULL for a session
 //     written before, whose messages the next append recounts), models (the
 //     tally's models as text[], GIN: the list's model filter) and

@@ -176,7 +176,7 @@ func sessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, se
 
 // encodeTally is the tally column of m: a sessiond.v1.Session proto holding
 // only open_tool_call_ids, usage and models, or NULL (nil) for a session
-// whose tally is unknown (written before schema version 2).
+// whose tally is unknown (written before schema version 3).
 func encodeTally(m *storage.Session) ([]byte, error) {
 	if m.Unknown {
 		return nil, nil
@@ -317,10 +317,15 @@ func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session
 	if err != nil {
 		return err
 	}
-	b.Queue(`INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+	tally, err := encodeTally(m)
+	if err != nil {
+		return err
+	}
+	b.Queue(`INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
+			tally, expire_after_ns)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		m.ID, int64(m.Revision), int16(typ), m.MessageCount-int64(count), count,
-		m.Namespace, alias, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta)
+		m.Namespace, alias, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta, tally, int64(m.ExpireAfter))
 	b.Queue(`DELETE FROM events WHERE session_id = $1 AND revision <= $2`, m.ID, int64(m.Revision)-historyEvents)
 	tx.changed = append(tx.changed, m.ID)
 	return nil
@@ -651,8 +656,13 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 	err := s.call(ctx, func() error {
 		var ok bool
 		var err error
-		if res, ok, err = s.appendFast(ctx, req, msgs); err != nil || ok {
-			return err
+		// The one-statement append leaves the tally as it is: only for a
+		// batch that does not change it (no tool call or result, usage or
+		// model), which needs no pairing check either.
+		if !storage.AffectsTally(msgs.Prepared) {
+			if res, ok, err = s.appendFast(ctx, req, msgs); err != nil || ok {
+				return err
+			}
 		}
 		conn, err := s.pool.Acquire(ctx)
 		if err != nil {
@@ -705,14 +715,16 @@ const appendFastSQL = `WITH s AS (
 		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END
 	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint)
 		AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = ANY($6::text[]))
-	RETURNING id, namespace, alias, created_ns, updated_ns, revision, message_count, meta
+	RETURNING id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns
 ), m AS (
 	INSERT INTO messages (session_id, pos, msg_id, body, search)
 	SELECT s.id, s.message_count - $4 + t.ord - 1, t.mid, t.body, t.search
 	FROM s, unnest($7::text[], $8::bytea[], $9::text[]) WITH ORDINALITY AS t(mid, body, search, ord)
 ), e AS (
-	INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta)
-	SELECT id, revision, $10, message_count - $4, $4, namespace, alias, created_ns, updated_ns, message_count, meta FROM s
+	INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
+		tally, expire_after_ns)
+	SELECT id, revision, $10, message_count - $4, $4, namespace, alias, created_ns, updated_ns, message_count, meta,
+		tally, expire_after_ns FROM s
 ), d AS (
 	DELETE FROM events WHERE session_id = (SELECT id FROM s) AND revision = (SELECT revision FROM s) - $11
 )
@@ -813,7 +825,7 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 	}
 	base := cur.Tally
 	if base.Unknown {
-		// Written before schema version 2: count the stored messages once.
+		// Written before schema version 3: count the stored messages once.
 		stored, err := readMessages(ctx, conn, cur.ID, 0, -1)
 		if err != nil {
 			return storage.AppendResult{}, err

@@ -358,7 +358,7 @@ func TestCreateOverOrphanMessages(t *testing.T) {
 	}
 }
 
-// TestTallyOfOldRows: a session row written before schema version 2 (tally
+// TestTallyOfOldRows: a session row written before schema version 3 (tally
 // NULL, no models) answers an unknown tally until its next append, which
 // recounts its messages, so that a result for a call made back then is
 // accepted and the model filter finds the session again.
@@ -374,7 +374,7 @@ func TestTallyOfOldRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What migration 002 leaves in a row it did not write.
+	// What migration 003 leaves in a row it did not write.
 	if _, err := connect(t, dsn).Exec(ctx, `UPDATE sessions SET tally = NULL, models = '{}' WHERE id = $1`, se.ID); err != nil {
 		t.Fatal(err)
 	}

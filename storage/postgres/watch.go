@@ -110,7 +110,7 @@ func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]stora
 		rows, err := q.Query(ctx, `SELECT e.revision, e.type, e.session, e.count,
 				CASE WHEN e.type = $4 THEN `+eventBodies+` END,
 				coalesce(e.namespace, ''), coalesce(e.alias, ''), coalesce(e.created_ns, 0), coalesce(e.updated_ns, 0),
-				coalesce(e.message_count, 0), e.meta
+				coalesce(e.message_count, 0), e.meta, e.tally, e.expire_after_ns
 			FROM events e WHERE e.session_id = $1 AND e.revision > $2 AND e.revision <= $3 ORDER BY e.revision`,
 			id, int64(from), upper, int16(storage.EventAppended))
 		if err != nil {
@@ -124,10 +124,15 @@ func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]stora
 			bodies       [][]byte
 			m            storage.Session
 			created, upd int64
-			meta         []byte
+			meta, tally  []byte
+			expire       int64
 		)
-		_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &count, &bodies, &m.Namespace, &m.Alias, &created, &upd, &m.MessageCount, &meta}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &count, &bodies, &m.Namespace, &m.Alias, &created, &upd, &m.MessageCount, &meta, &tally, &expire}, func() error {
 			ev := storage.Event{Type: storage.EventType(typ), Revision: uint64(rev), Session: &storage.Session{}}
+			m.Tally, m.ExpireAfter = storage.Tally{}, time.Duration(expire)
+			if err := decodeTally(tally, &m); err != nil {
+				return fmt.Errorf("postgres: event %d of session %s: tally: %v: %w", rev, id, err, storage.ErrDataLoss)
+			}
 			if err := eventSession(ev.Session, id, rev, snap, m, created, upd, meta); err != nil {
 				return fmt.Errorf("postgres: event %d of session %s does not decode: %v: %w", rev, id, err, storage.ErrDataLoss)
 			}

@@ -104,10 +104,20 @@ func testTally(t *testing.T, h *harness) {
 			wantField(t, "append "+c.field, err, c.field)
 		}
 		checkUnchanged(t, "refused appends", s, ref, before)
-		// A call made earlier in the same batch may be answered in it.
+		// A call made earlier in the same batch may be answered in it; the
+		// watcher's event carries the new tally.
+		sub, err := s.Watch(ctx, ref, before.session.Revision)
+		must(t, "Watch", err)
+		defer sub.Close()
 		appendMsgs(t, s, ref, result("r1", "c1"), calling("a2", "m-2", 5, 5, "c3"), result("r3", "c3"))
 		got := get(t, s, ref)
 		wantTally(t, "after append", got, storage.Tally{OpenToolCallIDs: []string{"c2"}, Usage: usage(15, 9), Models: []string{"m-2", "m-1"}})
+		select {
+		case ev := <-sub.Events():
+			wantTally(t, "the append's event", ev.Session, got.Tally)
+		case <-time.After(10 * time.Second):
+			t.Error("no event for the append")
+		}
 		// The idempotent retry of an append that landed comes before the
 		// rule: answering c1 again is a no-op, not an error.
 		res, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{result("r1", "c1"), calling("a2", "m-2", 5, 5, "c3"), result("r3", "c3")}})

@@ -1,4 +1,4 @@
--- Version 2: what a session's messages say about it (its open tool calls,
+-- Version 3: what a session's messages say about it (its open tool calls,
 -- usage totals and models: storage.Tally), and its idle time to live.
 --
 -- tally holds a sessiond.v1.Session proto with only open_tool_call_ids,
@@ -10,6 +10,11 @@ ALTER TABLE sessions
 	ADD COLUMN tally           bytea,
 	ADD COLUMN models          text[] NOT NULL DEFAULT '{}',
 	ADD COLUMN expire_after_ns bigint NOT NULL DEFAULT 0; -- 0: no idle time to live of its own
+
+-- An event's session carries them too (NULL tally: an event written before).
+ALTER TABLE events
+	ADD COLUMN tally           bytea,
+	ADD COLUMN expire_after_ns bigint NOT NULL DEFAULT 0;
 
 CREATE INDEX sessions_models ON sessions USING gin (models);
 -- The sweeper's question for sessions with their own time to live: which
