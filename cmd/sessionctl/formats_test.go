@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // formatFixture is the convert package's fixture for a format, written
@@ -111,8 +112,9 @@ func testImportExportFormats(t *testing.T, d *daemon) {
 // TestExportFormatOpenToolCalls: a session whose assistant made two tool
 // calls at once, one never answered, exports in each API format as a
 // history that API accepts: every call has exactly one result, the open
-// one's the daemon's synthetic "interrupted" result, while the stored
-// session stays as it was, the call still open.
+// one's the daemon's synthetic "interrupted" result, with no warning about
+// the daemon's marker on it, while the stored session stays as it was, the
+// call still open.
 func TestExportFormatOpenToolCalls(t *testing.T) { eachBackend(t, testExportFormatOpenToolCalls) }
 
 func testExportFormatOpenToolCalls(t *testing.T, d *daemon) {
@@ -145,6 +147,9 @@ func testExportFormatOpenToolCalls(t *testing.T, d *daemon) {
 			}
 			if got := results["call_oslo"]; len(got) != 1 || !strings.Contains(got[0], "interrupted") {
 				t.Errorf("call_oslo results %q, want the synthetic interrupted one", got)
+			}
+			if strings.Contains(r.stderr, storage.SyntheticKey) {
+				t.Errorf("export warned about the daemon's own marker on the synthetic result:\n%s", r.stderr)
 			}
 		})
 	}
