@@ -58,6 +58,12 @@ func (e *env) exportConversation(ctx context.Context, sa sessionArg, output stri
 	if err != nil {
 		return err
 	}
+	// The synthetic results' marker is the daemon's, not the session's (a
+	// stored message never carries it): warning that a format dropped it
+	// would name a field the user never stored.
+	for _, m := range msgs {
+		delete(m.Metadata, storage.SyntheticKey)
+	}
 	sess.Messages = msgs
 	doc, warns, err := convert.Export(f, sess, o)
 	if err != nil {

@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // formatFixture is the convert package's fixture for a format, written
@@ -105,6 +107,130 @@ func testImportExportFormats(t *testing.T, d *daemon) {
 	if n := strings.Count(ls.stdout, "\n"); n != 4 {
 		t.Errorf("want 4 sessions, got %d:\n%s", n, ls.stdout)
 	}
+}
+
+// TestExportFormatOpenToolCalls: a session whose assistant made two tool
+// calls at once, one never answered, exports in each API format as a
+// history that API accepts: every call has exactly one result, the open
+// one's the daemon's synthetic "interrupted" result, with no warning about
+// the daemon's marker on it, while the stored session stays as it was, the
+// call still open.
+func TestExportFormatOpenToolCalls(t *testing.T) { eachBackend(t, testExportFormatOpenToolCalls) }
+
+func testExportFormatOpenToolCalls(t *testing.T, d *daemon) {
+	call := text(assistant, "a1", "")
+	call.ToolCalls = []*sessiondv1.ToolCall{
+		{Id: "call_paris", Name: "weather", Arguments: `{"city":"Paris"}`},
+		{Id: "call_oslo", Name: "weather", Arguments: `{"city":"Oslo"}`},
+	}
+	answer := text(toolRole, "t1", "18°C")
+	answer.ToolCallId, answer.Name = "call_paris", "weather"
+	created := d.create(&sessiondv1.CreateSessionRequest{Alias: "open", Messages: []*sessiondv1.Message{
+		text(user, "u1", "weather in Paris and Oslo?"), call, answer,
+		text(user, "u2", "never mind Oslo"), text(assistant, "a2", "Paris is at 18°C."),
+	}})
+
+	for _, f := range []string{"openai-chat", "openai-responses", "anthropic"} {
+		t.Run(f, func(t *testing.T) {
+			r := must(t, d.ctl("export", "--format", f, "open"))
+			calls, results := exportedToolCalls(t, f, decodeJSON(t, []byte(r.stdout)))
+			if !cmp.Equal(calls, []string{"call_paris", "call_oslo"}) {
+				t.Errorf("tool calls %v, want [call_paris call_oslo]\n%s", calls, r.stdout)
+			}
+			for _, id := range calls {
+				if len(results[id]) != 1 {
+					t.Errorf("call %s has %d results, want exactly 1\n%s", id, len(results[id]), r.stdout)
+				}
+			}
+			if got := results["call_paris"]; len(got) != 1 || got[0] != "18°C" {
+				t.Errorf("call_paris results %q, want the stored 18°C", got)
+			}
+			if got := results["call_oslo"]; len(got) != 1 || !strings.Contains(got[0], "interrupted") {
+				t.Errorf("call_oslo results %q, want the synthetic interrupted one", got)
+			}
+			if strings.Contains(r.stderr, storage.SyntheticKey) {
+				t.Errorf("export warned about the daemon's own marker on the synthetic result:\n%s", r.stderr)
+			}
+		})
+	}
+
+	resp, err := d.client.GetSession(t.Context(), &sessiondv1.GetSessionRequest{
+		Ref: &sessiondv1.SessionRef{Key: &sessiondv1.SessionRef_Alias{Alias: "open"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := resp.GetSession()
+	if s.GetMessageCount() != 5 || s.GetRevision() != created.GetRevision() || !cmp.Equal(s.GetOpenToolCallIds(), []string{"call_oslo"}) {
+		t.Errorf("stored session changed by export: %d messages (want 5), revision %d (want %d), open tool calls %v (want [call_oslo])",
+			s.GetMessageCount(), s.GetRevision(), created.GetRevision(), s.GetOpenToolCallIds())
+	}
+}
+
+// exportedToolCalls reads an exported conversation in format f: the ids of
+// its tool calls in order, and the text of each call's results. In
+// anthropic a tool_result must be in the user message right after the
+// assistant message that made the call; one elsewhere is an error.
+func exportedToolCalls(t *testing.T, f string, doc any) ([]string, map[string][]string) {
+	t.Helper()
+	textOf := func(v any) string {
+		if s, ok := v.(string); ok {
+			return s
+		}
+		var b strings.Builder
+		parts, _ := v.([]any)
+		for _, p := range parts {
+			if m, ok := p.(map[string]any); ok {
+				s, _ := m["text"].(string)
+				b.WriteString(s)
+			}
+		}
+		return b.String()
+	}
+	field := func(v any, k string) any { m, _ := v.(map[string]any); return m[k] }
+	str := func(v any, k string) string { s, _ := field(v, k).(string); return s }
+	list := func(v any, k string) []any { l, _ := field(v, k).([]any); return l }
+	var calls []string
+	results := map[string][]string{}
+	switch f {
+	case "openai-chat":
+		for _, m := range list(doc, "messages") {
+			for _, tc := range list(m, "tool_calls") {
+				calls = append(calls, str(tc, "id"))
+			}
+			if str(m, "role") == "tool" {
+				results[str(m, "tool_call_id")] = append(results[str(m, "tool_call_id")], textOf(field(m, "content")))
+			}
+		}
+	case "openai-responses":
+		for _, item := range list(doc, "input") {
+			switch str(item, "type") {
+			case "function_call":
+				calls = append(calls, str(item, "call_id"))
+			case "function_call_output":
+				results[str(item, "call_id")] = append(results[str(item, "call_id")], textOf(field(item, "output")))
+			}
+		}
+	case "anthropic":
+		var previous []string // the calls of the message before
+		for i, m := range list(doc, "messages") {
+			var made []string
+			for _, block := range list(m, "content") {
+				switch str(block, "type") {
+				case "tool_use":
+					made = append(made, str(block, "id"))
+				case "tool_result":
+					id := str(block, "tool_use_id")
+					if str(m, "role") != "user" || !slices.Contains(previous, id) {
+						t.Errorf("messages[%d]: tool_result for %s is not in the user message right after its tool_use", i, id)
+					}
+					results[id] = append(results[id], textOf(field(block, "content")))
+				}
+			}
+			calls = append(calls, made...)
+			previous = made
+		}
+	}
+	return calls, results
 }
 
 // TestExportFormatWarns: a session with what the API formats cannot hold
