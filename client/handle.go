@@ -531,29 +531,26 @@ func (h *Handle) dropSyntheticLocked(batch []*sessiondv1.Message) {
 	if len(answered) == 0 {
 		return
 	}
-	var kept []entry
-	for i, e := range h.entries {
-		if !e.local || !msgcheck.IsSynthetic(e.m) || !answered[e.m.GetToolCallId()] {
-			continue
-		}
-		if kept == nil {
-			kept = slices.Clone(h.entries[:i])
-			h.ids = maps.Clone(h.ids)
-		}
-		delete(h.ids, e.m.GetId())
-		if i < h.synced {
-			h.synced--
-		}
-		if h.rewrite && i < h.rewriteLen {
-			h.rewriteLen--
-		}
-	}
-	if kept == nil {
+	drop := func(e entry) bool { return e.local && msgcheck.IsSynthetic(e.m) && answered[e.m.GetToolCallId()] }
+	if !slices.ContainsFunc(h.entries, drop) {
 		return
 	}
-	for _, e := range h.entries[len(kept):] {
-		if !(e.local && msgcheck.IsSynthetic(e.m) && answered[e.m.GetToolCallId()]) {
+	// Positions are compared with synced and rewriteLen as they were
+	// before any entry was dropped.
+	synced, rewriteLen := h.synced, h.rewriteLen
+	kept := make([]entry, 0, len(h.entries))
+	h.ids = maps.Clone(h.ids)
+	for i, e := range h.entries {
+		if !drop(e) {
 			kept = append(kept, e)
+			continue
+		}
+		delete(h.ids, e.m.GetId())
+		if i < synced {
+			h.synced--
+		}
+		if h.rewrite && i < rewriteLen {
+			h.rewriteLen--
 		}
 	}
 	h.entries = kept

@@ -151,3 +151,54 @@ func TestExpireAfterAndModelFilter(t *testing.T) {
 		t.Errorf("List(model m-x) = %v, want [%s]", got, s.ID)
 	}
 }
+
+// TestLateAnswersToAdjacentSyntheticResults: answering two calls a resume
+// closed with adjacent synthetic results drops both, and a save stores
+// both answers.
+func TestLateAnswersToAdjacentSyntheticResults(t *testing.T) {
+	srv := clienttest.NewServer(t)
+	c := srv.Dial(t)
+	ctx := t.Context()
+	h, err := c.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT,
+		ToolCalls: []*sessiondv1.ToolCall{{Id: "call_a", Name: "f"}, {Id: "call_b", Name: "g"}}}
+	if err := h.Append(userMsg("do two things"), call); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Open(ctx, client.ID(h.ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	want := []string{"ROLE_USER:", "ROLE_ASSISTANT:", "ROLE_TOOL:call_a", "ROLE_TOOL:call_b"}
+	if got := roles(r.Messages()); !slices.Equal(got, want) {
+		t.Fatalf("resumed history %v, want %v", got, want)
+	}
+	if err := r.Append(
+		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "call_a", Content: "a"},
+		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "call_b", Content: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := roles(r.Messages()); !slices.Equal(got, want) {
+		t.Errorf("after the late answers: %v, want %v", got, want)
+	}
+	if r.Unsaved() != 2 {
+		t.Errorf("Unsaved after two late answers = %d, want 2", r.Unsaved())
+	}
+	if err := r.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, stored, err := c.Load(ctx, client.ID(h.ID()), client.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := roles(stored); !slices.Equal(got, want) {
+		t.Errorf("stored after the late answers: %v, want %v", got, want)
+	}
+}
