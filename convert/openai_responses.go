@@ -108,13 +108,8 @@ func importResponses(data []byte, ws *warnings) (*sessiondv1.Session, error) {
 			if err := respIDs(o, m, respMessageID, respMessageState); err != nil {
 				return nil, err
 			}
-			c := o.raw("content")
-			if isString(c) {
-				_ = json.Unmarshal(c, &m.Content)
-			} else if c != nil {
-				if m.Parts, err = respPartsIn(o.field("content"), c); err != nil {
-					return nil, err
-				}
+			if err := respContentIn(o, "content", m); err != nil {
+				return nil, err
 			}
 		case "reasoning":
 			m := startTurn()
@@ -182,13 +177,8 @@ func importResponses(data []byte, ws *warnings) (*sessiondv1.Session, error) {
 			if err := respIDs(o, m, respOutputID, respOutputState); err != nil {
 				return nil, err
 			}
-			c := o.raw("output")
-			if isString(c) {
-				_ = json.Unmarshal(c, &m.Content)
-			} else if c != nil {
-				if m.Parts, err = respPartsIn(o.field("output"), c); err != nil {
-					return nil, err
-				}
+			if err := respContentIn(o, "output", m); err != nil {
+				return nil, err
 			}
 			s.Messages = append(s.Messages, m)
 			at = len(s.Messages) - 1
@@ -215,6 +205,26 @@ func respIDs(o *jobj, m *sessiondv1.Message, idKey, statusKey string) error {
 			setMeta(m, f.key, v)
 		}
 	}
+	return nil
+}
+
+// respContentIn reads an item's key that holds either a string (the
+// message's content) or a content array (its parts); absent leaves both
+// empty.
+func respContentIn(o *jobj, key string, m *sessiondv1.Message) error {
+	c := o.raw(key)
+	if isString(c) {
+		_ = json.Unmarshal(c, &m.Content)
+		return nil
+	}
+	if c == nil {
+		return nil
+	}
+	parts, err := respPartsIn(o.field(key), c)
+	if err != nil {
+		return err
+	}
+	m.Parts = parts
 	return nil
 }
 
