@@ -292,18 +292,7 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 			keep = append(keep, respCallKey(tc.GetId(), "id"), respCallKey(tc.GetId(), "status"))
 		}
 		messageDrops(OpenAIResponses, i, m, ws, keep...)
-		if m.GetName() != "" {
-			ws.add("message.name", i, "not held by openai-responses; dropped")
-		}
-		if m.GetToolCallId() != "" && m.GetRole() != sessiondv1.Role_ROLE_TOOL {
-			ws.add("message.tool_call_id", i, "only tool messages carry one in openai-responses; dropped")
-		}
-		if len(m.GetToolCalls()) > 0 && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
-			ws.add("message.tool_calls", i, "only assistant messages carry them in openai-responses; dropped")
-		}
-		if m.GetReasoning() != nil && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
-			ws.add("message.reasoning", i, "only assistant messages carry it in openai-responses; dropped")
-		}
+		roleDrops(OpenAIResponses, i, m, ws, "tool messages")
 		p := &partWriter{f: OpenAIResponses, ws: ws, at: i,
 			text: func(s string) obj { return obj{{"type", "input_text"}, {"text", s}} }, blob: respBlob}
 		message := func(role string) obj {
