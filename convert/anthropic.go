@@ -276,19 +276,7 @@ func exportAnthropic(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 	var out []any
 	for i := 0; i < len(msgs); i++ {
 		m := msgs[i]
-		messageDrops(Anthropic, i, m, ws, anthIsError, anthRedacted)
-		if m.GetName() != "" {
-			ws.add("message.name", i, "not held by anthropic; dropped")
-		}
-		if m.GetToolCallId() != "" && m.GetRole() != sessiondv1.Role_ROLE_TOOL {
-			ws.add("message.tool_call_id", i, "only tool results carry one in anthropic; dropped")
-		}
-		if len(m.GetToolCalls()) > 0 && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
-			ws.add("message.tool_calls", i, "only assistant messages carry them in anthropic; dropped")
-		}
-		if m.GetReasoning() != nil && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
-			ws.add("message.reasoning", i, "only assistant messages carry it in anthropic; dropped")
-		}
+		anthDrops(i, m, ws)
 		p := anthParts(ws, i)
 		switch m.GetRole() {
 		case sessiondv1.Role_ROLE_SYSTEM:
@@ -305,15 +293,12 @@ func exportAnthropic(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 			var blocks []any
 			for ; i < len(msgs) && msgs[i].GetRole() == sessiondv1.Role_ROLE_TOOL; i++ {
 				if msgs[i] != m { // the first was checked above
-					messageDrops(Anthropic, i, msgs[i], ws, anthIsError, anthRedacted)
+					anthDrops(i, msgs[i], ws)
 				}
 				blocks = append(blocks, anthToolResult(i, msgs[i], ws))
 			}
 			if i < len(msgs) && msgs[i].GetRole() == sessiondv1.Role_ROLE_USER {
-				messageDrops(Anthropic, i, msgs[i], ws, anthIsError, anthRedacted)
-				if msgs[i].GetName() != "" {
-					ws.add("message.name", i, "not held by anthropic; dropped")
-				}
+				anthDrops(i, msgs[i], ws)
 				blocks = append(blocks, anthParts(ws, i).content(msgs[i])...)
 			} else {
 				i--
@@ -363,6 +348,13 @@ func exportAnthropic(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 	return restoreParams(Anthropic, s, withMaxTokens(Anthropic, o, doc)), nil
 }
 
+// anthDrops warns, once per message, about what anthropic does not carry
+// of message i.
+func anthDrops(i int, m *sessiondv1.Message, ws *warnings) {
+	messageDrops(Anthropic, i, m, ws, anthIsError, anthRedacted)
+	roleDrops(Anthropic, i, m, ws, "tool results")
+}
+
 func anthParts(ws *warnings, at int) *partWriter {
 	return &partWriter{f: Anthropic, ws: ws, at: at,
 		text: func(s string) obj { return obj{{"type", "text"}, {"text", s}} }, blob: anthBlob}
@@ -371,9 +363,6 @@ func anthParts(ws *warnings, at int) *partWriter {
 func anthToolResult(i int, m *sessiondv1.Message, ws *warnings) any {
 	if m.GetToolCallId() == "" {
 		ws.add("message.tool_call_id", i, "empty; anthropic requires tool_use_id on a tool result")
-	}
-	if m.GetName() != "" {
-		ws.add("message.name", i, "not held by anthropic; dropped")
 	}
 	// A block kept whole on import goes back as it was.
 	if ps := m.GetParts(); m.GetContent() == "" && len(ps) == 1 {

@@ -473,6 +473,24 @@ func messageDrops(f Format, i int, m *sessiondv1.Message, ws *warnings, keep ...
 	}
 }
 
+// roleDrops warns about message i's name, which f does not hold, and
+// about the fields f holds only on other roles (tools names the messages
+// that carry a tool_call_id).
+func roleDrops(f Format, i int, m *sessiondv1.Message, ws *warnings, tools string) {
+	if m.GetName() != "" {
+		ws.add("message.name", i, "not held by %s; dropped", f)
+	}
+	if m.GetToolCallId() != "" && m.GetRole() != sessiondv1.Role_ROLE_TOOL {
+		ws.add("message.tool_call_id", i, "only %s carry one in %s; dropped", tools, f)
+	}
+	if len(m.GetToolCalls()) > 0 && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
+		ws.add("message.tool_calls", i, "only assistant messages carry them in %s; dropped", f)
+	}
+	if m.GetReasoning() != nil && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
+		ws.add("message.reasoning", i, "only assistant messages carry it in %s; dropped", f)
+	}
+}
+
 func contains(l []string, s string) bool {
 	for _, x := range l {
 		if x == s {

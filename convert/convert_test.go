@@ -472,3 +472,28 @@ func TestMaxTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestAnthropicToolRunWarnsOncePerMessage: in a run of tool results sent
+// as one user message, each message is checked once: the first's name is
+// counted once, and a later one's misplaced reasoning is named.
+func TestAnthropicToolRunWarnsOncePerMessage(t *testing.T) {
+	s := &sessiondv1.Session{Messages: []*sessiondv1.Message{
+		{Role: sessiondv1.Role_ROLE_ASSISTANT, ToolCalls: []*sessiondv1.ToolCall{{Id: "a", Name: "f", Arguments: "{}"}, {Id: "b", Name: "f", Arguments: "{}"}}},
+		{Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "a", Name: "f", Content: "1"},
+		{Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "b", Content: "2", Reasoning: &sessiondv1.Reasoning{Text: "why"}},
+	}}
+	_, warns, err := convert.Export(convert.Anthropic, s, convert.ExportOptions{Model: "m", MaxTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]convert.Warning{}
+	for _, w := range warns {
+		got[w.Field] = w
+	}
+	if w, ok := got["message.name"]; !ok || w.First != 1 || w.Count != 1 {
+		t.Errorf("name warning %+v, want message 1 counted once; got %v", w, warns)
+	}
+	if w, ok := got["message.reasoning"]; !ok || w.First != 2 || w.Count != 1 {
+		t.Errorf("reasoning warning %+v, want message 2 counted once; got %v", w, warns)
+	}
+}

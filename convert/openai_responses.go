@@ -108,13 +108,8 @@ func importResponses(data []byte, ws *warnings) (*sessiondv1.Session, error) {
 			if err := respIDs(o, m, respMessageID, respMessageState); err != nil {
 				return nil, err
 			}
-			c := o.raw("content")
-			if isString(c) {
-				_ = json.Unmarshal(c, &m.Content)
-			} else if c != nil {
-				if m.Parts, err = respPartsIn(o.field("content"), c); err != nil {
-					return nil, err
-				}
+			if err := respContentIn(o, "content", m); err != nil {
+				return nil, err
 			}
 		case "reasoning":
 			m := startTurn()
@@ -182,13 +177,8 @@ func importResponses(data []byte, ws *warnings) (*sessiondv1.Session, error) {
 			if err := respIDs(o, m, respOutputID, respOutputState); err != nil {
 				return nil, err
 			}
-			c := o.raw("output")
-			if isString(c) {
-				_ = json.Unmarshal(c, &m.Content)
-			} else if c != nil {
-				if m.Parts, err = respPartsIn(o.field("output"), c); err != nil {
-					return nil, err
-				}
+			if err := respContentIn(o, "output", m); err != nil {
+				return nil, err
 			}
 			s.Messages = append(s.Messages, m)
 			at = len(s.Messages) - 1
@@ -215,6 +205,26 @@ func respIDs(o *jobj, m *sessiondv1.Message, idKey, statusKey string) error {
 			setMeta(m, f.key, v)
 		}
 	}
+	return nil
+}
+
+// respContentIn reads an item's key that holds either a string (the
+// message's content) or a content array (its parts); absent leaves both
+// empty.
+func respContentIn(o *jobj, key string, m *sessiondv1.Message) error {
+	c := o.raw(key)
+	if isString(c) {
+		_ = json.Unmarshal(c, &m.Content)
+		return nil
+	}
+	if c == nil {
+		return nil
+	}
+	parts, err := respPartsIn(o.field(key), c)
+	if err != nil {
+		return err
+	}
+	m.Parts = parts
 	return nil
 }
 
@@ -282,18 +292,7 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 			keep = append(keep, respCallKey(tc.GetId(), "id"), respCallKey(tc.GetId(), "status"))
 		}
 		messageDrops(OpenAIResponses, i, m, ws, keep...)
-		if m.GetName() != "" {
-			ws.add("message.name", i, "not held by openai-responses; dropped")
-		}
-		if m.GetToolCallId() != "" && m.GetRole() != sessiondv1.Role_ROLE_TOOL {
-			ws.add("message.tool_call_id", i, "only tool messages carry one in openai-responses; dropped")
-		}
-		if len(m.GetToolCalls()) > 0 && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
-			ws.add("message.tool_calls", i, "only assistant messages carry them in openai-responses; dropped")
-		}
-		if m.GetReasoning() != nil && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
-			ws.add("message.reasoning", i, "only assistant messages carry it in openai-responses; dropped")
-		}
+		roleDrops(OpenAIResponses, i, m, ws, "tool messages")
 		p := &partWriter{f: OpenAIResponses, ws: ws, at: i,
 			text: func(s string) obj { return obj{{"type", "input_text"}, {"text", s}} }, blob: respBlob}
 		message := func(role string) obj {
