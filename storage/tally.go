@@ -106,6 +106,11 @@ func (t Tally) Add(field string, msgs []*sessiondv1.Message) (Tally, error) {
 }
 
 func (t Tally) add(field string, msgs []*sessiondv1.Message, strict bool) (Tally, error) {
+	if !AffectsTally(msgs) {
+		// Most appends: nothing to check or copy (t's slices are never
+		// modified in place, so sharing them is safe).
+		return t, nil
+	}
 	open, f := msgcheck.OpenCalls(t.OpenToolCallIDs, field, msgs, strict)
 	if f != nil {
 		return t, fromFault(f)

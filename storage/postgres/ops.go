@@ -167,11 +167,16 @@ func labelPairs(labels map[string]string) [][]byte {
 // sessionRow is the columns of m that insertSession and updateSession
 // write beside its id: alias (NULL for none), meta, label pairs, search text.
 func sessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string, err error) {
-	if m.Alias != "" {
-		alias = m.Alias
-	}
 	meta, err = encodeMeta(m)
-	return alias, meta, labelPairs(m.Labels), searchText(m.Title, m.Alias, m.Summary), err
+	return aliasCol(m), meta, labelPairs(m.Labels), searchText(m.Title, m.Alias, m.Summary), err
+}
+
+// aliasCol is m's alias column: NULL for none.
+func aliasCol(m *storage.Session) any {
+	if m.Alias == "" {
+		return nil
+	}
+	return m.Alias
 }
 
 // encodeTally is the tally column of m: a sessiond.v1.Session proto holding
@@ -313,7 +318,9 @@ func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Messa
 // An append's event names its messages by position: the count messages
 // before m.MessageCount. withTx sends the wake-up after the commit.
 func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, count int) error {
-	alias, meta, _, _, err := sessionRow(m)
+	// Not sessionRow: an event needs no label pairs or search text, and
+	// this runs on every append.
+	meta, err := encodeMeta(m)
 	if err != nil {
 		return err
 	}
@@ -325,7 +332,7 @@ func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session
 			tally, expire_after_ns)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		m.ID, int64(m.Revision), int16(typ), m.MessageCount-int64(count), count,
-		m.Namespace, alias, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta, tally, int64(m.ExpireAfter))
+		m.Namespace, aliasCol(m), m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta, tally, int64(m.ExpireAfter))
 	b.Queue(`DELETE FROM events WHERE session_id = $1 AND revision <= $2`, m.ID, int64(m.Revision)-historyEvents)
 	tx.changed = append(tx.changed, m.ID)
 	return nil
