@@ -1,14 +1,16 @@
 package main
 
 import (
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
+
+	"github.com/sessiond/sessiond/internal/ratelog"
 )
 
 // Descriptors kept back from --max-connections' automatic value, for the
@@ -37,22 +39,20 @@ func autoMaxConnections(maxOpenJournals int) int {
 // limitListener accepts at most max connections at once. A connection over
 // the cap is accepted and closed at once, so that its client sees
 // UNAVAILABLE (and may retry elsewhere or later) instead of waiting in the
-// kernel's backlog; refusals are logged at most once per logEvery.
+// kernel's backlog; refusals are logged at most once per refusalLogEvery.
 type limitListener struct {
 	net.Listener
 	max    int64
 	log    *zap.Logger
 	active atomic.Int64
-
-	mu        sync.Mutex // guards refused and lastLog
-	refused   int64      // connections refused since the last log line
-	lastLog   time.Time
-	logEvery  time.Duration
-	onRefused func() // for tests: called after each refusal
+	cond   *ratelog.Limiter
 }
 
+// refusalLogEvery spaces the log lines of refused connections.
+const refusalLogEvery = 10 * time.Second
+
 func newLimitListener(l net.Listener, max int, log *zap.Logger) *limitListener {
-	return &limitListener{Listener: l, max: int64(max), log: log, logEvery: 10 * time.Second}
+	return &limitListener{Listener: l, max: int64(max), log: log, cond: ratelog.New(refusalLogEvery)}
 }
 
 // Accept returns the next connection within the cap.
@@ -67,22 +67,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		l.active.Add(-1)
 		_ = c.Close()
-		l.refusedOne()
-	}
-}
-
-func (l *limitListener) refusedOne() {
-	l.mu.Lock()
-	l.refused++
-	if now := time.Now(); now.Sub(l.lastLog) >= l.logEvery {
-		l.log.Warn("connection limit reached: refusing new connections",
-			zap.Int64("max_connections", l.max), zap.Int64("refused", l.refused),
-			zap.String("hint", fmt.Sprintf("raise --max-connections (and ulimit -n); repeated at most every %v", l.logEvery)))
-		l.refused, l.lastLog = 0, now
-	}
-	l.mu.Unlock()
-	if l.onRefused != nil {
-		l.onRefused()
+		l.cond.Log(l.log, zapcore.WarnLevel, "connection limit", "connection limit reached: refusing new connections",
+			zap.Int64("max_connections", l.max), zap.String("hint", "raise --max-connections (and ulimit -n)"))
 	}
 }
 

@@ -398,6 +398,7 @@ func TestRunStartupErrors(t *testing.T) {
 		}{
 			{[]string{"--pprof"}, "--pprof needs --metrics-listen"},
 			{[]string{"--metrics-listen", "nonsense"}, "--metrics-listen \"nonsense\": want host:port"},
+			{[]string{"--metrics-listen", "unix:/tmp/m.sock"}, "--metrics-listen \"unix:/tmp/m.sock\": want host:port, not a unix socket"},
 			{[]string{"--metrics-listen", "0.0.0.0:0"}, "refusing to serve metrics on 0.0.0.0:0 without TLS and --auth-tokens"},
 		} {
 			var stdout, stderr bytes.Buffer

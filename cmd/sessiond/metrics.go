@@ -43,6 +43,9 @@ func (c *metricsConfig) check() error {
 		}
 		return nil
 	}
+	if strings.HasPrefix(c.listen, "unix:") {
+		return usagef("--metrics-listen %q: want host:port, not a unix socket", c.listen)
+	}
 	if _, _, err := net.SplitHostPort(c.listen); err != nil {
 		return usagef("--metrics-listen %q: want host:port: %v", c.listen, err)
 	}
@@ -89,23 +92,22 @@ func openMetrics(ctx context.Context, cfg *config, log *zap.Logger) (*metricsSer
 	if _, err := cfg.security.checkMetricsExposure(addr, listenLoopback(ctx, addr)); err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", addr)
+	lis, err := listen(addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-listen: listen on %s: %w", addr, err)
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
 	}
-	tcp := lis.Addr().(*net.TCPAddr)
-	warning, err := cfg.security.checkMetricsExposure(tcp.String(), tcp.IP.IsLoopback())
+	warning, err := cfg.security.checkMetricsExposure(lis.display, lis.loopback)
 	if err != nil {
 		_ = lis.Close()
 		return nil, err
 	}
 	log = log.Named("metrics")
 	if warning != "" {
-		log.Warn(warning, zap.String("addr", tcp.String()))
+		log.Warn(warning, zap.String("addr", lis.display))
 	}
 	m := metrics.New(buildinfo.Version(version), cfg.storage)
 	cfg.metrics.onFlush = m.ObserveFlush
-	return &metricsServer{m: m, lis: lis, display: tcp.String(), pprof: cfg.metrics.pprof, log: log}, nil
+	return &metricsServer{m: m, lis: lis, display: lis.display, pprof: cfg.metrics.pprof, log: log}, nil
 }
 
 // serverOptions are the gRPC interceptors that count and time calls: to
