@@ -38,10 +38,14 @@ import (
 // fields. Its mutex guards every field: the handler's goroutine writes it,
 // and the logging interceptor reads it after the handler returns.
 type callInfo struct {
-	mu     sync.Mutex
-	fields []any // "namespace", ns, then "session_id" or "session_alias"
-	panic  any
-	stack  string
+	mu sync.Mutex
+	// The session the request names (named: it names one, or a
+	// namespace), kept as strings: the log fields are made only for a line
+	// that is written.
+	named         bool
+	ns, id, alias string
+	panic         any
+	stack         string
 	// start and took are set for a unary call that ran before its line was
 	// known to be written (see quietUnary): the call's own start time and
 	// duration, which the line then shows instead of the middleware's.
@@ -61,19 +65,9 @@ func callInfoFrom(ctx context.Context) *callInfo {
 func (ci *callInfo) noteRequest(req any) {
 	ci.mu.Lock()
 	defer ci.mu.Unlock()
-	if ci.fields == nil {
-		ci.fields = requestFields(req)
+	if !ci.named {
+		ci.ns, ci.id, ci.alias, ci.named = requestSession(req)
 	}
-}
-
-// requestFields names the session (or namespace) a request is about, as
-// log fields; nil when it names none.
-func requestFields(req any) []any {
-	ns, id, alias, ok := requestSession(req)
-	if !ok {
-		return nil
-	}
-	return sessionFields(ns, id, alias)
 }
 
 // requestSession returns the namespace, id and alias a request message
@@ -138,7 +132,10 @@ func logFields(ctx context.Context, _ interceptors.CallMeta) logging.Fields {
 	}
 	ci.mu.Lock()
 	defer ci.mu.Unlock()
-	f := logging.Fields(append([]any(nil), ci.fields...))
+	var f logging.Fields
+	if ci.named {
+		f = sessionFields(ci.ns, ci.id, ci.alias)
+	}
 	if ci.panic != nil {
 		f = append(f, "panic", ci.panic, "stack", ci.stack)
 	}
@@ -179,7 +176,8 @@ func (s *Server) quietUnary(logged grpc.UnaryServerInterceptor) grpc.UnaryServer
 }
 
 func infoUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	ci := &callInfo{fields: requestFields(req)}
+	ci := &callInfo{}
+	ci.ns, ci.id, ci.alias, ci.named = requestSession(req)
 	return handler(context.WithValue(ctx, callInfoKey{}, ci), req)
 }
 

@@ -175,16 +175,23 @@ func Message(field string, m *sessiondv1.Message) *Fault {
 
 // invalidUTF8 finds the first string (field, list element, map key or value,
 // nested ones included) of m that is not valid UTF-8 and returns its path.
+// Fields are visited in declaration order, without a closure per message
+// (this runs on every message a daemon stores).
 func invalidUTF8(m protoreflect.Message) (path string, bad bool) {
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+	fds := m.Descriptor().Fields()
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		if !m.Has(fd) {
+			continue
+		}
+		v := m.Get(fd)
 		name := string(fd.Name())
 		switch {
 		case fd.IsList():
 			l := v.List()
 			for i := range l.Len() {
 				if p, ok := invalidUTF8Value(fd, l.Get(i)); ok {
-					path, bad = fmt.Sprintf("%s[%d]%s", name, i, p), true
-					return false
+					return fmt.Sprintf("%s[%d]%s", name, i, p), true
 				}
 			}
 		case fd.IsMap():
@@ -199,16 +206,16 @@ func invalidUTF8(m protoreflect.Message) (path string, bad bool) {
 				}
 				return true
 			})
-			return !bad
+			if bad {
+				return path, bad
+			}
 		default:
 			if p, ok := invalidUTF8Value(fd, v); ok {
-				path, bad = name+p, true
-				return false
+				return name + p, true
 			}
 		}
-		return true
-	})
-	return path, bad
+	}
+	return "", false
 }
 
 func invalidUTF8Value(fd protoreflect.FieldDescriptor, v protoreflect.Value) (string, bool) {

@@ -591,7 +591,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	// Each op must still name e: a rename or delete may have come between
 	// its lookup and now.
 	s.mu.RLock()
-	live := batch[:0:0]
+	live := batch[:0] // batch is this call's own: filtered in place
 	for _, op := range batch {
 		if got, err := s.resolveLocked(op.ref); err != nil {
 			finish(op, storage.AppendResult{}, err)
@@ -619,8 +619,11 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		op   *appendOp
 		meta storage.Session
 	}
-	var recs []record
-	var changes []change
+	// Most batches hold an append or two: their records and changes stay
+	// on the stack.
+	var recBuf [4]record
+	var changeBuf [2]change
+	recs, changes := recBuf[:0], changeBuf[:0]
 	for _, op := range live {
 		if err := op.ctx.Err(); err != nil {
 			finish(op, storage.AppendResult{}, err)
