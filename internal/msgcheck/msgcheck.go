@@ -195,19 +195,8 @@ func invalidUTF8(m protoreflect.Message) (path string, bad bool) {
 				}
 			}
 		case fd.IsMap():
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				if fd.MapKey().Kind() == protoreflect.StringKind && !utf8.ValidString(k.String()) {
-					path, bad = name+" (a key)", true
-					return false
-				}
-				if p, ok := invalidUTF8Value(fd.MapValue(), mv); ok {
-					path, bad = fmt.Sprintf("%s[%q]%s", name, k.String(), p), true
-					return false
-				}
-				return true
-			})
-			if bad {
-				return path, bad
+			if p, ok := invalidUTF8Map(name, fd, v.Map()); ok {
+				return p, true
 			}
 		default:
 			if p, ok := invalidUTF8Value(fd, v); ok {
@@ -216,6 +205,23 @@ func invalidUTF8(m protoreflect.Message) (path string, bad bool) {
 		}
 	}
 	return "", false
+}
+
+// invalidUTF8Map is invalidUTF8 for the map field fd (named name), apart
+// so that only a message with a map pays for the closure.
+func invalidUTF8Map(name string, fd protoreflect.FieldDescriptor, m protoreflect.Map) (path string, bad bool) {
+	m.Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+		if fd.MapKey().Kind() == protoreflect.StringKind && !utf8.ValidString(k.String()) {
+			path, bad = name+" (a key)", true
+			return false
+		}
+		if p, ok := invalidUTF8Value(fd.MapValue(), mv); ok {
+			path, bad = fmt.Sprintf("%s[%q]%s", name, k.String(), p), true
+			return false
+		}
+		return true
+	})
+	return path, bad
 }
 
 func invalidUTF8Value(fd protoreflect.FieldDescriptor, v protoreflect.Value) (string, bool) {
