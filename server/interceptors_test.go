@@ -1,14 +1,18 @@
 package server
 
 import (
+	"context"
 	"regexp"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc/codes"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // TestCallLogs checks the one line each call logs: it names the session and
@@ -103,5 +107,63 @@ func TestRoundDuration(t *testing.T) {
 		if got := roundDuration(tt.in).String(); got != tt.want {
 			t.Errorf("roundDuration(%v) = %s, want %s", tt.in, got, tt.want)
 		}
+	}
+}
+
+// slowPanicStore panics in Append after a pause, on a session whose alias
+// is "boom".
+type slowPanicStore struct{ storage.Store }
+
+const slowPanicPause = 30 * time.Millisecond
+
+func (s slowPanicStore) Append(ctx context.Context, req storage.AppendRequest) (storage.AppendResult, error) {
+	if req.Ref.Alias == "boom" {
+		time.Sleep(slowPanicPause)
+		panic("boom in Append")
+	}
+	return s.Store.Append(ctx, req)
+}
+
+// TestCallLogsAtInfo checks the quiet path of the call log (quietUnary): at
+// the info level a successful call writes no line, and a call that fails
+// with a logged code still writes the middleware's whole line, with the
+// call's own start time and duration.
+func TestCallLogsAtInfo(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	h := newHarness(t, harnessConfig{
+		wrap: func(s storage.Store) storage.Store { return slowPanicStore{s} },
+		opts: []Option{WithLogger(zap.New(core))},
+	})
+	ctx := t.Context()
+	h.create(t, &sessiondv1.CreateSessionRequest{Alias: "boom"})
+	s := h.create(t, &sessiondv1.CreateSessionRequest{Alias: "calm"})
+	if _, err := h.client.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: byID(s.GetId()), Messages: []*sessiondv1.Message{user("a", "b")}}); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	_, err := h.client.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: byAlias("boom"), Messages: []*sessiondv1.Message{user("a", "b")}})
+	wantCode(t, err, codes.Internal, "")
+
+	lines := logs.FilterMessage("finished call").All()
+	if len(lines) != 1 {
+		t.Fatalf("%d call lines at info, want only the failed call's: %v", len(lines), lines)
+	}
+	f := lines[0].ContextMap()
+	for k, v := range map[string]string{"grpc.method": "AppendMessages", "grpc.code": "Internal", "session_alias": "boom",
+		"grpc.service": "sessiond.v1.SessionStoreService", "panic": "boom in Append"} {
+		if f[k] != v {
+			t.Errorf("field %s = %v, want %q", k, f[k], v)
+		}
+	}
+	if lines[0].Level != zapcore.ErrorLevel || f["peer.address"] == nil || f["stack"] == nil {
+		t.Errorf("line at %v lacks the middleware's or the panic's fields: %v", lines[0].Level, f)
+	}
+	d, err := time.ParseDuration(f["duration"].(string))
+	if err != nil || d < slowPanicPause {
+		t.Errorf("duration %v (%v): want the call's own, at least %v", f["duration"], err, slowPanicPause)
+	}
+	start, err := time.Parse(time.RFC3339Nano, f["grpc.start_time"].(string))
+	if err != nil || start.Before(before) || time.Since(start) < slowPanicPause {
+		t.Errorf("grpc.start_time %v (%v): want the call's own start", f["grpc.start_time"], err)
 	}
 }

@@ -142,15 +142,26 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 // receive limit set to max_frame_bytes (grpc-go's default of 4 MiB would
 // refuse requests the limits allow), the codec that names a string field
 // holding invalid UTF-8 (answered INVALID_ARGUMENT by the handlers Register
-// adds), and the logging and panic-recovery interceptors.
+// adds), the logging and panic-recovery interceptors, and a pool of
+// StreamWorkers goroutines that serve calls.
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	maxRecv := s.limits.MaxFrameBytes
 	if maxRecv > math.MaxInt32 {
 		maxRecv = math.MaxInt32
 	}
 	unary, stream := s.interceptors()
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), grpc.ForceServerCodecV2(s.newUTF8Codec()), unary, stream}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), grpc.ForceServerCodecV2(s.newUTF8Codec()), unary, stream,
+		grpc.NumStreamWorkers(StreamWorkers)}
 }
+
+// StreamWorkers is how many goroutines ServerOptions keeps to serve calls.
+// Without them grpc-go starts a goroutine per call, whose stack then grows
+// (and is copied) through the interceptors, the handler and the store on
+// every call: about a tenth of the daemon's CPU per append. A call that
+// finds every worker busy (most wait for a disk flush) gets its own
+// goroutine as before, so the number bounds only the idle stacks kept
+// (a few MiB), not the calls served at once.
+const StreamWorkers = 64
 
 // Drain ends every WatchSession stream with UNAVAILABLE and makes new ones
 // fail the same way. Call it before grpc.Server.GracefulStop: watches never

@@ -18,21 +18,28 @@ import (
 // created_at) and is encoded within max_message_bytes; no id repeats.
 func (l Limits) checkMessages(field string, msgs []*sessiondv1.Message) (int64, error) {
 	var total int64
-	seen := make(map[string]int, len(msgs))
+	var seen map[string]int // a lone message repeats no id
+	if len(msgs) > 1 {
+		seen = make(map[string]int, len(msgs))
+	}
+	// Field names are built only for an error: this runs on every append.
+	at := func(i int) string { return fmt.Sprintf("%s[%d]", field, i) }
 	for i, m := range msgs {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		if err := fromFault(msgcheck.Message(f, m)); err != nil {
-			return 0, err
+		// Every field msgcheck names starts with the field given, so the
+		// message's own name is put in front of a fault's field.
+		if f := msgcheck.Message("", m); f != nil {
+			f.Field = at(i) + f.Field
+			return 0, fromFault(f)
 		}
-		if id := m.GetId(); id != "" {
+		if id := m.GetId(); id != "" && seen != nil {
 			if j, dup := seen[id]; dup {
-				return 0, Invalid(f+".id", "%q repeats %s[%d].id", clip(id), field, j)
+				return 0, Invalid(at(i)+".id", "%q repeats %s[%d].id", clip(id), field, j)
 			}
 			seen[id] = i
 		}
 		n := int64(proto.Size(m))
 		if n > l.MaxMessageBytes {
-			return 0, &LimitError{Field: f, Limit: "max_message_bytes", Size: n, Max: l.MaxMessageBytes}
+			return 0, &LimitError{Field: at(i), Limit: "max_message_bytes", Size: n, Max: l.MaxMessageBytes}
 		}
 		total += n
 	}

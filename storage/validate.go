@@ -2,6 +2,8 @@ package storage
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -61,6 +63,9 @@ func ParseSessionID(field, id string) (string, error) {
 	u, err := uuid.Parse(id)
 	if err != nil || len(id) != 36 {
 		return "", Invalid(field, "%q is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", id)
+	}
+	if !strings.ContainsFunc(id, unicode.IsUpper) {
+		return id, nil // canonical already (36 bytes: no other form parses)
 	}
 	return u.String(), nil
 }

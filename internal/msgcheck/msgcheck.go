@@ -175,36 +175,49 @@ func Message(field string, m *sessiondv1.Message) *Fault {
 
 // invalidUTF8 finds the first string (field, list element, map key or value,
 // nested ones included) of m that is not valid UTF-8 and returns its path.
+// Fields are visited in declaration order, without a closure per message
+// (this runs on every message a daemon stores).
 func invalidUTF8(m protoreflect.Message) (path string, bad bool) {
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+	fds := m.Descriptor().Fields()
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		if !m.Has(fd) {
+			continue
+		}
+		v := m.Get(fd)
 		name := string(fd.Name())
 		switch {
 		case fd.IsList():
 			l := v.List()
 			for i := range l.Len() {
 				if p, ok := invalidUTF8Value(fd, l.Get(i)); ok {
-					path, bad = fmt.Sprintf("%s[%d]%s", name, i, p), true
-					return false
+					return fmt.Sprintf("%s[%d]%s", name, i, p), true
 				}
 			}
 		case fd.IsMap():
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				if fd.MapKey().Kind() == protoreflect.StringKind && !utf8.ValidString(k.String()) {
-					path, bad = name+" (a key)", true
-					return false
-				}
-				if p, ok := invalidUTF8Value(fd.MapValue(), mv); ok {
-					path, bad = fmt.Sprintf("%s[%q]%s", name, k.String(), p), true
-					return false
-				}
-				return true
-			})
-			return !bad
+			if p, ok := invalidUTF8Map(name, fd, v.Map()); ok {
+				return p, true
+			}
 		default:
 			if p, ok := invalidUTF8Value(fd, v); ok {
-				path, bad = name+p, true
-				return false
+				return name + p, true
 			}
+		}
+	}
+	return "", false
+}
+
+// invalidUTF8Map is invalidUTF8 for the map field fd (named name), apart
+// so that only a message with a map pays for the closure.
+func invalidUTF8Map(name string, fd protoreflect.FieldDescriptor, m protoreflect.Map) (path string, bad bool) {
+	m.Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+		if fd.MapKey().Kind() == protoreflect.StringKind && !utf8.ValidString(k.String()) {
+			path, bad = name+" (a key)", true
+			return false
+		}
+		if p, ok := invalidUTF8Value(fd.MapValue(), mv); ok {
+			path, bad = fmt.Sprintf("%s[%q]%s", name, k.String(), p), true
+			return false
 		}
 		return true
 	})

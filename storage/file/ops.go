@@ -40,13 +40,17 @@ func metaEqual(a, b *storage.Session) bool {
 }
 
 func marshalMessages(ms []*sessiondv1.Message) ([][]byte, error) {
-	out := make([][]byte, len(ms))
+	return appendMarshaled(make([][]byte, 0, len(ms)), ms)
+}
+
+// appendMarshaled appends the encodings of ms to out, one allocation each.
+func appendMarshaled(out [][]byte, ms []*sessiondv1.Message) ([][]byte, error) {
 	for i, m := range ms {
 		b, err := proto.Marshal(m)
 		if err != nil {
 			return nil, fmt.Errorf("file: encode message %d: %w", i, err)
 		}
-		out[i] = b
+		out = append(out, b)
 	}
 	return out, nil
 }
@@ -532,7 +536,8 @@ type appendOp struct {
 	exp  uint64
 	msgs storage.Messages
 	enc  [][]byte
-	done bool // set under the session's wmu
+	one  [1][]byte // enc's room for the usual batch of one message
+	done bool      // set under the session's wmu
 	res  storage.AppendResult
 	err  error
 }
@@ -546,15 +551,15 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 		return storage.AppendResult{}, err
 	}
 	ref := req.Ref
-	enc, err := marshalMessages(msgs.Prepared)
-	if err != nil {
+	op := &appendOp{ctx: ctx, ref: ref, exp: req.ExpectedRevision, msgs: msgs}
+	var err error
+	if op.enc, err = appendMarshaled(op.one[:0], msgs.Prepared); err != nil {
 		return storage.AppendResult{}, err
 	}
 	if err := s.begin(); err != nil {
 		return storage.AppendResult{}, err
 	}
 	defer s.writes.Done()
-	op := &appendOp{ctx: ctx, ref: ref, exp: req.ExpectedRevision, msgs: msgs, enc: enc}
 	for range 100 {
 		e, err := s.resolve(ref)
 		if err != nil {
@@ -591,7 +596,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	// Each op must still name e: a rename or delete may have come between
 	// its lookup and now.
 	s.mu.RLock()
-	live := batch[:0:0]
+	live := batch[:0] // batch is this call's own: filtered in place
 	for _, op := range batch {
 		if got, err := s.resolveLocked(op.ref); err != nil {
 			finish(op, storage.AppendResult{}, err)
@@ -619,8 +624,11 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		op   *appendOp
 		meta storage.Session
 	}
-	var recs []record
-	var changes []change
+	// Most batches hold an append or two: their records and changes stay
+	// on the stack.
+	var recBuf [4]record
+	var changeBuf [2]change
+	recs, changes := recBuf[:0], changeBuf[:0]
 	for _, op := range live {
 		if err := op.ctx.Err(); err != nil {
 			finish(op, storage.AppendResult{}, err)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
@@ -87,15 +88,17 @@ func walHeadCRC(h []byte) uint32 {
 	return crc32.Update(crc32.Checksum(h[0:4], castagnoli), castagnoli, h[8:walRecHeader])
 }
 
+// appendWALRec encodes r at the end of dst, the header in place.
 func appendWALRec(dst []byte, r walRec) []byte {
-	var h [walRecHeader]byte
+	n := len(dst)
+	dst = append(dst, make([]byte, walRecHeader)...)
+	h := dst[n:]
 	h[0] = r.kind
-	u := idBytes(r.id)
-	copy(h[8:24], u)
+	u := uuid.MustParse(r.id)
+	copy(h[8:24], u[:])
 	binary.LittleEndian.PutUint64(h[24:], r.gen)
 	binary.LittleEndian.PutUint64(h[32:], uint64(r.off))
-	binary.LittleEndian.PutUint32(h[4:], walHeadCRC(h[:]))
-	dst = append(dst, h[:]...)
+	binary.LittleEndian.PutUint32(h[4:], walHeadCRC(h))
 	return append(dst, r.frame...)
 }
 
