@@ -109,11 +109,11 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add(snap, uint16(40), byte(4), uint16(0))
 	f.Add([]byte{}, uint16(0), byte(0), uint16(3))
 	f.Fuzz(func(t *testing.T, raw []byte, pos uint16, xor byte, cut uint16) {
-		_, _, _, _ = decodeSnapshot(raw) // must not panic
+		_, _, _, _, _ = decodeSnapshot(raw) // must not panic
 		data := append([]byte(nil), snap...)
 		data[int(pos)%len(data)] ^= xor
 		data = data[:len(data)-int(cut)%len(data)]
-		gen, m, got, err := decodeSnapshot(data)
+		gen, m, _, got, err := decodeSnapshot(data)
 		if err != nil {
 			return
 		}

@@ -722,13 +722,13 @@ func (s *Store) FlushStats() (flushes, appends int64) {
 	return s.stats.flushes.Load(), s.stats.flushAppends.Load()
 }
 
-// maybeFold folds a long journal into a new snapshot. Caller holds e.wmu.
+// maybeFold ends a long journal as a segment of the session (foldLocked).
+// Caller holds e.wmu.
 func (s *Store) maybeFold(e *entry) {
 	if e.j == nil || e.j.tail < s.opts.foldBytes {
 		return
 	}
-	v := e.view.Load()
-	if err := s.replaceLocked(e, v.meta, v.msgs); err != nil {
+	if err := s.foldLocked(e, e.view.Load().meta); err != nil {
 		// The journal still holds everything; folding is only an optimisation.
 		s.cond.Log(s.log, zapcore.WarnLevel, "fold", "could not fold journal; will retry on a later append", zap.String("session", e.id), zap.Error(err))
 	}

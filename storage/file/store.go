@@ -145,10 +145,11 @@ type entry struct {
 	// wmu serialises the writes to this session, and the first load of its
 	// files: whoever holds it owns the session's files, j, gen and ids.
 	// It is held across disk I/O; readers of a loaded session never take it.
-	wmu sync.Mutex
-	j   *journal
-	gen uint64
-	ids map[string]int // message id -> index, for idempotency checks
+	wmu  sync.Mutex
+	j    *journal
+	gen  uint64
+	segs *segList       // the segments the snapshot lists; nil for a whole snapshot
+	ids  map[string]int // message id -> index, for idempotency checks
 
 	// view is what readers see: replaced (never modified) by writers while
 	// holding wmu; nil when the session's messages are not in memory.
@@ -237,7 +238,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	}
 	start := time.Now()
 	privateDir(dir, s.log)
-	if err := checkFormat(&s.stats, dir); err != nil {
+	if err := checkFormat(&s.stats, dir, s.log); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{"sessions", "index"} {
@@ -510,6 +511,12 @@ func scanSession(dir, id string) (*storage.Session, error) {
 // replay applies a journal to a snapshot's state. With msgs false it only
 // tracks metadata.
 func replay(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *journalContent, withMsgs bool) (*storage.Session, [][]byte, error) {
+	return replayWith(meta, msgs, gen, id, jc, withMsgs, true)
+}
+
+// replayWith is replay, keeping the tallies only if tally is set (the
+// others then stay as in meta).
+func replayWith(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *journalContent, withMsgs, tally bool) (*storage.Session, [][]byte, error) {
 	if jc.gen != gen || jc.id != id {
 		return nil, nil, fmt.Errorf("journal is for generation %d of %s, snapshot is generation %d of %s: %w", jc.gen, jc.id, gen, id, errCorrupt)
 	}
@@ -522,9 +529,11 @@ func replay(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *jou
 		case recAppend:
 			m.Revision, m.UpdatedAt = rec.rev, rec.updatedAt
 			m.MessageCount += int64(len(rec.msgs))
-			var err error
-			if m.Tally, err = tallyStored(id, m.Tally, rec.msgs); err != nil {
-				return nil, nil, err
+			if tally {
+				var err error
+				if m.Tally, err = tallyStored(id, m.Tally, rec.msgs); err != nil {
+					return nil, nil, err
+				}
 			}
 			if withMsgs {
 				msgs = append(msgs, rec.msgs...)
