@@ -554,10 +554,12 @@ func (s *Store) newGeneration(e *entry, snap []byte, segs *segList) error {
 	if err := writeFileSync(&s.stats, jpath, head); err != nil {
 		return err
 	}
+	s.step("journal")
 	if err := writeAtomic(&s.stats, filepath.Join(dir, snapshotName), snap); err != nil {
 		_ = os.Remove(jpath)
 		return err
 	}
+	s.step("renamed")
 	e.j = &journal{path: jpath, tail: int64(len(head)), alloc: int64(len(head))}
 	e.gen, e.segs = gen, segs
 	return nil

@@ -260,6 +260,7 @@ func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 		if err := os.Link(path, base); err != nil {
 			return ioErr(fmt.Errorf("keep snapshot as segment: %w", err))
 		}
+		s.step("linked")
 		segs = &segList{base: e.gen, baseRef: segRef{length: uint64(len(data)), crc: crc32.Checksum(data, castagnoli)}}
 	}
 	// The journal is final: give back the space reserved ahead and make it
@@ -275,6 +276,7 @@ func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 	if err := s.testHookSync(j); err != nil {
 		return ioErr(fmt.Errorf("sync journal: %w", err))
 	}
+	s.step("synced")
 	data := make([]byte, j.tail)
 	if _, err := j.f.ReadAt(data, 0); err != nil {
 		return ioErr(fmt.Errorf("read journal: %w", err))

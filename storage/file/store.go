@@ -126,6 +126,10 @@ type Store struct {
 	// faultSync, when set by a test, runs before each journal fdatasync and
 	// can fail it.
 	faultSync func() error
+	// stepHook, when set by a test, runs at each durable step of a fold or
+	// rewrite (see foldLocked and newGeneration), naming it: a test copies
+	// the data dir there to see what a crash at that moment leaves.
+	stepHook func(step string)
 	// testHookWrite, when set by a test, runs after beginWrite, before a
 	// write changes the session's files (e.wmu held).
 	testHookWrite func(e *entry)
@@ -737,6 +741,13 @@ func (s *Store) nsFor(ns string) *nsIndex {
 		s.ns[ns] = n
 	}
 	return n
+}
+
+// step calls the test hook stepHook, if set.
+func (s *Store) step(name string) {
+	if s.stepHook != nil {
+		s.stepHook(name)
+	}
 }
 
 func (s *Store) sessionDir(id string) string { return filepath.Join(s.dir, "sessions", id) }
