@@ -350,7 +350,7 @@ func (c *checker) session(id string) error {
 		}
 	}
 	if segs != nil {
-		if msgs, err = readSegments(dir, id, gen, meta, segs); err != nil {
+		if msgs, err = readSegments(dir, id, gen, meta, segs, true); err != nil {
 			var se *segmentError
 			if errors.As(err, &se) {
 				return corrupt(filepath.Join(dir, se.name), err)

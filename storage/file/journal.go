@@ -392,7 +392,7 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		}
 	}
 	if segs != nil {
-		if msgs, err = readSegments(dir, id, gen, meta, segs); err != nil {
+		if msgs, err = readSegments(dir, id, gen, meta, segs, false); err != nil {
 			return fail(err)
 		}
 	}

@@ -467,3 +467,39 @@ func TestFormatUpgrade(t *testing.T) {
 		t.Errorf("after upgrade: %v, %v; want %v", got, err, want)
 	}
 }
+
+// TestFoldCompacts: a session whose journal fills with metadata changes
+// (which later ones replace) does not keep them as segments forever: past
+// twice the session's size the fold writes it whole, so its files stay
+// within a few fold thresholds.
+func TestFoldCompacts(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, WithFoldThreshold(foldOften))
+	se := mustCreate(t, s, storage.CreateRequest{Messages: msgs("m", 2)})
+	var title string
+	whole := 0
+	for i := range 200 {
+		title = fmt.Sprintf("%03d %s", i, strings.Repeat("t", 500))
+		if _, err := s.Update(t.Context(), storage.UpdateRequest{Ref: storage.Ref{ID: se.ID}, Fields: storage.UpdateTitle, Title: title}); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(segmentFiles(t, dir, se.ID)); n > 4 {
+			t.Fatalf("after %d updates the session has %d journal and snapshot files: %v", i+1, n, segmentFiles(t, dir, se.ID))
+		}
+		if gen, segs := snapshotGen(t, dir, se.ID); segs == nil && gen > 1 {
+			whole++
+		}
+	}
+	if whole == 0 {
+		t.Error("200 updates of 500 bytes at a 4 KiB fold threshold never wrote the session whole")
+	}
+	must(t, s.Close())
+	s2 := openStore(t, dir)
+	m, err := s2.Get(t.Context(), storage.Ref{ID: se.ID})
+	if err != nil || m.Title != title {
+		t.Fatalf("after reopen: %v, %v; want the last title", m, err)
+	}
+	if got, err := loadIDs(t, s2, se.ID); err != nil || !slices.Equal(got, []string{"m0", "m1"}) {
+		t.Errorf("messages after reopen: %v, %v", got, err)
+	}
+}

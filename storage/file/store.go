@@ -43,8 +43,9 @@ type options struct {
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithFoldThreshold sets the journal size past which a session's journal is
-// folded into a new snapshot (default 4 MiB). Folding costs one rewrite of
-// the session, so a larger threshold means fewer rewrites and longer loads.
+// folded (default 4 MiB): it becomes a segment that the next generation's
+// snapshot lists, copying nothing (see the package doc). A larger threshold
+// means fewer segment files per session and a longer journal to replay.
 func WithFoldThreshold(bytes int64) Option { return func(o *options) { o.foldBytes = bytes } }
 
 // WithCacheBytes bounds the message bytes kept in memory for recently used
