@@ -22,7 +22,10 @@ import (
 //	wchar/appended    the same from /proc/self/io (every write(2) of the process)
 //	append-s          the time the appends took
 //	load-s            the time a store opened again takes to load the session
-//	                  (all its messages): the best of three
+//	                  (all its messages): the best of three, after a warm-up
+//	load-whole-s      the same for a session created with the same messages,
+//	                  written whole as folds did before segments: the load
+//	                  costs compared in one run
 //
 // Cases: 64 and 160 appends of one 1 MiB message, and 10,000 messages of
 // 1 KiB in appends of 50. With SESSIOND_BENCH_GROW_MB set it also grows a
@@ -103,28 +106,35 @@ func benchBigSession(b *testing.B, appends, per, size int, limit time.Duration) 
 	written, wchar := d.stats.bytesWritten.Load()-written0, procWchar(b)-wchar0
 	b.StopTimer()
 
-	// The machine may be shared: the best of three loads, each by a store
-	// opened again, with the files in the page cache.
-	var load time.Duration
-	for i := range 3 {
-		d2, err := Open(b.Context(), dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		s2 := portable(d2)
-		t0 := time.Now()
-		_, got, err := s2.Load(b.Context(), storage.Ref{ID: se.ID}, storage.LoadOptions{})
-		if took := time.Since(t0); i == 0 || took < load {
-			load = took
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(got) != done*per {
-			b.Fatalf("loaded %d messages, appended %d", len(got), done*per)
-		}
-		if err := s2.Close(); err != nil {
-			b.Fatal(err)
+	// The same messages written whole, by a create, as a fold wrote them
+	// before segments. Loads alternate between the two sessions, each by a
+	// store opened again, after one load of each to warm up; the best of
+	// three counts (the machine may be shared).
+	d3, err := Open(b.Context(), dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, got, err := portable(d3).Load(b.Context(), storage.Ref{ID: se.ID}, storage.LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	whole, err := portable(d3).Create(b.Context(), storage.CreateRequest{Messages: got})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := d3.Close(); err != nil {
+		b.Fatal(err)
+	}
+	got = nil
+	var load, loadWhole time.Duration
+	for i := range 4 {
+		for _, l := range []struct {
+			id   string
+			best *time.Duration
+		}{{se.ID, &load}, {whole.ID, &loadWhole}} {
+			if took := timeLoad(b, dir, l.id, done*per); i == 1 || (i > 1 && took < *l.best) {
+				*l.best = took
+			}
 		}
 	}
 	b.StartTimer()
@@ -132,7 +142,30 @@ func benchBigSession(b *testing.B, appends, per, size int, limit time.Duration) 
 	b.ReportMetric(float64(wchar)/float64(appended), "wchar/appended")
 	b.ReportMetric(took.Seconds(), "append-s")
 	b.ReportMetric(load.Seconds(), "load-s")
+	b.ReportMetric(loadWhole.Seconds(), "load-whole-s")
 	b.ReportMetric(float64(appended)/(1<<20), "grown-MB")
+}
+
+// timeLoad opens dir, loads session id, which must hold n messages, and
+// returns the time the load took.
+func timeLoad(b *testing.B, dir, id string, n int) time.Duration {
+	d, err := Open(b.Context(), dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	_, got, err := portable(d).Load(b.Context(), storage.Ref{ID: id}, storage.LoadOptions{})
+	took := time.Since(t0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(got) != n {
+		b.Fatalf("loaded %d messages, appended %d", len(got), n)
+	}
+	if err := d.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return took
 }
 
 // procWchar reads the bytes this process passed to write(2) and the like
