@@ -106,10 +106,12 @@
 // renamed over "snapshot" and the folder fsynced. A save or rewind replaces
 // the session's content: its snapshot is whole, and journal-<G> and the
 // segments are removed after the rename. A fold copies nothing: before the
-// new generation is written, journal-<G> is cut to its last flush and
-// fdatasynced, becoming immutable, and (if the snapshot of G is whole)
+// new generation is written, journal-<G> is fdatasynced, becoming
+// immutable up to its last flush, and (if the snapshot of G is whole)
 // "snapshot" is hard-linked as snap-<G>; the snapshot of G+1 then lists the
-// segments of G plus journal-<G>, with the metadata as of the fold. Loading
+// segments of G plus journal-<G> (with its length), and the metadata as of
+// the fold. After the rename the space reserved past journal-<G>'s data is
+// given back. Loading
 // a segmented snapshot reads snap-<B>, replays the listed journals in order
 // (each must hold at least its listed length, and its frames must fill
 // exactly that length and pass their checksums; Check also verifies the

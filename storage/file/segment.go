@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"go.uber.org/zap"
+
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -23,8 +25,8 @@ import (
 //
 // snap-<B> is a whole snapshot of generation B (the one the first fold after
 // a create, save or rewind found, kept under that name by a hard link), and
-// journal-<g> the journal of generation g, cut to its last flush and synced
-// by the fold that ended it. Loading reads snap-<B>, replays the journals in
+// journal-<g> the journal of generation g, synced by the fold that ended it
+// and read up to its last flush (the listed length). Loading reads snap-<B>, replays the journals in
 // order, checks that they end at the revision and message count the header
 // states, then replays the current journal as usual. A fold thus writes a
 // journal header and a snapshot whose size grows with the number of
@@ -252,7 +254,7 @@ func isSegmentName(name string) bool {
 }
 
 // foldLocked starts generation gen+1 of e without copying it: journal-<gen>
-// is cut to its last flush and synced, and becomes the last segment that
+// is synced and becomes the last segment that
 // the new snapshot lists (after snap-<gen>, a hard link to the whole
 // snapshot, when the current snapshot is whole); then newGeneration writes
 // that snapshot and the new journal. A crash before the snapshot's rename
@@ -276,16 +278,12 @@ func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 		s.step("linked")
 		segs = &segList{base: e.gen, baseRef: segRef{length: uint64(len(data)), crc: crc32.Checksum(data, castagnoli)}}
 	}
-	// The journal is final: give back the space reserved ahead and make it
-	// durable on its own, so that no segment depends on the write-ahead log.
+	// The journal is final: make it durable on its own, so that no segment
+	// depends on the write-ahead log.
 	if err := s.journalFile(e); err != nil {
 		return err
 	}
 	j := e.j
-	if err := j.f.Truncate(j.tail); err != nil {
-		return ioErr(fmt.Errorf("cut journal: %w", err))
-	}
-	j.alloc = j.tail
 	if err := s.testHookSync(j); err != nil {
 		return ioErr(fmt.Errorf("sync journal: %w", err))
 	}
@@ -295,5 +293,15 @@ func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 		return ioErr(fmt.Errorf("read journal: %w", err))
 	}
 	segs = segs.with(segRef{length: uint64(j.tail), crc: crc32.Checksum(data, castagnoli)})
-	return s.newGeneration(e, encodeSegSnapshot(e.gen+1, meta, segs), segs)
+	old, tail := j.path, j.tail
+	if err := s.newGeneration(e, encodeSegSnapshot(e.gen+1, meta, segs), segs); err != nil {
+		return err
+	}
+	// Give back the space reserved past the old journal's data. A load reads
+	// only the listed length, so this needs no sync; it comes last so that a
+	// fold that fails (a full disk) leaves the reservation to the appends.
+	if err := os.Truncate(old, tail); err != nil {
+		s.log.Warn("could not give back a folded journal's reserved space", zap.String("path", old), zap.Error(err))
+	}
+	return nil
 }

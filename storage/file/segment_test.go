@@ -503,3 +503,54 @@ func TestFoldCompacts(t *testing.T) {
 		t.Errorf("messages after reopen: %v, %v", got, err)
 	}
 }
+
+// TestFoldFullDisk grows a session on a small file system until it is
+// full: appends then fail with ErrNoSpace, the folds that fail leave the
+// journal as it was, and every acknowledged message is there after a crash
+// and, once space is freed, after more appends and a clean reopen.
+func TestFoldFullDisk(t *testing.T) {
+	mnt := mountTmpfs(t, 2<<20)
+	dir := filepath.Join(mnt, "data")
+	spare := filepath.Join(mnt, "spare")
+	must(t, os.WriteFile(spare, make([]byte, 256<<10), filePerm))
+	s := open(t, dir, WithFoldThreshold(16<<10))
+	se := mustCreate(t, s, storage.CreateRequest{Messages: msgs("m", 1)})
+	acked := []string{"m0"}
+	var err error
+	for i := 0; err == nil; i++ {
+		if i > 10_000 {
+			t.Fatal("2 MiB file system not full after 10,000 appends of 1 KiB")
+		}
+		m := kib(fmt.Sprintf("a%d", i))
+		_, err = s.Append(t.Context(), storage.AppendRequest{Ref: storage.Ref{ID: se.ID}, Messages: []*sessiondv1.Message{m}})
+		if err == nil {
+			acked = append(acked, m.Id)
+		}
+	}
+	if !errors.Is(err, storage.ErrNoSpace) {
+		t.Fatalf("Append on a full disk = %v, want ErrNoSpace", err)
+	}
+	if _, segs := snapshotGen(t, dir, se.ID); segs == nil || len(segs.journals) < 5 {
+		t.Fatalf("the session did not fold before the disk filled: %+v", segs)
+	}
+	if got, err := loadIDs(t, s, se.ID); err != nil || !slices.Equal(got, acked) {
+		t.Fatalf("on a full disk: %d messages, %v; want the %d acknowledged", len(got), err, len(acked))
+	}
+	crashed := crashCopy(t, dir)
+	s2 := open(t, crashed)
+	if got, err := loadIDs(t, s2, se.ID); err != nil || !slices.Equal(got, acked) {
+		t.Fatalf("after a crash on a full disk: %d messages, %v; want the %d acknowledged", len(got), err, len(acked))
+	}
+	must(t, s2.Close())
+	must(t, os.Remove(spare))
+	for i := range 20 {
+		m := kib(fmt.Sprintf("b%d", i))
+		mustAppend(t, s, se.ID, m)
+		acked = append(acked, m.Id)
+	}
+	must(t, s.Close())
+	s3 := openStore(t, dir)
+	if got, err := loadIDs(t, s3, se.ID); err != nil || !slices.Equal(got, acked) {
+		t.Fatalf("after space was freed and a reopen: %d messages, %v; want the %d acknowledged", len(got), err, len(acked))
+	}
+}
