@@ -555,7 +555,16 @@ func (s *Store) newGeneration(e *entry, snap []byte, segs *segList) error {
 		return err
 	}
 	s.step("journal")
-	if err := writeAtomic(&s.stats, filepath.Join(dir, snapshotName), snap); err != nil {
+	spath := filepath.Join(dir, snapshotName)
+	if err := writeAtomic(&s.stats, spath, snap); err != nil {
+		if g, ok := snapshotGeneration(spath); ok && g == gen {
+			// Renamed, but the folder's sync failed: the files hold the
+			// new generation, with its journal, at least until a power
+			// failure. What e knows may no longer match them: the next
+			// access reads them again.
+			s.forget(e)
+			return err
+		}
 		_ = os.Remove(jpath)
 		return err
 	}

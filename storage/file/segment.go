@@ -263,18 +263,24 @@ func isSegmentName(name string) bool {
 // Caller holds e.wmu and has loaded e.
 func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 	dir := s.sessionDir(e.id)
+	unused := true // no snapshot lists the link made below yet
 	segs := e.segs
 	if segs == nil {
 		path := filepath.Join(dir, snapshotName)
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return ioErr(err)
+		data, rerr := os.ReadFile(path)
+		if rerr != nil {
+			return ioErr(rerr)
 		}
 		base := filepath.Join(dir, snapName(e.gen))
 		_ = os.Remove(base) // a link an interrupted fold left
-		if err := os.Link(path, base); err != nil {
-			return ioErr(fmt.Errorf("keep snapshot as segment: %w", err))
+		if lerr := os.Link(path, base); lerr != nil {
+			return ioErr(fmt.Errorf("keep snapshot as segment: %w", lerr))
 		}
+		defer func() {
+			if unused {
+				_ = os.Remove(base) // the snapshot of e.gen stays whole
+			}
+		}()
 		s.step("linked")
 		segs = &segList{base: e.gen, baseRef: segRef{length: uint64(len(data)), crc: crc32.Checksum(data, castagnoli)}}
 	}
@@ -294,6 +300,7 @@ func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 	}
 	segs = segs.with(segRef{length: uint64(j.tail), crc: crc32.Checksum(data, castagnoli)})
 	old, tail := j.path, j.tail
+	unused = false // a failing newGeneration may have renamed the snapshot
 	if err := s.newGeneration(e, encodeSegSnapshot(e.gen+1, meta, segs), segs); err != nil {
 		return err
 	}
@@ -304,4 +311,14 @@ func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 		s.log.Warn("could not give back a folded journal's reserved space", zap.String("path", old), zap.Error(err))
 	}
 	return nil
+}
+
+// snapshotGeneration reads the generation that the snapshot at path names
+// in its header frame, without checking the frame.
+func snapshotGeneration(path string) (uint64, bool) {
+	head, err := readHead(path, frameHeader+1+8)
+	if err != nil || len(head) < frameHeader+1+8 || head[frameHeader] != typeSnapHeader {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(head[frameHeader+1:]), true
 }
