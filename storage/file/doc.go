@@ -106,25 +106,24 @@
 // renamed over "snapshot" and the folder fsynced. A save or rewind replaces
 // the session's content: its snapshot is whole, and journal-<G> and the
 // segments are removed after the rename. A fold copies nothing: before the
-// new generation is written, journal-<G> is fdatasynced, becoming
-// immutable up to its last flush, and (if the snapshot of G is whole)
-// "snapshot" is hard-linked as snap-<G>; the snapshot of G+1 then lists the
-// segments of G plus journal-<G> (with its length), and the metadata as of
-// the fold. After the rename the space reserved past journal-<G>'s data is
-// given back. Loading
-// a segmented snapshot reads snap-<B>, replays the listed journals in order
-// (each must hold at least its listed length, and its frames must fill
-// exactly that length and pass their checksums; Check also verifies the
-// listed checksum), checks that they end at the revision and message count the
-// header states, then replays journal-<G+1> as usual. A snapshot is read
+// new generation is written, journal-<G> is fdatasynced, becoming immutable
+// up to its last flush, and (if the snapshot of G is whole) "snapshot" is
+// hard-linked as snap-<G>; the snapshot of G+1 then lists the segments of G
+// plus journal-<G> (with its length), and the metadata as of the fold. After
+// the rename the space reserved past journal-<G>'s data is given back.
+// Loading a segmented snapshot reads snap-<B>, replays the listed journals
+// in order (each must hold at least its listed length, and its frames must
+// fill exactly that length and pass their checksums; Check also verifies the
+// listed checksum), checks that they end at the revision and message count
+// the header states, then replays journal-<G+1> as usual. A snapshot is read
 // with the journal of its own generation and the segments it lists only;
 // other journal-* and snap-* files are leftovers of an interrupted fold or
-// save, swept by the next load, so a crash at any point leaves the old
-// state or the new one. When a fold finds the segments and journal holding
-// more than twice the session's size plus the fold threshold (a journal
-// full of metadata changes, which later ones replace), it writes the
-// session whole instead. A create builds the session's folder under a temp
-// name and renames it into place; a delete renames it away first.
+// save, swept by the next load, so a crash at any point leaves the old state
+// or the new one. When a fold finds the segments and journal holding more
+// than twice the session's size plus the fold threshold (a journal full of
+// metadata changes, which later ones replace), it writes the session whole
+// instead. A create builds the session's folder under a temp name and
+// renames it into place; a delete renames it away first.
 //
 // # Damage and recovery
 //
@@ -183,13 +182,13 @@
 // Check with repair (sessionctl fsck --repair) salvages a damaged session:
 // it copies the session's files into quarantine/, then writes the session
 // back as a new, whole generation holding every frame that still passes its
-// checksum (the segments' message runs and commits, the snapshot's
-// metadata and message runs, the journal's commits, in order; if the
-// segment list itself is damaged, the newest snap-* before the snapshot's
-// generation and the journals since), at a revision above any the session had, so that a
+// checksum (the segments' message runs and commits, the snapshot's metadata
+// and message runs, the journal's commits, in order; if the segment list
+// itself is damaged, the newest snap-* before the snapshot's generation and
+// the journals since), at a revision above any the session had, so that a
 // holder of a revision never sees it go backwards. Only a session whose
-// metadata is lost everywhere (snapshot header and every metadata record)
-// is moved into quarantine/ whole.
+// metadata is lost everywhere (snapshot header and every metadata record) is
+// moved into quarantine/ whole.
 //
 // # Memory and start-up
 //
