@@ -228,7 +228,7 @@ func (c *checker) run(ctx context.Context, progress func(done, total int)) error
 	if err != nil {
 		return fmt.Errorf("file: check %s: %w", c.dir, err)
 	}
-	if string(b) != formatVersion {
+	if string(b) != formatVersion && string(b) != formatVersion1 {
 		return fmt.Errorf("file: check %s: format %q is not %q; refusing to check", c.dir, strings.TrimSpace(string(b)), strings.TrimSpace(formatVersion))
 	}
 	top, err := os.ReadDir(c.dir)
@@ -320,7 +320,7 @@ func (c *checker) session(id string) error {
 	if err != nil {
 		return corrupt(snap, err)
 	}
-	gen, meta, msgs, err := decodeSnapshot(data)
+	gen, meta, segs, msgs, err := decodeSnapshot(data)
 	if err == nil && meta.ID != id {
 		err = fmt.Errorf("snapshot holds session %s", meta.ID)
 	}
@@ -334,9 +334,9 @@ func (c *checker) session(id string) error {
 	for _, de := range des {
 		n, p := de.Name(), filepath.Join(dir, de.Name())
 		switch {
-		case n == snapshotName || n == journalName(gen):
-		case strings.HasPrefix(n, "journal-"):
-			if err := c.find(p, KindOrphan, "journal of an older generation, already folded into the snapshot", c.quarantine(p)); err != nil {
+		case sessionFileKept(n, gen, segs):
+		case isSegmentName(n):
+			if err := c.find(p, KindOrphan, "journal or snapshot of a generation the snapshot does not use, left by an interrupted fold or save", c.quarantine(p)); err != nil {
 				return err
 			}
 		case strings.HasPrefix(n, tmpPref):
@@ -347,6 +347,15 @@ func (c *checker) session(id string) error {
 			if err := c.find(p, KindStray, "not a file of the session", c.quarantine(p)); err != nil {
 				return err
 			}
+		}
+	}
+	if segs != nil {
+		if msgs, err = readSegments(dir, id, gen, meta, segs, true); err != nil {
+			var se *segmentError
+			if errors.As(err, &se) {
+				return corrupt(filepath.Join(dir, se.name), err)
+			}
+			return corrupt(snap, err)
 		}
 	}
 	jpath := filepath.Join(dir, journalName(gen))
@@ -395,116 +404,132 @@ var errNoMetadata = errors.New("nothing identifies the session: its snapshot hea
 
 // salvage rebuilds the damaged session in dir from what is intact, after
 // copying its files into quarantine/: the metadata of the snapshot's header
-// (or of the journal's last metadata record), every message of every
-// intact snapshot frame, and every record of every intact journal commit,
-// in order. The frames that fail their checksum are what is lost. The
-// session is written back as a new generation (snapshot and empty journal,
-// as a rewrite writes them) whose revision is above any it had or that the
-// checkpoint recorded, so a client or watcher holding a revision never
-// sees it go backwards. It fails, changing nothing in dir, when no
-// metadata can be read (errNoMetadata); it returns what it kept, for the
-// finding.
+// (or of the journals' last metadata record, or of the oldest segment's
+// header), every message of every intact snapshot frame and of every
+// intact record of a journal commit, in order: the segments the snapshot
+// lists (see segList), the snapshot, its journal. The frames that fail
+// their checksum are what is lost. The session is written back as a new
+// generation (whole snapshot and empty journal, as a rewrite writes them)
+// whose revision is above any it had or that the checkpoint recorded, so
+// a client or watcher holding a revision never sees it go backwards. It
+// fails, changing nothing in dir, when no metadata can be read
+// (errNoMetadata); it returns what it kept, for the finding.
 func (c *checker) salvage(id, dir string) (string, error) {
+	sv := salvaged{id: id}
 	snap, _ := os.ReadFile(filepath.Join(dir, snapshotName))
-	var meta *storage.Session
-	var msgs [][]byte
-	var gen, rev uint64
-	var updated time.Time
-	lost := 0
+	var segs *segList
+	var gen uint64
+	var inline [][]byte
 	frames, bad := intactFrames(snap)
-	lost += bad
+	sv.lost += bad
+	lostList := bad > 0
 	for i, p := range frames {
 		switch {
 		case p[0] == typeSnapHeader && i == 0:
 			g, m, _, err := decodeSnapshotHeader(appendFrame(nil, p))
 			if err == nil && m.ID == id {
-				gen, meta, rev, updated = g, m, m.Revision, m.UpdatedAt
+				gen = g
+				sv.meta, sv.rev, sv.updated = m, m.Revision, m.UpdatedAt
 			} else {
-				lost++
+				sv.lost++
+			}
+		case p[0] == typeSnapSegments:
+			if l, err := decodeSegListAny(p); err == nil && (sv.meta == nil || l.base+uint64(len(l.journals)) == gen) {
+				segs, gen = l, l.base+uint64(len(l.journals))
+			} else {
+				sv.lost++
+				lostList = true
 			}
 		case p[0] == typeSnapMsgs:
+			lostList = false // a whole snapshot
 			run, err := decodeSnapRun(p)
 			if err != nil {
-				lost++
+				sv.lost++
 				continue
 			}
-			msgs = append(msgs, run...)
+			inline = append(inline, run...)
 		case p[0] == typeSnapEnd:
 		default:
-			lost++
+			sv.lost++
 		}
 	}
 	// The journal that goes with the snapshot, or if the snapshot's header
 	// is lost, the newest one.
-	jname := journalName(gen)
-	var gens []uint64
+	var gens, snaps []uint64
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		return "", err
 	}
 	for _, de := range des {
 		var g uint64
-		if _, err := fmt.Sscanf(de.Name(), "journal-%016x", &g); err == nil {
+		if _, err := fmt.Sscanf(de.Name(), "journal-%016x", &g); err == nil && de.Name() == journalName(g) {
 			gens = append(gens, g)
-			if meta == nil && (len(gens) == 1 || g > gen) {
-				gen, jname = g, de.Name()
-			}
+		}
+		if _, err := fmt.Sscanf(de.Name(), "snap-%016x", &g); err == nil && de.Name() == snapName(g) {
+			snaps = append(snaps, g)
 		}
 	}
-	jdata, _ := os.ReadFile(filepath.Join(dir, jname))
-	jframes, bad := intactFrames(jdata)
-	lost += bad
-	for _, f := range jframes {
-		if f[0] == typeJournalHead {
-			continue
-		}
-		recs, err := decodeCommit(f)
-		if err != nil {
-			lost++
-			continue
-		}
-		for _, r := range recs {
-			rev = max(rev, r.rev)
-			switch r.kind {
-			case recAppend:
-				msgs = append(msgs, r.msgs...)
-				if r.updatedAt.After(updated) {
-					updated = r.updatedAt
-				}
-			case recMeta:
-				if r.meta.ID == id {
-					meta = r.meta
-				}
+	if sv.meta == nil && segs == nil && len(gens) > 0 {
+		gen = slices.Max(gens)
+	}
+	// The segments: those the snapshot lists, or if it lost its list, the
+	// newest whole snapshot generation before it and the journals since.
+	var names []string
+	switch {
+	case segs != nil:
+		names = segs.files()
+	case lostList:
+		base, found := uint64(0), false
+		for _, g := range snaps {
+			if g < gen && (!found || g > base) {
+				base, found = g, true
 			}
 		}
+		if found && gen-base <= 1<<20 {
+			names = (&segList{base: base, journals: make([]segRef, gen-base)}).files()
+		}
 	}
-	if meta == nil {
+	for _, n := range names {
+		data, _ := os.ReadFile(filepath.Join(dir, n))
+		if strings.HasPrefix(n, "snap-") {
+			sv.snapshot(data)
+		} else {
+			sv.journal(data)
+		}
+	}
+	sv.msgs = append(sv.msgs, inline...)
+	jdata, _ := os.ReadFile(filepath.Join(dir, journalName(gen)))
+	sv.journal(jdata)
+	if sv.meta == nil {
+		sv.meta = sv.baseMeta
+	}
+	if sv.meta == nil {
 		return "", errNoMetadata
 	}
-	kept := msgs[:0]
-	for _, m := range msgs {
+	kept := sv.msgs[:0]
+	for _, m := range sv.msgs {
 		if _, err := messageID(m); err != nil {
-			lost++
+			sv.lost++
 			continue
 		}
 		kept = append(kept, m)
 	}
-	msgs = kept
-	m := *meta
-	m.Revision = max(rev, m.Revision, c.known[id]) + 1
+	msgs := kept
+	m := *sv.meta
+	m.Revision = max(sv.rev, m.Revision, c.known[id]) + 1
 	m.MessageCount = int64(len(msgs))
 	if m.Tally, err = tallyStored(id, storage.Tally{}, msgs); err != nil {
 		return "", err
 	}
 	m.UpdatedAt = time.Now().UTC()
-	if !updated.IsZero() && updated.After(m.UpdatedAt) {
-		m.UpdatedAt = updated
+	if !sv.updated.IsZero() && sv.updated.After(m.UpdatedAt) {
+		m.UpdatedAt = sv.updated
 	}
 	q := filepath.Join(c.dir, "quarantine", c.stamp, c.rel(dir))
 	if err := copyFolder(dir, q); err != nil {
 		return "", fmt.Errorf("copy to quarantine: %w", err)
 	}
-	for _, g := range gens {
+	for _, g := range slices.Concat(gens, snaps) {
 		gen = max(gen, g)
 	}
 	gen++
@@ -522,11 +547,79 @@ func (c *checker) salvage(id, dir string) (string, error) {
 			return "", err
 		}
 	}
+	for _, g := range snaps {
+		if err := os.Remove(filepath.Join(dir, snapName(g))); err != nil {
+			return "", err
+		}
+	}
 	if err := syncDir(dir); err != nil {
 		return "", err
 	}
 	c.changed = true
-	return fmt.Sprintf("salvaged %d messages at revision %d, dropping %d damaged frames or records; the damaged files are in %s", len(msgs), m.Revision, lost, c.rel(q)), nil
+	return fmt.Sprintf("salvaged %d messages at revision %d, dropping %d damaged frames or records; the damaged files are in %s", len(msgs), m.Revision, sv.lost, c.rel(q)), nil
+}
+
+// salvaged collects what salvage keeps of a session, file by file in order.
+type salvaged struct {
+	id       string
+	meta     *storage.Session // the newest metadata found
+	baseMeta *storage.Session // a segment's snapshot header, if nothing newer is found
+	msgs     [][]byte
+	rev      uint64
+	updated  time.Time
+	lost     int
+}
+
+// snapshot takes the messages of a whole snapshot kept as a segment.
+func (sv *salvaged) snapshot(data []byte) {
+	frames, bad := intactFrames(data)
+	sv.lost += bad
+	for i, p := range frames {
+		switch {
+		case p[0] == typeSnapHeader && i == 0:
+			if _, m, _, err := decodeSnapshotHeader(appendFrame(nil, p)); err == nil && m.ID == sv.id {
+				sv.baseMeta = m
+				sv.rev = max(sv.rev, m.Revision)
+			}
+		case p[0] == typeSnapMsgs:
+			run, err := decodeSnapRun(p)
+			if err != nil {
+				sv.lost++
+				continue
+			}
+			sv.msgs = append(sv.msgs, run...)
+		}
+	}
+}
+
+// journal takes the records of every intact commit of a journal.
+func (sv *salvaged) journal(data []byte) {
+	frames, bad := intactFrames(data)
+	sv.lost += bad
+	for _, f := range frames {
+		if f[0] == typeJournalHead {
+			continue
+		}
+		recs, err := decodeCommit(f)
+		if err != nil {
+			sv.lost++
+			continue
+		}
+		for _, r := range recs {
+			sv.rev = max(sv.rev, r.rev)
+			switch r.kind {
+			case recAppend:
+				sv.msgs = append(sv.msgs, r.msgs...)
+				if r.updatedAt.After(sv.updated) {
+					sv.updated = r.updatedAt
+				}
+			case recMeta:
+				if r.meta.ID == sv.id {
+					sv.meta = r.meta
+				}
+			}
+		}
+	}
 }
 
 // intactFrames returns every frame of data that passes its checksum, in

@@ -141,8 +141,8 @@ func TestCrashAfterCheckpoint(t *testing.T) {
 	for i := range 10 {
 		mustAppend(t, s, folded.ID, msg(fmt.Sprintf("f%d", i), strings.Repeat("f", 1024)))
 	}
-	if m, _ := filepath.Glob(filepath.Join(dir, "sessions", folded.ID, "journal-*")); len(m) != 1 || strings.HasSuffix(m[0], journalName(1)) {
-		t.Fatalf("session was not folded: journals %v", m)
+	if gen, segs := snapshotGen(t, dir, folded.ID); gen == 1 || segs == nil {
+		t.Fatalf("session was not folded: snapshot generation %d, segments %v", gen, segs)
 	}
 
 	wantLists, wantMsgs := snapshotState(t, s, "", "ns1", "ns2")

@@ -253,41 +253,50 @@ func decodeSnapshotHeader(data []byte) (gen uint64, meta *storage.Session, next 
 	return gen, meta, next, nil
 }
 
-// decodeSnapshot checks and decodes a whole snapshot. The message slices
-// alias data.
-func decodeSnapshot(data []byte) (gen uint64, meta *storage.Session, msgs [][]byte, err error) {
+// decodeSnapshot checks and decodes a whole snapshot. A segmented snapshot
+// (see segList) returns its list and no messages: the segments hold them.
+// The message slices alias data.
+func decodeSnapshot(data []byte) (gen uint64, meta *storage.Session, segs *segList, msgs [][]byte, err error) {
 	gen, meta, off, err := decodeSnapshotHeader(data)
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, nil, err
 	}
-	for {
+	for first := true; ; first = false {
 		p, next, ok := readFrame(data, off)
 		if !ok {
-			return 0, nil, nil, fmt.Errorf("snapshot frame at offset %d: %w", off, errCorrupt)
+			return 0, nil, nil, nil, fmt.Errorf("snapshot frame at offset %d: %w", off, errCorrupt)
 		}
 		off = next
-		switch p[0] {
-		case typeSnapMsgs:
+		switch {
+		case p[0] == typeSnapSegments && first:
+			if segs, err = decodeSegList(p, gen); err != nil {
+				return 0, nil, nil, nil, err
+			}
+		case p[0] == typeSnapMsgs && segs == nil:
 			run, err := decodeSnapRun(p)
 			if err != nil {
-				return 0, nil, nil, err
+				return 0, nil, nil, nil, err
 			}
 			msgs = append(msgs, run...)
-		case typeSnapEnd:
+		case p[0] == typeSnapEnd:
 			r := reader{b: p[1:]}
 			n := r.u64("snapshot message count")
 			if r.err != nil || len(r.b) != 0 {
-				return 0, nil, nil, fmt.Errorf("snapshot end frame: %w", errCorrupt)
+				return 0, nil, nil, nil, fmt.Errorf("snapshot end frame: %w", errCorrupt)
 			}
-			if n != uint64(len(msgs)) || int64(n) != meta.MessageCount {
-				return 0, nil, nil, fmt.Errorf("snapshot holds %d messages, end frame says %d, header %d: %w", len(msgs), n, meta.MessageCount, errCorrupt)
+			held := uint64(len(msgs))
+			if segs != nil {
+				held = n // the segments' count is checked when they are read
+			}
+			if n != held || int64(n) != meta.MessageCount {
+				return 0, nil, nil, nil, fmt.Errorf("snapshot holds %d messages, end frame says %d, header %d: %w", len(msgs), n, meta.MessageCount, errCorrupt)
 			}
 			if off != len(data) {
-				return 0, nil, nil, fmt.Errorf("snapshot has %d bytes after its end frame: %w", len(data)-off, errCorrupt)
+				return 0, nil, nil, nil, fmt.Errorf("snapshot has %d bytes after its end frame: %w", len(data)-off, errCorrupt)
 			}
-			return gen, meta, msgs, nil
+			return gen, meta, segs, msgs, nil
 		default:
-			return 0, nil, nil, fmt.Errorf("snapshot frame type %d at offset %d: %w", p[0], off, errCorrupt)
+			return 0, nil, nil, nil, fmt.Errorf("snapshot frame type %d at offset %d: %w", p[0], off, errCorrupt)
 		}
 	}
 }

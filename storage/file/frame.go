@@ -24,18 +24,19 @@ const (
 
 // Frame types.
 const (
-	typeSnapHeader  byte = 1  // snapshot: gen (8) + session id (16) + Session proto (metadata)
-	typeSnapMsgs    byte = 2  // snapshot: a run of messages (uvarint length + proto bytes)...
-	typeSnapEnd     byte = 3  // snapshot: message count (8); the last frame
-	typeJournalHead byte = 4  // journal: gen (8) + session id (16)
-	typeCommit      byte = 5  // journal: the records of one flush (see record kinds)
-	typeIndexHead   byte = 6  // index file: epoch (16) + namespace
-	typeIndexRun    byte = 7  // index file: a run of Session protos (uvarint length + bytes)...
-	typeDirtyHead   byte = 8  // dirty file: checkpoint sequence number (8) + epoch (16)
-	typeDirtyRun    byte = 9  // dirty file: records of kind (1) + session id (16)...
-	typeCkptMark    byte = 10 // checkpoint mark: sequence number (8) + epoch (16)
-	typeWALHead     byte = 11 // WAL segment: sequence number (8)
-	typeWALBatch    byte = 12 // WAL segment: the records of one flush (see walRec)
+	typeSnapHeader   byte = 1  // snapshot: gen (8) + session id (16) + Session proto (metadata)
+	typeSnapMsgs     byte = 2  // snapshot: a run of messages (uvarint length + proto bytes)...
+	typeSnapEnd      byte = 3  // snapshot: message count (8); the last frame
+	typeJournalHead  byte = 4  // journal: gen (8) + session id (16)
+	typeCommit       byte = 5  // journal: the records of one flush (see record kinds)
+	typeIndexHead    byte = 6  // index file: epoch (16) + namespace
+	typeIndexRun     byte = 7  // index file: a run of Session protos (uvarint length + bytes)...
+	typeDirtyHead    byte = 8  // dirty file: checkpoint sequence number (8) + epoch (16)
+	typeDirtyRun     byte = 9  // dirty file: records of kind (1) + session id (16)...
+	typeCkptMark     byte = 10 // checkpoint mark: sequence number (8) + epoch (16)
+	typeWALHead      byte = 11 // WAL segment: sequence number (8)
+	typeWALBatch     byte = 12 // WAL segment: the records of one flush (see walRec)
+	typeSnapSegments byte = 13 // snapshot: the segments that hold its messages (see segList)
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -76,7 +77,7 @@ func readFrame(data []byte, off int) (payload []byte, next int, ok bool) {
 		return nil, 0, false
 	}
 	p := data[off+frameHeader : off+frameHeader+n]
-	if p[0] < typeSnapHeader || p[0] > typeWALBatch {
+	if p[0] < typeSnapHeader || p[0] > typeSnapSegments {
 		return nil, 0, false
 	}
 	if crc32.Checksum(p, castagnoli) != binary.LittleEndian.Uint32(data[off+4:]) {

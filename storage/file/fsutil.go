@@ -150,14 +150,19 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// Format version file.
+// Format version file. Version 2 added segmented snapshots (see segList);
+// a version 1 data dir is readable as it is, and Open upgrades it in place
+// by rewriting this file, so that an older sessiond, which would take a
+// segmented snapshot for damage, refuses the dir instead.
 const (
-	formatFile    = "FORMAT"
-	formatVersion = "sessiond-file-format 1\n"
+	formatFile     = "FORMAT"
+	formatVersion  = "sessiond-file-format 2\n"
+	formatVersion1 = "sessiond-file-format 1\n"
 )
 
-// checkFormat reads the format version file, writing it into a new data dir.
-func checkFormat(st *ioStats, dir string) error {
+// checkFormat reads the format version file, writing it into a new data dir
+// and upgrading a version 1 dir.
+func checkFormat(st *ioStats, dir string, log *zap.Logger) error {
 	b, err := os.ReadFile(filepath.Join(dir, formatFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return writeAtomic(st, filepath.Join(dir, formatFile), []byte(formatVersion))
@@ -165,9 +170,17 @@ func checkFormat(st *ioStats, dir string) error {
 	if err != nil {
 		return fmt.Errorf("file: read format of %s: %w", dir, err)
 	}
+	if string(b) == formatVersion1 {
+		if err := writeAtomic(st, filepath.Join(dir, formatFile), []byte(formatVersion)); err != nil {
+			return fmt.Errorf("file: upgrade format of %s: %w", dir, err)
+		}
+		log.Info("upgraded the data dir's format; an older sessiond will refuse it",
+			zap.String("dir", dir), zap.String("from", strings.TrimSpace(formatVersion1)), zap.String("to", strings.TrimSpace(formatVersion)))
+		return nil
+	}
 	if string(b) != formatVersion {
-		return fmt.Errorf("file: data dir %s has format %q; this sessiond reads only %q (newer sessiond, or not a sessiond data dir)",
-			dir, strings.TrimSpace(string(b)), strings.TrimSpace(formatVersion))
+		return fmt.Errorf("file: data dir %s has format %q; this sessiond reads only %q and %q (newer sessiond, or not a sessiond data dir)",
+			dir, strings.TrimSpace(string(b)), strings.TrimSpace(formatVersion), strings.TrimSpace(formatVersion1))
 	}
 	return nil
 }

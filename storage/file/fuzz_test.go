@@ -3,6 +3,7 @@ package file
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -109,11 +110,11 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add(snap, uint16(40), byte(4), uint16(0))
 	f.Add([]byte{}, uint16(0), byte(0), uint16(3))
 	f.Fuzz(func(t *testing.T, raw []byte, pos uint16, xor byte, cut uint16) {
-		_, _, _, _ = decodeSnapshot(raw) // must not panic
+		_, _, _, _, _ = decodeSnapshot(raw) // must not panic
 		data := append([]byte(nil), snap...)
 		data[int(pos)%len(data)] ^= xor
 		data = data[:len(data)-int(cut)%len(data)]
-		gen, m, got, err := decodeSnapshot(data)
+		gen, m, _, got, err := decodeSnapshot(data)
 		if err != nil {
 			return
 		}
@@ -158,6 +159,30 @@ func FuzzDecodeDirty(f *testing.F) {
 			if got[i] != recs[i] {
 				t.Fatalf("record %d decoded as %+v, want %+v", i, got[i], recs[i])
 			}
+		}
+	})
+}
+
+// FuzzDecodeSegmentedSnapshot: a segmented snapshot (see segList) with a
+// byte changed or cut short decodes to an error or to exactly its content:
+// its generation, metadata and segment list.
+func FuzzDecodeSegmentedSnapshot(f *testing.F) {
+	meta := fuzzMeta()
+	l := &segList{base: 4, baseRef: segRef{length: 4096, crc: 0xdeadbeef}, journals: []segRef{{length: 800, crc: 1}, {length: 1 << 22, crc: 2}, {length: 64, crc: 3}}}
+	snap := encodeSegSnapshot(7, meta, l)
+	f.Add(uint16(0), byte(0), uint16(0))
+	f.Add(uint16(len(snap)-30), byte(1), uint16(0))
+	f.Add(uint16(0), byte(0), uint16(9))
+	f.Fuzz(func(t *testing.T, pos uint16, xor byte, cut uint16) {
+		data := append([]byte(nil), snap...)
+		data[int(pos)%len(data)] ^= xor
+		data = data[:len(data)-int(cut)%len(data)]
+		gen, m, got, msgs, err := decodeSnapshot(data)
+		if err != nil {
+			return
+		}
+		if gen != 7 || !metaEqual(m, meta) || len(msgs) != 0 || !reflect.DeepEqual(got, l) {
+			t.Fatalf("damaged snapshot decoded as gen %d, %+v, %+v, %d messages", gen, m, got, len(msgs))
 		}
 	})
 }

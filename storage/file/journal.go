@@ -281,7 +281,7 @@ func (s *Store) loadLocked(e *entry) error {
 		known = e.meta.Revision
 	}
 	s.mu.RUnlock()
-	meta, msgs, gen, j, err := s.readSession(e.id, known)
+	meta, msgs, gen, segs, j, err := s.readSession(e.id, known)
 	if err != nil {
 		if errors.Is(err, errCorrupt) {
 			err = damage(e.id, err)
@@ -301,7 +301,7 @@ func (s *Store) loadLocked(e *entry) error {
 		s.markDamaged(e, err)
 		return err
 	}
-	e.j, e.gen, e.ids = j, gen, ids
+	e.j, e.gen, e.segs, e.ids = j, gen, segs, ids
 	e.view.Store(newView(meta, msgs))
 	s.mu.RLock()
 	same := e.meta != nil && metaEqual(e.meta, meta)
@@ -361,30 +361,39 @@ func messageID(b []byte) (string, error) {
 // known is the revision the store last knew the session at (0 if none):
 // files that hold less lost acknowledged changes (a truncated journal looks
 // like a crash's torn tail on its own).
-func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte, uint64, *journal, error) {
+func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte, uint64, *segList, *journal, error) {
+	fail := func(err error) (*storage.Session, [][]byte, uint64, *segList, *journal, error) {
+		return nil, nil, 0, nil, nil, err
+	}
 	dir := s.sessionDir(id)
 	data, err := os.ReadFile(filepath.Join(dir, snapshotName))
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			err = fmt.Errorf("snapshot missing: %w", errCorrupt)
 		}
-		return nil, nil, 0, nil, err
+		return fail(err)
 	}
-	gen, meta, msgs, err := decodeSnapshot(data)
+	gen, meta, segs, msgs, err := decodeSnapshot(data)
 	if err != nil {
-		return nil, nil, 0, nil, err
+		return fail(err)
 	}
 	if meta.ID != id {
-		return nil, nil, 0, nil, fmt.Errorf("snapshot holds session %s: %w", meta.ID, errCorrupt)
+		return fail(fmt.Errorf("snapshot holds session %s: %w", meta.ID, errCorrupt))
 	}
-	// Journals of other generations are leftovers of an interrupted fold or
-	// save: the snapshot already holds (or never held) what they say.
+	// Journals and snapshot generations the snapshot does not use are
+	// leftovers of an interrupted fold or save: the snapshot already holds
+	// (or never held) what they say.
 	if des, err := os.ReadDir(dir); err == nil {
 		for _, de := range des {
 			n := de.Name()
-			if strings.HasPrefix(n, tmpPref) || (strings.HasPrefix(n, "journal-") && n != journalName(gen)) {
+			if strings.HasPrefix(n, tmpPref) || (isSegmentName(n) && !sessionFileKept(n, gen, segs)) {
 				_ = os.Remove(filepath.Join(dir, n))
 			}
+		}
+	}
+	if segs != nil {
+		if msgs, err = readSegments(dir, id, gen, meta, segs, false); err != nil {
+			return fail(err)
 		}
 	}
 	jpath := filepath.Join(dir, journalName(gen))
@@ -393,26 +402,26 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		// A crash between a snapshot's rename and the journal's creation
 		// becoming durable: nothing can have been appended yet.
 		if err := writeFileSync(&s.stats, jpath, encodeJournalHead(gen, id)); err != nil {
-			return nil, nil, 0, nil, err
+			return fail(err)
 		}
 		if err := syncDir(dir); err != nil {
-			return nil, nil, 0, nil, err
+			return fail(err)
 		}
 		jdata = encodeJournalHead(gen, id)
 	} else if err != nil {
-		return nil, nil, 0, nil, err
+		return fail(err)
 	}
 	jc, err := decodeJournal(jdata)
 	if err != nil {
-		return nil, nil, 0, nil, err
+		return fail(err)
 	}
 	msgs = msgs[:len(msgs):len(msgs)]
 	meta, msgs, err = replay(meta, msgs, gen, id, jc, true)
 	if err != nil {
-		return nil, nil, 0, nil, err
+		return fail(err)
 	}
 	if meta.Revision < known {
-		return nil, nil, 0, nil, fmt.Errorf("files hold revision %d, but revision %d was acknowledged: %w", meta.Revision, known, errCorrupt)
+		return fail(fmt.Errorf("files hold revision %d, but revision %d was acknowledged: %w", meta.Revision, known, errCorrupt))
 	}
 	j := &journal{path: jpath, tail: int64(jc.end), alloc: int64(len(jdata))}
 	if jc.torn || (j.alloc > j.tail && !allZero(jdata[jc.end:])) {
@@ -422,11 +431,11 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		s.log.Warn("trimming an incomplete last journal record", zap.String("session", id),
 			zap.Int64("valid_bytes", j.tail), zap.Int64("file_bytes", j.alloc))
 		if err := truncateSync(jpath, j.tail); err != nil {
-			return nil, nil, 0, nil, err
+			return fail(err)
 		}
 		j.alloc = j.tail
 	}
-	return meta, msgs, gen, j, nil
+	return meta, msgs, gen, segs, j, nil
 }
 
 // journalWrite appends one frame to the journal and makes it durable with
@@ -504,11 +513,34 @@ func (s *Store) testHookSync(j *journal) error {
 }
 
 // rewriteLocked writes e's whole state as a new snapshot generation with an
-// empty journal, replacing the old files atomically: new journal created
-// and fsynced, snapshot written to a temp file, fsynced, renamed over the
-// old one, folder fsynced, old journal removed. A crash anywhere leaves the
-// old or the new state. Caller holds e.wmu and has loaded e.
+// empty journal (newGeneration), then removes the old journal and
+// segments. A crash anywhere leaves the old or the new state. A save or
+// rewind replaces the session's content, so it writes it whole; a fold
+// appends (foldLocked). Caller holds e.wmu and has loaded e.
 func (s *Store) rewriteLocked(e *entry, meta *storage.Session, msgs [][]byte) error {
+	old, segs := e.gen, e.segs
+	if err := s.newGeneration(e, encodeSnapshot(old+1, meta, msgs), nil); err != nil {
+		return err
+	}
+	// The new snapshot holds everything. (A crash before the removals
+	// leaves the files to the next load's sweep.)
+	dir := s.sessionDir(e.id)
+	_ = os.Remove(filepath.Join(dir, journalName(old)))
+	if segs != nil {
+		for _, n := range segs.files() {
+			_ = os.Remove(filepath.Join(dir, n))
+		}
+	}
+	return nil
+}
+
+// newGeneration makes snap, the encoded snapshot of generation e.gen+1
+// (listing segs), e's snapshot, with an empty journal, atomically: new
+// journal created and fsynced, snapshot written to a temp file, fsynced,
+// renamed over the old one, folder fsynced. Before the rename the old
+// generation is whole: the next load sweeps the new journal. Caller holds
+// e.wmu and has loaded e.
+func (s *Store) newGeneration(e *entry, snap []byte, segs *segList) error {
 	dir := s.sessionDir(e.id)
 	gen := e.gen + 1
 	jpath := filepath.Join(dir, journalName(gen))
@@ -522,13 +554,23 @@ func (s *Store) rewriteLocked(e *entry, meta *storage.Session, msgs [][]byte) er
 	if err := writeFileSync(&s.stats, jpath, head); err != nil {
 		return err
 	}
-	if err := writeAtomic(&s.stats, filepath.Join(dir, snapshotName), encodeSnapshot(gen, meta, msgs)); err != nil {
+	s.step("journal")
+	spath := filepath.Join(dir, snapshotName)
+	if err := writeAtomic(&s.stats, spath, snap); err != nil {
+		if g, ok := snapshotGeneration(spath); ok && g == gen {
+			// Renamed, but the folder's sync failed: the files hold the
+			// new generation, with its journal, at least until a power
+			// failure. What e knows may no longer match them: the next
+			// access reads them again.
+			s.forget(e)
+			return err
+		}
 		_ = os.Remove(jpath)
 		return err
 	}
-	_ = os.Remove(filepath.Join(dir, journalName(e.gen)))
+	s.step("renamed")
 	e.j = &journal{path: jpath, tail: int64(len(head)), alloc: int64(len(head))}
-	e.gen = gen
+	e.gen, e.segs = gen, segs
 	return nil
 }
 

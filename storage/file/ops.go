@@ -722,13 +722,22 @@ func (s *Store) FlushStats() (flushes, appends int64) {
 	return s.stats.flushes.Load(), s.stats.flushAppends.Load()
 }
 
-// maybeFold folds a long journal into a new snapshot. Caller holds e.wmu.
+// maybeFold ends a long journal as a segment of the session (foldLocked).
+// When the segments hold more than twice what the session holds (metadata
+// changes, which later ones replace, are most of them), it writes the
+// session whole instead: that costs at most half the bytes written since
+// the last whole snapshot, and keeps the files within about three times
+// the session's size. Caller holds e.wmu.
 func (s *Store) maybeFold(e *entry) {
 	if e.j == nil || e.j.tail < s.opts.foldBytes {
 		return
 	}
 	v := e.view.Load()
-	if err := s.replaceLocked(e, v.meta, v.msgs); err != nil {
+	fold := func() error { return s.foldLocked(e, v.meta) }
+	if e.segs != nil && e.segs.bytes()+e.j.tail > 2*v.size+s.opts.foldBytes {
+		fold = func() error { return s.replaceLocked(e, v.meta, v.msgs) }
+	}
+	if err := fold(); err != nil {
 		// The journal still holds everything; folding is only an optimisation.
 		s.cond.Log(s.log, zapcore.WarnLevel, "fold", "could not fold journal; will retry on a later append", zap.String("session", e.id), zap.Error(err))
 	}

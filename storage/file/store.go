@@ -43,8 +43,9 @@ type options struct {
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithFoldThreshold sets the journal size past which a session's journal is
-// folded into a new snapshot (default 4 MiB). Folding costs one rewrite of
-// the session, so a larger threshold means fewer rewrites and longer loads.
+// folded (default 4 MiB): it becomes a segment that the next generation's
+// snapshot lists, copying nothing (see the package doc). A larger threshold
+// means fewer segment files per session and a longer journal to replay.
 func WithFoldThreshold(bytes int64) Option { return func(o *options) { o.foldBytes = bytes } }
 
 // WithCacheBytes bounds the message bytes kept in memory for recently used
@@ -126,6 +127,10 @@ type Store struct {
 	// faultSync, when set by a test, runs before each journal fdatasync and
 	// can fail it.
 	faultSync func() error
+	// stepHook, when set by a test, runs at each durable step of a fold or
+	// rewrite (see foldLocked and newGeneration), naming it: a test copies
+	// the data dir there to see what a crash at that moment leaves.
+	stepHook func(step string)
 	// testHookWrite, when set by a test, runs after beginWrite, before a
 	// write changes the session's files (e.wmu held).
 	testHookWrite func(e *entry)
@@ -145,10 +150,11 @@ type entry struct {
 	// wmu serialises the writes to this session, and the first load of its
 	// files: whoever holds it owns the session's files, j, gen and ids.
 	// It is held across disk I/O; readers of a loaded session never take it.
-	wmu sync.Mutex
-	j   *journal
-	gen uint64
-	ids map[string]int // message id -> index, for idempotency checks
+	wmu  sync.Mutex
+	j    *journal
+	gen  uint64
+	segs *segList       // the segments the snapshot lists; nil for a whole snapshot
+	ids  map[string]int // message id -> index, for idempotency checks
 
 	// view is what readers see: replaced (never modified) by writers while
 	// holding wmu; nil when the session's messages are not in memory.
@@ -237,7 +243,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	}
 	start := time.Now()
 	privateDir(dir, s.log)
-	if err := checkFormat(&s.stats, dir); err != nil {
+	if err := checkFormat(&s.stats, dir, s.log); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{"sessions", "index"} {
@@ -510,6 +516,12 @@ func scanSession(dir, id string) (*storage.Session, error) {
 // replay applies a journal to a snapshot's state. With msgs false it only
 // tracks metadata.
 func replay(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *journalContent, withMsgs bool) (*storage.Session, [][]byte, error) {
+	return replayWith(meta, msgs, gen, id, jc, withMsgs, true)
+}
+
+// replayWith is replay, keeping the tallies only if tally is set (the
+// others then stay as in meta).
+func replayWith(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *journalContent, withMsgs, tally bool) (*storage.Session, [][]byte, error) {
 	if jc.gen != gen || jc.id != id {
 		return nil, nil, fmt.Errorf("journal is for generation %d of %s, snapshot is generation %d of %s: %w", jc.gen, jc.id, gen, id, errCorrupt)
 	}
@@ -522,9 +534,11 @@ func replay(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *jou
 		case recAppend:
 			m.Revision, m.UpdatedAt = rec.rev, rec.updatedAt
 			m.MessageCount += int64(len(rec.msgs))
-			var err error
-			if m.Tally, err = tallyStored(id, m.Tally, rec.msgs); err != nil {
-				return nil, nil, err
+			if tally {
+				var err error
+				if m.Tally, err = tallyStored(id, m.Tally, rec.msgs); err != nil {
+					return nil, nil, err
+				}
 			}
 			if withMsgs {
 				msgs = append(msgs, rec.msgs...)
@@ -728,6 +742,13 @@ func (s *Store) nsFor(ns string) *nsIndex {
 		s.ns[ns] = n
 	}
 	return n
+}
+
+// step calls the test hook stepHook, if set.
+func (s *Store) step(name string) {
+	if s.stepHook != nil {
+		s.stepHook(name)
+	}
 }
 
 func (s *Store) sessionDir(id string) string { return filepath.Join(s.dir, "sessions", id) }

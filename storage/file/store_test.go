@@ -893,3 +893,18 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// snapshotGen reads the generation of session id's snapshot in dir, and the
+// segments it lists (nil for a whole snapshot).
+func snapshotGen(t *testing.T, dir, id string) (uint64, *segList) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "sessions", id, snapshotName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, _, segs, _, err := decodeSnapshot(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gen, segs
+}
