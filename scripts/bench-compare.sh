@@ -40,6 +40,13 @@
 #   LONG_MESSAGES  messages in the session of the long-session latency run
 #                  (default 2000), compared with a 10-message session
 #   KEEP=1         keep the temp dir (its logs) instead of removing it
+#   PG_ONLY=1      of the rounds, run only raw pgbench INSERTs and sessiond
+#                  on PostgreSQL (CLIENTS clients; the rows of the others
+#                  print "-"), and log per round the writing transactions
+#                  (commits) and WAL bytes per sessiond append: a quicker run
+#                  for work on the PostgreSQL driver. Loading and listing
+#                  still run: make them small with LOAD_MESSAGES and
+#                  LIST_SESSIONS
 #
 # Usage: scripts/bench-compare.sh
 set -euo pipefail
@@ -56,6 +63,7 @@ BENCH_DIR=${BENCH_DIR:-/var/tmp}
 WIDE_CLIENTS=${WIDE_CLIENTS:-64}
 WIDE_SESSIONS=${WIDE_SESSIONS:-1000}
 LONG_MESSAGES=${LONG_MESSAGES:-2000}
+PG_ONLY=${PG_ONLY:-0}
 if [[ -z ${LIST_DIR:-} ]]; then
 	if [[ -d /dev/shm && -w /dev/shm ]]; then LIST_DIR=/dev/shm; else LIST_DIR=$BENCH_DIR; fi
 fi
@@ -297,11 +305,26 @@ sessiond_long() {
 }
 
 sessiond_pg_many() {
-	local r=$1 out
+	local r=$1 out xact0 wal0
+	if [[ $PG_ONLY == 1 ]]; then
+		read -r xact0 wal0 < <(pg_counters)
+	fi
 	out=$("$LOAD" --json --addr "$SDPG" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
 	record "$r" sessiond_pg_ops "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" sessiond_pg_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+	if [[ $PG_ONLY == 1 ]]; then
+		local xact1 wal1 n
+		read -r xact1 wal1 < <(pg_counters)
+		n=$(json "d['ops']" <<<"$out")
+		log "round $r: sessiond on PostgreSQL: $n appends, $(python3 -c "print(round(($xact1 - $xact0) / max($n, 1), 2))") writing transactions and $(python3 -c "print(round(($wal1 - $wal0) / max($n, 1)))") WAL bytes per append"
+	fi
+}
+
+# pg_counters prints the server's next transaction id (the count of
+# writing transactions so far) and its WAL position in bytes.
+pg_counters() {
+	psql_ -At -F ' ' -c "SELECT txid_snapshot_xmax(txid_current_snapshot()), pg_current_wal_lsn() - '0/0'"
 }
 
 # redis-benchmark is bounded by count, not time: each run's count is the
@@ -333,7 +356,18 @@ pg_many() {
 
 systems=(sessiond_many redis_many pg_many sessiond_pg_many)
 wide=(sessiond_wide redis_wide pg_wide)
+if [[ $PG_ONLY == 1 ]]; then
+	systems=(pg_many sessiond_pg_many)
+fi
 for ((r = 1; r <= ROUNDS; r++)); do
+	if [[ $PG_ONLY == 1 ]]; then
+		for ((i = 0; i < ${#systems[@]}; i++)); do
+			s=${systems[$(((i + r - 1) % ${#systems[@]}))]}
+			log "round $r/$ROUNDS: $s ($CLIENTS clients, ${DURATION}s)"
+			"$s" "$r"
+		done
+		continue
+	fi
 	log "round $r/$ROUNDS: floor"
 	floor "$r"
 	log "round $r/$ROUNDS: sessiond, 1 client"
