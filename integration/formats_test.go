@@ -20,14 +20,11 @@ import (
 // dependency for this test): a field the API does not take, or one it
 // requires and the export left out, fails tsc.
 func TestFormatsAgainstSDKTypes(t *testing.T) {
+	t.Parallel() // long and mostly waiting; see runMain
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	buildNodeClient(t, ctx)
+	buildNodeClient(t, ctx) // installs @anthropic-ai/sdk too when it is missing
 	nodeDir := filepath.Join(moduleRoot, "clients", "node")
-	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "@anthropic-ai", "sdk")); err != nil {
-		// Packages installed before the dependency was added.
-		runScript(t, ctx, nil, "npm", "ci", "--prefix", "clients/node", "--no-audit", "--no-fund")
-	}
 
 	types := map[convert.Format]string{
 		convert.OpenAIChat:      "ChatCompletionCreateParamsNonStreaming",

@@ -345,6 +345,7 @@ const conversationJS = `(() => {
 // text, nothing run; an append shows up live through the SSE watch; the
 // session list and search find it; the pages carry the strict CSP.
 func TestViewerInBrowser(t *testing.T) {
+	t.Parallel() // long and mostly waiting; see runMain
 	d, base := startViewerDaemon(t)
 	ctx := testContext(t, 3*time.Minute)
 	c := d.client(t)
@@ -475,6 +476,7 @@ func TestViewerInBrowser(t *testing.T) {
 // TestViewerPaging lists a namespace of more sessions than a page holds:
 // the first page has a link to the next, which holds the rest.
 func TestViewerPaging(t *testing.T) {
+	t.Parallel() // long and mostly waiting; see runMain
 	d, base := startViewerDaemon(t)
 	ctx := testContext(t, 3*time.Minute)
 	c := d.client(t)
@@ -506,6 +508,7 @@ func TestViewerPaging(t *testing.T) {
 // typed into its field is kept for the tab and sent with every request,
 // the watch's included.
 func TestViewerWithToken(t *testing.T) {
+	t.Parallel() // long and mostly waiting; see runMain
 	dir := t.TempDir()
 	toks := newTestTokens(t, dir)
 	d, base := startViewerDaemon(t, "--auth-tokens", toks.file)
@@ -548,6 +551,7 @@ func TestViewerWithToken(t *testing.T) {
 // markers, deep quotes; one of 400,000 bytes) render promptly and whole,
 // as text.
 func TestViewerEdgeCases(t *testing.T) {
+	t.Parallel() // long and mostly waiting; see runMain
 	d, base := startViewerDaemon(t)
 	ctx := testContext(t, 3*time.Minute)
 	c := d.client(t)
@@ -607,6 +611,7 @@ func TestViewerEdgeCases(t *testing.T) {
 // tree: what each construct becomes, and that raw HTML, script URLs and
 // unclosed markers stay text.
 func TestViewerMarkdown(t *testing.T) {
+	t.Parallel() // long and mostly waiting; see runMain
 	_, base := startViewerDaemon(t)
 	b := newBrowser(t)
 	b.run(t, "open the viewer", chromedp.Navigate(base+"/ui/"))
