@@ -153,21 +153,26 @@ timed() {
 	fi
 }
 
-# go_tools installs the go-installed tools one after another. Each
-# `go install` already compiles on every core, and two go commands do not
-# share work in progress: side by side, each compiled its own copy of the
-# standard library and of the dependencies the tools share (protobuf,
-# grpc, x/net), which on a fresh machine cost more than it overlapped. In
-# turn, each reuses what the ones before it put in the build cache. A
+# go_tools installs the go-installed tools. Two go commands do not share
+# work in progress: the six installs side by side each compiled their own
+# copy of the standard library and of what they share (ps showed go/types
+# compiled by five go commands at once on a fresh cache). So protoc-gen-go
+# goes first, alone (the standard library's core and protobuf, which the
+# others build on), then two lanes, each install reusing the cache of the
+# ones before it: grpcurl (half of all the compiling: grpc and its xDS
+# dependencies) beside the rest, so that the other lane's links and
+# module loads, which use one core, do not leave the second one idle. A
 # failed install does not stop the others; the function then fails.
 go_tools() {
-	local rc=0
+	local rc=0 lane
 	timed protoc-gen-go go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/protobuf "$PROTOC_GEN_GO_VERSION" || rc=1
+	timed grpcurl go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl github.com/fullstorydev/grpcurl "$GRPCURL_VERSION" &
+	lane=$!
 	timed protoc-gen-go-grpc go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" || rc=1
 	timed protoc-gen-grpc-gateway go_tool protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2 "$GRPC_GATEWAY_VERSION" || rc=1
 	timed protoc-gen-openapiv2 go_tool protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2 "$GRPC_GATEWAY_VERSION" || rc=1
-	timed grpcurl go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl github.com/fullstorydev/grpcurl "$GRPCURL_VERSION" || rc=1
 	timed staticcheck go_tool staticcheck honnef.co/go/tools/cmd/staticcheck honnef.co/go/tools "$STATICCHECK_VERSION" || rc=1
+	wait "$lane" || rc=1
 	return "$rc"
 }
 
