@@ -20,7 +20,6 @@ import (
 // dependency for this test): a field the API does not take, or one it
 // requires and the export left out, fails tsc.
 func TestFormatsAgainstSDKTypes(t *testing.T) {
-	t.Parallel() // long and mostly waiting; see runMain
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	buildNodeClient(t, ctx) // installs @anthropic-ai/sdk too when it is missing

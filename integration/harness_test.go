@@ -15,13 +15,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,24 +73,6 @@ func runMain(m *testing.M) int {
 	if _, err := os.Stat(filepath.Join(moduleRoot, "cmd", "sessionctl")); err == nil {
 		sessionctlBin = filepath.Join(binDir, "sessionctl")
 		if err := goBuild(sessionctlBin, "./cmd/sessionctl"); err != nil {
-			fmt.Fprintln(os.Stderr, "integration:", err)
-			return 1
-		}
-	}
-	// Most tests here wait on other processes (daemons, Python, Node.js,
-	// Chromium) far more than they compute. The long ones of those call
-	// t.Parallel; they share nothing but the binaries built above (each has
-	// its own daemon, data dir, port and browser profile), and run up to
-	// four at a time unless -parallel says otherwise (go test's default is
-	// GOMAXPROCS, which is 2 on the CI machine). Other long tests run alone:
-	// the crash tests load the machine for a time budget, and the Python
-	// SDK's suite and spool exchange give each call only seconds (beside
-	// four browsers on a busy machine, connecting took longer than that).
-	flag.Parse()
-	parallelSet := false
-	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
-	if !parallelSet {
-		if err := flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0)))); err != nil {
 			fmt.Fprintln(os.Stderr, "integration:", err)
 			return 1
 		}

@@ -156,7 +156,6 @@ func checkAliasCountWith(t *testing.T, ctx context.Context, c sessiondv1.Session
 }
 
 func TestPythonClient(t *testing.T) {
-	t.Parallel() // long and mostly waiting; see runMain
 	// The scripts of clients/python find their own folder (and so the SDK)
 	// anyway; needPython's PYTHONPATH adds it for the SDK's tests.
 	env := needPython(t)
@@ -204,7 +203,6 @@ reason OVER_LIMIT domain sessiond field=title limit=max_title_bytes max=1024 siz
 }
 
 func TestNodeClient(t *testing.T) {
-	t.Parallel() // long and mostly waiting; see runMain
 	node, missing := exec.LookPath("node")
 	needTool(t, missing, "Node.js 18 or later with npm (apt-get install nodejs npm)")
 
@@ -242,11 +240,10 @@ func TestNodeClient(t *testing.T) {
 // buildNodeClient installs the Node.js client's packages when they are
 // missing (scripts/tools.sh installs them; a developer may not have run it,
 // or ran it before a dev dependency these tests use was added) and compiles
-// its TypeScript once per test run, so the tests never run a stale dist/.
-// Tests that run in parallel share that one build: two builds writing dist/
-// or node_modules at once would break each other, and the sources do not
-// change while the tests run. A build that failed is tried again by the next
-// test that needs it, which then fails with its own output.
+// its TypeScript once per test run (the sources do not change while the
+// tests run), so the tests never run a stale dist/. A build that failed is
+// tried again by the next test that needs it, which then fails with its own
+// output.
 func buildNodeClient(t *testing.T, ctx context.Context) {
 	t.Helper()
 	npm, missing := exec.LookPath("npm")
@@ -271,8 +268,7 @@ func buildNodeClient(t *testing.T, ctx context.Context) {
 }
 
 // nodeClientBuilt says buildNodeClient has built the Node.js client in this
-// test run; nodeClientMu guards it and holds other tests back while a build
-// runs.
+// test run; nodeClientMu guards it.
 var (
 	nodeClientMu    sync.Mutex
 	nodeClientBuilt bool

@@ -345,7 +345,6 @@ const conversationJS = `(() => {
 // text, nothing run; an append shows up live through the SSE watch; the
 // session list and search find it; the pages carry the strict CSP.
 func TestViewerInBrowser(t *testing.T) {
-	t.Parallel() // long and mostly waiting; see runMain
 	d, base := startViewerDaemon(t)
 	ctx := testContext(t, 3*time.Minute)
 	c := d.client(t)
@@ -476,7 +475,6 @@ func TestViewerInBrowser(t *testing.T) {
 // TestViewerPaging lists a namespace of more sessions than a page holds:
 // the first page has a link to the next, which holds the rest.
 func TestViewerPaging(t *testing.T) {
-	t.Parallel() // long and mostly waiting; see runMain
 	d, base := startViewerDaemon(t)
 	ctx := testContext(t, 3*time.Minute)
 	c := d.client(t)
@@ -508,7 +506,6 @@ func TestViewerPaging(t *testing.T) {
 // typed into its field is kept for the tab and sent with every request,
 // the watch's included.
 func TestViewerWithToken(t *testing.T) {
-	t.Parallel() // long and mostly waiting; see runMain
 	dir := t.TempDir()
 	toks := newTestTokens(t, dir)
 	d, base := startViewerDaemon(t, "--auth-tokens", toks.file)
@@ -551,7 +548,6 @@ func TestViewerWithToken(t *testing.T) {
 // markers, deep quotes; one of 400,000 bytes) render promptly and whole,
 // as text.
 func TestViewerEdgeCases(t *testing.T) {
-	t.Parallel() // long and mostly waiting; see runMain
 	d, base := startViewerDaemon(t)
 	ctx := testContext(t, 3*time.Minute)
 	c := d.client(t)
@@ -611,7 +607,6 @@ func TestViewerEdgeCases(t *testing.T) {
 // tree: what each construct becomes, and that raw HTML, script URLs and
 // unclosed markers stay text.
 func TestViewerMarkdown(t *testing.T) {
-	t.Parallel() // long and mostly waiting; see runMain
 	_, base := startViewerDaemon(t)
 	b := newBrowser(t)
 	b.run(t, "open the viewer", chromedp.Navigate(base+"/ui/"))
