@@ -22,12 +22,8 @@ import (
 func TestFormatsAgainstSDKTypes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	buildNodeClient(t, ctx)
+	buildNodeClient(t, ctx) // installs @anthropic-ai/sdk too when it is missing
 	nodeDir := filepath.Join(moduleRoot, "clients", "node")
-	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "@anthropic-ai", "sdk")); err != nil {
-		// Packages installed before the dependency was added.
-		runScript(t, ctx, nil, "npm", "ci", "--prefix", "clients/node", "--no-audit", "--no-fund")
-	}
 
 	types := map[convert.Format]string{
 		convert.OpenAIChat:      "ChatCompletionCreateParamsNonStreaming",

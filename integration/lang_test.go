@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,19 +238,41 @@ func TestNodeClient(t *testing.T) {
 }
 
 // buildNodeClient installs the Node.js client's packages when they are
-// missing (scripts/tools.sh installs them; a developer may not have run it)
-// and compiles its TypeScript, every time, so the tests never run a stale
-// dist/.
+// missing (scripts/tools.sh installs them; a developer may not have run it,
+// or ran it before a dev dependency these tests use was added) and compiles
+// its TypeScript once per test run (the sources do not change while the
+// tests run), so the tests never run a stale dist/. A build that failed is
+// tried again by the next test that needs it, which then fails with its own
+// output.
 func buildNodeClient(t *testing.T, ctx context.Context) {
 	t.Helper()
 	npm, missing := exec.LookPath("npm")
 	needTool(t, missing, "npm")
+	nodeClientMu.Lock()
+	defer nodeClientMu.Unlock()
+	if nodeClientBuilt {
+		return
+	}
 	nodeDir := filepath.Join(moduleRoot, "clients", "node")
-	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", ".bin", "tsc")); err != nil {
-		runScript(t, ctx, nil, npm, "ci", "--prefix", "clients/node", "--no-audit", "--no-fund")
+	for _, p := range []string{
+		filepath.Join(".bin", "tsc"),
+		filepath.Join("@anthropic-ai", "sdk"), // TestFormatsAgainstSDKTypes
+	} {
+		if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", p)); err != nil {
+			runScript(t, ctx, nil, npm, "ci", "--prefix", "clients/node", "--no-audit", "--no-fund")
+			break
+		}
 	}
 	runScript(t, ctx, nil, npm, "run", "build", "--prefix", "clients/node")
+	nodeClientBuilt = true
 }
+
+// nodeClientBuilt says buildNodeClient has built the Node.js client in this
+// test run; nodeClientMu guards it.
+var (
+	nodeClientMu    sync.Mutex
+	nodeClientBuilt bool
+)
 
 // nodeTestCount is how many tests clients/node/test/session.test.js holds;
 // the token test is skipped on a daemon without tokens, and a run that

@@ -12,7 +12,8 @@
 #     missing, postgresql (the tests' private server, scripts/postgres.sh),
 #     with apt-get;
 #   - Node.js and npm if missing (apt-get), then the Node.js client's
-#     packages with `npm ci` in clients/node.
+#     packages with `npm ci` in clients/node;
+#   - the Go module's dependencies (go mod download).
 # It expects Debian (or Ubuntu), root or sudo, Go on PATH, and the Go module
 # proxy, Debian's archive and the npm registry reachable.
 #
@@ -152,10 +153,33 @@ timed() {
 	fi
 }
 
-# Every install runs side by side with the others: on a fresh machine the
-# go installs are compiles (CPU), while apt-get, npm and module downloads
-# mostly wait on the network and dpkg, so they overlap well. Only what
-# needs npm waits for apt-get when apt-get must install npm first.
+# go_tools installs the go-installed tools. Two go commands do not share
+# work in progress: the six installs side by side each compiled their own
+# copy of the standard library and of what they share (ps showed go/types
+# compiled by five go commands at once on a fresh cache). So protoc-gen-go
+# goes first, alone (the standard library's core and protobuf, which the
+# others build on), then two lanes, each install reusing the cache of the
+# ones before it: grpcurl (half of all the compiling: grpc and its xDS
+# dependencies) beside the rest, so that the other lane's links and
+# module loads, which use one core, do not leave the second one idle. A
+# failed install does not stop the others; the function then fails.
+go_tools() {
+	local rc=0 lane
+	timed protoc-gen-go go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/protobuf "$PROTOC_GEN_GO_VERSION" || rc=1
+	timed grpcurl go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl github.com/fullstorydev/grpcurl "$GRPCURL_VERSION" &
+	lane=$!
+	timed protoc-gen-go-grpc go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" || rc=1
+	timed protoc-gen-grpc-gateway go_tool protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2 "$GRPC_GATEWAY_VERSION" || rc=1
+	timed protoc-gen-openapiv2 go_tool protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2 "$GRPC_GATEWAY_VERSION" || rc=1
+	timed staticcheck go_tool staticcheck honnef.co/go/tools/cmd/staticcheck honnef.co/go/tools "$STATICCHECK_VERSION" || rc=1
+	wait "$lane" || rc=1
+	return "$rc"
+}
+
+# The lanes below run side by side: on a fresh machine the go installs are
+# compiles (CPU), while apt-get, npm and module downloads mostly wait on the
+# network and dpkg, so they overlap well. Only what needs npm waits for
+# apt-get when apt-get must install npm first.
 pids=()
 if command -v npm >/dev/null && command -v node >/dev/null; then
 	timed apt-get apt_install &
@@ -166,17 +190,11 @@ else
 	{ timed apt-get apt_install && timed buf install_buf && timed "npm ci" npm_ci; } &
 	pids+=($!)
 fi
-timed protoc-gen-go go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/protobuf "$PROTOC_GEN_GO_VERSION" &
+# The module's own dependencies (quick when they are there): the tidy, vet
+# and test checks would otherwise wait for their download after the tools.
+timed "go mod download" go mod download &
 pids+=($!)
-timed protoc-gen-go-grpc go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" &
-pids+=($!)
-timed protoc-gen-grpc-gateway go_tool protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway github.com/grpc-ecosystem/grpc-gateway/v2 "$GRPC_GATEWAY_VERSION" &
-pids+=($!)
-timed protoc-gen-openapiv2 go_tool protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2 github.com/grpc-ecosystem/grpc-gateway/v2 "$GRPC_GATEWAY_VERSION" &
-pids+=($!)
-timed grpcurl go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl github.com/fullstorydev/grpcurl "$GRPCURL_VERSION" &
-pids+=($!)
-timed staticcheck go_tool staticcheck honnef.co/go/tools/cmd/staticcheck honnef.co/go/tools "$STATICCHECK_VERSION" &
+go_tools &
 pids+=($!)
 failed=0
 for pid in "${pids[@]}"; do
