@@ -57,6 +57,9 @@ type Server struct {
 	loads *semaphore
 
 	utf8Wrapped atomic.Bool
+	// encodedFrames: ServerOptions' codec is in use, which sends
+	// encodedFrame values as they are.
+	encodedFrames atomic.Bool
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain: watches end with UNAVAILABLE

@@ -251,6 +251,8 @@ func readCheckpoint(dir string, log *zap.Logger) *checkpoint {
 		ck.why = "checkpoint folder unreadable: " + err.Error()
 		return ck
 	}
+	var all [][]*storage.Session
+	total := 0
 	for _, de := range files {
 		want, ok := nsFromFileName(de.Name())
 		if !ok {
@@ -273,6 +275,11 @@ func readCheckpoint(dir string, log *zap.Logger) *checkpoint {
 			log.Warn("index file damaged; rescanning its sessions", zap.String("file", de.Name()), zap.Error(err))
 			continue
 		}
+		all = append(all, metas)
+		total += len(metas)
+	}
+	ck.metas = make(map[string]*storage.Session, total)
+	for _, metas := range all {
 		for _, m := range metas {
 			ck.metas[m.ID] = m
 		}
