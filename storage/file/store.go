@@ -377,7 +377,8 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	s.openTrusted, s.openScanned = len(ids)-len(todo), len(todo)
 	s.log.Info("file store opened", zap.String("dir", dir), zap.Int("sessions", len(ids)),
 		zap.Int("from_checkpoint", len(ids)-len(todo)), zap.Int("scanned", len(todo)), zap.Duration("took", time.Since(start)))
-	// A checkpoint soon makes the next open after a crash cheap again.
+	// A checkpoint soon (reopenCheckpointDelay) makes the next open after a
+	// crash cheap again.
 	go s.checkpointLoop(len(ids) > 0 && (len(todo) > 0 || len(vanished) > 0))
 	return s, nil
 }
