@@ -1,9 +1,11 @@
 package file
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/sessiond/sessiond/internal/ratelog"
 	"github.com/sessiond/sessiond/storage"
@@ -387,37 +390,80 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 // half-made sessions (.tmp-*) and half-deleted ones (.del-*).
 func (s *Store) sweepSessions() ([]string, error) {
 	root := filepath.Join(s.dir, "sessions")
-	des, err := readDirUnsorted(root)
-	if err != nil {
-		return nil, fmt.Errorf("file: list sessions: %w", ioErr(err))
-	}
-	ids := make([]string, 0, len(des))
-	for _, de := range des {
-		name := de.Name()
+	ids := []string{}
+	err := readDirNames(root, func(name string, typ byte) error {
 		switch {
 		case strings.HasPrefix(name, tmpPref) || strings.HasPrefix(name, delPref):
 			s.log.Info("removing leftover of an interrupted write", zap.String("path", filepath.Join(root, name)))
 			if err := os.RemoveAll(filepath.Join(root, name)); err != nil {
-				return nil, fmt.Errorf("file: sweep %s: %w", name, err)
+				return fmt.Errorf("file: sweep %s: %w", name, err)
 			}
-		case isSessionID(name) && de.IsDir():
+		case isSessionID(name) && direntIsDir(root, name, typ):
 			ids = append(ids, name)
 		default:
 			s.log.Warn("ignoring unknown entry in sessions folder", zap.String("path", filepath.Join(root, name)))
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return ids, nil
 }
 
-// readDirUnsorted is os.ReadDir without the sort by name, which costs a
-// tenth of an Open's time with 100,000 sessions and is of no use here.
-func readDirUnsorted(dir string) ([]os.DirEntry, error) {
+// readDirNames calls each with the name and type (unix.DT_*) of every
+// entry of dir, in the order the file system lists them. It is os.ReadDir without the sort by name and without an
+// allocated DirEntry per entry: with 100,000 sessions those were a fifth of
+// an Open. An error each returns ends the walk.
+func readDirNames(dir string, each func(name string, typ byte) error) error {
 	f, err := os.Open(dir)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("file: list %s: %w", dir, ioErr(err))
 	}
 	defer f.Close()
-	return f.ReadDir(-1)
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := unix.ReadDirent(int(f.Fd()), buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("file: list %s: %w", dir, ioErr(err))
+		}
+		if n <= 0 {
+			return nil
+		}
+		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1),
+		// name (NUL-terminated).
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:]))
+			if reclen < 19 || reclen > len(b) {
+				return fmt.Errorf("file: list %s: malformed directory entry", dir)
+			}
+			typ, name := b[18], b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			b = b[reclen:]
+			if string(name) == "." || string(name) == ".." {
+				continue
+			}
+			if err := each(string(name), typ); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// direntIsDir says whether entry name of dir, of type typ as readDirNames
+// gave it, is a folder: from the type, or one lstat where the file system
+// did not say (DT_UNKNOWN).
+func direntIsDir(dir, name string, typ byte) bool {
+	if typ != unix.DT_UNKNOWN {
+		return typ == unix.DT_DIR
+	}
+	fi, err := os.Lstat(filepath.Join(dir, name))
+	return err == nil && fi.IsDir()
 }
 
 // isSessionID reports whether name is a UUID in canonical form (36
