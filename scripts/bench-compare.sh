@@ -7,7 +7,8 @@
 # same PostgreSQL (--storage postgres) beside raw pgbench INSERTs, the same
 # three on 64 clients writing 1,000 sessions, one client's append p50 on a
 # 2,000-message session against a 10-message one, then listing
-# 100,000 sessions, start-up with them on disk, and loading a 10,000-message
+# 100,000 sessions, start-up with them on disk (after a clean stop, and after
+# kill -9 under write load, beside an empty daemon's), and loading a 10,000-message
 # session. Each throughput and latency measurement runs ROUNDS times,
 # interleaved (the order of the four stores rotates each round); the table
 # shows every round, the medians and the ratios the targets are stated in.
@@ -414,6 +415,27 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	out=$("$LOAD" --json --addr "127.0.0.1:$LIST_PORT" --namespace list list --repeat 1)
 	record "$r" list_warm_first_ms "$(json "d['first_ms_median']" <<<"$out")"
 	record "$r" list_warm_all_ms "$(json "d['all_ms_median']" <<<"$out")"
+	record "$r" list_rss_mib "$(awk '/^VmRSS/ {print $2 / 1024}' "/proc/${pids[-1]}/status")"
+	# kill -9 under write load: CLIENTS clients appending to WIDE_SESSIONS
+	# sessions (in another namespace) for 5 s, then the restart is timed.
+	"$LOAD" --addr "127.0.0.1:$LIST_PORT" --namespace crash append --clients "$CLIENTS" --sessions "$WIDE_SESSIONS" \
+		--size "$SIZE" --duration 60s --count 100000000 >/dev/null 2>&1 &
+	loader=$!
+	pids+=("$loader")
+	sleep 5
+	kill -KILL "${pids[-2]}"
+	stop_pid "${pids[-2]}"
+	stop_pid "$loader"
+	start=$(date +%s.%N)
+	start_sessiond "$listwork/data" "$LIST_PORT"
+	record "$r" startup_kill_s "$(python3 -c "import time; print(time.time() - $start)")"
+	stop_pid "${pids[-1]}"
+	# An empty daemon's start-up on this machine now: what the above cost
+	# beyond starting at all (a loaded machine slows both).
+	rm -rf "$listwork/empty"
+	start=$(date +%s.%N)
+	start_sessiond "$listwork/empty" "$LIST_PORT"
+	record "$r" startup_empty_s "$(python3 -c "import time; print(time.time() - $start)")"
 	stop_pid "${pids[-1]}"
 done
 
@@ -466,6 +488,9 @@ row(f"list {nlist} sessions, first result, after start (ms)", "list_first_ms", "
 row(f"list {nlist} sessions, all, after start (ms)", "list_all_ms", "{:.0f}")
 row(f"list {nlist} sessions, first result, 2nd listing (ms)", "list_warm_first_ms", "{:.1f}")
 row(f"list {nlist} sessions, all, 2nd listing (ms)", "list_warm_all_ms", "{:.0f}")
+row(f"RSS with {nlist} sessions, after listing them (MiB)", "list_rss_mib", "{:.0f}")
+row(f"start-up with {nlist} sessions after kill -9 under write load (s)", "startup_kill_s", "{:.2f}")
+row("start-up of an empty daemon, same rounds (s)", "startup_empty_s", "{:.2f}")
 
 def get(k):
     return med.get(k, float("nan"))
@@ -490,6 +515,8 @@ f, a = get("list_first_ms"), get("list_all_ms")
 print(f"| list {nlist}: first < 50 ms, all < 0.5 s | first {f:.1f} ms, all {a:.0f} ms | {'yes' if f < 50 and a < 500 else 'NO'} |")
 s = get("startup_s")
 print(f"| ready within 2 s with {nlist} sessions | {s:.2f} s | {'yes' if s < 2 else 'NO'} |")
+k = get("startup_kill_s")
+print(f"| ready within 2 s with {nlist} sessions after kill -9 under write load | {k:.2f} s (an empty daemon: {get('startup_empty_s'):.2f} s) | {'yes' if k < 2 else 'NO'} |")
 l = get("load_msgs_per_s")
 print(f"| load {nload} messages >= 100,000 messages/s | {l:.0f}/s | {'yes' if l >= 100000 else 'NO'} |")
 EOF

@@ -35,7 +35,25 @@ type utf8Codec struct {
 	s *Server
 }
 
-func (s *Server) newUTF8Codec() utf8Codec { return utf8Codec{encoding.GetCodecV2("proto"), s} }
+func (s *Server) newUTF8Codec() utf8Codec {
+	s.encodedFrames.Store(true)
+	return utf8Codec{encoding.GetCodecV2("proto"), s}
+}
+
+// encodedFrame is a response already encoded (a ListSessions frame kept by
+// the store; see listFrames): the codec sends its bytes as they are. Only a
+// grpc.Server made with ServerOptions has this codec, so the handlers send
+// one only then (Server.encodedFrames).
+type encodedFrame []byte
+
+func (c utf8Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if f, ok := v.(encodedFrame); ok {
+		// The bytes are never modified (see storage.ListEncoder), so the
+		// transport may hold them as they are; freeing them is a no-op.
+		return mem.BufferSlice{mem.SliceBuffer(f)}, nil
+	}
+	return c.CodecV2.Marshal(v)
+}
 
 func (c utf8Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.CodecV2.Unmarshal(data, v)

@@ -57,6 +57,9 @@ type Server struct {
 	loads *semaphore
 
 	utf8Wrapped atomic.Bool
+	// encodedFrames: ServerOptions' codec is in use, which sends
+	// encodedFrame values as they are.
+	encodedFrames atomic.Bool
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain: watches end with UNAVAILABLE
@@ -133,7 +136,9 @@ func (s *Server) Limits() storage.Limits { return s.limits }
 
 // Register adds the SessionStoreService to a gRPC server. Its handlers answer
 // a request whose string field holds invalid UTF-8 with INVALID_ARGUMENT
-// naming the field (the grpc.Server needs ServerOptions' codec for that).
+// naming the field, and ListSessions sends the frames the store keeps
+// encoded as they are (the grpc.Server needs ServerOptions' codec for both;
+// once ServerOptions was called, every grpc.Server s serves must have it).
 func (s *Server) Register(r grpc.ServiceRegistrar) {
 	r.RegisterService(s.withUTF8Status(sessiondv1.SessionStoreService_ServiceDesc), s)
 }

@@ -271,6 +271,52 @@ func TestListSessionsPaging(t *testing.T) {
 	}
 }
 
+// Listed frames are sent as the store keeps them encoded: each must be the
+// session as GetSession answers it now, with the token that resumes after
+// it, before and after writes.
+func TestListSessionsFramesAreCurrent(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	ctx := t.Context()
+	a := h.create(t, &sessiondv1.CreateSessionRequest{Alias: "a", Labels: map[string]string{"k": "v"}, Metadata: map[string]string{"m": "1"}})
+	h.create(t, &sessiondv1.CreateSessionRequest{Alias: "b"})
+	check := func(what string) {
+		t.Helper()
+		for range 2 { // the second listing sends what the first had encoded
+			stream, err := h.client.ListSessions(ctx, &sessiondv1.ListSessionsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			frames, err := recvAll(stream)
+			if err != nil {
+				t.Fatalf("%s: ListSessions: %v", what, err)
+			}
+			for _, f := range frames {
+				got, err := h.client.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: byID(f.GetSession().GetId())})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := cmp.Diff(got.GetSession(), f.GetSession(), protocmp.Transform()); d != "" {
+					t.Fatalf("%s: listed session differs from GetSession's (-get +list):\n%s", what, d)
+				}
+				s := f.GetSession()
+				if want := encodePageToken(storage.Cursor{UpdatedAt: s.GetUpdatedAt().AsTime(), ID: s.GetId()}); f.GetNextPageToken() != want {
+					t.Fatalf("%s: next_page_token %q, want %q", what, f.GetNextPageToken(), want)
+				}
+			}
+		}
+	}
+	check("after creates")
+	if _, err := h.client.UpdateSession(ctx, &sessiondv1.UpdateSessionRequest{Ref: byID(a.GetId()), Session: &sessiondv1.Session{Title: "t"},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"title"}}}); err != nil {
+		t.Fatal(err)
+	}
+	check("after an update")
+	if _, err := h.client.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: byID(a.GetId()), Messages: []*sessiondv1.Message{user("m1", "hi")}}); err != nil {
+		t.Fatal(err)
+	}
+	check("after an append")
+}
+
 // A client that stops reading a listing ends it: the server does not walk
 // on through the store.
 func TestListSessionsStopsOnCancel(t *testing.T) {
@@ -320,6 +366,17 @@ func (e *endlessList) List(ctx context.Context, opts storage.ListOptions, yield 
 		}
 	}
 	return nil
+}
+
+// ListEncoded lists the same made-up sessions, as the server asks for them.
+func (e *endlessList) ListEncoded(ctx context.Context, opts storage.ListOptions, enc storage.ListEncoder, yield func([]byte) error) error {
+	return e.List(ctx, opts, func(s *storage.Session) error {
+		b, err := enc.EncodeListed(s)
+		if err != nil {
+			return err
+		}
+		return yield(b)
+	})
 }
 
 func TestWatchSession(t *testing.T) {

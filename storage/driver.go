@@ -259,3 +259,25 @@ func describeNamespace(ns string) string {
 type LoadStreamer interface {
 	LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error
 }
+
+// ListEncoder turns a listed session into the bytes a caller sends for it
+// (the server: its encoded ListSessionsResponse). EncodeListed must be a
+// pure function of the session's metadata, must not modify or keep s, and
+// must return bytes that nobody modifies afterwards (an error ends the
+// listing with it, and nothing is kept): a Driver that
+// implements EncodedLister may keep them and hand them out again, to
+// any number of callers at once, until the session next changes. Compare
+// encoders by identity: use one pointer per encoding.
+type ListEncoder interface {
+	EncodeListed(s *Session) ([]byte, error)
+}
+
+// EncodedLister is implemented by Drivers that keep each listed session's
+// encoding until the session changes, so that listing the same sessions
+// again encodes nothing (see Store.ListEncoded). Entries are matched to
+// enc by identity: a Driver keeps at most one encoding per session, of the
+// last encoder that listed it. The portable Store uses it when the Driver
+// has it, and List with enc otherwise. opts are valid, as for List.
+type EncodedLister interface {
+	ListEncoded(ctx context.Context, opts ListOptions, enc ListEncoder, yield func([]byte) error) error
+}

@@ -216,12 +216,32 @@ func validLoad(ref Ref, opts LoadOptions) (Ref, error) {
 }
 
 func (p *portable) List(ctx context.Context, opts ListOptions, yield func(*Session) error) error {
-	err := firstErr(ValidateNamespace(opts.Namespace), ValidateAliasPrefix("alias_prefix", opts.AliasPrefix),
-		p.lim.CheckMap("labels", opts.Labels), notNegative("limit", opts.Limit), ValidateModel("model", opts.Model))
-	if err != nil {
+	if err := p.checkList(opts); err != nil {
 		return err
 	}
 	return p.d.List(ctx, opts, yield)
+}
+
+func (p *portable) ListEncoded(ctx context.Context, opts ListOptions, enc ListEncoder, yield func([]byte) error) error {
+	if el, ok := p.d.(EncodedLister); ok {
+		if err := p.checkList(opts); err != nil {
+			return err
+		}
+		return el.ListEncoded(ctx, opts, enc, yield)
+	}
+	return p.List(ctx, opts, func(s *Session) error {
+		b, err := enc.EncodeListed(s)
+		if err != nil {
+			return err
+		}
+		return yield(b)
+	})
+}
+
+// checkList validates a listing's options.
+func (p *portable) checkList(opts ListOptions) error {
+	return firstErr(ValidateNamespace(opts.Namespace), ValidateAliasPrefix("alias_prefix", opts.AliasPrefix),
+		p.lim.CheckMap("labels", opts.Labels), notNegative("limit", opts.Limit), ValidateModel("model", opts.Model))
 }
 
 func (p *portable) Save(ctx context.Context, req SaveRequest) (*Session, error) {

@@ -383,6 +383,12 @@ type Store interface {
 	// runs without store locks held, so it may be slow. Errors: ErrInvalid.
 	List(ctx context.Context, opts ListOptions, yield func(*Session) error) error
 
+	// ListEncoded is List handing yield each session's encoding by enc (see
+	// ListEncoder) instead of the session. A backend that keeps encodings
+	// (the file store does) encodes a session only once until it changes.
+	// yield must not modify the bytes. Errors: ErrInvalid.
+	ListEncoded(ctx context.Context, opts ListOptions, enc ListEncoder, yield func([]byte) error) error
+
 	// Save replaces a session's messages, title, summary and metadata
 	// atomically (alias and labels are kept). Errors: ErrNotFound,
 	// ErrConflict, ErrInvalid, ErrAliasInUse (CreateIfMissing), ErrNoSpace,

@@ -251,6 +251,8 @@ func readCheckpoint(dir string, log *zap.Logger) *checkpoint {
 		ck.why = "checkpoint folder unreadable: " + err.Error()
 		return ck
 	}
+	var all [][]*storage.Session
+	total := 0
 	for _, de := range files {
 		want, ok := nsFromFileName(de.Name())
 		if !ok {
@@ -273,6 +275,11 @@ func readCheckpoint(dir string, log *zap.Logger) *checkpoint {
 			log.Warn("index file damaged; rescanning its sessions", zap.String("file", de.Name()), zap.Error(err))
 			continue
 		}
+		all = append(all, metas)
+		total += len(metas)
+	}
+	ck.metas = make(map[string]*storage.Session, total)
+	for _, metas := range all {
 		for _, m := range metas {
 			ck.metas[m.ID] = m
 		}
@@ -301,6 +308,11 @@ type dirtyLog struct {
 	// checkpoint loop retries every noSpaceRetry.
 	full atomic.Bool
 }
+
+// reopenCheckpointDelay is how long after an Open that scanned sessions
+// (after a crash) the checkpoint that spares the next Open that scan is
+// written, unless enough changes ask for one sooner.
+const reopenCheckpointDelay = 2 * time.Second
 
 // noSpaceRetry is how often a store whose disk was full tries again to
 // start a dirty file, so that writes resume soon after space is freed.
@@ -455,16 +467,19 @@ func (s *Store) checkpointLoop(now bool) {
 	retry := time.NewTicker(noSpaceRetry)
 	defer retry.Stop()
 	failing := false // the last checkpoint failed: said once, not every retry
+	var first <-chan time.Time
 	if now {
-		select {
-		case s.ckptKick <- struct{}{}:
-		default:
-		}
+		// Not at once: copying every session's metadata would compete for
+		// the CPU with the start of serving (the first health check) just
+		// when a restarted daemon is awaited.
+		first = time.After(reopenCheckpointDelay)
 	}
 	for {
 		select {
 		case <-s.ckptStop:
 			return
+		case <-first:
+			first = nil
 		case <-t.C:
 			if s.dirty.changed.Load() == 0 {
 				continue

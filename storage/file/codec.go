@@ -47,29 +47,6 @@ func metaToProto(m *storage.Session) *sessiondv1.Session {
 	return p
 }
 
-func metaFromProto(p *sessiondv1.Session) *storage.Session {
-	m := &storage.Session{
-		ID: p.GetId(), Namespace: p.GetNamespace(), Alias: p.GetAlias(), Title: p.GetTitle(), Summary: p.GetSummary(),
-		CreatedAt: p.GetCreatedAt().AsTime(), UpdatedAt: p.GetUpdatedAt().AsTime(),
-		Revision: p.GetRevision(), MessageCount: p.GetMessageCount(),
-		Metadata: p.GetMetadata(), Labels: p.GetLabels(),
-	}
-	if p.Parent != nil {
-		m.Parent = &storage.ForkOrigin{SessionID: p.Parent.GetSessionId(), MessageCount: p.Parent.GetMessageCount()}
-	}
-	if u := p.GetUsage(); u != nil {
-		m.OpenToolCallIDs, m.Models = p.GetOpenToolCallIds(), p.GetModels()
-		m.Usage = storage.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
-			CachedInputTokens: u.GetCachedInputTokens(), ReasoningTokens: u.GetReasoningTokens()}
-	} else {
-		m.Unknown = p.GetMessageCount() > 0
-	}
-	if d := p.GetExpireAfter(); d != nil {
-		m.ExpireAfter = d.AsDuration()
-	}
-	return m
-}
-
 // tallyStored adds the encoded messages msgs of session id, already stored,
 // to t (storage.Tally.AddStored).
 func tallyStored(id string, t storage.Tally, msgs [][]byte) (storage.Tally, error) {
@@ -94,13 +71,8 @@ func marshalMeta(m *storage.Session) []byte {
 	return b
 }
 
-func unmarshalMeta(b []byte) (*storage.Session, error) {
-	var p sessiondv1.Session
-	if err := proto.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("session metadata: %v: %w", err, errCorrupt)
-	}
-	return metaFromProto(&p), nil
-}
+// unmarshalMeta decodes metadata written by marshalMeta (see decodeMeta).
+func unmarshalMeta(b []byte) (*storage.Session, error) { return decodeMeta(b) }
 
 // cloneMeta returns a copy whose maps the caller may modify.
 func cloneMeta(m *storage.Session) *storage.Session {

@@ -194,10 +194,21 @@
 //
 // Open lists sessions/ and takes the metadata of most sessions from the
 // last checkpoint; the others are scanned (the snapshot's header frame and
-// the journal, never the snapshot's messages). The listing index is kept
-// sorted per namespace in memory and updated by every write. A session's
-// messages are read on first use and kept, as encoded bytes, in a cache
-// bounded by WithCacheBytes.
+// the journal, never the snapshot's messages). The checkpoint is read while
+// sessions/ is listed and the WAL replayed, and its index runs are decoded
+// in parallel. After an Open that scanned sessions, the checkpoint that
+// spares the next Open that scan is written 2 s later (or sooner, once
+// enough sessions changed), so that it does not compete with the start of
+// serving. The listing index is kept sorted per namespace in memory and
+// updated by every write. A session's messages are read on first use and
+// kept, as encoded bytes, in a cache bounded by WithCacheBytes.
+//
+// ListEncoded (the server's ListSessions) keeps each listed session's
+// encoding (its ListSessionsResponse frame, some 200 bytes) with the
+// metadata it was made from, so that listing again encodes nothing; a write
+// publishes new metadata, which makes the encoding stale without a lookup,
+// and the next listing makes it again. This costs memory in proportion to
+// the sessions listed since they last changed (about 25 MiB for 100,000).
 //
 // # Open files
 //

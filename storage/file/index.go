@@ -2,7 +2,10 @@ package file
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/sessiond/sessiond/storage"
 )
@@ -55,7 +58,9 @@ func encodeIndex(epoch []byte, ns string, metas []*storage.Session) []byte {
 	return out
 }
 
-// decodeIndex checks and decodes one namespace index file.
+// decodeIndex checks and decodes one namespace index file. Its runs are
+// decoded in parallel (a checkpoint of 100,000 sessions is some 400 runs):
+// decoding the metadata is most of what an Open after a clean stop does.
 func decodeIndex(data []byte) (epoch []byte, ns string, metas []*storage.Session, err error) {
 	p, off, ok := readFrame(data, 0)
 	if !ok || p[0] != typeIndexHead {
@@ -68,30 +73,63 @@ func decodeIndex(data []byte) (epoch []byte, ns string, metas []*storage.Session
 		return nil, "", nil, r.err
 	}
 	ns = string(r.b)
+	var runs [][]byte
 	for off < len(data) {
 		p, next, ok := readFrame(data, off)
 		if !ok || p[0] != typeIndexRun {
 			return nil, "", nil, fmt.Errorf("index frame at %d: %w", off, errCorrupt)
 		}
 		off = next
-		r := reader{b: p[1:]}
-		for len(r.b) > 0 {
-			b := r.bytes("index entry")
-			if r.err != nil {
-				return nil, "", nil, r.err
+		runs = append(runs, p[1:])
+	}
+	decoded := make([][]*storage.Session, len(runs))
+	errs := make([]error, len(runs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(runs)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(runs); i = int(next.Add(1) - 1) {
+				decoded[i], errs[i] = decodeIndexRun(runs[i], ns)
 			}
-			m, err := unmarshalMeta(b)
-			if err != nil {
-				return nil, "", nil, err
-			}
-			if m.Namespace != ns || !isSessionID(m.ID) {
-				return nil, "", nil, fmt.Errorf("index entry %s of namespace %q in the file of %q: %w", m.ID, m.Namespace, ns, errCorrupt)
-			}
-			metas = append(metas, m)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, "", nil, err // the first in the file
 		}
 	}
-	if uint64(len(metas)) != count {
-		return nil, "", nil, fmt.Errorf("index holds %d entries, header says %d: %w", len(metas), count, errCorrupt)
+	n := 0
+	for _, d := range decoded {
+		n += len(d)
+	}
+	if uint64(n) != count {
+		return nil, "", nil, fmt.Errorf("index holds %d entries, header says %d: %w", n, count, errCorrupt)
+	}
+	metas = make([]*storage.Session, 0, n)
+	for _, d := range decoded {
+		metas = append(metas, d...)
 	}
 	return epoch, ns, metas, nil
+}
+
+// decodeIndexRun decodes the entries of one run of namespace ns's index.
+func decodeIndexRun(b []byte, ns string) ([]*storage.Session, error) {
+	var metas []*storage.Session
+	r := reader{b: b}
+	for len(r.b) > 0 {
+		b := r.bytes("index entry")
+		if r.err != nil {
+			return nil, r.err
+		}
+		m, err := unmarshalMeta(b)
+		if err != nil {
+			return nil, err
+		}
+		if m.Namespace != ns || !isSessionID(m.ID) {
+			return nil, fmt.Errorf("index entry %s of namespace %q in the file of %q: %w", m.ID, m.Namespace, ns, errCorrupt)
+		}
+		metas = append(metas, m)
+	}
+	return metas, nil
 }

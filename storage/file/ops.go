@@ -339,13 +339,51 @@ func (s *Store) LoadStream(ctx context.Context, ref storage.Ref, opts storage.Lo
 // List calls yield for each matching session in list order. It collects a
 // page under the read lock, then yields it with no lock held.
 func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*storage.Session) error) error {
+	return s.walkList(ctx, &opts, func(_ *entry, m *storage.Session) error { return yield(cloneMeta(m)) })
+}
+
+// ListEncoded is List yielding each session's encoding by enc, kept in the
+// session's entry until its metadata changes (see listed).
+func (s *Store) ListEncoded(ctx context.Context, opts storage.ListOptions, enc storage.ListEncoder, yield func([]byte) error) error {
+	return s.walkList(ctx, &opts, func(e *entry, m *storage.Session) error {
+		if l := e.listed.Load(); l != nil && l.meta == m && l.enc == enc {
+			return yield(l.b)
+		}
+		b, err := enc.EncodeListed(m)
+		if err != nil {
+			return err
+		}
+		e.listed.Store(&listed{meta: m, enc: enc, b: b})
+		return yield(b)
+	})
+}
+
+// listed is a session's encoding by a storage.ListEncoder, valid while
+// the entry's meta is the one it was made from. Every write publishes a new
+// meta (metadata is never modified in place), so a write makes the
+// encoding stale without touching it, and no write can be missed.
+type listed struct {
+	meta *storage.Session
+	enc  storage.ListEncoder
+	b    []byte
+}
+
+// walkList calls each for every session matching opts in list order, with
+// the session's metadata as it was when its page was collected (shared:
+// each must not modify it). It collects a page under the read lock, then
+// walks it with no lock held.
+func (s *Store) walkList(ctx context.Context, opts *storage.ListOptions, each func(*entry, *storage.Session) error) error {
 	var cur listKey // the last session looked at, when started
 	started := opts.After != nil
 	if started {
 		cur = listKey{t: opts.After.UpdatedAt, id: opts.After.ID}
 	}
 	sent := int64(0)
-	page := make([]*storage.Session, 0, 256)
+	type item struct {
+		e *entry
+		m *storage.Session
+	}
+	page := make([]item, 0, 256)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -373,17 +411,17 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*
 					break
 				}
 				cur, started = e.key, true
-				if matches(m, &opts) {
-					page = append(page, m)
+				if matches(m, opts) {
+					page = append(page, item{e, m})
 				}
 			}
 		}
 		s.mu.RUnlock()
-		for _, m := range page {
+		for _, it := range page {
 			if opts.Limit > 0 && sent >= opts.Limit {
 				return nil
 			}
-			if err := yield(cloneMeta(m)); err != nil {
+			if err := each(it.e, it.m); err != nil {
 				return err
 			}
 			sent++

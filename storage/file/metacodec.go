@@ -1,0 +1,211 @@
+package file
+
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+// Field numbers of sessiond.v1.Session and of the messages it holds, for
+// decodeMeta.
+const (
+	fSessID, fSessNamespace, fSessAlias, fSessTitle      = 1, 2, 3, 4
+	fSessCreated, fSessUpdated, fSessRevision, fSessMsgs = 5, 6, 7, 8
+	fSessSummary, fSessMetadata, fSessLabels, fSessPar   = 9, 10, 11, 12
+	fSessMessages, fSessOpenTools, fSessUsage, fSessMods = 13, 14, 15, 16
+	fSessExpire                                          = 17
+)
+
+// decodeMeta decodes an encoded sessiond.v1.Session (as marshalMeta
+// writes it) straight into storage.Session, with proto.Unmarshal's rules
+// (last value wins, repeated submessages merge, a field of an unexpected
+// wire type is an unknown field, strings must be UTF-8), without building
+// the proto first: Open decodes every checkpoint entry, and the
+// intermediate messages were most of its allocations.
+func decodeMeta(b []byte) (*storage.Session, error) {
+	m := &storage.Session{}
+	var (
+		created, updated, expire [2]int64 // seconds, nanos
+		hasUsage, hasExpire      bool
+		tools, models            []string
+		parent                   *storage.ForkOrigin
+		err                      error
+	)
+	werr := walkFields(b, func(num protowire.Number, typ protowire.Type, b []byte) int {
+		if typ == protowire.VarintType {
+			switch num {
+			case fSessRevision:
+				v, n := protowire.ConsumeVarint(b)
+				m.Revision = v
+				return n
+			case fSessMsgs:
+				v, n := protowire.ConsumeVarint(b)
+				m.MessageCount = int64(v)
+				return n
+			}
+		}
+		if num == fSessMetadata && m.Metadata == nil {
+			// proto.Unmarshal makes the map before it looks at the wire
+			// type: a field of another type leaves an empty map, not none.
+			m.Metadata = map[string]string{}
+		} else if num == fSessLabels && m.Labels == nil {
+			m.Labels = map[string]string{}
+		}
+		if typ != protowire.BytesType || num < fSessID || num > fSessExpire || num == fSessRevision || num == fSessMsgs {
+			return 0
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return n
+		}
+		switch num {
+		case fSessID, fSessNamespace, fSessAlias, fSessTitle, fSessSummary, fSessOpenTools, fSessMods:
+			if !utf8.Valid(v) {
+				return -1
+			}
+			s := string(v)
+			switch num {
+			case fSessID:
+				m.ID = s
+			case fSessNamespace:
+				m.Namespace = s
+			case fSessAlias:
+				m.Alias = s
+			case fSessTitle:
+				m.Title = s
+			case fSessSummary:
+				m.Summary = s
+			case fSessOpenTools:
+				tools = append(tools, s)
+			case fSessMods:
+				models = append(models, s)
+			}
+		case fSessCreated:
+			err = decodeInts(v, created[:])
+		case fSessUpdated:
+			err = decodeInts(v, updated[:])
+		case fSessExpire:
+			hasExpire = true
+			err = decodeInts(v, expire[:])
+		case fSessUsage:
+			hasUsage = true
+			u := [4]int64{m.Usage.InputTokens, m.Usage.OutputTokens, m.Usage.CachedInputTokens, m.Usage.ReasoningTokens}
+			err = decodeInts(v, u[:])
+			m.Usage = storage.Usage{InputTokens: u[0], OutputTokens: u[1], CachedInputTokens: u[2], ReasoningTokens: u[3]}
+		case fSessMetadata:
+			err = decodeMapEntry(v, m.Metadata)
+		case fSessLabels:
+			err = decodeMapEntry(v, m.Labels)
+		case fSessPar:
+			if parent == nil {
+				parent = &storage.ForkOrigin{}
+			}
+			err = decodePair(v, &parent.SessionID, nil, &parent.MessageCount)
+		case fSessMessages:
+			// Never written in metadata; checked as proto.Unmarshal would.
+			if proto.Unmarshal(v, &sessiondv1.Message{}) != nil {
+				return -1
+			}
+		}
+		if err != nil {
+			return -1
+		}
+		return n
+	})
+	if werr != nil {
+		return nil, werr
+	}
+	m.CreatedAt = time.Unix(created[0], int64(int32(created[1]))).UTC()
+	m.UpdatedAt = time.Unix(updated[0], int64(int32(updated[1]))).UTC()
+	m.Parent = parent
+	if hasUsage {
+		m.OpenToolCallIDs, m.Models = tools, models
+	} else {
+		m.Unknown = m.MessageCount > 0
+	}
+	if hasExpire {
+		m.ExpireAfter = (&durationpb.Duration{Seconds: expire[0], Nanos: int32(expire[1])}).AsDuration()
+	}
+	return m, nil
+}
+
+// walkFields calls field with each field of the encoded message b and the
+// bytes after its tag. field returns how many bytes of the value it
+// consumed, 0 to have the field skipped (unknown), or a negative number if
+// the value is malformed.
+func walkFields(b []byte, field func(num protowire.Number, typ protowire.Type, b []byte) int) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || !num.IsValid() {
+			return fmt.Errorf("session metadata: bad field tag: %w", errCorrupt)
+		}
+		b = b[n:]
+		if n = field(num, typ, b); n == 0 {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return fmt.Errorf("session metadata: field %d malformed: %w", num, errCorrupt)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// decodeInts decodes a message whose fields 1..len(into) are varint
+// integers (Timestamp, Duration, Usage) into into, which holds the values
+// so far (a repeated message merges into them).
+func decodeInts(b []byte, into []int64) error {
+	return walkFields(b, func(num protowire.Number, typ protowire.Type, b []byte) int {
+		if typ != protowire.VarintType || int(num) > len(into) {
+			return 0
+		}
+		v, n := protowire.ConsumeVarint(b)
+		into[num-1] = int64(v)
+		return n
+	})
+}
+
+// decodePair decodes a message of two fields: string 1 into s1, and 2
+// into s2 (a string) or i2 (a varint): a map entry (key, value) or a
+// ForkOrigin (session_id, message_count).
+func decodePair(b []byte, s1, s2 *string, i2 *int64) error {
+	return walkFields(b, func(num protowire.Number, typ protowire.Type, b []byte) int {
+		sp := s1
+		switch {
+		case num == 2 && typ == protowire.VarintType && i2 != nil:
+			v, n := protowire.ConsumeVarint(b)
+			*i2 = int64(v)
+			return n
+		case num == 2:
+			sp = s2
+		case num != 1:
+			return 0
+		}
+		if sp == nil || typ != protowire.BytesType {
+			return 0
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 || !utf8.Valid(v) {
+			return -1
+		}
+		*sp = string(v)
+		return n
+	})
+}
+
+// decodeMapEntry adds the map entry b to into (never nil).
+func decodeMapEntry(b []byte, into map[string]string) error {
+	var k, v string
+	if err := decodePair(b, &k, &v, nil); err != nil {
+		return err
+	}
+	into[k] = v
+	return nil
+}
