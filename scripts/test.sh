@@ -14,9 +14,7 @@
 #   fuzz         every FuzzXxx target for $FUZZTIME (default 5s), one after
 #                another, from one instrumented test binary per package
 #   test         go test -race ./... (unit, conformance, integration, clients),
-#                against a private PostgreSQL (scripts/postgres.sh), with
-#                -p $TEST_P (default twice the cores: test binaries mostly
-#                wait, so more of them run beside the compiles)
+#                against a private PostgreSQL (scripts/postgres.sh)
 #
 # Every check runs even after one fails; the summary at the end names the
 # failed ones, and the exit status is non-zero if any failed.
@@ -40,8 +38,6 @@ else
 fi
 
 FUZZTIME=${FUZZTIME:-5s}
-# go test -p for the test check: packages built or tested at once.
-TEST_P=${TEST_P:-$((2 * $(nproc)))}
 started=$(date +%s)
 
 echo "==> tools"
@@ -171,13 +167,8 @@ check_test() {
 	SESSIOND_TEST_POSTGRES_DSN=$(bash scripts/postgres.sh start "$pgdir")
 	export SESSIOND_TEST_POSTGRES_DSN
 	# -count=1: the integration tests drive binaries built from other
-	# packages, which the test cache does not track. -p: go test's workers
-	# (GOMAXPROCS of them by default) each hold one compile, link or test
-	# run, and a running test binary mostly waits (on daemons, PostgreSQL,
-	# Python, Node.js, Chromium, timers), so at the default the long
-	# integration run alone held one of the CI machine's two workers for
-	# minutes; twice the cores keeps both cores busy.
-	go test -race -count=1 -timeout 15m -p "$TEST_P" ./...
+	# packages, which the test cache does not track.
+	go test -race -count=1 -timeout 15m ./...
 }
 
 failed=()
