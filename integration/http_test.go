@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/syncbuf"
 	"github.com/sessiond/sessiond/internal/testcerts"
 )
 
@@ -740,7 +740,7 @@ func TestReadmeHTTPWalkthrough(t *testing.T) {
 	type watch struct {
 		line string
 		cmd  *exec.Cmd
-		out  *syncBuffer
+		out  *syncbuf.Buffer
 	}
 	var watches []watch
 	appended := map[string][]string{} // alias -> message ids appended so far
@@ -754,7 +754,7 @@ func TestReadmeHTTPWalkthrough(t *testing.T) {
 	for _, c := range cmds {
 		run := strings.ReplaceAll(c, readmeHTTPAddr, addr)
 		if strings.Contains(c, " -N ") {
-			w := watch{line: run, cmd: exec.CommandContext(ctx, bash, "-c", run), out: &syncBuffer{}}
+			w := watch{line: run, cmd: exec.CommandContext(ctx, bash, "-c", run), out: &syncbuf.Buffer{}}
 			w.cmd.Env = append(os.Environ(), env...)
 			w.cmd.Stdout = w.out
 			if err := w.cmd.Start(); err != nil {
@@ -844,22 +844,4 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

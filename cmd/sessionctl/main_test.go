@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/sessiond/sessiond/client/clienttest"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/syncbuf"
 )
 
 // sessiondBin is the daemon binary every test runs against, built once.
@@ -39,25 +39,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once
-// (watch's stdout and stderr).
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // daemon is a running sessiond process on a temp data dir, with a
@@ -214,7 +195,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // asyncRun is a sessionctl run on its own goroutine (watch).
 type asyncRun struct {
-	out, errb *syncBuffer
+	out, errb *syncbuf.Buffer
 	cancel    context.CancelFunc // the interrupt
 	done      chan struct{}
 	code      int
@@ -236,7 +217,7 @@ func (a *asyncRun) wait(t *testing.T) int {
 func runAsync(t *testing.T, args ...string) *asyncRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	a := &asyncRun{out: &syncBuffer{}, errb: &syncBuffer{}, cancel: cancel, done: make(chan struct{})}
+	a := &asyncRun{out: &syncbuf.Buffer{}, errb: &syncbuf.Buffer{}, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		a.code = run(ctx, args, strings.NewReader(""), a.out, a.errb)
 		close(a.done)

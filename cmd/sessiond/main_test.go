@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/syncbuf"
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -176,29 +176,11 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// syncBuffer collects a daemon's stderr while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // daemon is run() on its own goroutine.
 type daemon struct {
 	addr   string // from the "sessiond started" log line
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *syncbuf.Buffer
+	stderr *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -217,7 +199,7 @@ func start(t *testing.T, args ...string) *daemon {
 func tryStart(t *testing.T, args ...string) (*daemon, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	d := &daemon{stdout: &syncBuffer{}, stderr: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	d := &daemon{stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, cancel: cancel, done: make(chan error, 1)}
 	go func() { d.done <- run(ctx, append([]string{"--log-format", "json"}, args...), d.stdout, d.stderr) }()
 	t.Cleanup(func() {
 		cancel()
