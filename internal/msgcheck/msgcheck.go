@@ -98,6 +98,25 @@ func OpenCalls(open []string, field string, msgs []*sessiondv1.Message, strict b
 	return out, nil
 }
 
+// TouchesCalls says whether OpenCalls could refuse msgs or change the open
+// calls: whether one of them is an assistant message that makes tool calls
+// or a ROLE_TOOL message that names the call it answers.
+func TouchesCalls(msgs []*sessiondv1.Message) bool {
+	for _, m := range msgs {
+		switch m.GetRole() {
+		case sessiondv1.Role_ROLE_ASSISTANT:
+			if len(m.GetToolCalls()) > 0 {
+				return true
+			}
+		case sessiondv1.Role_ROLE_TOOL:
+			if m.GetToolCallId() != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // clip shortens a client's string for a message.
 func clip(s string) string {
 	const n = 32
