@@ -24,7 +24,12 @@
 //     written before, whose messages the next append recounts), models (the
 //     tally's models as text[], GIN: the list's model filter) and
 //     expire_after_ns (0: none; index sessions_expiry on updated_ns +
-//     expire_after_ns for the retention sweeper).
+//     expire_after_ns for the retention sweeper). Since schema version 4,
+//     the indexes of labels, models and alias hold only the sessions that
+//     have some (partial indexes; the queries repeat the condition): an
+//     append moves updated_ns, so PostgreSQL writes the row's new version
+//     into every index of sessions, and an entry for an empty value served
+//     no query.
 //   - messages: one row per message: its protobuf encoding (body; fields
 //     this version does not know survive), its position, its id (unique per
 //     session: idempotent appends), and its lowered text. Message search

@@ -10,3 +10,7 @@ func MessageSearch(query string, indexed bool) (string, []any) {
 	f.pattern = "%" + likeEscape(f.text) + "%"
 	return f.messages(nil)
 }
+
+// ListWhere is the WHERE clause (and its arguments) List reads sessions
+// with, for tests that check the indexes serve it.
+var ListWhere = listWhere

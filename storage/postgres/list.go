@@ -84,7 +84,8 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 		where = append(where, "starts_with(alias, "+arg(opts.AliasPrefix)+")")
 	}
 	if len(opts.Labels) > 0 {
-		where = append(where, "label_pairs @> "+arg(labelPairs(opts.Labels))+"::bytea[]")
+		// The label and model indexes hold only sessions that have some.
+		where = append(where, "label_pairs @> "+arg(labelPairs(opts.Labels))+"::bytea[] AND label_pairs <> '{}'")
 	}
 	if !opts.UpdatedAfter.IsZero() {
 		where = append(where, "updated_ns > "+arg(opts.UpdatedAfter.UnixNano()))
@@ -93,7 +94,7 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 		where = append(where, "updated_ns < "+arg(opts.UpdatedBefore.UnixNano()))
 	}
 	if opts.Model != "" {
-		where = append(where, "models @> ARRAY["+arg(opts.Model)+"::text]")
+		where = append(where, "models @> ARRAY["+arg(opts.Model)+"::text] AND models <> '{}'")
 	}
 	if after != nil {
 		// The first condition bounds the index scan; the second skips the
