@@ -16,7 +16,9 @@
 //	        exactly the messages acknowledged. With --metrics HOST:PORT (the
 //	        daemon's --metrics-listen) it also reports, from the daemon's
 //	        metrics over the timed run, the flushes, appends per flush (group
-//	        commit) and mean flush and server-side handling times.
+//	        commit) and mean flush and server-side handling times. The
+//	        appends use a minimal gRPC client (--client lean, lean.go) unless
+//	        --client grpc asks for grpc-go's.
 //	health  sequential grpc.health.v1 Check calls: the unary round trip, the
 //	        RPC part of the append floor.
 //	list    optionally creates --populate sessions, then times ListSessions

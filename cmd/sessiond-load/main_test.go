@@ -167,6 +167,27 @@ func TestModes(t *testing.T) {
 		}
 	})
 
+	t.Run("append with grpc-go's client", func(t *testing.T) {
+		var rep appendReport
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "gc", "append", "--client", "grpc",
+			"--clients", "3", "--count", "30", "--duration", "1m", "--size", "64", "--warmup", "1")
+		if _, msgs := d.storedMessages(t, "gc"); rep.Ops != 30 || rep.Stored != 33 || msgs != 33 {
+			t.Errorf("report %+v, store %d messages; want 30 appends, 33 stored", rep, msgs)
+		}
+	})
+
+	t.Run("append of messages larger than a window", func(t *testing.T) {
+		// 200 KB: past the 64 KiB windows a connection starts with (the
+		// first call is sent before the server's SETTINGS are read) and
+		// the 16 KiB frame size: the lean client splits and waits.
+		var rep appendReport
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "big", "append",
+			"--clients", "2", "--count", "6", "--duration", "1m", "--size", "200000", "--warmup", "0")
+		if _, msgs := d.storedMessages(t, "big"); rep.Ops != 6 || msgs != 6 {
+			t.Errorf("report %+v, store %d messages; want 6", rep, msgs)
+		}
+	})
+
 	t.Run("health", func(t *testing.T) {
 		var rep healthReport
 		runJSON(t, &rep, "--addr", d.addr, "health", "--count", "50", "--warmup", "5")
@@ -255,6 +276,7 @@ func TestErrors(t *testing.T) {
 		{"unbounded count", []string{"--addr", d.addr, "append", "--count", "0"}, true, "--count"},
 		{"unbounded duration", []string{"--addr", d.addr, "health", "--duration", "0s"}, true, "--duration"},
 		{"too many sessions", []string{"--addr", d.addr, "append", "--clients", "2", "--sessions", "100001"}, true, "--sessions"},
+		{"unknown client", []string{"--addr", d.addr, "append", "--client", "fast"}, true, "--client"},
 		{"negative prefill", []string{"--addr", d.addr, "append", "--prefill", "-1"}, true, "--prefill"},
 		{"fsync without dir", []string{"fsync"}, true, "--dir"},
 		{"stray argument", []string{"--addr", d.addr, "health", "extra"}, true, "extra"},

@@ -139,18 +139,41 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		}
 	}
 
-	appendOne := func(ctx context.Context, client, seq int) error {
-		cctx, cancel := context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-		_, err := clients[client].AppendMessages(cctx, &sessiondv1.AppendMessagesRequest{
+	appendReq := func(client, seq int) *sessiondv1.AppendMessagesRequest {
+		return &sessiondv1.AppendMessagesRequest{
 			Ref: idRef(c.namespace, ids[(client+seq*c.clients)%c.sessions]),
 			Messages: []*sessiondv1.Message{{
 				Id:      "c" + strconv.Itoa(client) + "-" + strconv.Itoa(seq),
 				Role:    sessiondv1.Role_ROLE_USER,
 				Content: content,
 			}},
-		})
+		}
+	}
+	appendOne := func(ctx context.Context, client, seq int) error {
+		cctx, cancel := context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+		_, err := clients[client].AppendMessages(cctx, appendReq(client, seq))
 		return err
+	}
+	var lean []*leanConn
+	if c.client == clientLean {
+		lean = make([]*leanConn, c.clients)
+		defer func() {
+			for _, l := range lean {
+				if l != nil {
+					_ = l.Close()
+				}
+			}
+		}()
+		for i := range lean {
+			if lean[i], err = dialLean(ctx, c, sessiondv1.SessionStoreService_AppendMessages_FullMethodName); err != nil {
+				return nil, err
+			}
+		}
+		resps := make([]sessiondv1.AppendMessagesResponse, c.clients)
+		appendOne = func(ctx context.Context, client, seq int) error {
+			return lean[client].appendMessages(ctx, appendReq(client, seq), &resps[client])
+		}
 	}
 
 	// Warm-up: connections established, files opened, caches filled.
@@ -180,6 +203,9 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	for _, l := range lean {
+		l.closeOn(runCtx) // a failing daemon stops every client at once, as grpc-go's do
+	}
 	var (
 		issued, acked, failed atomic.Int64
 		firstErr              error

@@ -12,6 +12,12 @@ import (
 	"time"
 )
 
+// The append mode's clients (--client).
+const (
+	clientLean = "lean"
+	clientGRPC = "grpc"
+)
+
 // config is the command line of one run. Each mode registers only the flags
 // it reads.
 type config struct {
@@ -33,6 +39,7 @@ type config struct {
 	dir      string
 	timeout  time.Duration // per call, so that a hung daemon ends the run
 	metrics  string        // append: the daemon's --metrics-listen address, or ""
+	client   string        // append: clientLean or clientGRPC
 
 	// soak
 	sessiond  string
@@ -68,6 +75,7 @@ var modes = []mode{
 			fs.IntVar(&c.count, "count", 100000, "stop after this many appends in all")
 			fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
 			fs.IntVar(&c.warmup, "warmup", 5, "untimed appends per client before the run")
+			fs.StringVar(&c.client, "client", clientLean, "the appends' gRPC client: "+clientLean+" (a minimal one, one call at a time per connection, like redis-benchmark's) or "+clientGRPC+" (grpc-go's)")
 			fs.StringVar(&c.metrics, "metrics", "", "the daemon's --metrics-listen `host:port` (loopback): also report its flushes over the timed run (appends per flush, mean flush and handling time)")
 			fs.IntVar(&c.prefill, "prefill", 0, "messages (of --size bytes) each session holds before the run: the cost of appending to long sessions")
 		},
@@ -256,6 +264,9 @@ func (c *config) check(m *mode) error {
 		}
 		if c.prefill < 0 || c.prefill > 100000 {
 			return usagef("--prefill must be 0..100000 (got %d)", c.prefill)
+		}
+		if c.client != clientLean && c.client != clientGRPC {
+			return usagef("--client must be %s or %s (got %q)", clientLean, clientGRPC, c.client)
 		}
 	case "list":
 		if c.populate < 0 || c.clients < 1 || c.clients > 1024 {
