@@ -30,6 +30,8 @@ func dial(c *config) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(c.addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgBytes), grpc.MaxCallSendMsgSize(maxMsgBytes)),
+		// The SDK's windows (client.Dial): no PING per call.
+		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(16<<20),
 	)
 	if err != nil {
 		return nil, usagef("--addr %q: %v", c.addr, err)
