@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"io"
 	"strconv"
@@ -103,6 +104,20 @@ func (s *Server) ListSessions(req *sessiondv1.ListSessionsRequest, stream grpc.S
 		return stream.SendMsg(encodedFrame(b))
 	})
 	return s.toStatus(mList, err)
+}
+
+// WarmListings makes the ListSessions frames of every stored session ahead
+// of the first listing (storage.Store.WarmListed with the encoding
+// ListSessions sends), so that listing after a start costs what listing
+// again does. The daemon runs it in the background once it serves; it
+// returns how many frames it made, and stops when ctx ends. It does nothing
+// for a Server whose frames are not sent as encoded (no ServerOptions'
+// codec), or whose store keeps no encodings.
+func (s *Server) WarmListings(ctx context.Context) (int, error) {
+	if !s.encodedFrames.Load() {
+		return 0, nil
+	}
+	return s.store.WarmListed(ctx, listFrames)
 }
 
 // listFrames encodes a listed session as its ListSessionsResponse frame

@@ -281,3 +281,12 @@ type ListEncoder interface {
 type EncodedLister interface {
 	ListEncoded(ctx context.Context, opts ListOptions, enc ListEncoder, yield func([]byte) error) error
 }
+
+// ListWarmer is implemented by EncodedListers that can make the encodings
+// ListEncoded keeps for every session ahead of any listing (see
+// Store.WarmListed). The portable Store uses it when the Driver has it, and
+// does nothing otherwise: encoding sessions only to drop them would gain
+// nothing.
+type ListWarmer interface {
+	WarmListed(ctx context.Context, enc ListEncoder) (int, error)
+}

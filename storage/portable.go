@@ -238,6 +238,13 @@ func (p *portable) ListEncoded(ctx context.Context, opts ListOptions, enc ListEn
 	})
 }
 
+func (p *portable) WarmListed(ctx context.Context, enc ListEncoder) (int, error) {
+	if w, ok := p.d.(ListWarmer); ok {
+		return w.WarmListed(ctx, enc)
+	}
+	return 0, nil
+}
+
 // checkList validates a listing's options.
 func (p *portable) checkList(opts ListOptions) error {
 	return firstErr(ValidateNamespace(opts.Namespace), ValidateAliasPrefix("alias_prefix", opts.AliasPrefix),

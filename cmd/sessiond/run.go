@@ -176,6 +176,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		return err
 	}
 	defer sec.startWatch(log.Named("security"))()
+	defer warmListings(ctx, srv, log.Named("server"))()
 
 	log.Info("sessiond started", append([]zap.Field{
 		zap.String("addr", lis.display),
@@ -230,6 +231,34 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	mx.close()
 	log.Info("sessiond stopped")
 	return err // nil, or why the HTTP listener failed
+}
+
+// warmListings makes every session's ListSessions frame in the background
+// (Server.WarmListings), once the daemon serves, so that the first listing
+// after a start costs what listing again does. It is one goroutine that
+// yields between pages and holds the store's locks only briefly, so calls
+// served meanwhile barely notice it. The returned func stops it and waits
+// for it: to run before the store closes.
+func warmListings(ctx context.Context, srv *server.Server, log *zap.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		start := time.Now()
+		n, err := srv.WarmListings(ctx)
+		switch {
+		case ctx.Err() != nil:
+			log.Debug("listing warm-up stopped", zap.Int("sessions", n))
+		case err != nil:
+			log.Warn("listing warm-up failed; listings encode what it missed", zap.Int("sessions", n), zap.Error(err))
+		case n > 0:
+			log.Info("listing frames warmed", zap.Int("sessions", n), zap.Duration("took", time.Since(start)))
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // connOptions bound what connections may hold: calls in progress on each,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -346,14 +347,13 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*
 // session's entry until its metadata changes (see listed).
 func (s *Store) ListEncoded(ctx context.Context, opts storage.ListOptions, enc storage.ListEncoder, yield func([]byte) error) error {
 	return s.walkList(ctx, &opts, func(e *entry, m *storage.Session) error {
-		if l := e.listed.Load(); l != nil && l.meta == m && l.enc == enc {
-			return yield(l.b)
-		}
-		b, err := enc.EncodeListed(m)
+		b, made, err := e.encoded(m, enc)
 		if err != nil {
 			return err
 		}
-		e.listed.Store(&listed{meta: m, enc: enc, b: b})
+		if made {
+			s.listEnc.listing.Add(1)
+		}
 		return yield(b)
 	})
 }
@@ -366,6 +366,105 @@ type listed struct {
 	meta *storage.Session
 	enc  storage.ListEncoder
 	b    []byte
+}
+
+// encoded returns enc's encoding of m, e's metadata: the one e keeps if it
+// was made from m by enc, else a new one (made reports that), which e then
+// keeps unless another was kept meanwhile. m is shared: not modified.
+func (e *entry) encoded(m *storage.Session, enc storage.ListEncoder) (b []byte, made bool, err error) {
+	l := e.listed.Load()
+	if l != nil && l.meta == m && l.enc == enc {
+		return l.b, false, nil
+	}
+	if b, err = enc.EncodeListed(m); err != nil {
+		return nil, false, err
+	}
+	e.listed.CompareAndSwap(l, &listed{meta: m, enc: enc, b: b})
+	return b, true, nil
+}
+
+// warmPage bounds what WarmListed looks at per hold of the read lock.
+const warmPage = 1024
+
+// WarmListed makes enc's encoding (see ListEncoded) of every session that
+// has none current, namespace by namespace, oldest-updated first: the
+// other end from a listing's, so that a listing running meanwhile and the
+// warm-up meet in the middle instead of encoding the same sessions twice.
+// It collects up to warmPage sessions under the read lock, encodes them
+// with no lock held, and yields the processor between pages, so appends
+// and calls being served wait for it no longer than for a listing's page.
+func (s *Store) WarmListed(ctx context.Context, enc storage.ListEncoder) (int, error) {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return 0, fmt.Errorf("file: %w", storage.ErrClosed)
+	}
+	names := make([]string, 0, len(s.ns))
+	for ns := range s.ns {
+		names = append(names, ns)
+	}
+	s.mu.RUnlock()
+	slices.Sort(names)
+	type item struct {
+		e *entry
+		m *storage.Session
+	}
+	size := warmPage
+	if s.testWarmPage > 0 {
+		size = s.testWarmPage
+	}
+	page := make([]item, 0, size)
+	made := 0
+	var firstErr error
+	for _, ns := range names {
+		var cur listKey // the last session looked at, when started
+		started := false
+		for done := false; !done; {
+			if err := ctx.Err(); err != nil {
+				return made, err
+			}
+			page = page[:0]
+			s.mu.RLock()
+			if s.closed {
+				s.mu.RUnlock()
+				return made, fmt.Errorf("file: %w", storage.ErrClosed)
+			}
+			done = true
+			if n := s.ns[ns]; n != nil {
+				i := 0
+				if started {
+					// Just past cur: the first key above it.
+					i = n.search(cur)
+					if i < len(n.list) && !keyLess(cur, n.list[i].key) {
+						i++
+					}
+				}
+				for end := min(i+size, len(n.list)); i < end; i++ {
+					e := n.list[i]
+					if l := e.listed.Load(); l == nil || l.meta != e.meta || l.enc != enc {
+						page = append(page, item{e, e.meta})
+					}
+				}
+				if i > 0 {
+					cur, started = n.list[i-1].key, true
+				}
+				done = i >= len(n.list)
+			}
+			s.mu.RUnlock()
+			for _, it := range page {
+				_, ok, err := it.e.encoded(it.m, enc)
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("file: encode session %s for listing: %w", it.e.id, err)
+				}
+				if ok {
+					made++
+					s.listEnc.warmed.Add(1)
+				}
+			}
+			runtime.Gosched()
+		}
+	}
+	return made, firstErr
 }
 
 // walkList calls each for every session matching opts in list order, with

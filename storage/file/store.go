@@ -86,15 +86,16 @@ func WithFlushObserver(fn func(storage.FlushRecord)) Option {
 
 // Store is the file backend. See the package doc.
 type Store struct {
-	dir    string
-	log    *zap.Logger
-	opts   options
-	lock   *os.File
-	broker *storage.Broker
-	stats  ioStats
-	reads  readStats        // message cache hits and misses (stats.go)
-	disk   diskUsage        // the data dir's size, as last measured (stats.go)
-	cond   *ratelog.Limiter // logs persisting conditions at a bounded rate
+	dir     string
+	log     *zap.Logger
+	opts    options
+	lock    *os.File
+	broker  *storage.Broker
+	stats   ioStats
+	reads   readStats        // message cache hits and misses (stats.go)
+	listEnc listEncStats     // listing encodings made (stats.go)
+	disk    diskUsage        // the data dir's size, as last measured (stats.go)
+	cond    *ratelog.Limiter // logs persisting conditions at a bounded rate
 
 	// mu guards byID, ns, closed, ckptSeq, and each entry's meta, damaged,
 	// gone, key, busy and dirtySeq fields. It is held briefly, never across
@@ -139,6 +140,8 @@ type Store struct {
 	// testHookMark, when set by a test, runs before a checkpoint writes its
 	// mark, and can fail it (as a crash there would leave it).
 	testHookMark func() error
+	// testWarmPage, when set by a test, replaces warmPage.
+	testWarmPage int
 
 	// How Open learnt the sessions' metadata: from the checkpoint, or by
 	// scanning their files. For tests and the log.

@@ -49,7 +49,7 @@ func testListEncoded(t *testing.T, h *harness) {
 	t.Run("FreshAfterEveryWrite", func(t *testing.T) {
 		s := h.open(t)
 		ctx := t.Context()
-		enc := &textEncoder{}
+		enc, warmed := &textEncoder{}, &textEncoder{}
 		check := func(what string) {
 			t.Helper()
 			// Twice: the second listing may use what the first kept.
@@ -60,6 +60,15 @@ func testListEncoded(t *testing.T, h *harness) {
 			}
 			checkListEncoded(t, what+", limited", s, enc, storage.ListOptions{Limit: 2})
 			checkListEncoded(t, what+", by alias prefix", s, enc, storage.ListOptions{AliasPrefix: "a"})
+			// What a warm-up after the write keeps is as current. (Another
+			// encoder, so that the listings above still find encodings
+			// made before the write.)
+			if _, err := s.WarmListed(ctx, warmed); err != nil {
+				t.Fatalf("%s: WarmListed: %v", what, err)
+			}
+			for _, ns := range []string{"", nsA} {
+				checkListEncoded(t, what+", after a warm-up", s, warmed, storage.ListOptions{Namespace: ns})
+			}
 		}
 		a := create(t, s, storage.CreateRequest{Alias: "a1", Title: "a", Labels: map[string]string{"k": "v"}, Messages: msgs("a", 3)})
 		pause()
