@@ -20,18 +20,24 @@ import (
 const pageTokenVersion = 1
 
 func encodePageToken(c storage.Cursor) string {
+	var b [64]byte
+	return string(appendPageToken(b[:0], c))
+}
+
+// appendPageToken appends c's page token (encodePageToken's) to dst.
+func appendPageToken(dst []byte, c storage.Cursor) []byte {
 	u, err := uuid.Parse(c.ID)
 	if err != nil {
 		// Storage answers canonical UUIDs only; an id that is not one cannot
 		// be resumed after, so the token is left empty rather than wrong.
-		return ""
+		return dst
 	}
-	b := make([]byte, 0, 1+binary.MaxVarintLen64*2+16)
-	b = append(b, pageTokenVersion)
+	var raw [1 + binary.MaxVarintLen64*2 + 16]byte
+	b := append(raw[:0], pageTokenVersion)
 	b = binary.AppendVarint(b, c.UpdatedAt.Unix())
 	b = binary.AppendUvarint(b, uint64(c.UpdatedAt.Nanosecond()))
 	b = append(b, u[:]...)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return base64.RawURLEncoding.AppendEncode(dst, b)
 }
 
 func decodePageToken(tok string) (storage.Cursor, error) {

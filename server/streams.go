@@ -128,7 +128,7 @@ var listFrames = &listFrameEncoder{}
 type listFrameEncoder struct{ _ byte } // not zero-sized: its pointer is its identity
 
 func (*listFrameEncoder) EncodeListed(sess *storage.Session) ([]byte, error) {
-	return proto.Marshal(listFrameToProto(sess))
+	return encodeListFrame(sess)
 }
 
 func (s *Server) validList(req *sessiondv1.ListSessionsRequest) (*storage.Cursor, error) {
