@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -144,6 +146,29 @@ func TestListFrameMatchesProto(t *testing.T) {
 	}
 	if failed == 0 || failed > 2500 {
 		t.Fatalf("%d of 5000 sessions held invalid UTF-8; the generator is off", failed)
+	}
+}
+
+// encodeListFrame and randomListed know every field of storage.Session: a
+// new one must be added to both (and this list), or the frame would drop
+// it while the test above still passed.
+func TestListFrameKnowsEveryField(t *testing.T) {
+	var names []string
+	var walk func(reflect.Type, string)
+	walk = func(ty reflect.Type, prefix string) {
+		for f := range ty.Fields() {
+			if f.Anonymous && f.Type.Kind() == reflect.Struct {
+				walk(f.Type, prefix+f.Name+".")
+				continue
+			}
+			names = append(names, prefix+f.Name)
+		}
+	}
+	walk(reflect.TypeFor[storage.Session](), "")
+	want := []string{"ID", "Namespace", "Alias", "Title", "Summary", "CreatedAt", "UpdatedAt", "Revision", "MessageCount",
+		"Metadata", "Labels", "Parent", "Tally.OpenToolCallIDs", "Tally.Usage", "Tally.Models", "Tally.Unknown", "ExpireAfter"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("storage.Session has fields %v; encodeListFrame and randomListed know %v", names, want)
 	}
 }
 
