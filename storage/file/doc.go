@@ -218,13 +218,14 @@
 // listing's, so that a listing that starts meanwhile and the warm-up meet in
 // the middle rather than encode the same sessions twice. It is one
 // goroutine; it takes the read lock for at most 1,024 sessions at a time
-// (writes wait for it no longer than for a listing's page), encodes with no
+// (writes wait for it about as long as for a listing's page), encodes with no
 // lock held, yields the processor between pages, skips sessions whose
 // encoding is current, and stops when its context ends (the daemon's
 // shutdown). It keeps at most one encoding per session, as a full listing
 // would, so the memory bound above is unchanged: the warm-up only pays it
-// at start (about 0.3 s of one core for 100,000 sessions) rather than at
-// the first listing. The store's Stats count the encodings made by each
+// at start rather than at the first listing (the daemon's warm-up of
+// 100,000 sessions, its garbage collection included, costs about 0.5 s of
+// CPU). The store's Stats count the encodings made by each
 // (the daemon's sessiond_store_list_encodings_total).
 //
 // # Open files
