@@ -234,11 +234,20 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	return err // nil, or why the HTTP listener failed
 }
 
+// warmListingsDelay is how long after the daemon serves the listing
+// warm-up starts.
+const warmListingsDelay = 100 * time.Millisecond
+
 // warmListings makes every session's ListSessions frame in the background
 // (Server.WarmListings), once the daemon serves, so that the first listing
 // after a start costs what listing again does. It is one goroutine that
 // yields between pages and holds the store's locks only briefly, so calls
-// served meanwhile barely notice it.
+// served meanwhile barely notice it. It starts warmListingsDelay after the
+// daemon serves, so that the calls that waited for the store to open
+// (health checks, clients reconnecting after a restart) are answered before
+// it competes with them for the processors; a listing that comes first
+// encodes from the newest session while the warm-up starts from the
+// oldest.
 //
 // Then, if it made any, it runs a garbage collection. Opening a large store
 // leaves a heap whose next collection is due soon, and that collection
@@ -252,6 +261,11 @@ func warmListings(ctx context.Context, srv *server.Server, log *zap.Logger) (sto
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(warmListingsDelay):
+		}
 		start := time.Now()
 		n, err := srv.WarmListings(ctx)
 		took := time.Since(start)
