@@ -11,9 +11,10 @@
 #   buf          buf lint, buf format, buf breaking against proto/released.binpb
 #   vet          go vet ./...
 #   staticcheck  staticcheck ./...
-#   fuzz         every FuzzXxx target for $FUZZTIME (default 5s), one after
+#   fuzz         every FuzzXxx target for $FUZZTIME (default 3s), one after
 #                another, from one instrumented test binary per package
-#   test         go test -race ./... (unit, conformance, integration, clients),
+#   test         go test -race -vet=off ./... (vet is its own check): unit,
+#                conformance, integration and client tests,
 #                against a private PostgreSQL (scripts/postgres.sh)
 #
 # Every check runs even after one fails; the summary at the end names the
@@ -37,7 +38,7 @@ else
 	checks=("${all_checks[@]}")
 fi
 
-FUZZTIME=${FUZZTIME:-5s}
+FUZZTIME=${FUZZTIME:-3s}
 started=$(date +%s)
 
 echo "==> tools"
@@ -177,8 +178,10 @@ check_test() {
 	SESSIOND_TEST_POSTGRES_DSN=$(bash scripts/postgres.sh start "$pgdir")
 	export SESSIOND_TEST_POSTGRES_DSN
 	# -count=1: the integration tests drive binaries built from other
-	# packages, which the test cache does not track.
-	go test -race -count=1 -timeout 15m ./...
+	# packages, which the test cache does not track. -vet=off: the vet
+	# check runs every vet analyzer on the same packages, test files
+	# included; go test would run a subset of them again.
+	go test -race -count=1 -vet=off -timeout 15m ./...
 }
 
 failed=()
