@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/internal/syncbuf"
 )
 
 // openPTY opens a pseudo-terminal pair of 80x24.
@@ -45,24 +44,6 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 	return master, tty
 }
 
-// screen collects what the REPL writes to its terminal.
-type screen struct {
-	mu  sync.Mutex // guards buf
-	buf bytes.Buffer
-}
-
-func (s *screen) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *screen) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
-}
-
 // TestLineEditingOnATerminal runs the REPL binary on a pseudo-terminal, as
 // a person (or tmux) does, and edits lines with the keys a shell user
 // expects: none of the key sequences reach the stored messages, and the
@@ -80,7 +61,7 @@ func TestLineEditingOnATerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	var out screen
+	var out syncbuf.Buffer // what the REPL writes to its terminal
 	go func() { _, _ = io.Copy(&out, master) }()
 
 	seen := 0 // how much of the screen earlier waits consumed
