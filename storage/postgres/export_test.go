@@ -1,5 +1,10 @@
 package postgres
 
+import (
+	"testing"
+	"time"
+)
+
 // EncodeMeta lets tests write sessions rows as the driver does.
 var EncodeMeta = encodeMeta
 
@@ -14,3 +19,44 @@ func MessageSearch(query string, indexed bool) (string, []any) {
 // ListWhere is the WHERE clause (and its arguments) List reads sessions
 // with, for tests that check the indexes serve it.
 var ListWhere = listWhere
+
+// HoldAppends makes d's one-statement appends queue as though d were
+// writing as many batches as it may; release waits until n appends are
+// queued and has the first of them write them all as one batch, as after
+// a batch, and from then on appends run as usual.
+func HoldAppends(t testing.TB, d *Store) (release func(n int)) {
+	g := &d.group
+	g.mu.Lock()
+	held := g.max - g.writing
+	g.writing = g.max
+	g.mu.Unlock()
+	return func(n int) {
+		WaitQueued(t, d, n)
+		g.mu.Lock()
+		batch := g.queue
+		g.queue = nil
+		g.writing -= held - 1 // the batch's slot
+		g.mu.Unlock()
+		batch[0].next <- batch
+	}
+}
+
+// Queued is how many appends wait in d's group commit queue.
+func Queued(d *Store) int {
+	d.group.mu.Lock()
+	defer d.group.mu.Unlock()
+	return len(d.group.queue)
+}
+
+// Grouped is how many appends d has written in batches of two or more.
+func Grouped(d *Store) uint64 { return d.group.grouped.Load() }
+
+// WaitQueued waits (at most 10 s) until n appends wait in d's queue.
+func WaitQueued(t testing.TB, d *Store, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); Queued(d) < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d appends queued after 10 s; want %d", Queued(d), n)
+		}
+	}
+}

@@ -746,8 +746,8 @@ var (
 // messageKey is the unique key on (session, message id).
 const messageKey = "messages_session_id_msg_id_key"
 
-// appendFast tries the append as appendFastSQL; ok is false when the
-// append must take the general path.
+// appendFast tries the append as appendFastSQL, through the group commit
+// (runFast); ok is false when the append must take the general path.
 func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (res storage.AppendResult, ok bool, err error) {
 	ids, bodies, texts, err := messageRows(msgs.Prepared)
 	if err != nil || len(ids) == 0 {
@@ -758,12 +758,12 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 		q, ref = appendFastByAlias, req.Ref.Alias
 	}
 	n := int64(len(ids))
-	m, err := scanSession(s.pool.QueryRow(ctx, q, req.Ref.Namespace, ref, int64(req.ExpectedRevision), n,
-		time.Now().UnixNano(), msgs.SentIDs(), ids, bodies, texts, int16(storage.EventAppended), int64(historyEvents)))
-	switch {
-	case errors.Is(err, pgx.ErrNoRows), uniqueViolation(err, messageKey):
-		return res, false, nil
-	case err != nil:
+	m, err := s.runFast(&fastAppend{
+		ctx: ctx, q: q, key: req.Ref.Namespace + "\x00" + ref, next: make(chan []*fastAppend, 1),
+		args: []any{req.Ref.Namespace, ref, int64(req.ExpectedRevision), n, time.Now().UnixNano(), msgs.SentIDs(),
+			ids, bodies, texts, int16(storage.EventAppended), int64(historyEvents)},
+	})
+	if m == nil || err != nil {
 		return res, false, err
 	}
 	s.wake(m.ID)

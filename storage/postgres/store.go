@@ -56,6 +56,8 @@ type Store struct {
 	log  *zap.Logger
 	w    *watcher
 
+	group appendGroup // the one-statement appends' group commit
+
 	wakeCh     chan string   // session ids whose watchers to wake
 	stopNotify func()        // ends the notifier
 	notifyDone chan struct{} // closed when the notifier has ended
@@ -112,6 +114,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{pool: pool, log: log, wakeCh: make(chan string, wakeBuffer), notifyDone: make(chan struct{})}
+	s.group.max = groupBatches
 	nctx, stop := context.WithCancel(context.Background())
 	s.stopNotify = stop
 	go s.notifier(nctx)

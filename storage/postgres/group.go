@@ -1,0 +1,244 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sessiond/sessiond/storage"
+)
+
+// Group commit: the one-statement appends (appendFastSQL) that arrive while
+// another is being written share one transaction, as the file store's
+// appends share an fdatasync. There is no timer: the first append that
+// finds nothing in flight leads and is written at once, alone, as its own
+// statement; the appends that arrive meanwhile queue, and when it is done
+// the first of them leads them all as one batch: BEGIN, each append's
+// statement, COMMIT, in one round trip on one connection. One commit (one
+// WAL flush) and one round trip then serve N appends, whose statements
+// PostgreSQL executes back to back. One batch is in flight per Store at a
+// time.
+//
+// Each statement keeps its own conditions, so each append is decided as if
+// it ran alone, in queue order: one whose statement updates no row (stale
+// expected_revision, a stored id, no such session) leaves the batch's
+// others committed and takes the general path afterwards, which classifies
+// it with storage.CheckAppend under the row lock. Two appends to one
+// session in a batch run in arrival order; the second statement sees the
+// first's rows (a statement of a read-committed transaction sees what the
+// transaction wrote before it), so its expected_revision and its ids are
+// checked against the session after the first append.
+//
+// A statement that fails (a unique violation when another replica appended
+// one of the ids while this statement waited for the row lock, a deadlock
+// that PostgreSQL broke) aborts the transaction: nothing of the batch is
+// written, and each of its appends is retried alone. Batches lock sessions
+// in the order of their refs, so two replicas' batches on the same sessions
+// wait for each other instead of deadlocking (a session named by id in one
+// and by alias in the other can still deadlock; PostgreSQL then fails one
+// batch, whose appends are retried alone). A connection lost during the
+// batch fails all its appends with ErrUnavailable, as it fails a single
+// append: whether the COMMIT landed is unknown, and a retry with the same
+// message ids is what tells.
+
+// groupBatches is how many batches a Store writes at a time.
+const groupBatches = 1
+
+// appendGroup is a Store's queue of one-statement appends.
+type appendGroup struct {
+	mu      sync.Mutex
+	max     int           // batches written at a time (groupBatches)
+	writing int           // batches being written, at most max
+	queue   []*fastAppend // arrived while max batches were being written, in order
+
+	batches, grouped atomic.Uint64 // batches of two or more written, appends in them
+}
+
+// fastAppend is one append waiting to be written by appendFastSQL.
+type fastAppend struct {
+	ctx  context.Context
+	q    string // appendFastByID or appendFastByAlias
+	args []any
+	key  string // the lock order: namespace, then the ref
+
+	// Set by the leader that wrote it, before next delivers.
+	session *storage.Session // nil: the statement updated no row
+	err     error
+
+	// next delivers nil once the append is written, or the batch of
+	// appends queued meanwhile, for this append (their first) to lead.
+	next chan []*fastAppend
+}
+
+// runFast writes a through the group and returns the session its statement
+// updated (nil: none).
+func (s *Store) runFast(a *fastAppend) (*storage.Session, error) {
+	g := &s.group
+	g.mu.Lock()
+	batch := []*fastAppend{a}
+	if g.writing >= g.max {
+		g.queue = append(g.queue, a)
+		g.mu.Unlock()
+		if batch = <-a.next; batch == nil {
+			return a.session, a.err
+		}
+	} else {
+		g.writing++
+		g.mu.Unlock()
+	}
+	s.lead(a, batch)
+	return a.session, a.err
+}
+
+// lead writes batch (leader among it), then hands the appends queued
+// meanwhile to the first of them, and wakes the others of batch.
+func (s *Store) lead(leader *fastAppend, batch []*fastAppend) {
+	s.writeBatch(batch)
+	g := &s.group
+	g.mu.Lock()
+	next := g.queue
+	g.queue = nil
+	if len(next) == 0 {
+		g.writing--
+	}
+	g.mu.Unlock()
+	if len(next) > 0 {
+		next[0].next <- next
+	}
+	for _, a := range batch {
+		if a != leader {
+			a.next <- nil
+		}
+	}
+}
+
+// writeBatch writes the appends of batch: one alone as its own statement,
+// several in one transaction. An append whose caller has given up before
+// the batch starts is not written.
+func (s *Store) writeBatch(batch []*fastAppend) {
+	live := batch[:0:0]
+	for _, a := range batch {
+		if a.err = a.ctx.Err(); a.err == nil {
+			live = append(live, a)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		s.writeOne(live[0])
+		return
+	}
+	// Lock order: a stable sort keeps two appends to one session in
+	// arrival order.
+	slices.SortStableFunc(live, func(a, b *fastAppend) int { return cmp.Compare(a.key, b.key) })
+	ctx, stop := groupContext(live)
+	defer stop()
+	err := s.writeTx(ctx, live)
+	var pe *pgconn.PgError
+	switch {
+	case err == nil:
+		s.group.batches.Add(1)
+		s.group.grouped.Add(uint64(len(live)))
+	case errors.As(err, &pe):
+		// The server refused one statement, so it rolled back the whole
+		// batch: retry each append alone, where only its own can fail.
+		for _, a := range live {
+			s.writeOne(a)
+		}
+	default:
+		for _, a := range live {
+			a.session, a.err = nil, err
+		}
+	}
+}
+
+// writeOne writes a as its own statement and transaction.
+func (s *Store) writeOne(a *fastAppend) {
+	a.session, a.err = fastResult(scanSession(s.pool.QueryRow(a.ctx, a.q, a.args...)))
+}
+
+// fastResult is the outcome of one appendFastSQL row: no row, or a unique
+// violation on the message key (an append of the same id committed while
+// this one waited for the row lock), is no session and no error: the
+// append takes the general path.
+func fastResult(m *storage.Session, err error) (*storage.Session, error) {
+	if errors.Is(err, pgx.ErrNoRows) || uniqueViolation(err, messageKey) {
+		return nil, nil
+	}
+	return m, err
+}
+
+// writeTx writes batch in one transaction and one round trip. On nil, each
+// append's session is set (nil for an append whose statement updated no
+// row); on an error nothing is written.
+func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release() // a connection left inside a transaction is closed, not reused
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	for _, a := range batch {
+		b.Queue(a.q, a.args...)
+	}
+	b.Queue("COMMIT")
+	err = readTx(conn.SendBatch(ctx, b), batch)
+	if err != nil {
+		if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
+			_ = conn.Conn().Close(context.Background())
+		}
+	}
+	return err
+}
+
+// readTx reads the results of writeTx's batch and closes it.
+func readTx(br pgx.BatchResults, batch []*fastAppend) error {
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return err
+	}
+	for _, a := range batch {
+		m, err := scanSession(br.QueryRow())
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			_ = br.Close()
+			return err
+		}
+		a.session = m
+	}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return err
+	}
+	return br.Close()
+}
+
+// groupContext returns a context for writing batch that is cancelled once
+// every append's caller has given up (a batch is not cut short for the
+// others when one caller leaves), and the function that releases it.
+func groupContext(batch []*fastAppend) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var live atomic.Int64
+	live.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, a := range batch {
+		stops[i] = context.AfterFunc(a.ctx, func() {
+			if live.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,302 @@
+package postgres_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+	"github.com/sessiond/sessiond/storage/postgres"
+	"github.com/sessiond/sessiond/storage/postgres/pgtest"
+)
+
+// openDriver opens a store on dsn and returns the driver too, both closed
+// when the test ends.
+func openDriver(t testing.TB, dsn string, maxConns int32) (*postgres.Store, storage.Store) {
+	t.Helper()
+	d, err := postgres.Open(t.Context(), dsn, postgres.Options{MaxConns: maxConns, MinConns: 1})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	s := storage.New(d, storage.Limits{})
+	t.Cleanup(func() { _ = s.Close() })
+	return d, s
+}
+
+func userMsg(id string) *sessiondv1.Message {
+	return &sessiondv1.Message{Id: id, Role: sessiondv1.Role_ROLE_USER, Content: "content of " + id}
+}
+
+// createSessions creates n sessions in namespace "ns" and returns refs.
+func createSessions(t *testing.T, s storage.Store, n int) []storage.Ref {
+	t.Helper()
+	refs := make([]storage.Ref, n)
+	for i := range refs {
+		se, err := s.Create(t.Context(), storage.CreateRequest{Namespace: "ns"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[i] = storage.Ref{Namespace: "ns", ID: se.ID}
+	}
+	return refs
+}
+
+// TestGroupCommitConcurrent: many clients appending to many sessions at
+// once (their appends share transactions) each get their append
+// acknowledged once, at a revision of its own, every message is stored
+// exactly once and in the order of those revisions, and watchers see every
+// change in order.
+func TestGroupCommitConcurrent(t *testing.T) {
+	d, s := openDriver(t, pgtest.Schema(t), 8)
+	ctx := t.Context()
+	const sessions, clients, perClient = 8, 24, 8
+	refs := createSessions(t, s, sessions)
+	subs := make([]*storage.Subscription, sessions)
+	for i, ref := range refs {
+		sub, err := s.Watch(ctx, ref, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		subs[i] = sub
+	}
+	type ack struct {
+		session int
+		rev     uint64
+		id      string
+	}
+	acks := make(chan ack, clients*perClient)
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range perClient {
+				i := (c + k) % sessions
+				id := fmt.Sprintf("c%d-%d", c, k)
+				res, err := s.Append(ctx, storage.AppendRequest{Ref: refs[i], Messages: []*sessiondv1.Message{userMsg(id)}})
+				if err != nil {
+					t.Errorf("Append %s: %v", id, err)
+					return
+				}
+				acks <- ack{i, res.Revision, id}
+			}
+		}()
+	}
+	wg.Wait()
+	close(acks)
+	if t.Failed() {
+		return
+	}
+	// Revision r of session i appended byRev[i][r].
+	byRev := make([]map[uint64]string, sessions)
+	for i := range byRev {
+		byRev[i] = map[uint64]string{}
+	}
+	for a := range acks {
+		if prev, dup := byRev[a.session][a.rev]; dup {
+			t.Errorf("session %d: revision %d acknowledged to both %s and %s", a.session, a.rev, prev, a.id)
+		}
+		byRev[a.session][a.rev] = a.id
+	}
+	for i, ref := range refs {
+		n := len(byRev[i])
+		_, msgs, err := s.Load(ctx, ref, storage.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msgs) != n {
+			t.Errorf("session %d holds %d messages; %d appends were acknowledged", i, len(msgs), n)
+			continue
+		}
+		for k, m := range msgs {
+			if want := byRev[i][uint64(k+2)]; m.GetId() != want || m.GetContent() != "content of "+want {
+				t.Errorf("session %d message %d is %q (%q); the append acknowledged at revision %d was %q", i, k, m.GetId(), m.GetContent(), k+2, want)
+			}
+		}
+		for k := range n {
+			var ev storage.Event
+			select {
+			case ev = <-subs[i].Events():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("session %d: event %d of %d did not arrive: %v", i, k, n, subs[i].Err())
+			}
+			want := byRev[i][uint64(k+2)]
+			if ev.Revision != uint64(k+2) || ev.Type != storage.EventAppended || len(ev.Messages) != 1 || ev.Messages[0].GetId() != want {
+				t.Errorf("session %d: event %d is revision %d type %v with %d messages; want revision %d appending %q", i, k, ev.Revision, ev.Type, len(ev.Messages), k+2, want)
+			}
+		}
+	}
+	if postgres.Grouped(d) == 0 {
+		t.Errorf("no append was written in a batch of two or more: the test did not exercise the group commit")
+	}
+}
+
+// TestGroupCommitBatch: one batch holding appends that succeed, conflict,
+// repeat each other and miss: each gets what it would get alone, in queue
+// order, and the others commit.
+func TestGroupCommitBatch(t *testing.T) {
+	d, s := openDriver(t, pgtest.Schema(t), 4)
+	ctx := t.Context()
+	refs := createSessions(t, s, 4)
+	a, b, c, e := refs[0], refs[1], refs[2], refs[3]
+	for _, p := range []struct {
+		ref storage.Ref
+		id  string
+	}{{c, "c1"}, {e, "e1"}} {
+		if _, err := s.Append(ctx, storage.AppendRequest{Ref: p.ref, Messages: []*sessiondv1.Message{userMsg(p.id)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	missing := storage.Ref{Namespace: "ns", ID: "0193a5f0-0000-7000-8000-000000000000"}
+	cases := []struct {
+		name     string
+		ref      storage.Ref
+		expected uint64
+		msgs     []*sessiondv1.Message
+		wantRev  uint64
+		wantErr  error
+	}{
+		{"new on a", a, 0, []*sessiondv1.Message{userMsg("a1")}, 2, nil},
+		{"stale expected revision on b", b, 5, []*sessiondv1.Message{userMsg("b1")}, 0, storage.ErrConflict},
+		{"second on a, expecting the first", a, 2, []*sessiondv1.Message{userMsg("a2"), userMsg("a3")}, 3, nil},
+		{"stored and new ids mixed on c", c, 0, []*sessiondv1.Message{userMsg("c1"), userMsg("c2")}, 0, storage.ErrMessageConflict},
+		{"retry of a stored append on e", e, 0, []*sessiondv1.Message{userMsg("e1")}, 2, nil},
+		{"retry of the first on a in the same batch", a, 0, []*sessiondv1.Message{userMsg("a1")}, 3, nil},
+		{"new on b", b, 0, []*sessiondv1.Message{userMsg("b2")}, 2, nil},
+		{"stale expected revision on a after the batch's own", a, 2, []*sessiondv1.Message{userMsg("a4")}, 0, storage.ErrConflict},
+		{"no such session", missing, 0, []*sessiondv1.Message{userMsg("x")}, 0, storage.ErrNotFound},
+		{"same id, other content on c", c, 0, []*sessiondv1.Message{{Id: "c1", Role: sessiondv1.Role_ROLE_USER, Content: "else"}}, 0, storage.ErrMessageConflict},
+	}
+	release := postgres.HoldAppends(t, d)
+	type result struct {
+		rev uint64
+		err error
+	}
+	results := make([]chan result, len(cases))
+	for i, tc := range cases {
+		results[i] = make(chan result, 1)
+		go func() {
+			res, err := s.Append(ctx, storage.AppendRequest{Ref: tc.ref, ExpectedRevision: tc.expected, Messages: tc.msgs})
+			results[i] <- result{res.Revision, err}
+		}()
+		// Queue them in this order.
+		postgres.WaitQueued(t, d, i+1)
+	}
+	release(len(cases))
+	for i, tc := range cases {
+		r := <-results[i]
+		switch {
+		case tc.wantErr != nil && !errors.Is(r.err, tc.wantErr):
+			t.Errorf("%s: error %v; want %v", tc.name, r.err, tc.wantErr)
+		case tc.wantErr == nil && (r.err != nil || r.rev != tc.wantRev):
+			t.Errorf("%s: revision %d, error %v; want revision %d", tc.name, r.rev, r.err, tc.wantRev)
+		}
+	}
+	for _, w := range []struct {
+		ref storage.Ref
+		ids []string
+		rev uint64
+	}{{a, []string{"a1", "a2", "a3"}, 3}, {b, []string{"b2"}, 2}, {c, []string{"c1"}, 2}, {e, []string{"e1"}, 2}} {
+		se, msgs, err := s.Load(ctx, w.ref, storage.LoadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, m := range msgs {
+			ids = append(ids, m.GetId())
+		}
+		if fmt.Sprint(ids) != fmt.Sprint(w.ids) || se.Revision != w.rev {
+			t.Errorf("session %s: messages %v at revision %d; want %v at %d", w.ref.ID, ids, se.Revision, w.ids, w.rev)
+		}
+	}
+	if postgres.Grouped(d) < uint64(len(cases)) {
+		t.Errorf("%d appends written in batches; want the held %d", postgres.Grouped(d), len(cases))
+	}
+}
+
+// TestGroupCommitStatementFails: a statement of a batch that PostgreSQL
+// refuses (here: the message key, because another writer stored the same
+// id while the batch waited for the session's row lock) rolls back the
+// batch; every append of it is then written alone and acknowledged once.
+func TestGroupCommitStatementFails(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	d, s := openDriver(t, dsn, 4)
+	ctx := t.Context()
+	refs := createSessions(t, s, 3)
+	// Another writer: holds x's row lock and stores "dup" in it, as a
+	// concurrent append of the same message would.
+	conn := connect(t, dsn)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	x := refs[1]
+	body, err := proto.Marshal(userMsg("dup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE sessions SET revision = revision + 1, message_count = message_count + 1 WHERE id = $1`, x.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search) VALUES ($1, 0, 'dup', $2, 'content of dup')`, x.ID, body); err != nil {
+		t.Fatal(err)
+	}
+	release := postgres.HoldAppends(t, d)
+	ids := []string{"first", "dup", "last"}
+	errs := make(chan error, len(ids))
+	for i, id := range ids {
+		go func() {
+			_, err := s.Append(ctx, storage.AppendRequest{Ref: refs[i], Messages: []*sessiondv1.Message{userMsg(id)}})
+			errs <- err
+		}()
+	}
+	release(len(ids))
+	// The batch waits for x's row lock; then the other writer commits.
+	mon := connect(t, dsn)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var waiting int
+		if err := mon.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH s AS%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the batch never waited for the row lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range ids {
+		if err := <-errs; err != nil {
+			t.Errorf("Append: %v", err)
+		}
+	}
+	for i, id := range ids {
+		var n int
+		if err := mon.QueryRow(ctx, `SELECT count(*) FROM messages WHERE session_id = $1 AND msg_id = $2`, refs[i].ID, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("message %q stored %d times; want once", id, n)
+		}
+	}
+	for i := range ids {
+		se, err := s.Get(ctx, refs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if se.Revision != 2 || se.MessageCount != 1 {
+			t.Errorf("session %d: revision %d, %d messages; want 2 and 1", i, se.Revision, se.MessageCount)
+		}
+	}
+}
