@@ -75,6 +75,20 @@
 // the stored messages with the batch's ids in one round trip, CheckAppend,
 // then the writes and COMMIT in a second.
 //
+// One-statement appends share commits (a group commit, as the file store's
+// appends share an fdatasync): the appends that arrive while a Store is
+// writing queue, and when it is done the first of them writes them all as
+// one transaction in one round trip: BEGIN, each append's statement in the
+// order of their refs, COMMIT. A lone append is written at once, alone;
+// there is no timer. Each statement keeps its own conditions and sees what
+// the statements before it wrote, so every append is decided as if it ran
+// alone in queue order, and one that the statement does not apply takes
+// the general path after the batch's commit. A statement PostgreSQL
+// refuses (a message id another replica stored while the batch waited for
+// a row lock; a deadlock PostgreSQL broke) rolls the batch back, and each
+// of its appends is retried alone. Ordering by ref keeps two replicas'
+// batches from deadlocking over the same sessions.
+//
 // Creates race on the primary key and the (namespace, alias) unique key:
 // exactly one wins. Reads (Get, Load) run in a read-only repeatable-read
 // transaction: one snapshot. Listing and search read keyset pages of their

@@ -47,7 +47,11 @@ import (
 // append: whether the COMMIT landed is unknown, and a retry with the same
 // message ids is what tells.
 
-// groupBatches is how many batches a Store writes at a time.
+// groupBatches is how many batches a Store writes at a time. One: the
+// appends of two batches in flight together mostly lock the same busy
+// sessions, so the second waits for the first's commit anyway; measured
+// with 16 clients on 16 sessions, two at a time gave fewer appends per
+// second than one and twice the commits per append.
 const groupBatches = 1
 
 // appendGroup is a Store's queue of one-statement appends.
