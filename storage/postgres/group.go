@@ -45,7 +45,10 @@ import (
 // batch, whose appends are retried alone). A connection lost during the
 // batch fails all its appends with ErrUnavailable, as it fails a single
 // append: whether the COMMIT landed is unknown, and a retry with the same
-// message ids is what tells.
+// message ids is what tells. An append whose caller gives up while it is
+// queued leaves the queue at once, unwritten; once a batch holds it, it
+// waits for the batch, whose context ends only when every caller in it has
+// given up.
 
 // groupBatches is how many batches a Store writes at a time. One: the
 // appends of two batches in flight together mostly lock the same busy
@@ -89,7 +92,16 @@ func (s *Store) runFast(a *fastAppend) (*storage.Session, error) {
 	if g.writing >= g.max {
 		g.queue = append(g.queue, a)
 		g.mu.Unlock()
-		if batch = <-a.next; batch == nil {
+		select {
+		case batch = <-a.next:
+		case <-a.ctx.Done():
+			if g.leave(a) {
+				return nil, a.ctx.Err()
+			}
+			// A leader has taken a already: it is (being) written.
+			batch = <-a.next
+		}
+		if batch == nil {
 			return a.session, a.err
 		}
 	} else {
@@ -98,6 +110,20 @@ func (s *Store) runFast(a *fastAppend) (*storage.Session, error) {
 	}
 	s.lead(a, batch)
 	return a.session, a.err
+}
+
+// leave takes a out of the queue, if no leader has taken it yet: a caller
+// that gives up while its append waits for the batch in flight returns at
+// once, its append unwritten.
+func (g *appendGroup) leave(a *fastAppend) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := slices.Index(g.queue, a)
+	if i < 0 {
+		return false
+	}
+	g.queue = slices.Delete(g.queue, i, i+1)
+	return true
 }
 
 // lead writes batch (leader among it), then hands the appends queued

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -297,6 +298,55 @@ func TestGroupCommitStatementFails(t *testing.T) {
 		}
 		if se.Revision != 2 || se.MessageCount != 1 {
 			t.Errorf("session %d: revision %d, %d messages; want 2 and 1", i, se.Revision, se.MessageCount)
+		}
+	}
+}
+
+// TestGroupCommitQueuedCancel: an append whose caller gives up while it
+// waits behind the batch in flight returns the context's error at once,
+// unwritten, and the appends queued with it are written as usual.
+func TestGroupCommitQueuedCancel(t *testing.T) {
+	d, s := openDriver(t, pgtest.Schema(t), 4)
+	ctx := t.Context()
+	refs := createSessions(t, s, 2)
+	release := postgres.HoldAppends(t, d)
+	kept := make(chan error, 1)
+	go func() {
+		_, err := s.Append(ctx, storage.AppendRequest{Ref: refs[0], Messages: []*sessiondv1.Message{userMsg("kept")}})
+		kept <- err
+	}()
+	postgres.WaitQueued(t, d, 1)
+	gctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := s.Append(gctx, storage.AppendRequest{Ref: refs[1], Messages: []*sessiondv1.Message{userMsg("gave-up")}})
+		gaveUp <- err
+	}()
+	select {
+	case err := <-gaveUp:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Append whose deadline passed while queued: %v; want %v", err, context.DeadlineExceeded)
+		}
+	case <-time.After(10 * time.Second):
+		release(2) // so that the store can close
+		<-gaveUp
+		t.Fatal("an append whose deadline passed while queued did not return until its batch was written")
+	}
+	if n := postgres.Queued(d); n != 1 {
+		t.Errorf("%d appends queued after one gave up; want 1", n)
+	}
+	release(1)
+	if err := <-kept; err != nil {
+		t.Fatalf("Append queued beside the one that gave up: %v", err)
+	}
+	for i, want := range []uint64{2, 1} {
+		se, err := s.Get(ctx, refs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if se.Revision != want {
+			t.Errorf("session %d at revision %d; want %d", i, se.Revision, want)
 		}
 	}
 }
