@@ -80,14 +80,19 @@
 // writing queue, and when it is done the first of them writes them all as
 // one transaction in one round trip: BEGIN, each append's statement in the
 // order of their refs, COMMIT. A lone append is written at once, alone;
-// there is no timer. Each statement keeps its own conditions and sees what
+// no append waits for a timer. Each statement keeps its own conditions and sees what
 // the statements before it wrote, so every append is decided as if it ran
 // alone in queue order, and one that the statement does not apply takes
 // the general path after the batch's commit. A statement PostgreSQL
 // refuses (a message id another replica stored while the batch waited for
 // a row lock; a deadlock PostgreSQL broke) rolls the batch back, and each
 // of its appends is retried alone. Ordering by ref keeps two replicas'
-// batches from deadlocking over the same sessions.
+// batches from deadlocking over the same sessions. A session's row lock
+// held long by another transaction holds up only that session's appends: a
+// batch waits at most 100 ms for a row lock (lock_timeout; then its
+// appends are retried alone), and a write still going after 100 ms lets
+// the next batch start. An append whose caller gives up while it is
+// queued returns at once, unwritten.
 //
 // Creates race on the primary key and the (namespace, alias) unique key:
 // exactly one wins. Reads (Get, Load) run in a read-only repeatable-read

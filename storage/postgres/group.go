@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,14 +18,15 @@ import (
 
 // Group commit: the one-statement appends (appendFastSQL) that arrive while
 // another is being written share one transaction, as the file store's
-// appends share an fdatasync. There is no timer: the first append that
+// appends share an fdatasync. No append waits for a timer: the first append that
 // finds nothing in flight leads and is written at once, alone, as its own
 // statement; the appends that arrive meanwhile queue, and when it is done
 // the first of them leads them all as one batch: BEGIN, each append's
 // statement, COMMIT, in one round trip on one connection. One commit (one
 // WAL flush) and one round trip then serve N appends, whose statements
 // PostgreSQL executes back to back. One batch is in flight per Store at a
-// time.
+// time, except that a write still going after groupLockWait (stuck on a
+// row lock) hands the queue on to the next batch then.
 //
 // Each statement keeps its own conditions, so each append is decided as if
 // it ran alone, in queue order: one whose statement updates no row (stale
@@ -38,7 +41,12 @@ import (
 // A statement that fails (a unique violation when another replica appended
 // one of the ids while this statement waited for the row lock, a deadlock
 // that PostgreSQL broke) aborts the transaction: nothing of the batch is
-// written, and each of its appends is retried alone. Batches lock sessions
+// written, and each of its appends is retried alone, by its own caller,
+// once the group has moved on to the next batch. A batch waits at most
+// groupLockWait for a session's row lock: a session that another
+// transaction holds for long (a large delete or save, another replica's
+// write) fails the batch that way, and only that session's append then
+// waits for it, alone, while the others are written. Batches lock sessions
 // in the order of their refs, so two replicas' batches on the same sessions
 // wait for each other instead of deadlocking (a session named by id in one
 // and by alias in the other can still deadlock; PostgreSQL then fails one
@@ -56,6 +64,15 @@ import (
 // with 16 clients on 16 sessions, two at a time gave fewer appends per
 // second than one and twice the commits per append.
 const groupBatches = 1
+
+// groupLockWait is how long a batch's statement waits for a session's row
+// lock (lock_timeout) before the batch gives up and its appends are
+// retried alone: longer than another replica's batch holds its locks, short
+// enough that one busy session does not stall every append of the Store.
+const groupLockWait = 100 * time.Millisecond
+
+// groupLockTimeout sets groupLockWait for a batch's transaction.
+var groupLockTimeout = fmt.Sprintf("SET LOCAL lock_timeout = %d", groupLockWait.Milliseconds())
 
 // appendGroup is a Store's queue of one-statement appends.
 type appendGroup struct {
@@ -77,6 +94,7 @@ type fastAppend struct {
 	// Set by the leader that wrote it, before next delivers.
 	session *storage.Session // nil: the statement updated no row
 	err     error
+	alone   bool // the batch failed: write this append alone
 
 	// next delivers nil once the append is written, or the batch of
 	// appends queued meanwhile, for this append (their first) to lead.
@@ -101,14 +119,16 @@ func (s *Store) runFast(a *fastAppend) (*storage.Session, error) {
 			// A leader has taken a already: it is (being) written.
 			batch = <-a.next
 		}
-		if batch == nil {
-			return a.session, a.err
-		}
 	} else {
 		g.writing++
 		g.mu.Unlock()
 	}
-	s.lead(a, batch)
+	if batch != nil {
+		s.lead(a, batch)
+	}
+	if a.alone {
+		s.writeOne(a)
+	}
 	return a.session, a.err
 }
 
@@ -127,10 +147,27 @@ func (g *appendGroup) leave(a *fastAppend) bool {
 }
 
 // lead writes batch (leader among it), then hands the appends queued
-// meanwhile to the first of them, and wakes the others of batch.
+// meanwhile to the first of them, and wakes the others of batch. A write
+// still going after groupLockWait (waiting for a row lock that another
+// transaction holds) hands the queue on then, so that the other sessions'
+// appends do not wait for it: for a while, one more batch is in flight.
 func (s *Store) lead(leader *fastAppend, batch []*fastAppend) {
+	var once sync.Once
+	handOff := func() { once.Do(s.group.handOff) }
+	t := time.AfterFunc(groupLockWait, handOff)
 	s.writeBatch(batch)
-	g := &s.group
+	t.Stop()
+	handOff()
+	for _, a := range batch {
+		if a != leader {
+			a.next <- nil
+		}
+	}
+}
+
+// handOff gives the appends queued to the first of them to write as the
+// next batch, or, none queued, frees the batch's slot.
+func (g *appendGroup) handOff() {
 	g.mu.Lock()
 	next := g.queue
 	g.queue = nil
@@ -140,11 +177,6 @@ func (s *Store) lead(leader *fastAppend, batch []*fastAppend) {
 	g.mu.Unlock()
 	if len(next) > 0 {
 		next[0].next <- next
-	}
-	for _, a := range batch {
-		if a != leader {
-			a.next <- nil
-		}
 	}
 }
 
@@ -178,9 +210,10 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 		s.group.grouped.Add(uint64(len(live)))
 	case errors.As(err, &pe):
 		// The server refused one statement, so it rolled back the whole
-		// batch: retry each append alone, where only its own can fail.
+		// batch: each append is retried alone, where only its own can
+		// fail or wait, by its caller once the group has moved on.
 		for _, a := range live {
-			s.writeOne(a)
+			a.alone = true
 		}
 	default:
 		for _, a := range live {
@@ -216,6 +249,7 @@ func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
 	defer conn.Release() // a connection left inside a transaction is closed, not reused
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	b.Queue(groupLockTimeout)
 	for _, a := range batch {
 		b.Queue(a.q, a.args...)
 	}
@@ -231,9 +265,11 @@ func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
 
 // readTx reads the results of writeTx's batch and closes it.
 func readTx(br pgx.BatchResults, batch []*fastAppend) error {
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return err
+	for range 2 { // BEGIN, SET LOCAL
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return err
+		}
 	}
 	for _, a := range batch {
 		m, err := scanSession(br.QueryRow())

@@ -350,3 +350,121 @@ func TestGroupCommitQueuedCancel(t *testing.T) {
 		}
 	}
 }
+
+// lockSession holds ref's row lock in a transaction of another connection,
+// as a long write of another replica would, until the returned function
+// commits it.
+func lockSession(t *testing.T, dsn string, ref storage.Ref) (commit func()) {
+	t.Helper()
+	tx, err := connect(t, dsn).Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE`, ref.ID); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := tx.Commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// appendAsync appends one message with id to ref and delivers the result.
+func appendAsync(ctx context.Context, s storage.Store, ref storage.Ref, id string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{userMsg(id)}})
+		done <- err
+	}()
+	return done
+}
+
+// waitLockWaiters waits (at most 10 s) until n append statements wait for
+// a row lock.
+func waitLockWaiters(t *testing.T, dsn string, n int) {
+	t.Helper()
+	mon := connect(t, dsn)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var waiting int
+		if err := mon.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH s AS%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d append statements wait for a row lock after 10 s; want %d", waiting, n)
+		}
+	}
+}
+
+// checkRevisions checks each session's revision.
+func checkRevisions(t *testing.T, s storage.Store, refs []storage.Ref, want ...uint64) {
+	t.Helper()
+	for i, w := range want {
+		se, err := s.Get(t.Context(), refs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if se.Revision != w {
+			t.Errorf("session %d at revision %d; want %d", i, se.Revision, w)
+		}
+	}
+}
+
+// TestGroupCommitLockedSessionAlone: an append written alone that waits
+// for a session's row lock, held by another transaction, does not hold up
+// the appends to other sessions that arrive meanwhile.
+func TestGroupCommitLockedSessionAlone(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	_, s := openDriver(t, dsn, 4)
+	refs := createSessions(t, s, 2)
+	commit := lockSession(t, dsn, refs[0])
+	locked := appendAsync(t.Context(), s, refs[0], "locked")
+	waitLockWaiters(t, dsn, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	err := <-appendAsync(ctx, s, refs[1], "free")
+	commit()
+	if err != nil {
+		t.Errorf("an append to a free session while another waits for a row lock: %v", err)
+	}
+	if err := <-locked; err != nil {
+		t.Errorf("the append that waited for the row lock: %v", err)
+	}
+	checkRevisions(t, s, refs, 2, 2)
+}
+
+// TestGroupCommitLockedSessionInBatch: a batch holding an append to a
+// session whose row lock another transaction holds gives up on the lock;
+// its other appends are written while that one waits alone.
+func TestGroupCommitLockedSessionInBatch(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	d, s := openDriver(t, dsn, 4)
+	refs := createSessions(t, s, 3)
+	commit := lockSession(t, dsn, refs[0])
+	release := postgres.HoldAppends(t, d)
+	locked := appendAsync(t.Context(), s, refs[0], "locked")
+	free := []<-chan error{appendAsync(t.Context(), s, refs[1], "free1"), appendAsync(t.Context(), s, refs[2], "free2")}
+	release(3)
+	timeout := time.After(5 * time.Second)
+	for i, done := range free {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("append %d of the batch, to a free session: %v", i+1, err)
+			}
+		case <-timeout:
+			commit()
+			t.Fatalf("append %d of the batch, to a free session, still waits after 5 s for the locked session", i+1)
+		}
+	}
+	waitLockWaiters(t, dsn, 1)
+	commit()
+	if err := <-locked; err != nil {
+		t.Errorf("the append that waited for the row lock: %v", err)
+	}
+	checkRevisions(t, s, refs, 2, 2, 2)
+}
