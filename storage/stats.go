@@ -33,6 +33,17 @@ type Stats struct {
 	// Listing counts the listing encodings a backend keeps, if it keeps
 	// any (see Store.ListEncoded).
 	Listing *ListingStats
+	// WAL counts the file store's write-ahead log segments, if the backend
+	// has such a log.
+	WAL *WALStats
+}
+
+// WALStats counts the write-ahead log segments a file store started since
+// it opened: in a new file, or in a spare (a retired segment's file, whose
+// flushes overwrite written blocks and so sync data only). New files far
+// above 3 per run mean spares are not being reused.
+type WALStats struct {
+	Created, Recycled uint64
 }
 
 // ListingStats counts the sessions' listing encodings (ListSessions

@@ -170,6 +170,7 @@ var (
 	descJournalsOpen  = desc("store_open_journals", "Session journal files the file store keeps open.")
 	descJournalsMax   = desc("store_max_open_journals", "The bound on open journal files (--max-open-journals).")
 	descJournalsOpens = desc("store_journal_opens_total", "Journal files opened: by a session's first write, by a fold, and again after being closed to stay under the bound.")
+	descWALSegments   = desc("store_wal_segments_total", "Write-ahead log segments the file store started, by where: new (a new file, its space reserved with fallocate) or spare (a retired segment's file, reused).", "in")
 	descListEncodings = desc("store_list_encodings_total", "Sessions' ListSessions frames encoded and kept by the store, by who made them: warmup (in the background after start, before any listing) or listing (a listing that found none current: the session changed, or the warm-up had not reached it).", "by")
 
 	descPoolMax          = desc("postgres_pool_max_conns", "Most connections the PostgreSQL pool may hold (--postgres-max-conns).")
@@ -186,7 +187,7 @@ var (
 
 var allDescs = []*prometheus.Desc{
 	descSessions, descDiskBytes, descCacheBytes, descCacheMax, descCacheReads,
-	descJournalsOpen, descJournalsMax, descJournalsOpens, descListEncodings,
+	descJournalsOpen, descJournalsMax, descJournalsOpens, descListEncodings, descWALSegments,
 	descPoolMax, descPoolTotal, descPoolAcquires, descPoolAcquireSecs, descPoolEmpty,
 	descPoolEmptyWait, descPoolCanceled, descPoolNew, descPoolLifetimeDrop, descPoolIdleDrop,
 }
@@ -229,6 +230,10 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	if ls := st.Listing; ls != nil {
 		counter(descListEncodings, float64(ls.Warmed), "warmup")
 		counter(descListEncodings, float64(ls.Encoded), "listing")
+	}
+	if ws := st.WAL; ws != nil {
+		counter(descWALSegments, float64(ws.Created), "new")
+		counter(descWALSegments, float64(ws.Recycled), "spare")
 	}
 	if p := st.Pool; p != nil {
 		gauge(descPoolMax, float64(p.MaxConns))

@@ -48,6 +48,7 @@ func TestStoreAndFlushMetrics(t *testing.T) {
 		Cache:    &storage.CacheStats{Bytes: 100, MaxBytes: 1000, Hits: 9, Misses: 3},
 		Journals: &storage.JournalStats{Open: 2, Max: 8, Opens: 5},
 		Listing:  &storage.ListingStats{Encoded: 11, Warmed: 13},
+		WAL:      &storage.WALStats{Created: 3, Recycled: 17},
 		Pool: &storage.PoolStats{MaxConns: 16, AcquiredConns: 1, IdleConns: 2, AcquireCount: 40,
 			AcquireDuration: 1500 * time.Millisecond, EmptyAcquireCount: 4, NewConnsCount: 3},
 	}}, zap.NewNop())
@@ -69,6 +70,8 @@ func TestStoreAndFlushMetrics(t *testing.T) {
 		`sessiond_store_journal_opens_total 5`,
 		`sessiond_store_list_encodings_total{by="listing"} 11`,
 		`sessiond_store_list_encodings_total{by="warmup"} 13`,
+		`sessiond_store_wal_segments_total{in="new"} 3`,
+		`sessiond_store_wal_segments_total{in="spare"} 17`,
 		`sessiond_postgres_pool_max_conns 16`,
 		`sessiond_postgres_pool_conns{state="acquired"} 1`,
 		`sessiond_postgres_pool_conns{state="idle"} 2`,

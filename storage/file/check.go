@@ -228,7 +228,7 @@ func (c *checker) run(ctx context.Context, progress func(done, total int)) error
 	if err != nil {
 		return fmt.Errorf("file: check %s: %w", c.dir, err)
 	}
-	if string(b) != formatVersion && string(b) != formatVersion1 {
+	if !formatReadable(b) {
 		return fmt.Errorf("file: check %s: format %q is not %q; refusing to check", c.dir, strings.TrimSpace(string(b)), strings.TrimSpace(formatVersion))
 	}
 	top, err := os.ReadDir(c.dir)

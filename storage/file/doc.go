@@ -9,7 +9,7 @@
 // # On-disk layout
 //
 //	DIR/
-//	  FORMAT                   "sessiond-file-format 2\n"; Open upgrades "... 1\n" in place; anything else is refused
+//	  FORMAT                   "sessiond-file-format 3\n"; Open upgrades "... 1\n" and "... 2\n" in place; anything else is refused
 //	  LOCK                     flock(LOCK_EX) held by the open Store; a second Open fails with ErrLocked
 //	  sessions/
 //	    <uuid>/                one folder per session, named by its lowercase id
@@ -28,6 +28,7 @@
 //	  wal/                     the write-ahead log shared by all sessions
 //	    wal-<S>                a segment: changes not yet known durable in the journals; S as 16 hex digits
 //	    wal-<S>.damaged        a segment found damaged at an open, kept until Check repairs it
+//	    free-<S>               a spare: a retired segment's file (S was its number), kept for reuse
 //	  quarantine/<time>/       what Check (fsck) with repair set aside: copies of damaged sessions' files, stray files
 //
 // Files are 0600, folders 0700; a data dir that existed with a looser mode
@@ -63,12 +64,17 @@
 // dirty file is a header frame (type 8: sequence number, epoch) and frames
 // of records (type 9: kind, 1 changed or 2 deleted, and session id), one per
 // flush. The mark is one frame (type 10: sequence number, epoch). A WAL
-// segment is a header frame (type 11: sequence number) and one batch frame
-// (type 12) per flush, holding records of 40 bytes of header (kind: 1 a
-// journal frame, 2 a delete; a CRC-32C of the header alone; session id;
-// generation; journal offset) each followed, for kind 1, by the journal
-// commit frame itself. A batch's records start one byte past an 8-byte
-// boundary, so a journal frame inside one is never read as a batch.
+// segment is a header frame (type 11: sequence number, and a salt, a random
+// number chosen when the segment starts) and one batch frame (type 14) per
+// flush, holding the segment's sequence number and salt, then records of 40
+// bytes of header (kind: 1 a journal frame, 2 a delete; a CRC-32C of the
+// header alone; session id; generation; journal offset) each followed, for
+// kind 1, by the journal commit frame itself. Each flush is followed by an
+// end mark, 8 zero bytes, which the next flush overwrites. A batch's
+// records start one byte past an 8-byte boundary, so a journal frame inside
+// one is never read as a batch. (Format 2 segments, which Open still
+// replays, have a header without salt and batches of type 12 that name no
+// segment and hold only the records.)
 //
 // # Writes
 //
@@ -87,18 +93,39 @@
 // holder. WithFlushObserver sees each flush (appends covered, bytes,
 // latency). WAL and journal space is reserved ahead with fallocate (16 KiB,
 // doubling, at most 1 MiB ahead) so that most flushes do not change the
-// file's size and are data-only.
+// file's size; a flush into reserved space still converts the extents it
+// fills, which recycled WAL segments avoid (below).
 //
 // Past WithWALSegmentBytes (32 MiB by default) the leader starts a new
 // segment and hands the full one to a sealer goroutine, which fdatasyncs
-// every journal the segment has records for and then removes it. At most
+// every journal the segment has records for and then retires it. At most
 // two segments wait for the sealer (the leader waits beyond that), so the
 // log an open must replay is bounded (about 96 MiB), and the journals are
 // synced in the background, once per segment rather than once per append.
-// Close seals everything: a clean shutdown leaves no WAL. A delete adds a
-// record that voids its session's earlier records, so that a replay never
-// writes them into a session created again with the same id. Every change
-// is written twice (journal and WAL); see "Costs".
+// Close seals everything: a clean shutdown leaves no segment to replay,
+// only spares. A delete adds a record that voids its session's earlier
+// records, so that a replay never writes them into a session created again
+// with the same id. Every change is written twice (journal and WAL); see
+// "Costs".
+//
+// Segment files are recycled (PostgreSQL's wal_recycle). The sealer keeps a
+// retired segment as a spare, renaming it free-<S> and syncing the folder,
+// while fewer than two spares exist, and removes it otherwise. The leader
+// starts its next segment in a spare when there is one: it writes the new
+// header (and an end mark) over the file's start, fdatasyncs it, renames
+// the spare to wal-<S> and syncs the folder; only with no spare does it
+// create a new file. A flush into a recycled file overwrites blocks that
+// already hold data, so that its fdatasync writes data only, where a flush
+// into space reserved with fallocate also converts the extents it fills, a
+// metadata change (on ext4 a journal commit) at every fdatasync; writing
+// zeros ahead instead would write every log byte twice more. The spares
+// live on after Close and are used by the next Open, which removes any
+// beyond two. So the log takes at most the current segment, two waiting
+// for the sealer and two spares, each about WithWALSegmentBytes plus 1 MiB
+// reserved ahead: about 165 MiB by default, and two spares (about 66 MiB)
+// after a clean shutdown. New segments are numbered past every segment and
+// spare present at Open. The store's Stats count the segments started in a
+// new file and in a spare (the daemon's sessiond_store_wal_segments_total).
 //
 // A save, a rewind, and a fold (when the journal passes the fold threshold)
 // write a new snapshot generation G+1: journal-<G+1> is created with its
@@ -135,12 +162,24 @@
 // background. After kill -9 the page cache survives and nothing needs
 // writing.
 //
-// A WAL flush is one batch frame written into zeros after the previous flush
-// is durable, so a crash leaves at most one incomplete batch at the end of
-// the last segment, never acknowledged: it is ignored (logged). A bad batch
-// followed by a valid one is damage; scanning resumes at the next valid
-// batch (at an 8-byte boundary), so damage never hides the flushes after
-// it. Inside a damaged batch, each record whose header checksum holds is
+// A WAL flush is one batch frame and the end mark, written after the
+// previous flush is durable, over that flush's end mark and, past it, zeros
+// (a new file) or a recycled file's earlier content. A batch counts only if
+// it names its segment (sequence number and salt, as the header states
+// them): the earlier content of a recycled file is batches of other
+// segments, or parts of them, and the first frame that is not a batch of
+// the segment, with no batch of the segment after it, ends the log. There
+// the last flush left its end mark, unless it did not land whole: a crash
+// leaves at most one incomplete batch at the end of the last segment, never
+// acknowledged, which is ignored (logged). A bad batch followed by a valid
+// batch of the same segment is damage; scanning resumes at that batch (at
+// an 8-byte boundary), so damage never hides the flushes after it. A
+// recycled file is renamed into the log only once its new header is
+// durable, and a spare's old name cannot come back once the leader writes
+// into it (the sealer synced the folder), so no crash while recycling
+// leaves a segment whose header names another; spares are never read by
+// Open or Check. (A format 2 segment was a new file: anything but zeros
+// after its last valid batch is an incomplete flush.) Inside a damaged batch, each record whose header checksum holds is
 // attributed: its frame is used if intact, and otherwise its session loses
 // that change unless its journal already holds an intact frame at that
 // offset; such a session answers storage.ErrDataLoss, the others are
@@ -173,7 +212,8 @@
 // segments and torn last flushes. With repair it first writes the WAL's
 // records into the journals and syncs them, moves damaged segments to
 // quarantine/ and removes the others; sessions that lost a change in a
-// damaged segment are salvaged as below.
+// damaged segment are salvaged as below. Spares are neither findings nor
+// removed.
 //
 // Check reads segments as a load does, names the damaged segment, and
 // reports journal-* and snap-* files the snapshot does not use as orphans

@@ -58,7 +58,8 @@ type diskUsage struct {
 
 // Stats reports the store's state for monitoring: the sessions listed, the
 // data dir's allocated size (measured in the background; -1 until the
-// first measurement ends), the message cache, and the open journal files.
+// first measurement ends), the message cache, the open journal files, the
+// listing encodings and the write-ahead log segments started.
 // Its only error is ErrClosed. Safe for concurrent use.
 func (s *Store) Stats(ctx context.Context) (storage.Stats, error) {
 	s.mu.RLock()
@@ -93,6 +94,10 @@ func (s *Store) Stats(ctx context.Context) (storage.Stats, error) {
 		Listing: &storage.ListingStats{
 			Encoded: s.listEnc.listing.Load(),
 			Warmed:  s.listEnc.warmed.Load(),
+		},
+		WAL: &storage.WALStats{
+			Created:  uint64(s.stats.walCreated.Load()),
+			Recycled: uint64(s.stats.walRecycled.Load()),
 		},
 	}, nil
 }

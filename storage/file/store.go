@@ -134,6 +134,10 @@ type Store struct {
 	// rewrite (see foldLocked and newGeneration), naming it: a test copies
 	// the data dir there to see what a crash at that moment leaves.
 	stepHook func(step string)
+	// walStepHook, when set by a test, runs at each step of retiring a
+	// write-ahead log segment and of reusing a spare (see sealSegment and
+	// reuseFile), naming it, as stepHook does for folds.
+	walStepHook func(step string)
 	// testHookWrite, when set by a test, runs after beginWrite, before a
 	// write changes the session's files (e.wmu held).
 	testHookWrite func(e *entry)

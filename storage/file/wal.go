@@ -2,6 +2,7 @@ package file
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -40,15 +41,39 @@ import (
 // The WAL is a series of segment files wal/wal-<seq>. Once the current
 // segment passes WithWALSegmentBytes, the leader starts the next one and
 // hands the full one to the sealer goroutine, which fdatasyncs every
-// journal that segment has records for and then removes it: from then on
+// journal that segment has records for and then retires it: from then on
 // the journals hold its contents durably. At most walMaxSealing segments
 // wait for the sealer (the leader waits beyond that), so the log that Open
 // must replay is bounded. Close seals everything, so that a clean shutdown
-// leaves no WAL.
+// leaves no segment to replay.
+//
+// A retired segment is kept as a spare, wal/free-<seq> (at most
+// walMaxSpares of them; the others are removed), and the leader starts its
+// next segment in a spare rather than in a new file when it has one: it
+// writes the new header over the old one, syncs it, renames the spare and
+// syncs the folder. Its flushes then overwrite blocks that hold data
+// already, so that their fdatasync writes data only: in a new file,
+// reserved ahead with fallocate, each flush also converts the extents it
+// fills, a metadata change the file system journals at every fdatasync
+// (the "wal_recycle" of PostgreSQL). A reused file holds its earlier
+// segment's batches past the live ones: every batch names its segment by
+// sequence number and salt (a random number the header chose), so that
+// none of them is ever taken for this segment's, and each flush ends in an
+// 8-byte zero frame header, the end mark, which the next flush overwrites
+// (see walScan).
 const (
 	walDir        = "wal"
 	walPref       = "wal-"
+	walFreePref   = "free-"
 	walDamagedExt = ".damaged"
+	// walMaxSpares bounds the retired segments kept for reuse.
+	walMaxSpares = 2
+	// walBatchHead is the bytes of a batch's payload before its records:
+	// type, segment sequence number, salt. The records start one byte past
+	// an 8-byte boundary (see walScan).
+	walBatchHead = 1 + 8 + 8
+	// walEndMark is the zero frame header written after each flush.
+	walEndMark = 8
 	// DefaultWALSegmentBytes is the WAL segment size past which a new
 	// segment is started, unless WithWALSegmentBytes says otherwise.
 	DefaultWALSegmentBytes      = 32 << 20
@@ -141,50 +166,134 @@ func parseWALRecs(b []byte) (good, lost []walRec, clean bool) {
 	return good, lost, true
 }
 
-func encodeWALHead(seq uint64) []byte {
-	return appendFrame(nil, putU64([]byte{typeWALHead}, seq))
+// encodeWALHead encodes a segment's header frame: its sequence number and
+// salt, which its batches repeat.
+func encodeWALHead(seq, salt uint64) []byte {
+	return appendFrame(nil, putU64(putU64([]byte{typeWALHead}, seq), salt))
+}
+
+// walHeadLen is the length of a segment's header frame.
+var walHeadLen = len(encodeWALHead(0, 0))
+
+// walIdent is what a segment's batches carry to be its own: in format 3
+// (not legacy) the segment's sequence number and salt, as its header
+// states them. A segment written by format 2 has a header without a salt
+// and batches (typeWALBatch) that name no segment; it is never reused
+// before being retired, so nothing stale follows its batches.
+type walIdent struct {
+	legacy    bool
+	seq, salt uint64
+}
+
+// recsOff is where the records start in one of the segment's batch
+// payloads.
+func (id walIdent) recsOff() int {
+	if id.legacy {
+		return 1
+	}
+	return walBatchHead
+}
+
+// batchType is the frame type of the segment's batches.
+func (id walIdent) batchType() byte {
+	if id.legacy {
+		return typeWALBatch
+	}
+	return typeWALSegBatch
+}
+
+// batchAt returns the batch of this segment at offset at of data, if there
+// is one. The segment's identity is tested before the checksum, so that a
+// reused segment's stale bytes cost little to pass over.
+func (id walIdent) batchAt(data []byte, at int) ([]byte, int, bool) {
+	if !id.legacy {
+		h := at + frameHeader
+		if h+walBatchHead > len(data) || data[h] != typeWALSegBatch ||
+			binary.LittleEndian.Uint64(data[h+1:]) != id.seq || binary.LittleEndian.Uint64(data[h+9:]) != id.salt {
+			return nil, 0, false
+		}
+	}
+	p, next, ok := readFrame(data, at)
+	if !ok || p[0] != id.batchType() || len(p) < id.recsOff() {
+		return nil, 0, false
+	}
+	return p, next, true
 }
 
 // walRegion is a damaged byte range of a segment.
 type walRegion struct{ off, end int }
 
-// walScan splits a segment into frames like scanFrames, but goes on past
-// damage: a bad frame followed (at an 8-byte boundary) by a valid batch is
-// a damaged region, and scanning resumes at that batch. A bad frame with no
-// valid one after it is the torn tail of the last flush, which was never
-// acknowledged. Records inside a batch start one byte past an 8-byte
-// boundary, so an embedded journal frame is never taken for a batch.
-func walScan(data []byte) (frames [][]byte, bad []walRegion, end int, torn bool) {
+// walScan splits a segment into its header and batches like scanFrames,
+// and returns them with the identity its batches carry,
+// but goes on past damage. A frame that is not a batch of this segment,
+// followed (at an 8-byte boundary) by a batch of this segment, is a
+// damaged region, and scanning resumes at that batch; with no batch of
+// this segment after it, it is the end of the log. Records inside a batch
+// start one byte past an 8-byte boundary, so an embedded journal frame is
+// never taken for a batch.
+//
+// At the end of the log, a format 3 segment holds the end mark (8 zero
+// bytes) that its last flush wrote, and past it zeros (a new file) or the
+// batches of the file's earlier segment (a reused one), which are not this
+// segment's. Anything but the end mark there is the start of a flush that
+// did not land whole (torn: never acknowledged). A format 2 segment was a
+// new file: anything but zeros to its end is torn. A segment whose header
+// is damaged takes the identity of the first batch found that names its
+// sequence number seq.
+func walScan(data []byte, seq uint64) (id walIdent, frames [][]byte, bad []walRegion, end int, torn bool) {
 	off := 0
-	valid := func(at int) ([]byte, int, bool) {
-		p, next, ok := readFrame(data, at)
-		if !ok || (p[0] != typeWALBatch && !(at == 0 && p[0] == typeWALHead)) {
-			return nil, 0, false
+	if p, next, ok := readFrame(data, 0); ok && p[0] == typeWALHead {
+		r := reader{b: p[1:]}
+		id.seq = r.u64("segment sequence")
+		if len(r.b) >= 8 {
+			id.salt = r.u64("segment salt")
+		} else {
+			id.legacy = true
 		}
-		return p, next, true
+		frames = append(frames, p)
+		off = next
+	} else {
+		id = identify(data, seq)
 	}
 	for off < len(data) {
 		if allZero(data[off:]) {
-			return frames, bad, off, false
+			return id, frames, bad, off, false
 		}
-		if p, next, ok := valid(off); ok {
+		if p, next, ok := id.batchAt(data, off); ok {
 			frames = append(frames, p)
 			off = next
 			continue
 		}
 		y := off + 8
 		for ; y+frameHeader <= len(data); y += 8 {
-			if _, _, ok := valid(y); ok {
+			if _, _, ok := id.batchAt(data, y); ok {
 				break
 			}
 		}
 		if y+frameHeader > len(data) {
-			return frames, bad, off, true
+			return id, frames, bad, off, id.legacy || off+walEndMark > len(data) || !allZero(data[off:off+walEndMark])
 		}
 		bad = append(bad, walRegion{off, y})
 		off = y
 	}
-	return frames, bad, off, false
+	return id, frames, bad, off, false
+}
+
+// identify finds the identity of a segment whose header is damaged: a
+// format 2 segment if a format 2 batch is found, else the salt of the first
+// format 3 batch that names the segment's sequence number.
+func identify(data []byte, seq uint64) walIdent {
+	for at := 0; at+frameHeader <= len(data); at += 8 {
+		p, _, ok := readFrame(data, at)
+		switch {
+		case !ok:
+		case p[0] == typeWALBatch:
+			return walIdent{legacy: true, seq: seq}
+		case p[0] == typeWALSegBatch && len(p) >= walBatchHead && binary.LittleEndian.Uint64(p[1:]) == seq:
+			return walIdent{seq: seq, salt: binary.LittleEndian.Uint64(p[9:])}
+		}
+	}
+	return walIdent{seq: seq}
 }
 
 // walReq is one record waiting for the commit pipeline.
@@ -214,20 +323,27 @@ type wal struct {
 	// Close when no flush can run.
 	j       *journal // the current segment; nil until the first flush needs one
 	seq     uint64   // its sequence number (the last one used when j is nil)
+	salt    uint64   // its salt
 	touched map[string]struct{}
 	buf     []byte
 
-	// sealMu guards pending and sealing; sealCond signals changes.
+	// sealMu guards pending, stop and spares; sealCond signals changes to
+	// pending.
 	sealMu   sync.Mutex
 	sealCond *sync.Cond
 	pending  []sealJob
 	stop     bool
 	sealDone chan struct{}
+	// spares are the paths of retired segments kept for reuse, oldest
+	// first: the sealer adds them, the leader takes them.
+	spares []string
 }
 
-// sealJob is a full segment to retire: sync journals, then remove path.
+// sealJob is a full segment to retire: sync journals, then keep path as a
+// spare or remove it.
 type sealJob struct {
 	path     string
+	seq      uint64
 	journals []string
 }
 
@@ -287,35 +403,44 @@ func (s *Store) walCommit(req *walReq) error {
 // leader.
 func (s *Store) walFlush(batch []*walReq) error {
 	w := &s.wal
-	buf := append(w.buf[:0], 0, 0, 0, 0, 0, 0, 0, 0, typeWALBatch)
+	// The batch's header and segment identity are filled in once the
+	// segment is known.
+	buf := append(w.buf[:0], make([]byte, frameHeader+walBatchHead)...)
 	appends := 0
 	for _, r := range batch {
 		buf = appendWALRec(buf, r.rec)
 		appends += r.appends
 	}
+	size := int64(framedLen(len(buf)-frameHeader) + walEndMark)
+	if w.j == nil || (w.j.tail+size > s.opts.walSegment && w.j.tail > int64(walHeadLen)) {
+		if err := s.walRotate(); err != nil {
+			return fmt.Errorf("file: write-ahead log: %w", err)
+		}
+	}
+	buf[frameHeader] = typeWALSegBatch
+	binary.LittleEndian.PutUint64(buf[frameHeader+1:], w.seq)
+	binary.LittleEndian.PutUint64(buf[frameHeader+9:], w.salt)
 	buf = finishFrame(buf)
+	n := int64(len(buf))
+	buf = append(buf, make([]byte, walEndMark)...)
 	if cap(buf) <= walBufKeep {
 		w.buf = buf
 	} else {
 		w.buf = nil
-	}
-	if w.j == nil || (w.j.tail+int64(len(buf)) > s.opts.walSegment && w.j.tail > int64(len(encodeWALHead(0)))) {
-		if err := s.walRotate(); err != nil {
-			return fmt.Errorf("file: write-ahead log: %w", err)
-		}
 	}
 	t0 := time.Now()
 	if err := s.journalWrite(w.j, buf); err != nil {
 		return fmt.Errorf("file: write-ahead log: %w", err)
 	}
 	took := time.Since(t0)
+	w.j.tail -= walEndMark // the next flush overwrites the end mark
 	for _, r := range batch {
 		if r.path != "" {
 			w.touched[r.path] = struct{}{}
 		}
 	}
 	if appends > 0 {
-		s.observeFlush(appends, int64(len(buf)), took)
+		s.observeFlush(appends, n, took)
 	}
 	return nil
 }
@@ -343,28 +468,104 @@ func (s *Store) walRotate() error {
 	}
 	w.sealMu.Unlock()
 	seq := w.seq + 1
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Errorf("salt: %w", err)
+	}
+	salt := binary.LittleEndian.Uint64(b[:])
 	path := s.walPath(seq)
-	head := encodeWALHead(seq)
+	head := encodeWALHead(seq, salt)
+	j := s.reuseSpare(path, head)
+	if j == nil {
+		var err error
+		if j, err = s.createSegment(path, head); err != nil {
+			return err
+		}
+	}
+	old, touched := w.j, w.touched
+	w.j = j
+	w.seq, w.salt, w.touched = seq, salt, make(map[string]struct{})
+	if old != nil {
+		_ = old.f.Close()
+		s.walSeal(sealJob{path: old.path, seq: seq - 1, journals: slices.Collect(maps.Keys(touched))})
+	}
+	return nil
+}
+
+// createSegment starts a segment in a new file.
+func (s *Store) createSegment(path string, head []byte) (*journal, error) {
 	if err := writeFileSync(&s.stats, path, head); err != nil {
-		return err
+		return nil, err
 	}
 	if err := syncDir(filepath.Dir(path)); err != nil {
 		_ = os.Remove(path)
-		return ioErr(err)
+		return nil, ioErr(err)
 	}
 	f, err := os.OpenFile(path, os.O_RDWR, filePerm)
 	if err != nil {
 		_ = os.Remove(path)
-		return ioErr(err)
+		return nil, ioErr(err)
 	}
-	old, touched := w.j, w.touched
-	w.j = &journal{f: f, path: path, tail: int64(len(head)), alloc: int64(len(head))}
-	w.seq, w.touched = seq, make(map[string]struct{})
-	if old != nil {
-		_ = old.f.Close()
-		s.walSeal(sealJob{path: old.path, journals: slices.Collect(maps.Keys(touched))})
+	s.stats.walCreated.Add(1)
+	return &journal{f: f, path: path, tail: int64(len(head)), alloc: int64(len(head))}, nil
+}
+
+// reuseSpare starts a segment in a spare, if there is one: it writes the
+// header and an end mark over the spare's start and fdatasyncs them, then
+// renames the spare to path and syncs the folder. A crash before the
+// rename leaves a spare (whose header no one reads); after it, a segment
+// whose header is its own. A spare that cannot be reused is removed, and
+// the next one tried.
+func (s *Store) reuseSpare(path string, head []byte) *journal {
+	w := &s.wal
+	for {
+		w.sealMu.Lock()
+		if len(w.spares) == 0 {
+			w.sealMu.Unlock()
+			return nil
+		}
+		spare := w.spares[0]
+		w.spares = w.spares[1:]
+		w.sealMu.Unlock()
+		j, err := s.reuseFile(spare, path, head)
+		if err == nil {
+			s.stats.walRecycled.Add(1)
+			return j
+		}
+		s.log.Warn("could not reuse a spare write-ahead log segment; removing it", zap.String("spare", spare), zap.Error(err))
+		_ = os.Remove(spare)
 	}
-	return nil
+}
+
+func (s *Store) reuseFile(spare, path string, head []byte) (*journal, error) {
+	f, err := os.OpenFile(spare, os.O_RDWR, filePerm)
+	if err != nil {
+		return nil, ioErr(err)
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		start := append(slices.Clip(head), make([]byte, walEndMark)...)
+		var n int
+		n, err = f.WriteAt(start, 0)
+		s.stats.bytesWritten.Add(int64(n))
+		if err == nil {
+			err = fdatasync(f)
+		}
+	}
+	if err == nil {
+		s.walStep("header")
+		if err = os.Rename(spare, path); err == nil {
+			s.walStep("renamed")
+			if err = syncDir(filepath.Dir(path)); err != nil {
+				_ = os.Rename(path, spare)
+			}
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, ioErr(err)
+	}
+	return &journal{f: f, path: path, tail: int64(len(head)), alloc: max(fi.Size(), int64(len(head)+walEndMark))}, nil
 }
 
 // walSeal queues a segment for the sealer.
@@ -415,18 +616,54 @@ func (s *Store) sealLoop() {
 }
 
 // sealSegment makes every journal the segment has records for durable,
-// then removes the segment. A journal that is gone was folded into a
-// durable snapshot, or deleted with its session.
+// then keeps the segment as a spare (renamed free-<seq>, the folder
+// synced, so that no crash can bring back its old name once the leader
+// writes a new header into it), or removes it when walMaxSpares are kept
+// already. A journal that is gone was folded into a durable snapshot, or
+// deleted with its session.
 func (s *Store) sealSegment(job sealJob) error {
 	for _, p := range job.journals {
 		if err := syncFile(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
+	s.walStep("sealed")
+	w := &s.wal
+	w.sealMu.Lock()
+	keep := len(w.spares) < walMaxSpares
+	w.sealMu.Unlock()
+	if keep {
+		spare := filepath.Join(filepath.Dir(job.path), seqName(walFreePref, job.seq))
+		err := os.Rename(job.path, spare)
+		if err == nil {
+			s.walStep("kept")
+			err = syncDir(filepath.Dir(spare))
+			if err == nil {
+				w.sealMu.Lock()
+				w.spares = append(w.spares, spare)
+				w.sealMu.Unlock()
+				return nil
+			}
+			// Not known durable: do not reuse it in this run. The next
+			// Open finds it as a spare or, under its old name, as a
+			// segment whose records the journals hold.
+			return nil
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+	}
 	if err := os.Remove(job.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return nil
+}
+
+// walStep calls the test hook walStepHook, if set.
+func (s *Store) walStep(name string) {
+	if s.walStepHook != nil {
+		s.walStepHook(name)
+	}
 }
 
 func fdatasync(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }
@@ -442,8 +679,8 @@ func syncFile(path string) error {
 }
 
 // closeWAL stops the pipeline, seals the current segment and waits for the
-// sealer: after a clean Close no WAL is left. Caller is Close, after every
-// write ended.
+// sealer: after a clean Close no segment is left to replay, only spares.
+// Caller is Close, after every write ended.
 func (s *Store) closeWAL() {
 	w := &s.wal
 	w.mu.Lock()
@@ -454,7 +691,7 @@ func (s *Store) closeWAL() {
 	w.mu.Unlock()
 	if w.j != nil {
 		_ = w.j.f.Close()
-		s.walSeal(sealJob{path: w.j.path, journals: slices.Collect(maps.Keys(w.touched))})
+		s.walSeal(sealJob{path: w.j.path, seq: w.seq, journals: slices.Collect(maps.Keys(w.touched))})
 		w.j = nil
 	}
 	s.stopWAL()
@@ -487,7 +724,8 @@ type walPlan struct {
 	lost     map[string][]walRec // session id -> records whose bytes are damaged
 	damaged  map[string]string   // segment path -> what is wrong with it
 	torn     map[string]int      // segment path -> where its torn tail starts
-	maxSeq   uint64
+	spares   []walSegment        // retired segments kept for reuse, oldest first
+	maxSeq   uint64              // the highest sequence number of a segment or spare
 }
 
 // readWAL reads every segment of dir's WAL and plans its replay. It writes
@@ -504,6 +742,11 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 	}
 	for _, de := range des {
 		name := de.Name()
+		if seq, ok := parseSeqName(name, walFreePref); ok && de.Type().IsRegular() {
+			p.spares = append(p.spares, walSegment{seq: seq, path: filepath.Join(dir, walDir, name)})
+			p.maxSeq = max(p.maxSeq, seq)
+			continue
+		}
 		dmg := strings.HasSuffix(name, walDamagedExt)
 		seq, ok := parseSeqName(strings.TrimSuffix(name, walDamagedExt), walPref)
 		if !ok || de.IsDir() {
@@ -513,14 +756,16 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 		p.segs = append(p.segs, walSegment{seq: seq, path: filepath.Join(dir, walDir, name), damaged: dmg})
 		p.maxSeq = max(p.maxSeq, seq)
 	}
-	slices.SortFunc(p.segs, func(a, b walSegment) int { return cmpU64(a.seq, b.seq) })
+	bySeq := func(a, b walSegment) int { return cmpU64(a.seq, b.seq) }
+	slices.SortFunc(p.segs, bySeq)
+	slices.SortFunc(p.spares, bySeq)
 	recsByID := map[string][]walRec{}
 	for _, seg := range p.segs {
 		data, err := os.ReadFile(seg.path)
 		if err != nil {
 			return nil, ioErr(err)
 		}
-		frames, bad, end, torn := walScan(data)
+		id, frames, bad, end, torn := walScan(data, seg.seq)
 		var problems []string
 		if len(frames) == 0 || frames[0][0] != typeWALHead {
 			if len(bad) == 0 && !torn && end == 0 {
@@ -531,9 +776,11 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 			}
 		} else if r := (reader{b: frames[0][1:]}); r.u64("segment sequence") != seg.seq {
 			problems = append(problems, "its header names another segment")
-		} else {
+		}
+		if len(frames) > 0 && frames[0][0] == typeWALHead {
 			frames = frames[1:]
 		}
+		recsOff := id.recsOff()
 		if torn {
 			p.torn[seg.path] = end
 		}
@@ -551,10 +798,7 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 			}
 		}
 		for _, f := range frames {
-			if f[0] != typeWALBatch {
-				continue
-			}
-			good, lost, clean := parseWALRecs(f[1:])
+			good, lost, clean := parseWALRecs(f[recsOff:])
 			add(good, lost)
 			if !clean || len(lost) > 0 {
 				problems = append(problems, "a flush's records do not decode")
@@ -565,8 +809,8 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 			// checksums vouch for, and name the sessions of the rest.
 			var good, lost []walRec
 			clean := false
-			if rg.off+frameHeader+1 <= rg.end {
-				good, lost, clean = parseWALRecs(trimZeros(data[rg.off+frameHeader+1 : rg.end]))
+			if rg.off+frameHeader+recsOff <= rg.end {
+				good, lost, clean = parseWALRecs(trimZeros(data[rg.off+frameHeader+recsOff : rg.end]))
 			}
 			add(good, lost)
 			what := fmt.Sprintf("bytes %d-%d are damaged", rg.off, rg.end)
@@ -747,7 +991,16 @@ func (s *Store) replayWAL() (map[string]error, error) {
 	if err != nil {
 		return nil, fmt.Errorf("file: read the write-ahead log: %w", err)
 	}
+	// New segments are numbered past every spare too: a reused file's
+	// batches then never name the segment it becomes.
 	w.seq = p.maxSeq
+	for i, sp := range p.spares {
+		if i < len(p.spares)-walMaxSpares {
+			_ = os.Remove(sp.path) // kept by a run with a higher bound
+			continue
+		}
+		w.spares = append(w.spares, sp.path)
+	}
 	lost, err := applyWAL(p, s.dir, &s.stats)
 	if err != nil {
 		return nil, fmt.Errorf("file: %w", err)
@@ -783,7 +1036,7 @@ func (s *Store) replayWAL() (map[string]error, error) {
 		case seg.damaged:
 			s.log.Error("damaged write-ahead log segment from an earlier run; run sessionctl fsck --repair", zap.String("segment", seg.path), zap.String("damage", why))
 		default:
-			s.walSeal(sealJob{path: seg.path, journals: p.segPaths[seg.path]})
+			s.walSeal(sealJob{path: seg.path, seq: seg.seq, journals: p.segPaths[seg.path]})
 		}
 	}
 	for id, err := range lost {
