@@ -39,6 +39,7 @@ type options struct {
 	watchHistory int64
 	onFlush      func(storage.FlushRecord)
 	walSegment   int64
+	walSpares    int // retired log segments kept for reuse; walMaxSpares but in tests
 }
 
 // WithLogger sets the logger (default: none).
@@ -244,7 +245,7 @@ func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) (*Store, error) {
 	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: 256 << 20,
 		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty, maxJournals: DefaultMaxOpenJournals,
-		watchHistory: storage.DefaultWatchHistoryTotal, walSegment: DefaultWALSegmentBytes}
+		watchHistory: storage.DefaultWatchHistoryTotal, walSegment: DefaultWALSegmentBytes, walSpares: walMaxSpares}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -94,6 +94,12 @@ func WithWALSegmentBytes(n int64) Option {
 	return func(o *options) { o.walSegment = max(n, 4<<10) }
 }
 
+// withWALSpares sets how many retired segments are kept for reuse (default
+// walMaxSpares); 0 turns recycling off, for benchmarks that compare.
+func withWALSpares(n int) Option {
+	return func(o *options) { o.walSpares = n }
+}
+
 // walRec is one WAL record. Its encoding:
 //
 //	kind (1) | 3 zero bytes | CRC-32C of the other 36 bytes (4) | session id (16) | generation (8) | offset (8)
@@ -630,7 +636,7 @@ func (s *Store) sealSegment(job sealJob) error {
 	s.walStep("sealed")
 	w := &s.wal
 	w.sealMu.Lock()
-	keep := len(w.spares) < walMaxSpares
+	keep := len(w.spares) < s.opts.walSpares
 	w.sealMu.Unlock()
 	if keep {
 		spare := filepath.Join(filepath.Dir(job.path), seqName(walFreePref, job.seq))
@@ -995,7 +1001,7 @@ func (s *Store) replayWAL() (map[string]error, error) {
 	// batches then never name the segment it becomes.
 	w.seq = p.maxSeq
 	for i, sp := range p.spares {
-		if i < len(p.spares)-walMaxSpares {
+		if i < len(p.spares)-s.opts.walSpares {
 			_ = os.Remove(sp.path) // kept by a run with a higher bound
 			continue
 		}
