@@ -67,11 +67,12 @@ func BenchmarkAppendCheckpointing(b *testing.B) {
 // BenchmarkAppendWALRecycle is BenchmarkAppend's 16 writers with 512 KiB
 // log segments, so that most flushes go into segments started in a spare
 // (spares=2, the default) or, with recycling off, in new files whose space
-// is reserved with fallocate (spares=0). The two run interleaved with
-// -count; flush-us is the mean flush (write and fdatasync). Run it on a
+// is reserved with fallocate (spares=0); flush-us is the mean flush (write
+// and fdatasync). -count repeats each case in a row, so on a busy machine
+// run the command a few times instead, to interleave them. Run it on a
 // disk, not tmpfs:
 //
-//	TMPDIR=/var/tmp go test -run '^$' -bench AppendWALRecycle -benchtime 20000x -count 5 ./storage/file/
+//	TMPDIR=/var/tmp go test -run '^$' -bench AppendWALRecycle -benchtime 20000x ./storage/file/
 func BenchmarkAppendWALRecycle(b *testing.B) {
 	for _, spares := range []int{0, walMaxSpares} {
 		b.Run(fmt.Sprintf("spares=%d", spares), func(b *testing.B) {
