@@ -1,6 +1,7 @@
 package file
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -218,18 +219,32 @@ func bigFixture(b *testing.B) string {
 //     those are scanned, the rest comes from the checkpoint.
 //   - rescan: with no usable checkpoint (mark missing or damaged): every
 //     session's snapshot header and journal are scanned.
+//   - killed: after kill -9 of a store that created killedSessions new
+//     sessions and appended killedWALBytes of 1 KiB messages to them (16
+//     writers), all of it still in the write-ahead log, as the daemon's
+//     benchmark does (scripts/bench-compare.sh, startup_kill_s): the log is
+//     replayed (compared with the journals), the new sessions scanned.
 func BenchmarkOpen100k(b *testing.B) {
 	dir := bigFixture(b)
-	for _, mode := range []string{"clean", "crash", "rescan"} {
+	for _, mode := range []string{"clean", "crash", "rescan", "killed"} {
 		b.Run(mode, func(b *testing.B) {
 			scanned := 0
+			var saved string
+			if mode == "killed" {
+				saved = killedUnderLoad(b, dir)
+				defer dropKilled(b, dir)
+			}
 			for b.Loop() {
 				b.StopTimer()
+				want := fixtureSessions
 				switch mode {
 				case "crash":
 					crashAfterWrites(b, dir, crashDirty)
 				case "rescan":
 					_ = os.Remove(filepath.Join(dir, "index", cleanName))
+				case "killed":
+					restoreKilled(b, dir, saved)
+					want += killedSessions
 				}
 				b.StartTimer()
 				s, err := openPortable(b.Context(), dir)
@@ -237,8 +252,8 @@ func BenchmarkOpen100k(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				if n := len(s.byID); n != fixtureSessions {
-					b.Fatalf("opened %d sessions", n)
+				if n := len(s.byID); n != want {
+					b.Fatalf("opened %d sessions, want %d", n, want)
 				}
 				scanned += s.openScanned
 				if err := s.Close(); err != nil {
@@ -248,6 +263,100 @@ func BenchmarkOpen100k(b *testing.B) {
 			}
 			b.ReportMetric(float64(scanned)/float64(b.N), "scanned/op")
 		})
+	}
+}
+
+const (
+	killedSessions = 1000
+	killedWALBytes = 64 << 20
+)
+
+// killedUnderLoad opens dir, creates killedSessions sessions in namespace
+// "crash", appends about killedWALBytes of 1 KiB messages to them (16
+// writers) and abandons the store as kill -9 would. Its WAL segments are
+// large enough that nothing is sealed: the next open replays it all. It
+// returns a folder holding copies of dir's index/ and wal/ as the crash
+// left them: an open (and the close after it) changes nothing else, so
+// restoreKilled can make each iteration start from the same state.
+func killedUnderLoad(b *testing.B, dir string) string {
+	b.Helper()
+	s, err := openPortable(b.Context(), dir, WithCheckpoints(time.Hour, 1<<30), WithWALSegmentBytes(2*killedWALBytes))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]string, killedSessions)
+	for i := range ids {
+		se, err := s.Create(b.Context(), storage.CreateRequest{Namespace: "crash"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = se.ID
+	}
+	content := strings.Repeat("x", 1024)
+	appends := killedWALBytes / (len(content) + walRecHeader + 64)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= appends {
+					return
+				}
+				if _, err := s.Append(b.Context(), storage.AppendRequest{Ref: storage.Ref{Namespace: "crash", ID: ids[i%len(ids)]},
+					Messages: []*sessiondv1.Message{msg(uuid.NewString(), content)}}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	abandon(s)
+	saved := b.TempDir()
+	for _, d := range []string{"index", walDir} {
+		if err := os.CopyFS(filepath.Join(saved, d), os.DirFS(filepath.Join(dir, d))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return saved
+}
+
+// restoreKilled puts back the index/ and wal/ that killedUnderLoad saved.
+func restoreKilled(b *testing.B, dir, saved string) {
+	b.Helper()
+	for _, d := range []string{"index", walDir} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.CopyFS(filepath.Join(dir, d), os.DirFS(filepath.Join(saved, d))); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// dropKilled deletes the sessions killedUnderLoad made, leaving the
+// fixture as the other benchmarks expect it.
+func dropKilled(b *testing.B, dir string) {
+	b.Helper()
+	s, err := openPortable(context.Background(), dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ids []string
+	if err := s.List(context.Background(), storage.ListOptions{Namespace: "crash"}, func(se *storage.Session) error {
+		ids = append(ids, se.ID)
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	for _, id := range ids {
+		if err := s.Delete(context.Background(), storage.Ref{Namespace: "crash", ID: id}, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
 	}
 }
 

@@ -160,7 +160,8 @@
 // belongs to a session since deleted or rewritten (its snapshot is durable
 // and holds the change). The replayed segments are then sealed in the
 // background. After kill -9 the page cache survives and nothing needs
-// writing.
+// writing: the replay reads each journal's range the log covers (1 MiB at
+// a time, not one read per record) and compares, several journals at once.
 //
 // A WAL flush is one batch frame and the end mark, written after the
 // previous flush is durable, over that flush's end mark and, past it, zeros
@@ -234,8 +235,9 @@
 //
 // Open lists sessions/ and takes the metadata of most sessions from the
 // last checkpoint; the others are scanned (the snapshot's header frame and
-// the journal, never the snapshot's messages). The checkpoint is read while
-// sessions/ is listed and the WAL replayed, and its index runs are decoded
+// the journal, never the snapshot's messages). The checkpoint is read, the
+// WAL replayed and sessions/ listed at the same time (none of the three
+// touches what another does), and the checkpoint's index runs are decoded
 // in parallel. After an Open that scanned sessions, the checkpoint that
 // spares the next Open that scan is written 2 s later (or sooner, once
 // enough sessions changed), so that it does not compete with the start of

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -134,6 +135,36 @@ func readHead(path string, n int) ([]byte, error) {
 		err = nil
 	}
 	return buf[:m], err
+}
+
+// readFileInto is os.ReadFile reading into buf's space (grown as needed)
+// rather than a new allocation: the open scan reads a journal per session,
+// and reusing one buffer per worker spares the garbage collector the bytes
+// of every journal. The result aliases buf.
+func readFileInto(path string, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return buf[:0], err
+	}
+	defer f.Close()
+	size := 0
+	if fi, err := f.Stat(); err == nil && fi.Size() > 0 && int64(int(fi.Size())) == fi.Size() {
+		size = int(fi.Size())
+	}
+	buf = slices.Grow(buf[:0], size+512) // room to see the end in one read
+	for {
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, 64<<10)
+		}
+	}
 }
 
 // lockDir takes the exclusive lock on dir's LOCK file.

@@ -265,28 +265,41 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 			return nil, fmt.Errorf("file: create %s: %w", d, ioErr(err))
 		}
 	}
-	// The checkpoint (index/) is read while the sessions are listed and the
-	// write-ahead log replayed: neither touches index/.
+	// Three things happen at once, none touching what another does: the
+	// checkpoint (index/) is read; the journals (sessions/<id>/journal-*) get
+	// what only the write-ahead log holds, so that scanning and loading see
+	// every acknowledged change; and the session folders are listed, with
+	// the leftovers of interrupted creates and deletes (sessions/.tmp-*,
+	// .del-*, whose journals a replay never names) removed.
 	ckc := make(chan *checkpoint, 1)
 	go func() { ckc <- readCheckpoint(dir, s.log) }()
-	ids, err := s.sweepSessions()
-	if err != nil {
-		<-ckc
-		return nil, err
+	type replayed struct {
+		lost map[string]error
+		err  error
 	}
-	// The journals first get what only the write-ahead log holds, so that
-	// scanning and loading see every acknowledged change.
-	lost, err := s.replayWAL()
-	if err != nil {
-		<-ckc
-		return nil, err
-	}
-	walStarted := false
-	defer func() {
-		if !walStarted {
-			s.stopWAL()
-		}
+	rpc := make(chan replayed, 1)
+	go func() {
+		lost, err := s.replayWAL()
+		rpc <- replayed{lost, err}
 	}()
+	ids, err := s.sweepSessions()
+	rp := <-rpc
+	walStarted := false
+	if rp.err == nil {
+		defer func() {
+			if !walStarted {
+				s.stopWAL()
+			}
+		}()
+	}
+	if err == nil {
+		err = rp.err
+	}
+	if err != nil {
+		<-ckc
+		return nil, err
+	}
+	lost := rp.lost
 	ck := <-ckc
 	s.byID = make(map[string]*entry, len(ids))
 	if !ck.ok {
@@ -306,9 +319,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 
 	var todo []string
 	bounds := map[string]*storage.Session{} // checkpoint entries that rescans must not fall below
-	present := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		present[id] = true
 		m, known := ck.metas[id]
 		switch kind := ck.dirty[id]; {
 		case known && kind == 0:
@@ -321,10 +332,12 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 		}
 	}
 	// Sessions the checkpoint knows that are gone: should their id be used
-	// again, the checkpoint's entry must not stand for the new session.
+	// again, the checkpoint's entry must not stand for the new session. A
+	// known session that is present is in byID or (changed since) in bounds;
+	// one reset since is neither, and needs no reset.
 	var vanished []dirtyRec
 	for id, m := range ck.metas {
-		if !present[id] && ck.dirty[id] != dirtyReset {
+		if s.byID[id] == nil && bounds[id] == nil && ck.dirty[id] != dirtyReset {
 			vanished = append(vanished, dirtyRec{kind: dirtyReset, id: id})
 			// Not deleted through the store (that records a reset): its
 			// folder was removed by hand, or lost.
@@ -514,13 +527,14 @@ func (s *Store) scanSessions(ctx context.Context, ids []string, bounds map[strin
 	workers := min(4*runtime.GOMAXPROCS(0), len(ids))
 	for range workers {
 		wg.Go(func() {
+			var buf []byte // the journal being scanned: one per worker
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(ids) || ctx.Err() != nil {
 					return
 				}
 				e := &entry{id: ids[i]}
-				meta, err := scanSession(filepath.Join(s.dir, "sessions", ids[i]), ids[i])
+				meta, err := scanSession(filepath.Join(s.dir, "sessions", ids[i]), ids[i], &buf)
 				if err = ioErr(err); errors.Is(err, ErrTooManyOpenFiles) {
 					err = fmt.Errorf("file: scan session %s: %w", ids[i], err)
 					noFiles.CompareAndSwap(nil, &err)
@@ -560,8 +574,10 @@ func damage(id string, err error) error {
 }
 
 // scanSession computes a session's metadata. On damage it returns what it
-// could learn (the snapshot's metadata, if readable) with the error.
-func scanSession(dir, id string) (*storage.Session, error) {
+// could learn (the snapshot's metadata, if readable) with the error. It
+// reads the journal into *buf (grown as needed); what it returns refers to
+// none of it.
+func scanSession(dir, id string, buf *[]byte) (*storage.Session, error) {
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -590,7 +606,8 @@ func scanSession(dir, id string) (*storage.Session, error) {
 	if meta.ID != id {
 		return nil, fmt.Errorf("snapshot holds session %s: %w", meta.ID, errCorrupt)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, journalName(gen)))
+	data, err := readFileInto(filepath.Join(dir, journalName(gen)), *buf)
+	*buf = data
 	if errors.Is(err, os.ErrNotExist) {
 		return meta, nil
 	}

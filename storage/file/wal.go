@@ -10,9 +10,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -908,33 +910,85 @@ func patchJournal(data []byte, recs []walRec) ([]byte, bool) {
 // the WAL's size, not the journals'. A journal that is gone belongs to a
 // session deleted or rewritten since (its snapshot holds the change). It
 // returns the sessions whose journal lacks a change the WAL lost.
+//
+// The journals are independent: several workers replay them at once (after
+// kill -9 this is all reading and comparing, nothing to write), each journal
+// in one goroutine, its records in log order.
 func applyWAL(p *walPlan, dir string, st *ioStats) (map[string]error, error) {
-	var buf []byte
-	for path, recs := range p.byPath {
-		f, err := os.OpenFile(path, os.O_RDWR, filePerm)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
-		}
-		for _, r := range recs {
-			buf = slices.Grow(buf[:0], len(r.frame))[:len(r.frame)]
-			if n, _ := f.ReadAt(buf, r.off); n == len(buf) && bytes.Equal(buf, r.frame) {
-				continue
+	paths := make([]string, 0, len(p.byPath))
+	for path := range p.byPath {
+		paths = append(paths, path)
+	}
+	var next atomic.Int64
+	var first atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range min(4*runtime.GOMAXPROCS(0), len(paths)) {
+		wg.Go(func() {
+			var buf []byte
+			for first.Load() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(paths) {
+					return
+				}
+				var err error
+				if buf, err = applyJournal(paths[i], p.byPath[paths[i]], buf, st); err != nil {
+					first.CompareAndSwap(nil, &err)
+					return
+				}
 			}
-			n, err := f.WriteAt(r.frame, r.off)
-			st.bytesWritten.Add(int64(n))
-			if err != nil {
-				_ = f.Close()
-				return nil, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
-			}
-		}
-		if err := f.Close(); err != nil {
-			return nil, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
-		}
+		})
+	}
+	wg.Wait()
+	if err := first.Load(); err != nil {
+		return nil, *err
 	}
 	return lostChanges(p, dir), nil
+}
+
+// walReadAhead is how much of a journal applyJournal reads at once: the
+// records of one journal are mostly back to back, so one read covers many.
+const walReadAhead = 1 << 20
+
+// applyJournal writes into the journal at path those of recs (in log order)
+// whose bytes it lacks. buf is scratch space, returned for reuse.
+func applyJournal(path string, recs []walRec, buf []byte, st *ioStats) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, filePerm)
+	if errors.Is(err, os.ErrNotExist) {
+		return buf, nil
+	}
+	if err != nil {
+		return buf, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
+	}
+	// win holds the journal's bytes from winOff on, as read (and as
+	// written since); a short read leaves it shorter.
+	var win []byte
+	winOff := int64(-1)
+	for _, r := range recs {
+		end := r.off + int64(len(r.frame))
+		if winOff < 0 || r.off < winOff || end > winOff+int64(len(win)) {
+			buf = slices.Grow(buf[:0], max(len(r.frame), walReadAhead))
+			buf = buf[:cap(buf)]
+			n, _ := f.ReadAt(buf, r.off)
+			win, winOff = buf[:n], r.off
+		}
+		at := r.off - winOff
+		if end <= winOff+int64(len(win)) && bytes.Equal(win[at:at+int64(len(r.frame))], r.frame) {
+			continue
+		}
+		n, err := f.WriteAt(r.frame, r.off)
+		st.bytesWritten.Add(int64(n))
+		if err != nil {
+			_ = f.Close()
+			return buf, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
+		}
+		// The window must show what the file now holds: drop it (a
+		// later record is compared with a fresh read).
+		winOff = -1
+	}
+	if err := f.Close(); err != nil {
+		return buf, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
+	}
+	return buf, nil
 }
 
 // lostChanges names the sessions whose journal lacks a change whose WAL

@@ -1,6 +1,7 @@
 package file
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -634,5 +635,57 @@ func TestWALFormat2Upgrade(t *testing.T) {
 	s3 := open(t, crashed)
 	if got, err := loadIDs(t, s3, se.ID); err != nil || !slices.Equal(got, want) {
 		t.Errorf("after a crash: %v, %v; want %v", got, err, want)
+	}
+}
+
+// TestApplyJournal: the replay compares a journal with the log a window at
+// a time, and writes back exactly the records whose bytes differ or are
+// missing: within a window, across windows (records more than walReadAhead
+// apart), past the end of a short journal, and a record that a later one
+// overwrites (the later, in log order, wins).
+func TestApplyJournal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	frame := func(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
+	want := make([]byte, 3*walReadAhead)
+	for i := range want {
+		want[i] = byte(i % 251)
+	}
+	recs := []walRec{
+		{off: 0, frame: slices.Clone(want[:100])},                                              // present
+		{off: 100, frame: frame(1, 50)},                                                        // differs
+		{off: 4096, frame: slices.Clone(want[4096:8192])},                                      // present
+		{off: 200, frame: frame(5, 10)},                                                        // differs
+		{off: 200, frame: slices.Clone(want[200:210])},                                         // what the journal held before the record above: written back
+		{off: walReadAhead - 10, frame: slices.Clone(want[walReadAhead-10 : walReadAhead+10])}, // spans two windows, present
+		{off: 2*walReadAhead + 5, frame: frame(2, 30)},                                         // next window, differs
+		{off: 2*walReadAhead + 5, frame: frame(3, 20)},                                         // overwrites part of the one before
+		{off: 3*walReadAhead - 8, frame: frame(4, 16)},                                         // past the end
+	}
+	disk := slices.Clone(want)
+	if err := os.WriteFile(path, disk, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var st ioStats
+	if _, err := applyJournal(path, recs, nil, &st); err != nil {
+		t.Fatal(err)
+	}
+	exp := slices.Clone(want)
+	copy(exp[100:], frame(1, 50))
+	copy(exp[2*walReadAhead+5:], frame(2, 30))
+	copy(exp[2*walReadAhead+5:], frame(3, 20))
+	exp = append(exp[:3*walReadAhead-8], frame(4, 16)...)
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, exp) {
+		t.Fatalf("journal after replay differs from the log's records applied in order")
+	}
+	if n := st.bytesWritten.Load(); n != 50+10+10+30+20+16 {
+		t.Fatalf("wrote %d bytes, want %d (only the records that differ)", n, 50+10+10+30+20+16)
+	}
+	// Gone: nothing to do, no error.
+	if _, err := applyJournal(filepath.Join(t.TempDir(), "gone"), recs, nil, &st); err != nil {
+		t.Fatal(err)
 	}
 }
