@@ -961,12 +961,18 @@ func applyJournal(path string, recs []walRec, buf []byte, st *ioStats) ([]byte, 
 	}
 	// win holds the journal's bytes from winOff on, as read (and as
 	// written since); a short read leaves it shorter.
+	// A window reaches no further than the records do: a small journal
+	// costs a small read.
+	var last int64
+	for _, r := range recs {
+		last = max(last, r.off+int64(len(r.frame)))
+	}
 	var win []byte
 	winOff := int64(-1)
 	for _, r := range recs {
 		end := r.off + int64(len(r.frame))
 		if winOff < 0 || r.off < winOff || end > winOff+int64(len(win)) {
-			buf = slices.Grow(buf[:0], max(len(r.frame), walReadAhead))
+			buf = slices.Grow(buf[:0], int(max(end, min(last, r.off+walReadAhead))-r.off))
 			buf = buf[:cap(buf)]
 			n, _ := f.ReadAt(buf, r.off)
 			win, winOff = buf[:n], r.off
