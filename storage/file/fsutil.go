@@ -1,6 +1,7 @@
 package file
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -137,6 +139,26 @@ func readHead(path string, n int) ([]byte, error) {
 	return buf[:m], err
 }
 
+// parallel calls work(w, i) for every i in [0, n), on at most workers
+// goroutines; w is its goroutine's own scratch state (a read buffer). A
+// goroutine whose work returns false takes no more items; the others go
+// on unless their work says so too.
+func parallel[W any](n, workers int, work func(w *W, i int) bool) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Go(func() {
+			var w W
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				if !work(&w, i) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // readFileInto is os.ReadFile reading into buf's space (grown as needed)
 // rather than a new allocation: the open scan reads a journal per session,
 // and reusing one buffer per worker spares the garbage collector the bytes
@@ -151,20 +173,9 @@ func readFileInto(path string, buf []byte) ([]byte, error) {
 	if fi, err := f.Stat(); err == nil && fi.Size() > 0 && int64(int(fi.Size())) == fi.Size() {
 		size = int(fi.Size())
 	}
-	buf = slices.Grow(buf[:0], size+512) // room to see the end in one read
-	for {
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, 64<<10)
-		}
-	}
+	b := bytes.NewBuffer(slices.Grow(buf[:0], size+bytes.MinRead)) // room to see the end in one read
+	_, err = b.ReadFrom(f)
+	return b.Bytes(), err
 }
 
 // lockDir takes the exclusive lock on dir's LOCK file.

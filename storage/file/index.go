@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/sessiond/sessiond/storage"
 )
@@ -84,16 +82,10 @@ func decodeIndex(data []byte) (epoch []byte, ns string, metas []*storage.Session
 	}
 	decoded := make([][]*storage.Session, len(runs))
 	errs := make([]error, len(runs))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(runs)) {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(runs); i = int(next.Add(1) - 1) {
-				decoded[i], errs[i] = decodeIndexRun(runs[i], ns)
-			}
-		})
-	}
-	wg.Wait()
+	parallel(len(runs), runtime.GOMAXPROCS(0), func(_ *struct{}, i int) bool {
+		decoded[i], errs[i] = decodeIndexRun(runs[i], ns)
+		return true
+	})
 	for _, err := range errs {
 		if err != nil {
 			return nil, "", nil, err // the first in the file

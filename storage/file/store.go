@@ -521,42 +521,34 @@ func (s *Store) scanSessions(ctx context.Context, ids []string, bounds map[strin
 		return nil
 	}
 	entries := make([]*entry, len(ids))
-	var next atomic.Int64
 	var noFiles atomic.Pointer[error] // running out of descriptors says nothing about the session
-	var wg sync.WaitGroup
-	workers := min(4*runtime.GOMAXPROCS(0), len(ids))
-	for range workers {
-		wg.Go(func() {
-			var buf []byte // the journal being scanned: one per worker
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(ids) || ctx.Err() != nil {
-					return
-				}
-				e := &entry{id: ids[i]}
-				meta, err := scanSession(filepath.Join(s.dir, "sessions", ids[i]), ids[i], &buf)
-				if err = ioErr(err); errors.Is(err, ErrTooManyOpenFiles) {
-					err = fmt.Errorf("file: scan session %s: %w", ids[i], err)
-					noFiles.CompareAndSwap(nil, &err)
-					return
-				}
-				b := bounds[ids[i]]
-				if err == nil && b != nil && meta.Revision < b.Revision {
-					err = fmt.Errorf("files hold revision %d, but the checkpoint recorded revision %d: %w", meta.Revision, b.Revision, errCorrupt)
-				}
-				if err != nil && b != nil && (meta == nil || meta.Revision < b.Revision) {
-					meta = b // the last known state keeps its alias reserved
-				}
-				e.meta = meta
-				if err != nil {
-					e.damaged = damage(ids[i], err)
-					s.log.Error("session is damaged", zap.String("session", ids[i]), zap.Error(err))
-				}
-				entries[i] = e
-			}
-		})
-	}
-	wg.Wait()
+	// buf is the journal being scanned: one per worker.
+	parallel(len(ids), 4*runtime.GOMAXPROCS(0), func(buf *[]byte, i int) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		e := &entry{id: ids[i]}
+		meta, err := scanSession(filepath.Join(s.dir, "sessions", ids[i]), ids[i], buf)
+		if err = ioErr(err); errors.Is(err, ErrTooManyOpenFiles) {
+			err = fmt.Errorf("file: scan session %s: %w", ids[i], err)
+			noFiles.CompareAndSwap(nil, &err)
+			return false
+		}
+		b := bounds[ids[i]]
+		if err == nil && b != nil && meta.Revision < b.Revision {
+			err = fmt.Errorf("files hold revision %d, but the checkpoint recorded revision %d: %w", meta.Revision, b.Revision, errCorrupt)
+		}
+		if err != nil && b != nil && (meta == nil || meta.Revision < b.Revision) {
+			meta = b // the last known state keeps its alias reserved
+		}
+		e.meta = meta
+		if err != nil {
+			e.damaged = damage(ids[i], err)
+			s.log.Error("session is damaged", zap.String("session", ids[i]), zap.Error(err))
+		}
+		entries[i] = e
+		return true
+	})
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -919,26 +919,18 @@ func applyWAL(p *walPlan, dir string, st *ioStats) (map[string]error, error) {
 	for path := range p.byPath {
 		paths = append(paths, path)
 	}
-	var next atomic.Int64
 	var first atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for range min(4*runtime.GOMAXPROCS(0), len(paths)) {
-		wg.Go(func() {
-			var buf []byte
-			for first.Load() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= len(paths) {
-					return
-				}
-				var err error
-				if buf, err = applyJournal(paths[i], p.byPath[paths[i]], buf, st); err != nil {
-					first.CompareAndSwap(nil, &err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	parallel(len(paths), 4*runtime.GOMAXPROCS(0), func(buf *[]byte, i int) bool {
+		if first.Load() != nil {
+			return false
+		}
+		var err error
+		if *buf, err = applyJournal(paths[i], p.byPath[paths[i]], *buf, st); err != nil {
+			first.CompareAndSwap(nil, &err)
+			return false
+		}
+		return true
+	})
 	if err := first.Load(); err != nil {
 		return nil, *err
 	}
