@@ -183,7 +183,10 @@ func (s *Store) writeJournal(e *entry, frame []byte, appends int) error {
 	off := j.tail
 	err := s.journalPut(j, frame)
 	if err == nil {
-		err = s.walCommit(&walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: off, frame: frame}, path: j.path, appends: appends})
+		req := &e.walReq
+		*req = walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: off, frame: frame}, path: j.path, appends: appends, wake: req.wake}
+		err = s.walCommit(req)
+		*req = walReq{wake: req.wake} // holds no frame (the caller reuses it) between writes
 		if err != nil {
 			// Not durable, so not acknowledged: cut it off again.
 			_ = j.f.Truncate(off)

@@ -667,6 +667,10 @@ var encBufs = sync.Pool{New: func() any { return new([]byte) }}
 const encKeep = 64 << 10
 
 // appendOp is one Append waiting for a group commit.
+// appendSpareQueue bounds the batch slice a session keeps for reuse
+// (entry.qspare).
+const appendSpareQueue = 64
+
 type appendOp struct {
 	ctx  context.Context
 	ref  storage.Ref
@@ -710,9 +714,15 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 		if !op.done {
 			e.qmu.Lock()
 			batch := e.queue
-			e.queue = nil
+			e.queue, e.qspare = e.qspare, nil
 			e.qmu.Unlock()
 			s.commitAppends(e, batch)
+			if cap(batch) <= appendSpareQueue {
+				clear(batch[:cap(batch)]) // commitAppends filtered it in place
+				e.qmu.Lock()
+				e.qspare = batch[:0]
+				e.qmu.Unlock()
+			}
 		}
 		s.unlock(e)
 		if errors.Is(op.err, errRetry) {
