@@ -283,7 +283,9 @@ func (s *Store) replaceWrite(e *entry, what string, m *storage.Session, msgs [][
 	if err := s.replaceLocked(e, m, msgs); err != nil {
 		return fmt.Errorf("file: %s session %s: %w", what, e.id, err)
 	}
-	s.broker.Publish(e.id, storage.Event{Type: storage.EventReplaced, Revision: m.Revision, Session: cloneMeta(m)})
+	s.broker.PublishLazy(e.id, func() storage.Event {
+		return storage.Event{Type: storage.EventReplaced, Revision: m.Revision, Session: cloneMeta(m)}
+	})
 	return nil
 }
 
@@ -846,7 +848,9 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	s.setMeta(e, &final)
 	for _, c := range changes {
 		m := c.meta
-		s.broker.Publish(e.id, storage.Event{Type: storage.EventAppended, Revision: m.Revision, Session: cloneMeta(&m), Messages: c.op.msgs.Prepared})
+		s.broker.PublishLazy(e.id, func() storage.Event {
+			return storage.Event{Type: storage.EventAppended, Revision: m.Revision, Session: cloneMeta(&m), Messages: c.op.msgs.Prepared}
+		})
 		finish(c.op, storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}, nil)
 	}
 	s.touch(e)
@@ -943,7 +947,9 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 		}
 		e.view.Store(&view{meta: m, msgs: v.msgs, size: v.size})
 		s.setMeta(e, m)
-		s.broker.Publish(e.id, storage.Event{Type: storage.EventUpdated, Revision: m.Revision, Session: cloneMeta(m)})
+		s.broker.PublishLazy(e.id, func() storage.Event {
+			return storage.Event{Type: storage.EventUpdated, Revision: m.Revision, Session: cloneMeta(m)}
+		})
 		out = cloneMeta(m)
 		s.maybeFold(e)
 		return nil
