@@ -668,11 +668,11 @@ var encBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 const encKeep = 64 << 10
 
-// appendOp is one Append waiting for a group commit.
 // appendSpareQueue bounds the batch slice a session keeps for reuse
 // (entry.qspare).
 const appendSpareQueue = 64
 
+// appendOp is one Append waiting for a group commit.
 type appendOp struct {
 	ctx  context.Context
 	ref  storage.Ref
