@@ -37,6 +37,7 @@ var pythonSDKTests = []string{
 	"test_idle_save",
 	"test_retry_after_restart_without_duplicate",
 	"test_conflict_and_reload",
+	"test_tool_call_left_open_is_closed_on_resume",
 	"test_spool_replay_after_quitting_while_down",
 	"test_set_messages_rewrites_the_session",
 	"test_spooled_rewrite",

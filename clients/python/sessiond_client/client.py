@@ -189,9 +189,14 @@ class Client:
         """GetSession: a session's metadata, without messages."""
         return self._call("GetSession", self.rpc.GetSession, pb.GetSessionRequest(ref=self.ref(id, alias))).session
 
-    def load(self, id: str = "", alias: str = "") -> Tuple[pb.Session, List[pb.Message]]:
-        """LoadSession: a session's metadata and all its messages."""
-        req = pb.LoadSessionRequest(ref=self.ref(id, alias))
+    def load(self, id: str = "", alias: str = "", *,
+             close_open_tool_calls: bool = False) -> Tuple[pb.Session, List[pb.Message]]:
+        """LoadSession: a session's metadata and all its messages. With
+        close_open_tool_calls, each tool call that no result answers is
+        followed by a synthetic ROLE_TOOL result (metadata
+        "sessiond.synthetic": "true") saying it was interrupted, so that a
+        model API accepts the history; the daemon refuses to store it."""
+        req = pb.LoadSessionRequest(ref=self.ref(id, alias), close_open_tool_calls=close_open_tool_calls)
         if self._closed:
             raise Closed("LoadSession: client closed")
         session: Optional[pb.Session] = None
@@ -259,7 +264,7 @@ class Client:
         Options are those of :class:`Handle`."""
         from .handle import Handle
 
-        session, messages = self.load(id, alias)
+        session, messages = self.load(id, alias, close_open_tool_calls=True)
         h = Handle(self, session, messages, **options)
         try:
             h._replay_spools()

@@ -140,7 +140,13 @@ class Handle:
         self._summary = session.summary
         self._metadata: Dict[str, str] = dict(session.metadata)
         self._revision = session.revision
-        self._entries: List[pb.Message] = list(messages)
+        # The synthetic results a load made up for tool calls left open
+        # (close_open_tool_calls) are not stored and never sent: they live
+        # in _synthetic, each with how many entries come before it, and
+        # `messages` shows them there. A real result for the call drops
+        # its synthetic one.
+        entries, self._synthetic = _split_synthetic(messages)
+        self._entries: List[pb.Message] = entries
         self._ids = {m.id for m in self._entries}
         # entries[:synced] are stored; a save sends what comes after, unless
         # rewrite is set: then set_messages changed them other than by
@@ -215,9 +221,31 @@ class Handle:
 
     @property
     def messages(self) -> List[pb.Message]:
-        """Copies of the handle's messages: stored ones, then unsaved ones."""
+        """Copies of the handle's messages: stored ones, then unsaved ones.
+        A tool call left open when the session was loaded (the program
+        stopped between the call and its result) is followed by the
+        synthetic result the daemon made up for it (metadata
+        "sessiond.synthetic": "true"), so that a model API accepts the
+        history; saves never send it, and appending the real result
+        replaces it."""
         with self._mu:
-            return [_copy(m) for m in self._entries]
+            out: List[pb.Message] = []
+            syn, k = self._synthetic, 0
+            for i, m in enumerate(self._entries):
+                while k < len(syn) and syn[k][0] <= i:
+                    out.append(_copy(syn[k][1]))
+                    k += 1
+                out.append(_copy(m))
+            out.extend(_copy(m) for _, m in syn[k:])
+            return out
+
+    @property
+    def open_tool_calls(self) -> List[str]:
+        """The ids of the tool calls among the handle's messages that no
+        ROLE_TOOL message answers yet, in the order they were made (a
+        synthetic result answers nothing)."""
+        with self._mu:
+            return _open_calls(self._entries)
 
     @property
     def unsaved(self) -> int:
@@ -264,24 +292,34 @@ class Handle:
                 del self._entries[n:]
                 raise
             self._ids.update(ids)
+            self._drop_answered_locked(add)
             self._poke()
+
+    def _drop_answered_locked(self, messages: Sequence[pb.Message]) -> None:
+        # Drops the synthetic results of the calls that messages answer.
+        answered = {m.tool_call_id for m in messages if m.role == pb.ROLE_TOOL and m.tool_call_id}
+        if answered:
+            self._synthetic = [(at, m) for at, m in self._synthetic if m.tool_call_id not in answered]
 
     def set_messages(self, *messages: pb.Message) -> None:
         """Replaces the handle's messages (a local rewrite, e.g. after
         compaction): the next save replaces the stored ones with SaveSession,
         with the revision the handle has as expected_revision. Messages get
         ids and created_at as in append."""
-        entries, ids = _prepare("set messages", messages)
+        kept, synthetic = _split_synthetic(messages)
+        entries, ids = _prepare("set messages", kept)
         with self._mu:
             if self._closed:
                 raise Closed("set messages: handle closed")
-            old = (self._entries, self._ids, self._synced, self._rewrite, self._rewrite_len)
+            old = (self._entries, self._ids, self._synced, self._rewrite, self._rewrite_len, self._synthetic)
             self._entries, self._ids, self._synced = entries, ids, 0
             self._rewrite, self._rewrite_len = True, len(entries)
+            self._synthetic = synthetic
             try:
                 self._sync_spool_locked()
             except SpoolError:
-                self._entries, self._ids, self._synced, self._rewrite, self._rewrite_len = old
+                (self._entries, self._ids, self._synced, self._rewrite, self._rewrite_len,
+                 self._synthetic) = old
                 raise
             self._gen += 1
             self._poke()
@@ -474,14 +512,17 @@ class Handle:
             with self._mu:
                 if self._closed:
                     raise Closed("reload: handle closed")
-            session, stored = self._c.load(id=self._id)
+            session, loaded = self._c.load(id=self._id, close_open_tool_calls=True)
+            stored, synthetic = _split_synthetic(loaded)
             with self._mu:
                 stored_ids = {m.id for m in stored}
                 # An unsaved set_messages is dropped for the stored messages;
                 # what was appended after it is kept.
                 base = self._rewrite_len if self._rewrite else self._synced
                 unsaved = [m for m in self._entries[base:] if m.id not in stored_ids]
-                self._entries = list(stored) + unsaved
+                self._entries = stored + unsaved
+                self._synthetic = synthetic
+                self._drop_answered_locked(unsaved)
                 self._synced = len(stored)
                 self._ids = {m.id for m in self._entries}
                 self._revision, self._alias, self._title = session.revision, session.alias, session.title
@@ -694,7 +735,7 @@ class Handle:
         # Adds a spool file's contents as unsaved changes; messages the
         # handle holds already (by id) are left out. _mu held.
         if st.flags & _spool.REWRITE:
-            self._entries, self._ids = [], set()
+            self._entries, self._ids, self._synthetic = [], set(), []
             self._synced, self._rewrite, self._rewrite_len = 0, True, len(st.session.messages)
             self._gen += 1
         for m in st.session.messages:
@@ -702,6 +743,7 @@ class Handle:
                 continue
             self._entries.append(m)
             self._ids.add(m.id)
+        self._drop_answered_locked(st.session.messages)
         if st.flags & _spool.SUMMARY:
             self._summary, self._summary_dirty = st.session.summary, True
             self._meta_gen += 1
@@ -728,6 +770,40 @@ def _prepare(op: str, messages: Sequence[pb.Message]) -> Tuple[List[pb.Message],
         ids.add(c.id)
         out.append(c)
     return out, ids
+
+
+#: The metadata key that marks a result a load made up for a tool call left
+#: open (close_open_tool_calls); the daemon refuses to store such a message.
+SYNTHETIC_KEY = "sessiond.synthetic"
+
+
+def _is_synthetic(m: pb.Message) -> bool:
+    return m.role == pb.ROLE_TOOL and m.metadata.get(SYNTHETIC_KEY) == "true"
+
+
+def _split_synthetic(messages: Sequence[pb.Message]) -> Tuple[List[pb.Message], List[Tuple[int, pb.Message]]]:
+    # Separates the synthetic results from the other messages: each with
+    # how many of the others come before it.
+    kept: List[pb.Message] = []
+    synthetic: List[Tuple[int, pb.Message]] = []
+    for m in messages:
+        if _is_synthetic(m):
+            synthetic.append((len(kept), _copy(m)))
+        else:
+            kept.append(m)
+    return kept, synthetic
+
+
+def _open_calls(messages: Sequence[pb.Message]) -> List[str]:
+    # The tool calls of messages that no later ROLE_TOOL message answers.
+    open_: Dict[str, None] = {}
+    for m in messages:
+        if m.role == pb.ROLE_ASSISTANT:
+            for tc in m.tool_calls:
+                open_[tc.id] = None
+        elif m.role == pb.ROLE_TOOL:
+            open_.pop(m.tool_call_id, None)
+    return list(open_)
 
 
 def _copy(m: pb.Message) -> pb.Message:

@@ -202,6 +202,52 @@ class HandleTest(DaemonTest):
         h1.close()
         h2.close()
 
+    def test_tool_call_left_open_is_closed_on_resume(self) -> None:
+        c = self.client()
+        call = pb.Message(role=pb.ROLE_ASSISTANT, content="checking",
+                          tool_calls=[pb.ToolCall(id="call_oslo", name="weather", arguments='{"city":"Oslo"}')])
+        with c.open_or_create(alias="tools") as h:
+            h.append(user("weather in Oslo?"), call)
+        # The program stopped between the call and its result. A resume
+        # shows a synthetic result after the call, which is never stored.
+        h = c.open(alias="tools")
+        msgs = h.messages
+        self.assertEqual([(m.role, m.tool_call_id) for m in msgs],
+                         [(pb.ROLE_USER, ""), (pb.ROLE_ASSISTANT, ""), (pb.ROLE_TOOL, "call_oslo")])
+        self.assertEqual(msgs[2].metadata["sessiond.synthetic"], "true")
+        self.assertEqual(h.open_tool_calls, ["call_oslo"])
+        self.assertFalse(h.dirty, "the synthetic result counts as unsaved")
+        h.append(user("never mind"))
+        self.assertEqual([m.content for m in h.messages][-1], "never mind")
+        self.assertEqual(h.messages[2].tool_call_id, "call_oslo", "the synthetic result moved")
+        h.save()
+        stored = self.stored(c, h.id)
+        self.assertEqual([m.content for m in stored], ["weather in Oslo?", "checking", "never mind"])
+        self.assertFalse(any("sessiond.synthetic" in m.metadata for m in stored))
+        # reload brings the synthetic result back at its place; the real
+        # result replaces it, and is stored.
+        h.reload()
+        self.assertEqual([m.role for m in h.messages],
+                         [pb.ROLE_USER, pb.ROLE_ASSISTANT, pb.ROLE_TOOL, pb.ROLE_USER])
+        h.append(pb.Message(role=pb.ROLE_TOOL, tool_call_id="call_oslo", content="-3 C"))
+        self.assertEqual([(m.role, m.content) for m in h.messages][1:],
+                         [(pb.ROLE_ASSISTANT, "checking"), (pb.ROLE_USER, "never mind"), (pb.ROLE_TOOL, "-3 C")])
+        self.assertEqual(h.open_tool_calls, [])
+        h.close()
+        self.assertEqual([m.content for m in self.stored(c, h.id)], ["weather in Oslo?", "checking", "never mind", "-3 C"])
+        # Client.load shows the synthetic result only when asked.
+        with c.open_or_create(alias="tools2") as h2:
+            h2.append(call)
+        self.assertEqual(len(c.load(alias="tools2")[1]), 1)
+        closed = c.load(alias="tools2", close_open_tool_calls=True)[1]
+        self.assertEqual([m.role for m in closed], [pb.ROLE_ASSISTANT, pb.ROLE_TOOL])
+        # set_messages keeps a synthetic result it is given out of the store.
+        h3 = c.open(alias="tools2")
+        h3.set_messages(*(h3.messages + [user("again")]))
+        self.assertEqual([m.role for m in h3.messages], [pb.ROLE_ASSISTANT, pb.ROLE_TOOL, pb.ROLE_USER])
+        h3.close()
+        self.assertEqual([m.role for m in self.stored(c, h3.id)], [pb.ROLE_ASSISTANT, pb.ROLE_USER])
+
     def test_spool_replay_after_quitting_while_down(self) -> None:
         c = self.client()
         sid = c.create(alias="spooled").id
