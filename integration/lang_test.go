@@ -277,7 +277,7 @@ var (
 // nodeTestCount is how many tests clients/node/test/session.test.js holds;
 // the token test is skipped on a daemon without tokens, and a run that
 // skips any other fails.
-const nodeTestCount = 10
+const nodeTestCount = 11
 
 // runNodeSessionTests runs the SessiondSession tests (the real
 // @openai/agents runner with a fake model) against d; env adds

@@ -44,6 +44,15 @@ export interface SessiondSessionOptions {
   credentials?: grpc.ChannelCredentials;
   /** The title of a session this creates. */
   title?: string;
+  /**
+   * getItems follows each function call that no result answers (a run
+   * that stopped mid-tool) with a synthetic `function_call_result` saying
+   * it was interrupted, so that a model API accepts the history (false by
+   * default: getItems returns exactly what addItems stored). The synthetic
+   * results are the daemon's (close_open_tool_calls): never stored, and
+   * popItem never returns one.
+   */
+  closeOpenToolCalls?: boolean;
   /** Deadline of each call in milliseconds (10000 by default). */
   timeoutMs?: number;
   /**
@@ -167,7 +176,8 @@ export class SessiondSession implements Session {
       if (limit <= 0) return [];
     }
     const ref = await this.ref();
-    const { messages } = await this.load(limit === undefined ? { ref } : { ref, limit, tail: true });
+    const close_open_tool_calls = this.opts.closeOpenToolCalls === true;
+    const { messages } = await this.load(limit === undefined ? { ref, close_open_tool_calls } : { ref, limit, tail: true, close_open_tool_calls });
     const items = messages.flatMap((m, i) => decodeMessage(m, `message ${m.id ?? i}`));
     return limit !== undefined && items.length > limit ? items.slice(items.length - limit) : items;
   }

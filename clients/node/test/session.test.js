@@ -126,6 +126,31 @@ test('popItem removes and returns the last item; clearSession empties the sessio
   assert.deepStrictEqual(await again.getItems(), items.slice(0, 1));
 });
 
+test('closeOpenToolCalls: getItems closes a call left open with a synthetic result, never stored', async () => {
+  const alias = `open-call-${process.pid}-${Date.now()}`;
+  const call = { type: 'function_call', callId: 'call_oslo', name: 'get_weather', status: 'completed', arguments: '{"city":"Oslo"}' };
+  const plain = open({ alias });
+  await plain.addItems([{ type: 'message', role: 'user', content: 'weather in Oslo?' }, call]);
+  assert.deepStrictEqual((await plain.getItems()).map((i) => i.type ?? 'message'), ['message', 'function_call']);
+  const closing = open({ alias, closeOpenToolCalls: true });
+  const items = await closing.getItems();
+  assert.equal(items.length, 3);
+  assert.deepStrictEqual(items[1], call);
+  assert.equal(items[2].type, 'function_call_result');
+  assert.equal(items[2].callId, 'call_oslo');
+  assert.equal(items[2].name, 'get_weather');
+  assert.match(items[2].output.text, /interrupted/);
+  assert.deepStrictEqual(await closing.getItems(2), items.slice(1));
+  // The synthetic result is not stored: popItem removes the call itself.
+  assert.deepStrictEqual(await closing.popItem(), call);
+  assert.deepStrictEqual((await closing.getItems()).map((i) => i.type ?? 'message'), ['message']);
+  // A real result closes the call: nothing synthetic any more.
+  await closing.addItems([call, { type: 'function_call_result', callId: 'call_oslo', name: 'get_weather', status: 'completed', output: { type: 'text', text: '-3 C' } }]);
+  const after = await closing.getItems();
+  assert.equal(after.length, 3);
+  assert.equal(after[2].output.text, '-3 C');
+});
+
 test('popItem does not remove what another writer added after it read', async () => {
   const session = open();
   const other = open({ sessionId: await session.getSessionId() });
