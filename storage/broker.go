@@ -27,7 +27,7 @@ const (
 )
 
 // Broker fans a backend's change events out to subscriptions. Backends call
-// Publish (or PublishLazy) once for every revision bump, in revision order per session (for
+// Publish once for every revision bump, in revision order per session (for
 // instance under the session's write lock), and call Subscribe under the same
 // lock so that no event falls between the revision read and the subscription.
 //
@@ -179,25 +179,6 @@ func (b *Broker) Publish(sessionID string, ev Event) {
 	if b.closed {
 		return
 	}
-	b.publishLocked(sessionID, ev)
-}
-
-// PublishLazy is Publish for an event made by ev only when the session is
-// watched (it has a subscriber, or a history kept for resuming), so that
-// the events of sessions never watched cost nothing, not even making them
-// (a backend's copy of the metadata). ev runs under the broker's lock and
-// must not call the broker. For every event but EventDeleted, which
-// Publish takes.
-func (b *Broker) PublishLazy(sessionID string, ev func() Event) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed || (b.history[sessionID] == nil && len(b.subs[sessionID]) == 0) {
-		return
-	}
-	b.publishLocked(sessionID, ev())
-}
-
-func (b *Broker) publishLocked(sessionID string, ev Event) {
 	if h := b.history[sessionID]; h != nil && ev.Type != EventDeleted {
 		b.total += h.add(ev)
 		b.lru.MoveToFront(h.elem)

@@ -88,40 +88,6 @@ func TestBrokerFromNow(t *testing.T) {
 	wantRevisions(t, s2, 7)
 }
 
-// TestBrokerPublishLazy: PublishLazy makes an event only for a watched
-// session (a subscriber, or a history kept after the last one left), and
-// then delivers and keeps it as Publish does.
-func TestBrokerPublishLazy(t *testing.T) {
-	b := NewBroker()
-	made := 0
-	lazy := func(rev uint64) {
-		b.PublishLazy(testSession, func() Event { made++; return ev(EventAppended, rev) })
-	}
-	lazy(2) // never watched
-	if made != 0 {
-		t.Fatalf("an unwatched session's event was made %d times", made)
-	}
-	s := mustSubscribe(t, b, 2, 0)
-	lazy(3)
-	lazy(4)
-	if made != 2 {
-		t.Fatalf("a watched session's events were made %d times, want 2", made)
-	}
-	wantRevisions(t, s, 3, 4)
-	s.Close()
-	lazy(5) // no subscriber, but a history: kept for resuming
-	if made != 3 {
-		t.Fatalf("an event for a kept history was made %d times in all, want 3", made)
-	}
-	again := mustSubscribe(t, b, 5, 2)
-	wantRevisions(t, again, 3, 4, 5)
-	b.Close()
-	lazy(6)
-	if made != 3 {
-		t.Fatalf("an event after Close was made")
-	}
-}
-
 func TestBrokerReplay(t *testing.T) {
 	b := NewBroker()
 	first := mustSubscribe(t, b, 1, 0) // history is kept from here on

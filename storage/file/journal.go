@@ -183,10 +183,7 @@ func (s *Store) writeJournal(e *entry, frame []byte, appends int) error {
 	off := j.tail
 	err := s.journalPut(j, frame)
 	if err == nil {
-		req := &e.walReq
-		*req = walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: off, frame: frame}, path: j.path, appends: appends, wake: req.wake}
-		err = s.walCommit(req)
-		*req = walReq{wake: req.wake} // holds no frame (the caller reuses it) between writes
+		err = s.walCommit(&walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: off, frame: frame}, path: j.path, appends: appends})
 		if err != nil {
 			// Not durable, so not acknowledged: cut it off again.
 			_ = j.f.Truncate(off)

@@ -283,9 +283,7 @@ func (s *Store) replaceWrite(e *entry, what string, m *storage.Session, msgs [][
 	if err := s.replaceLocked(e, m, msgs); err != nil {
 		return fmt.Errorf("file: %s session %s: %w", what, e.id, err)
 	}
-	s.broker.PublishLazy(e.id, func() storage.Event {
-		return storage.Event{Type: storage.EventReplaced, Revision: m.Revision, Session: cloneMeta(m)}
-	})
+	s.broker.Publish(e.id, storage.Event{Type: storage.EventReplaced, Revision: m.Revision, Session: cloneMeta(m)})
 	return nil
 }
 
@@ -668,10 +666,6 @@ var encBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 const encKeep = 64 << 10
 
-// appendSpareQueue bounds the batch slice a session keeps for reuse
-// (entry.qspare).
-const appendSpareQueue = 64
-
 // appendOp is one Append waiting for a group commit.
 type appendOp struct {
 	ctx  context.Context
@@ -716,15 +710,9 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 		if !op.done {
 			e.qmu.Lock()
 			batch := e.queue
-			e.queue, e.qspare = e.qspare, nil
+			e.queue = nil
 			e.qmu.Unlock()
 			s.commitAppends(e, batch)
-			if cap(batch) <= appendSpareQueue {
-				clear(batch[:cap(batch)]) // commitAppends filtered it in place
-				e.qmu.Lock()
-				e.qspare = batch[:0]
-				e.qmu.Unlock()
-			}
 		}
 		s.unlock(e)
 		if errors.Is(op.err, errRetry) {
@@ -848,9 +836,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	s.setMeta(e, &final)
 	for _, c := range changes {
 		m := c.meta
-		s.broker.PublishLazy(e.id, func() storage.Event {
-			return storage.Event{Type: storage.EventAppended, Revision: m.Revision, Session: cloneMeta(&m), Messages: c.op.msgs.Prepared}
-		})
+		s.broker.Publish(e.id, storage.Event{Type: storage.EventAppended, Revision: m.Revision, Session: cloneMeta(&m), Messages: c.op.msgs.Prepared})
 		finish(c.op, storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}, nil)
 	}
 	s.touch(e)
@@ -947,9 +933,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 		}
 		e.view.Store(&view{meta: m, msgs: v.msgs, size: v.size})
 		s.setMeta(e, m)
-		s.broker.PublishLazy(e.id, func() storage.Event {
-			return storage.Event{Type: storage.EventUpdated, Revision: m.Revision, Session: cloneMeta(m)}
-		})
+		s.broker.Publish(e.id, storage.Event{Type: storage.EventUpdated, Revision: m.Revision, Session: cloneMeta(m)})
 		out = cloneMeta(m)
 		s.maybeFold(e)
 		return nil

@@ -165,11 +165,6 @@ type entry struct {
 	gen  uint64
 	segs *segList       // the segments the snapshot lists; nil for a whole snapshot
 	ids  map[string]int // message id -> index, for idempotency checks
-	// walReq is the request of this session's journal writes to the
-	// commit pipeline, reused (with its wake channel) by each one: there
-	// is at most one at a time, under wmu, and its wake channel is empty
-	// again once walCommit returns.
-	walReq walReq
 
 	// view is what readers see: replaced (never modified) by writers while
 	// holding wmu; nil when the session's messages are not in memory.
@@ -190,12 +185,9 @@ type entry struct {
 	busy     bool
 	dirtySeq uint64 // the dirty file that records this session's change, if any
 
-	// qmu guards queue, appends waiting for the next group commit, and
-	// qspare, the slice of the last batch committed, kept for the next
-	// queue.
-	qmu    sync.Mutex
-	queue  []*appendOp
-	qspare []*appendOp
+	// qmu guards queue: appends waiting for the next group commit.
+	qmu   sync.Mutex
+	queue []*appendOp
 
 	// Guarded by Store.cacheMu.
 	lruElem   *list.Element

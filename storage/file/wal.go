@@ -304,9 +304,6 @@ func identify(data []byte, seq uint64) walIdent {
 	return walIdent{seq: seq}
 }
 
-// walSpareQueue bounds the batch slice kept for reuse (w.spare).
-const walSpareQueue = 1024
-
 // walReq is one record waiting for the commit pipeline.
 type walReq struct {
 	rec     walRec
@@ -327,7 +324,6 @@ type wal struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
 	queue    []*walReq
-	spare    []*walReq // the last flush's batch, emptied, for the next queue
 	flushing bool
 	closed   bool
 
@@ -368,14 +364,9 @@ func (s *Store) walPath(seq uint64) string {
 // finds a flush running queues and sleeps on its own channel; the leader
 // wakes exactly the writers its flush covered, and hands the lead to the
 // first writer queued meanwhile (no thundering herd).
-//
-// req.wake may be a channel left by an earlier walCommit of the same
-// request (it is empty again when walCommit returns); a nil one is made.
 func (s *Store) walCommit(req *walReq) error {
 	w := &s.wal
-	if req.wake == nil {
-		req.wake = make(chan struct{}, 1)
-	}
+	req.wake = make(chan struct{}, 1)
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -394,7 +385,7 @@ func (s *Store) walCommit(req *walReq) error {
 	}
 	w.mu.Lock()
 	batch := w.queue
-	w.queue, w.spare = w.spare, nil
+	w.queue = nil
 	w.mu.Unlock()
 	err := s.walFlush(batch)
 	for _, r := range batch {
@@ -403,11 +394,7 @@ func (s *Store) walCommit(req *walReq) error {
 			r.wake <- struct{}{}
 		}
 	}
-	clear(batch)
 	w.mu.Lock()
-	if w.spare == nil && cap(batch) <= walSpareQueue {
-		w.spare = batch[:0]
-	}
 	if len(w.queue) > 0 {
 		next := w.queue[0]
 		w.mu.Unlock()
