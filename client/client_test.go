@@ -313,9 +313,10 @@ func TestRPCWrappers(t *testing.T) {
 
 	// Watch from the current revision: a later append arrives as an event.
 	// If the append lands before the watch is set up, the server cannot
-	// replay it (it keeps history only for watched sessions) and answers
-	// ErrWatchReset: then, as its doc says, start again from the current
-	// revision.
+	// replay it (it keeps history only for sessions watched, or refused a
+	// watch, before) and answers ErrWatchReset: then, as its doc says, start
+	// again from the current revision; from then on the session's history is
+	// kept, so the second attempt gets its append whichever way it races.
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	events := make(chan client.Event, 4)

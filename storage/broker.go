@@ -32,7 +32,8 @@ const (
 // lock so that no event falls between the revision read and the subscription.
 //
 // History (for resuming with a fromRevision in the past) is kept only for
-// sessions that have had a subscriber since the broker started, at most
+// sessions that have had a subscriber, or a Subscribe refused for want of
+// history (its watcher reloads and comes back), since the broker started, at most
 // WatchHistory events and WatchHistoryBytes of messages each, so sessions
 // never watched cost nothing. All histories together stay within a
 // daemon-wide budget (WithHistoryTotal): past it, the histories of the
@@ -142,6 +143,10 @@ func (b *Broker) Subscribe(sessionID string, current, from uint64) (*Subscriptio
 			hist = h.events
 		}
 		if len(hist) == 0 || hist[0].Revision > from+1 || hist[len(hist)-1].Revision != current {
+			// The watcher will reload and watch again: keep history from
+			// now on, so that a write landing between its reload and its
+			// next Subscribe is replayed instead of failing it again.
+			b.keepHistoryLocked(sessionID, h)
 			return nil, fmt.Errorf("from_revision %d is older than the history kept: %w", from, ErrWatchReset)
 		}
 		for _, ev := range hist {
@@ -158,16 +163,22 @@ func (b *Broker) Subscribe(sessionID string, current, from uint64) (*Subscriptio
 		b.subs[sessionID] = make(map[*Subscription]struct{})
 	}
 	b.subs[sessionID][s] = struct{}{}
-	if h == nil {
-		h = &history{id: sessionID, cost: historyEntryCost}
-		h.elem = b.lru.PushFront(h)
-		b.history[sessionID] = h
-		b.total += h.cost
-		b.trimLocked(h)
-	} else {
-		b.lru.MoveToFront(h.elem)
-	}
+	b.keepHistoryLocked(sessionID, h)
 	return s, nil
+}
+
+// keepHistoryLocked marks sessionID as watched: its history h, or a new
+// empty one when h is nil, becomes the most recently used.
+func (b *Broker) keepHistoryLocked(sessionID string, h *history) {
+	if h != nil {
+		b.lru.MoveToFront(h.elem)
+		return
+	}
+	h = &history{id: sessionID, cost: historyEntryCost}
+	h.elem = b.lru.PushFront(h)
+	b.history[sessionID] = h
+	b.total += h.cost
+	b.trimLocked(h)
 }
 
 // Publish delivers ev to sessionID's subscribers and keeps it in the

@@ -123,6 +123,12 @@ func TestBrokerReset(t *testing.T) {
 		if !errors.Is(err, ErrWatchReset) {
 			t.Errorf("Subscribe from the past of an unwatched session: %v, want ErrWatchReset", err)
 		}
+		// The refused watcher reloads (revision 5) and, before it
+		// subscribes again, another write lands: history kept since the
+		// refusal replays it.
+		publishRange(b, testSession, 6, 6)
+		s := mustSubscribe(t, b, 6, 5)
+		wantRevisions(t, s, 6)
 	})
 	t.Run("older than the history", func(t *testing.T) {
 		b := NewBroker()
