@@ -33,9 +33,9 @@ const (
 //
 // History (for resuming with a fromRevision in the past) is kept only for
 // sessions that have had a subscriber, or a Subscribe refused for want of
-// history (its watcher reloads and comes back), since the broker started, at most
-// WatchHistory events and WatchHistoryBytes of messages each, so sessions
-// never watched cost nothing. All histories together stay within a
+// history (its watcher reloads and comes back), since the broker started:
+// at most WatchHistory events and WatchHistoryBytes of messages each, so
+// sessions never watched cost nothing. All histories together stay within a
 // daemon-wide budget (WithHistoryTotal): past it, the histories of the
 // least recently used sessions without a subscriber go first, then the
 // oldest events of watched ones. A watch that resumes from a revision whose
