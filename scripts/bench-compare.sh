@@ -12,6 +12,10 @@
 # session. Each throughput and latency measurement runs ROUNDS times,
 # interleaved (the order of the four stores rotates each round); the table
 # shows every round, the medians and the ratios the targets are stated in.
+# Around each 16-client run it reads the machine's busy CPU time from
+# /proc/stat (the store, its client and anything else running) and, for
+# sessiond, the daemon's own: CPU per operation, which tells a store's cost
+# apart from waiting where the two cores are not both busy.
 #
 # Not part of scripts/test.sh: it takes minutes and its numbers are noisy on
 # a shared machine. Ratios drift far less between runs than absolutes.
@@ -155,6 +159,15 @@ results=$work/results.tsv
 : >"$results"
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$results"; } # round metric value
 
+# CPU per operation of a run: the whole machine's busy time (the store, its
+# client and anything else running) and one process's, in clock ticks read
+# before and after the run.
+HZ=$(getconf CLK_TCK)
+busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; } # user nice system irq softirq
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }                # utime stime
+# cpu_us TICKS OPS prints the microseconds of CPU per operation.
+cpu_us() { python3 -c "print($1 * 1e6 / $HZ / max($2, 1))"; }
+
 log "building sessiond and sessiond-load into $work/bin"
 go build -o "$work/bin/sessiond" ./cmd/sessiond
 go build -o "$work/bin/sessiond-load" ./cmd/sessiond-load
@@ -193,6 +206,7 @@ if "$work/bin/sessiond" --help 2>&1 | grep -q -- --metrics-listen; then
 fi
 start_sessiond "$work/sessiond" "$SD_PORT" "${sd_flags[@]}"
 SD=127.0.0.1:$SD_PORT
+SD_PID=${pids[-1]}
 log "sessiond on $SD, data in $work/sessiond ($fstype)"
 
 REDIS_PORT=$(free_port)
@@ -225,6 +239,7 @@ SDPG_PORT=$(free_port)
 start_sessiond "$work/sessiond-pg" "$SDPG_PORT" --storage postgres --postgres-max-conns "$CLIENTS" \
 	--postgres-dsn "postgres://postgres@127.0.0.1:$PG_PORT/sessiond?sslmode=disable"
 SDPG=127.0.0.1:$SDPG_PORT
+SDPG_PID=${pids[-1]}
 log "sessiond --storage postgres on $SDPG"
 
 # The same 1 KiB of letters for every store's message body.
@@ -261,9 +276,14 @@ sessiond_one() {
 }
 
 sessiond_many() {
-	local r=$1 out
+	local r=$1 out b0 d0 b1 d1 n
+	b0=$(busy_ticks) d0=$(proc_ticks "$SD_PID")
 	out=$("$LOAD" --json --addr "$SD" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE" "${flush_metrics[@]}")
+	b1=$(busy_ticks) d1=$(proc_ticks "$SD_PID")
+	n=$(json "d['ops']" <<<"$out")
+	record "$r" sessiond_cpu_us "$(cpu_us $((b1 - b0)) "$n")"
+	record "$r" sessiond_daemon_cpu_us "$(cpu_us $((d1 - d0)) "$n")"
 	record "$r" sessiond_ops "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" sessiond_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
 	record "$r" sessiond_16c_batch "$(json "d.get('daemon_metrics', {}).get('appends_per_flush', 'nan')" <<<"$out")"
@@ -314,18 +334,22 @@ sessiond_long() {
 }
 
 sessiond_pg_many() {
-	local r=$1 out xact0 wal0
+	local r=$1 out xact0 wal0 b0 d0 b1 d1 n
 	if [[ $PG_ONLY == 1 ]]; then
 		read -r xact0 wal0 < <(pg_counters)
 	fi
+	b0=$(busy_ticks) d0=$(proc_ticks "$SDPG_PID")
 	out=$("$LOAD" --json --addr "$SDPG" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
+	b1=$(busy_ticks) d1=$(proc_ticks "$SDPG_PID")
+	n=$(json "d['ops']" <<<"$out")
+	record "$r" sessiond_pg_cpu_us "$(cpu_us $((b1 - b0)) "$n")"
+	record "$r" sessiond_pg_daemon_cpu_us "$(cpu_us $((d1 - d0)) "$n")"
 	record "$r" sessiond_pg_ops "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" sessiond_pg_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
 	if [[ $PG_ONLY == 1 ]]; then
 		local xact1 wal1 n
 		read -r xact1 wal1 < <(pg_counters)
-		n=$(json "d['ops']" <<<"$out")
 		log "round $r: sessiond on PostgreSQL: $n appends, $(python3 -c "print(round(($xact1 - $xact0) / max($n, 1), 2))") writing transactions and $(python3 -c "print(round(($wal1 - $wal0) / max($n, 1)))") WAL bytes per append"
 	fi
 }
@@ -340,9 +364,12 @@ pg_counters() {
 # previous rate times DURATION, so runs last about as long as the others.
 redis_n=20000
 redis_many() {
-	local r=$1 line rps p50
+	local r=$1 line rps p50 b0 b1
+	b0=$(busy_ticks)
 	line=$(timeout 300 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$CLIENTS" -n "$redis_n" -r "$CLIENTS" --csv \
 		RPUSH "s:__rand_int__" "$body" | tail -n 1)
+	b1=$(busy_ticks)
+	record "$r" redis_cpu_us "$(cpu_us $((b1 - b0)) "$redis_n")"
 	rps=$(python3 -c 'import csv,sys; print(list(csv.reader([sys.argv[1]]))[0][1])' "$line")
 	p50=$(python3 -c 'import csv,sys; print(list(csv.reader([sys.argv[1]]))[0][4])' "$line")
 	record "$r" redis_ops "$rps"
@@ -353,9 +380,12 @@ redis_many() {
 }
 
 pg_many() {
-	local r=$1 out
+	local r=$1 out b0 b1
+	b0=$(busy_ticks)
 	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c "$CLIENTS" -j 2 -T "$DURATION" \
 		-f "$work/pg/append.sql" postgres 2>&1) || die "pgbench failed: $out"
+	b1=$(busy_ticks)
+	record "$r" pg_cpu_us "$(cpu_us $((b1 - b0)) "$(awk '/^number of transactions actually processed/{split($NF, a, "/"); print a[1]}' <<<"$out")")"
 	record "$r" pg_ops "$(awk '/^tps = /{print $3}' <<<"$out")"
 	record "$r" pg_16c_avg_ms "$(awk '/^latency average = /{print $4}' <<<"$out")"
 	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c 1 -T 2 -f "$work/pg/append.sql" postgres 2>&1) ||
@@ -484,6 +514,12 @@ row(f"Redis RPUSH p50 at {clients} clients (ms)", "redis_16c_p50_ms")
 row(f"PostgreSQL mean latency at {clients} clients (ms)", "pg_16c_avg_ms")
 row(f"sessiond on PostgreSQL append p50 at {clients} clients (ms)", "sessiond_pg_16c_p50_ms")
 row(f"sessiond mean appends per flush, {clients} clients", "sessiond_16c_batch", "{:.1f}")
+row(f"CPU per append, whole machine, {clients} clients: sessiond (us)", "sessiond_cpu_us", "{:.0f}")
+row(f"CPU per RPUSH, whole machine, {clients} clients: Redis (us)", "redis_cpu_us", "{:.0f}")
+row(f"CPU per INSERT, whole machine, {clients} clients: PostgreSQL (us)", "pg_cpu_us", "{:.0f}")
+row(f"CPU per append, whole machine, {clients} clients: sessiond on PostgreSQL (us)", "sessiond_pg_cpu_us", "{:.0f}")
+row(f"CPU per append, the daemon alone, {clients} clients: sessiond (us)", "sessiond_daemon_cpu_us", "{:.0f}")
+row(f"CPU per append, the daemon alone, {clients} clients: sessiond on PostgreSQL (us)", "sessiond_pg_daemon_cpu_us", "{:.0f}")
 row(f"sessiond appends/s, {wclients} clients on {wsessions} sessions", "sessiond_wide_ops", "{:.0f}")
 row(f"Redis appendfsync always RPUSH/s, {wclients} clients on {wsessions} keys", "redis_wide_ops", "{:.0f}")
 row(f"PostgreSQL synchronous_commit on INSERT/s, {wclients} clients on {wsessions} sessions", "pg_wide_ops", "{:.0f}")
