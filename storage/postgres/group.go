@@ -97,7 +97,7 @@ type fastAppend struct {
 	key  string // the lock order: namespace, then the ref
 
 	// Set by the leader that wrote it, before next delivers.
-	session *storage.Session // nil: the statement updated no row
+	session *storage.Session // id, revision and message count (scanAppended); nil: the statement updated no row
 	err     error
 	alone   bool // the batch failed: write this append alone
 
@@ -229,7 +229,7 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 
 // writeOne writes a as its own statement and transaction.
 func (s *Store) writeOne(a *fastAppend) {
-	a.session, a.err = fastResult(scanSession(s.pool.QueryRow(a.ctx, a.q, a.args...)))
+	a.session, a.err = fastResult(scanAppended(s.pool.QueryRow(a.ctx, a.q, a.args...)))
 }
 
 // fastResult is the outcome of one appendFastSQL row: no row, or a unique
@@ -277,7 +277,7 @@ func readTx(br pgx.BatchResults, batch []*fastAppend) error {
 		}
 	}
 	for _, a := range batch {
-		m, err := scanSession(br.QueryRow())
+		m, err := scanAppended(br.QueryRow())
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			_ = br.Close()
 			return err

@@ -49,6 +49,21 @@ func scanSession(row pgx.Row) (*storage.Session, error) {
 	return &m, nil
 }
 
+// scanAppended reads an appendFastSQL row: the session's id, revision and
+// message count, the rest of m left empty. Not scanSession: decoding the
+// metadata and tally that an append does not answer cost every append.
+func scanAppended(row pgx.Row) (*storage.Session, error) {
+	var (
+		m   storage.Session
+		rev int64
+	)
+	if err := row.Scan(&m.ID, &rev, &m.MessageCount); err != nil {
+		return nil, err
+	}
+	m.Revision = uint64(rev)
+	return &m, nil
+}
+
 // refWhere returns the WHERE clause and arguments selecting ref's session.
 func refWhere(ref storage.Ref) (string, []any) {
 	if ref.ID != "" {
@@ -702,8 +717,9 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 // $2 id or alias, $3 expected revision (0: any), $4 the batch's size, $5
 // now (Unix ns), $6 the ids the client set, $7-$9 the messages' ids,
 // encodings and search texts, $10 the append event type, $11 the history
-// kept (historyEvents). No row: the
-// append is not plainly new (or the session does not exist).
+// kept (historyEvents). It returns the session's id, new revision and
+// message count, all an append answers (scanAppended); no row: the append
+// is not plainly new (or the session does not exist).
 //
 // The trim deletes the one event that falls out of the history: every
 // write trims what is older than its history, and an append adds one
@@ -735,7 +751,7 @@ const appendFastSQL = `WITH s AS (
 ), d AS (
 	DELETE FROM events WHERE session_id = (SELECT id FROM s) AND revision = (SELECT revision FROM s) - $11
 )
-SELECT ` + sessionCols + ` FROM s`
+SELECT id::text, revision, message_count FROM s`
 
 // The append statement for each kind of ref.
 var (
