@@ -348,7 +348,7 @@ sessiond_pg_many() {
 	record "$r" sessiond_pg_ops "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" sessiond_pg_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
 	if [[ $PG_ONLY == 1 ]]; then
-		local xact1 wal1 n
+		local xact1 wal1
 		read -r xact1 wal1 < <(pg_counters)
 		log "round $r: sessiond on PostgreSQL: $n appends, $(python3 -c "print(round(($xact1 - $xact0) / max($n, 1), 2))") writing transactions and $(python3 -c "print(round(($wal1 - $wal0) / max($n, 1)))") WAL bytes per append"
 	fi
