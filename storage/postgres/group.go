@@ -12,8 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/sessiond/sessiond/storage"
 )
 
 // Group commit: the one-statement appends (appendFastSQL) that arrive while
@@ -97,18 +95,18 @@ type fastAppend struct {
 	key  string // the lock order: namespace, then the ref
 
 	// Set by the leader that wrote it, before next delivers.
-	session *storage.Session // id, revision and message count (scanAppended); nil: the statement updated no row
-	err     error
-	alone   bool // the batch failed: write this append alone
+	done  *appended // nil: the statement updated no row
+	err   error
+	alone bool // the batch failed: write this append alone
 
 	// next delivers nil once the append is written, or the batch of
 	// appends queued meanwhile, for this append (their first) to lead.
 	next chan []*fastAppend
 }
 
-// runFast writes a through the group and returns the session its statement
-// updated (nil: none).
-func (s *Store) runFast(a *fastAppend) (*storage.Session, error) {
+// runFast writes a through the group and returns what its statement
+// answered (nil: it updated no row).
+func (s *Store) runFast(a *fastAppend) (*appended, error) {
 	g := &s.group
 	g.mu.Lock()
 	batch := []*fastAppend{a}
@@ -134,7 +132,7 @@ func (s *Store) runFast(a *fastAppend) (*storage.Session, error) {
 	if a.alone {
 		s.writeOne(a)
 	}
-	return a.session, a.err
+	return a.done, a.err
 }
 
 // leave takes a out of the queue, if no leader has taken it yet: a caller
@@ -222,21 +220,21 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 		}
 	default:
 		for _, a := range live {
-			a.session, a.err = nil, err
+			a.done, a.err = nil, err
 		}
 	}
 }
 
 // writeOne writes a as its own statement and transaction.
 func (s *Store) writeOne(a *fastAppend) {
-	a.session, a.err = fastResult(scanAppended(s.pool.QueryRow(a.ctx, a.q, a.args...)))
+	a.done, a.err = fastResult(scanAppended(s.pool.QueryRow(a.ctx, a.q, a.args...)))
 }
 
 // fastResult is the outcome of one appendFastSQL row: no row, or a unique
 // violation on the message key (an append of the same id committed while
-// this one waited for the row lock), is no session and no error: the
+// this one waited for the row lock), is no answer and no error: the
 // append takes the general path.
-func fastResult(m *storage.Session, err error) (*storage.Session, error) {
+func fastResult(m *appended, err error) (*appended, error) {
 	if errors.Is(err, pgx.ErrNoRows) || uniqueViolation(err, messageKey) {
 		return nil, nil
 	}
@@ -244,8 +242,8 @@ func fastResult(m *storage.Session, err error) (*storage.Session, error) {
 }
 
 // writeTx writes batch in one transaction and one round trip. On nil, each
-// append's session is set (nil for an append whose statement updated no
-// row); on an error nothing is written.
+// append's done is set (nil for an append whose statement updated no row);
+// on an error nothing is written.
 func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -282,7 +280,7 @@ func readTx(br pgx.BatchResults, batch []*fastAppend) error {
 			_ = br.Close()
 			return err
 		}
-		a.session = m
+		a.done = m
 	}
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()

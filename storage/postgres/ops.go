@@ -49,19 +49,26 @@ func scanSession(row pgx.Row) (*storage.Session, error) {
 	return &m, nil
 }
 
-// scanAppended reads an appendFastSQL row: the session's id, revision and
-// message count, the rest of m left empty. Not scanSession: decoding the
-// metadata and tally that an append does not answer cost every append.
-func scanAppended(row pgx.Row) (*storage.Session, error) {
+// appended is what an appendFastSQL row says: the session's id (whose
+// watchers to wake) and the append's answer.
+type appended struct {
+	id  string
+	res storage.AppendResult
+}
+
+// scanAppended reads an appendFastSQL row. Not a whole session (scanSession):
+// decoding the metadata and tally that an append does not answer would cost
+// every append.
+func scanAppended(row pgx.Row) (*appended, error) {
 	var (
-		m   storage.Session
+		a   appended
 		rev int64
 	)
-	if err := row.Scan(&m.ID, &rev, &m.MessageCount); err != nil {
+	if err := row.Scan(&a.id, &rev, &a.res.MessageCount); err != nil {
 		return nil, err
 	}
-	m.Revision = uint64(rev)
-	return &m, nil
+	a.res.Revision = uint64(rev)
+	return &a, nil
 }
 
 // refWhere returns the WHERE clause and arguments selecting ref's session.
@@ -782,8 +789,8 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 	if m == nil || err != nil {
 		return res, false, err
 	}
-	s.wake(m.ID)
-	return storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}, true, nil
+	s.wake(m.id)
+	return m.res, true, nil
 }
 
 func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.AppendRequest, msgs storage.Messages, w *wtx) (storage.AppendResult, error) {
