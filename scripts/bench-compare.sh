@@ -167,6 +167,23 @@ busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; } # user 
 proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }                # utime stime
 # cpu_us TICKS OPS prints the microseconds of CPU per operation.
 cpu_us() { python3 -c "print($1 * 1e6 / $HZ / max($2, 1))"; }
+# cpu_mark [PID] prints the ticks used so far by the machine and, given a
+# PID, by that process.
+cpu_mark() {
+	if [[ -n ${1:-} ]]; then echo "$(busy_ticks) $(proc_ticks "$1")"; else busy_ticks; fi
+}
+# record_cpu ROUND NAME BEFORE AFTER OPS [PID] records the CPU per operation
+# between two cpu_marks: NAME_cpu_us for the machine, NAME_daemon_cpu_us for
+# PID.
+record_cpu() {
+	local b0 p0 b1 p1
+	read -r b0 p0 <<<"$3"
+	read -r b1 p1 <<<"$4"
+	record "$1" "$2_cpu_us" "$(cpu_us $((b1 - b0)) "$5")"
+	if [[ -n ${6:-} ]]; then
+		record "$1" "$2_daemon_cpu_us" "$(cpu_us $((p1 - p0)) "$5")"
+	fi
+}
 
 log "building sessiond and sessiond-load into $work/bin"
 go build -o "$work/bin/sessiond" ./cmd/sessiond
@@ -276,14 +293,12 @@ sessiond_one() {
 }
 
 sessiond_many() {
-	local r=$1 out b0 d0 b1 d1 n
-	b0=$(busy_ticks) d0=$(proc_ticks "$SD_PID")
+	local r=$1 out before after
+	before=$(cpu_mark "$SD_PID")
 	out=$("$LOAD" --json --addr "$SD" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE" "${flush_metrics[@]}")
-	b1=$(busy_ticks) d1=$(proc_ticks "$SD_PID")
-	n=$(json "d['ops']" <<<"$out")
-	record "$r" sessiond_cpu_us "$(cpu_us $((b1 - b0)) "$n")"
-	record "$r" sessiond_daemon_cpu_us "$(cpu_us $((d1 - d0)) "$n")"
+	after=$(cpu_mark "$SD_PID")
+	record_cpu "$r" sessiond "$before" "$after" "$(json "d['ops']" <<<"$out")" "$SD_PID"
 	record "$r" sessiond_ops "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" sessiond_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
 	record "$r" sessiond_16c_batch "$(json "d.get('daemon_metrics', {}).get('appends_per_flush', 'nan')" <<<"$out")"
@@ -334,17 +349,16 @@ sessiond_long() {
 }
 
 sessiond_pg_many() {
-	local r=$1 out xact0 wal0 b0 d0 b1 d1 n
+	local r=$1 out xact0 wal0 before after n
 	if [[ $PG_ONLY == 1 ]]; then
 		read -r xact0 wal0 < <(pg_counters)
 	fi
-	b0=$(busy_ticks) d0=$(proc_ticks "$SDPG_PID")
+	before=$(cpu_mark "$SDPG_PID")
 	out=$("$LOAD" --json --addr "$SDPG" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
-	b1=$(busy_ticks) d1=$(proc_ticks "$SDPG_PID")
+	after=$(cpu_mark "$SDPG_PID")
 	n=$(json "d['ops']" <<<"$out")
-	record "$r" sessiond_pg_cpu_us "$(cpu_us $((b1 - b0)) "$n")"
-	record "$r" sessiond_pg_daemon_cpu_us "$(cpu_us $((d1 - d0)) "$n")"
+	record_cpu "$r" sessiond_pg "$before" "$after" "$n" "$SDPG_PID"
 	record "$r" sessiond_pg_ops "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" sessiond_pg_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
 	if [[ $PG_ONLY == 1 ]]; then
@@ -364,12 +378,12 @@ pg_counters() {
 # previous rate times DURATION, so runs last about as long as the others.
 redis_n=20000
 redis_many() {
-	local r=$1 line rps p50 b0 b1
-	b0=$(busy_ticks)
+	local r=$1 line rps p50 before after
+	before=$(cpu_mark)
 	line=$(timeout 300 redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$CLIENTS" -n "$redis_n" -r "$CLIENTS" --csv \
 		RPUSH "s:__rand_int__" "$body" | tail -n 1)
-	b1=$(busy_ticks)
-	record "$r" redis_cpu_us "$(cpu_us $((b1 - b0)) "$redis_n")"
+	after=$(cpu_mark)
+	record_cpu "$r" redis "$before" "$after" "$redis_n"
 	rps=$(python3 -c 'import csv,sys; print(list(csv.reader([sys.argv[1]]))[0][1])' "$line")
 	p50=$(python3 -c 'import csv,sys; print(list(csv.reader([sys.argv[1]]))[0][4])' "$line")
 	record "$r" redis_ops "$rps"
@@ -380,12 +394,12 @@ redis_many() {
 }
 
 pg_many() {
-	local r=$1 out b0 b1
-	b0=$(busy_ticks)
+	local r=$1 out before after
+	before=$(cpu_mark)
 	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c "$CLIENTS" -j 2 -T "$DURATION" \
 		-f "$work/pg/append.sql" postgres 2>&1) || die "pgbench failed: $out"
-	b1=$(busy_ticks)
-	record "$r" pg_cpu_us "$(cpu_us $((b1 - b0)) "$(awk '/^number of transactions actually processed/{split($NF, a, "/"); print a[1]}' <<<"$out")")"
+	after=$(cpu_mark)
+	record_cpu "$r" pg "$before" "$after" "$(awk '/^number of transactions actually processed/{split($NF, a, "/"); print a[1]}' <<<"$out")"
 	record "$r" pg_ops "$(awk '/^tps = /{print $3}' <<<"$out")"
 	record "$r" pg_16c_avg_ms "$(awk '/^latency average = /{print $4}' <<<"$out")"
 	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c 1 -T 2 -f "$work/pg/append.sql" postgres 2>&1) ||
