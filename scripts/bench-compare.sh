@@ -45,6 +45,14 @@
 #   LONG_MESSAGES  messages in the session of the long-session latency run
 #                  (default 2000), compared with a 10-message session
 #   KEEP=1         keep the temp dir (its logs) instead of removing it
+#   BASELINE=DIR   a second source tree (e.g. `git worktree add /tmp/base
+#                  main`): its sessiond runs beside this tree's on the same
+#                  16-client workload, every round, and the table compares the
+#                  daemons' CPU per append
+#   SYSTEMS        the 16-client systems each round runs, a space-separated
+#                  subset of "sessiond_many redis_many pg_many
+#                  sessiond_pg_many baseline_many" (default: all that apply)
+#   WIDE=0         skip the 64-client runs
 #   PG_ONLY=1      of the rounds, run only raw pgbench INSERTs and sessiond
 #                  on PostgreSQL (CLIENTS clients; the rows of the others
 #                  print "-"), and log per round the writing transactions
@@ -188,6 +196,10 @@ record_cpu() {
 log "building sessiond and sessiond-load into $work/bin"
 go build -o "$work/bin/sessiond" ./cmd/sessiond
 go build -o "$work/bin/sessiond-load" ./cmd/sessiond-load
+if [[ -n ${BASELINE:-} ]]; then
+	log "building the baseline sessiond from $BASELINE"
+	(cd "$BASELINE" && go build -o "$work/bin/sessiond-baseline" ./cmd/sessiond)
+fi
 LOAD=$work/bin/sessiond-load
 json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1], {}, {"d": d}))' "$1"; }
 
@@ -196,7 +208,7 @@ json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.arg
 # start_sessiond DATA_DIR PORT [FLAG...]: starts a daemon and waits until it
 # answers.
 start_sessiond() {
-	"$work/bin/sessiond" --listen "127.0.0.1:$2" --data-dir "$1" --log-level warn "${@:3}" >>"$work/sessiond-$2.log" 2>&1 &
+	"${SESSIOND_BIN:-$work/bin/sessiond}" --listen "127.0.0.1:$2" --data-dir "$1" --log-level warn "${@:3}" >>"$work/sessiond-$2.log" 2>&1 &
 	pids+=($!)
 	wait_ready "$2" || die "sessiond on port $2 did not start; see $work/sessiond-$2.log"
 }
@@ -225,6 +237,13 @@ start_sessiond "$work/sessiond" "$SD_PORT" "${sd_flags[@]}"
 SD=127.0.0.1:$SD_PORT
 SD_PID=${pids[-1]}
 log "sessiond on $SD, data in $work/sessiond ($fstype)"
+if [[ -n ${BASELINE:-} ]]; then
+	BASE_PORT=$(free_port)
+	SESSIOND_BIN=$work/bin/sessiond-baseline start_sessiond "$work/sessiond-baseline" "$BASE_PORT"
+	BASE=127.0.0.1:$BASE_PORT
+	BASE_PID=${pids[-1]}
+	log "baseline sessiond (from $BASELINE) on $BASE"
+fi
 
 REDIS_PORT=$(free_port)
 mkdir -p "$work/redis"
@@ -307,6 +326,17 @@ sessiond_many() {
 	out=$("$LOAD" --json --addr "$SD" --namespace "manyg-$r" append --client grpc --clients "$CLIENTS" --sessions "$CLIENTS" \
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
 	record "$r" sessiond_grpc_ops "$(json "d['ops_per_sec']" <<<"$out")"
+}
+
+# The baseline daemon on the same workload as sessiond_many's first run.
+baseline_many() {
+	local r=$1 out before after
+	before=$(cpu_mark "$BASE_PID")
+	out=$("$LOAD" --json --addr "$BASE" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
+		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
+	after=$(cpu_mark "$BASE_PID")
+	record_cpu "$r" baseline "$before" "$after" "$(json "d['ops']" <<<"$out")" "$BASE_PID"
+	record "$r" baseline_ops "$(json "d['ops_per_sec']" <<<"$out")"
 }
 
 # --- wide: WIDE_CLIENTS clients on WIDE_SESSIONS sessions ---
@@ -412,6 +442,11 @@ wide=(sessiond_wide redis_wide pg_wide)
 if [[ $PG_ONLY == 1 ]]; then
 	systems=(pg_many sessiond_pg_many)
 fi
+[[ -n ${BASELINE:-} ]] && systems+=(baseline_many)
+if [[ -n ${SYSTEMS:-} ]]; then
+	read -r -a systems <<<"$SYSTEMS"
+fi
+[[ ${WIDE:-1} == 0 ]] && wide=()
 for ((r = 1; r <= ROUNDS; r++)); do
 	if [[ $PG_ONLY == 1 ]]; then
 		for ((i = 0; i < ${#systems[@]}; i++)); do
@@ -534,6 +569,9 @@ row(f"CPU per INSERT, whole machine, {clients} clients: PostgreSQL (us)", "pg_cp
 row(f"CPU per append, whole machine, {clients} clients: sessiond on PostgreSQL (us)", "sessiond_pg_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: sessiond (us)", "sessiond_daemon_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: sessiond on PostgreSQL (us)", "sessiond_pg_daemon_cpu_us", "{:.0f}")
+row(f"baseline sessiond appends/s, {clients} clients on {clients} sessions", "baseline_ops", "{:.0f}")
+row(f"CPU per append, whole machine, {clients} clients: baseline sessiond (us)", "baseline_cpu_us", "{:.0f}")
+row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond (us)", "baseline_daemon_cpu_us", "{:.0f}")
 row(f"sessiond appends/s, {wclients} clients on {wsessions} sessions", "sessiond_wide_ops", "{:.0f}")
 row(f"Redis appendfsync always RPUSH/s, {wclients} clients on {wsessions} keys", "redis_wide_ops", "{:.0f}")
 row(f"PostgreSQL synchronous_commit on INSERT/s, {wclients} clients on {wsessions} sessions", "pg_wide_ops", "{:.0f}")
@@ -576,6 +614,9 @@ s = get("startup_s")
 print(f"| ready within 2 s with {nlist} sessions | {s:.2f} s | {'yes' if s < 2 else 'NO'} |")
 k = get("startup_kill_s")
 print(f"| ready within 2 s with {nlist} sessions after kill -9 under write load | {k:.2f} s (an empty daemon: {get('startup_empty_s'):.2f} s) | {'yes' if k < 2 else 'NO'} |")
+if "baseline_daemon_cpu_us" in med:
+    q = get("sessiond_daemon_cpu_us") / get("baseline_daemon_cpu_us")
+    print(f"| daemon CPU per append, {clients} clients, >= 25% below the baseline's | {get('sessiond_daemon_cpu_us'):.0f} vs {get('baseline_daemon_cpu_us'):.0f} us = {q:.2f} x | {'yes' if q <= 0.75 else 'NO'} |")
 l = get("load_msgs_per_s")
 print(f"| load {nload} messages >= 100,000 messages/s | {l:.0f}/s | {'yes' if l >= 100000 else 'NO'} |")
 EOF
