@@ -98,8 +98,9 @@ type Obj = Record<string, unknown>;
  * use, also from several processes and replicas on the same transcripts.
  */
 export class SessiondSessionStore {
+  /** The sessiond namespace of every transcript of this store. */
+  readonly namespace: string;
   private readonly conn: Connection;
-  private readonly namespace: string;
   private fold: Fold | undefined;
   // The id of the last assistant API message whose usage a transcript
   // counted: Claude Code writes one entry per content block, each with the
