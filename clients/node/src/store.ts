@@ -312,7 +312,12 @@ export class SessiondSessionStore {
 
   private async foldFunction(): Promise<Fold> {
     if (!this.fold) {
-      const sdk = await import('@anthropic-ai/claude-agent-sdk');
+      let sdk: { foldSessionSummary: unknown };
+      try {
+        sdk = await import('@anthropic-ai/claude-agent-sdk');
+      } catch (err) {
+        throw new Error('SessiondSessionStore: append folds summaries with the Claude Agent SDK\'s foldSessionSummary: install @anthropic-ai/claude-agent-sdk, or pass the foldSessionSummary option', { cause: err });
+      }
       this.fold = sdk.foldSessionSummary as Fold;
     }
     return this.fold;
