@@ -15,6 +15,7 @@
 // content part, which is what load returns.
 import { createHash, randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
+import type { SessionStore } from '@anthropic-ai/claude-agent-sdk';
 import { Connection, SessiondError, type ConnectionOptions, type StoredSession } from './rpc';
 
 /** A transcript's key, as the Claude Agent SDK names it. */
@@ -97,7 +98,7 @@ type Obj = Record<string, unknown>;
  * listSessionSummaries, delete and listSubkeys. It is safe for concurrent
  * use, also from several processes and replicas on the same transcripts.
  */
-export class SessiondSessionStore {
+export class SessiondSessionStore implements SessionStore {
   /** The sessiond namespace of every transcript of this store. */
   readonly namespace: string;
   private readonly conn: Connection;
@@ -227,6 +228,7 @@ export class SessiondSessionStore {
   }
 
   private async deleteOne(key: SessionKey): Promise<void> {
+    this.lastUsage.delete(sessionIdOf(this.namespace, key));
     try {
       await this.conn.retrying('DeleteSession', { ref: this.ref(key) });
     } catch (err) {
