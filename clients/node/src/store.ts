@@ -1,18 +1,18 @@
 // SessiondSessionStore: the SessionStore of the Claude Agent SDK
 // (@anthropic-ai/claude-agent-sdk, Options.sessionStore) kept in sessiond.
 //
-//   const { SessiondSessionStore } = require('@sessiond/client');
+//   const { SessiondSessionStore } = require('sessiond-client');
 //   const sessionStore = new SessiondSessionStore({ address: '127.0.0.1:7437', namespace: 'team-a' });
 //   for await (const m of query({ prompt, options: { sessionStore } })) ...
 //
 // Each transcript (a SessionKey: projectKey, sessionId and, for a subagent,
 // subpath) is one sessiond session in the store's namespace, whose id is
-// derived from the key, so every process finds it without a lookup. Labels
-// name the key, so that ListSessions finds a project's transcripts. Each
-// entry is one message (a user entry with several tool results one message
-// per result) that sessionctl, search and the viewer read like any other,
-// and the entry itself travels verbatim as JSON in the message's first
-// content part, which is what load returns.
+// derived from the namespace and key, so every process finds it without a
+// lookup. Labels name the key, so that ListSessions finds a project's
+// transcripts. Each entry is one message (a user entry with several tool
+// results one message per result) that sessionctl, search and the viewer
+// read like any other, and the entry itself travels verbatim as JSON in the
+// message's first content part, which is what load returns.
 import { createHash, randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import type { SessionStore } from '@anthropic-ai/claude-agent-sdk';
@@ -149,7 +149,9 @@ export class SessiondSessionStore implements SessionStore {
           // Some of the batch is stored already (a retry of a batch that
           // landed, or the same entries from another process): send the rest.
           const stored = new Set((await this.messages(ref)).map((m) => m.id));
-          pending = pending.filter((p) => !stored.has(p.id));
+          const rest = pending.filter((p) => !stored.has(p.id));
+          if (rest.length === pending.length) throw err;
+          pending = rest;
         } else if (err.code !== grpc.status.NOT_FOUND && !(err.code === grpc.status.INVALID_ARGUMENT && /tool_call/.test(err.message))) {
           // NOT_FOUND: deleted meanwhile, ensure creates it again; a tool
           // call pairing refused: another writer answered or made a call
