@@ -1,9 +1,10 @@
-// Package sessiond-node-client: SessiondSession, a Session of the OpenAI
-// Agents SDK (@openai/agents-core) kept in a sessiond daemon, so that an
-// agent's conversation survives its process and another process can resume
-// it by session id (or alias).
+// Package sessiond-client: SessiondSession, a Session of the OpenAI Agents
+// SDK (@openai/agents-core) kept in a sessiond daemon, so that an agent's
+// conversation survives its process and another process can resume it by
+// session id (or alias); and SessiondSessionStore (store.ts), a SessionStore
+// of the Claude Agent SDK.
 //
-//   const { SessiondSession } = require('./clients/node');
+//   const { SessiondSession } = require('sessiond-client');
 //   const session = new SessiondSession({ address: '127.0.0.1:7437', alias: 'my-agent' });
 //   await run(agent, 'Hello', { session });
 //
