@@ -95,7 +95,7 @@ apt_install() {
 	if [[ "$(id -u)" != 0 ]]; then
 		sudo=sudo
 	fi
-	local apt_packages=(python3-grpcio python3-grpc-tools systemd chromium curl)
+	local apt_packages=(python3-grpcio python3-grpc-tools python3-venv python3-setuptools systemd chromium curl)
 	if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
 		apt_packages+=(nodejs npm)
 	fi

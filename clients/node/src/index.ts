@@ -1,22 +1,27 @@
-// Package sessiond-node-client: SessiondSession, a Session of the OpenAI
-// Agents SDK (@openai/agents-core) kept in a sessiond daemon, so that an
-// agent's conversation survives its process and another process can resume
-// it by session id (or alias).
+// Package sessiond-client: SessiondSession, a Session of the OpenAI Agents
+// SDK (@openai/agents-core) kept in a sessiond daemon, so that an agent's
+// conversation survives its process and another process can resume it by
+// session id (or alias); and SessiondSessionStore (store.ts), a SessionStore
+// of the Claude Agent SDK.
 //
-//   const { SessiondSession } = require('./clients/node');
+//   const { SessiondSession } = require('sessiond-client');
 //   const session = new SessiondSession({ address: '127.0.0.1:7437', alias: 'my-agent' });
 //   await run(agent, 'Hello', { session });
 //
 // The mapping between agent input items and sessiond messages is in items.ts
 // and in the README.
-import * as path from 'node:path';
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
-import * as protoLoader from '@grpc/proto-loader';
 import type { AgentInputItem, Session } from '@openai/agents-core';
 import { decodeMessage, encodeItem, type WireMessage } from './items';
+import { Connection, SessiondError, type StoredSession } from './rpc';
 
 export { ITEM_ENCODING_KEY, ITEM_TYPE_KEY } from './items';
+export { SessiondError } from './rpc';
+export {
+  SessiondSessionStore, ENTRY_TYPE_KEY, ENTRY_PART_KEY,
+  type SessiondSessionStoreOptions, type SessionKey, type SessionStoreEntry, type SessionSummaryEntry,
+} from './store';
 
 /** Options of a SessiondSession. */
 export interface SessiondSessionOptions {
@@ -63,56 +68,11 @@ export interface SessiondSessionOptions {
   retries?: number;
 }
 
-/** An error from the daemon, with its gRPC status code. */
-export class SessiondError extends Error {
-  /** The gRPC status code (grpc.status). */
-  readonly code: number;
-  /** The RPC that failed. */
-  readonly rpc: string;
-  constructor(rpc: string, code: number, details: string) {
-    super(`sessiond ${rpc}: ${grpc.status[code] ?? code}: ${details}`);
-    this.name = 'SessiondError';
-    this.code = code;
-    this.rpc = rpc;
-  }
-}
-
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
 // How many times popItem reloads and tries again when another writer
 // changed the session between its load and its rewind.
 const MAX_CONFLICT_RETRIES = 10;
-
-// The proto is loaded from the repository's proto/ at run time, once.
-let serviceCtor: grpc.ServiceClientConstructor | undefined;
-function service(): grpc.ServiceClientConstructor {
-  if (!serviceCtor) {
-    const def = protoLoader.loadSync('sessiond/v1/sessiond.proto', {
-      includeDirs: [path.join(__dirname, '..', '..', '..', 'proto')],
-      keepCase: true, longs: String, enums: String, defaults: true, oneofs: true,
-    });
-    const pkg = grpc.loadPackageDefinition(def) as any;
-    serviceCtor = pkg.sessiond.v1.SessionStoreService as grpc.ServiceClientConstructor;
-  }
-  return serviceCtor;
-}
-
-// isLocal says whether address is a unix socket, localhost or a loopback
-// IP, where a token may travel without TLS.
-function isLocal(address: string): boolean {
-  if (address.startsWith('unix:')) return true;
-  let host = address.replace(/^dns:(\/\/[^/]*\/)?/, '');
-  const bracket = /^\[([^\]]+)\]/.exec(host);
-  host = bracket ? bracket[1] : host.replace(/:\d+$/, '');
-  if (host === 'localhost' || host === '::1') return true;
-  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
-}
-
-interface StoredSession {
-  id: string;
-  revision: string;
-  message_count: string;
-}
 
 type Ref = { namespace: string; id?: string; alias?: string };
 
@@ -124,35 +84,23 @@ type Ref = { namespace: string; id?: string; alias?: string };
  * the order the daemon received them.
  */
 export class SessiondSession implements Session {
-  private readonly client: grpc.Client & Record<string, any>;
+  private readonly conn: Connection;
   private readonly namespace: string;
   private readonly opts: SessiondSessionOptions;
-  private readonly timeoutMs: number;
-  private readonly retries: number;
   private resolving: Promise<string> | undefined;
 
   constructor(options: SessiondSessionOptions) {
-    if (!options || typeof options.address !== 'string' || options.address === '') {
-      throw new TypeError('SessiondSession: address is required ("host:port" or "unix:/path")');
-    }
+    this.conn = new Connection('SessiondSession', options);
     if (options.sessionId !== undefined && !UUID.test(options.sessionId)) {
+      this.conn.close();
       throw new TypeError(`SessiondSession: sessionId ${JSON.stringify(options.sessionId)} is not a UUID`);
     }
     if (options.alias !== undefined && (typeof options.alias !== 'string' || options.alias === '')) {
+      this.conn.close();
       throw new TypeError('SessiondSession: alias must be a non-empty string when given');
-    }
-    if (options.token !== undefined && (typeof options.token !== 'string' || options.token === '')) {
-      throw new TypeError('SessiondSession: token must be a non-empty string when given');
-    }
-    if (options.token !== undefined && !options.credentials && !isLocal(options.address)) {
-      throw new TypeError(`SessiondSession: refusing to send a token without TLS to ${options.address}, which is not loopback; pass credentials (grpc.credentials.createSsl)`);
     }
     this.opts = options;
     this.namespace = options.namespace ?? '';
-    this.timeoutMs = options.timeoutMs ?? 10000;
-    this.retries = options.retries ?? 5;
-    const Ctor = service();
-    this.client = new Ctor(options.address, options.credentials ?? grpc.credentials.createInsecure()) as any;
   }
 
   /** The session's id; the first call finds or creates the session. */
@@ -231,7 +179,7 @@ export class SessiondSession implements Session {
 
   /** Closes the connection to the daemon. */
   close(): void {
-    this.client.close();
+    this.conn.close();
   }
 
   private async ref(): Promise<Ref> {
@@ -270,57 +218,15 @@ export class SessiondSession implements Session {
     }
   }
 
-  private metadata(): grpc.Metadata {
-    const md = new grpc.Metadata();
-    if (this.opts.token) md.set('authorization', `Bearer ${this.opts.token}`);
-    return md;
-  }
-
   private unary(method: string, req: object): Promise<any> {
-    return new Promise((resolve, reject) => {
-      this.client[method](req, this.metadata(), { deadline: Date.now() + this.timeoutMs }, (err: grpc.ServiceError | null, resp: any) => {
-        if (err) reject(new SessiondError(method, err.code, err.details || err.message));
-        else resolve(resp);
-      });
-    });
+    return this.conn.unary(method, req);
   }
 
-  // retrying calls a unary RPC that is safe to repeat.
   private retrying(method: string, req: object): Promise<any> {
-    return this.withRetry(() => this.unary(method, req));
+    return this.conn.retrying(method, req);
   }
 
-  // withRetry runs fn again after a backoff (100 ms doubling to 2 s) while
-  // the daemon is unreachable or the call timed out, at most retries times.
-  private async withRetry<T>(fn: () => Promise<T>): Promise<T> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await fn();
-      } catch (err) {
-        const transient = err instanceof SessiondError &&
-          (err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.DEADLINE_EXCEEDED);
-        if (!transient || attempt >= this.retries) throw err;
-        await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 2000)));
-      }
-    }
-  }
-
-  // load streams LoadSession; a load is read-only, so it is retried whole.
   private load(req: object): Promise<{ session: StoredSession; messages: WireMessage[] }> {
-    return this.withRetry(async () => {
-      let session: StoredSession | undefined;
-      const messages: WireMessage[] = [];
-      try {
-        const call = this.client.LoadSession(req, this.metadata(), { deadline: Date.now() + this.timeoutMs });
-        for await (const frame of call) {
-          if (frame.session) session = frame.session;
-          messages.push(...frame.messages);
-        }
-      } catch (err: any) {
-        throw new SessiondError('LoadSession', err.code ?? grpc.status.UNKNOWN, err.details || err.message);
-      }
-      if (!session) throw new SessiondError('LoadSession', grpc.status.INTERNAL, 'the answer carried no session');
-      return { session, messages };
-    });
+    return this.conn.load<WireMessage>(req);
   }
 }

@@ -158,7 +158,7 @@ test('popItem does not remove what another writer added after it read', async ()
   // Between popItem's load and its rewind, another writer appends: the
   // rewind names the revision it read, fails with ABORTED, and popItem
   // reads again and removes the newer item.
-  const client = session.client;
+  const client = session.conn.client;
   const rewind = client.RewindSession.bind(client);
   let interfered = false;
   client.RewindSession = (req, md, opts, cb) => {
@@ -172,7 +172,7 @@ test('popItem does not remove what another writer added after it read', async ()
 
 test('a retried addItems after a lost answer stores its items once', async () => {
   const session = open({ retries: 3 });
-  const client = session.client;
+  const client = session.conn.client;
   const append = client.AppendMessages.bind(client);
   let calls = 0;
   client.AppendMessages = (req, md, opts, cb) => {

@@ -1,0 +1,166 @@
+// The connection to a daemon that SessiondSession and SessiondSessionStore
+// share: the service loaded from the proto shipped with this package, the
+// bearer token, deadlines, and retries of the calls that are safe to repeat.
+import * as path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+
+/** An error from the daemon, with its gRPC status code. */
+export class SessiondError extends Error {
+  /** The gRPC status code (grpc.status). */
+  readonly code: number;
+  /** The RPC that failed. */
+  readonly rpc: string;
+  constructor(rpc: string, code: number, details: string) {
+    super(`sessiond ${rpc}: ${grpc.status[code] ?? code}: ${details}`);
+    this.name = 'SessiondError';
+    this.code = code;
+    this.rpc = rpc;
+  }
+}
+
+/** Options of a connection to the daemon. */
+export interface ConnectionOptions {
+  /** The daemon: "host:port" or "unix:/path/to.sock". */
+  address: string;
+  /**
+   * A bearer token, sent as `authorization: Bearer <token>` on every call.
+   * Without `credentials` (TLS) it is sent only to a unix socket, localhost
+   * or a loopback IP, never in clear text beyond this machine.
+   */
+  token?: string;
+  /** Channel credentials for TLS; plaintext by default. */
+  credentials?: grpc.ChannelCredentials;
+  /** Deadline of each call in milliseconds (10000 by default). */
+  timeoutMs?: number;
+  /**
+   * How many times a call is retried when the daemon is unreachable or the
+   * call timed out (5 by default), with a backoff from 100 ms to 2 s.
+   */
+  retries?: number;
+}
+
+/** The session fields (metadata only) this package reads. */
+export interface StoredSession {
+  id: string;
+  revision: string;
+  message_count: string;
+  updated_at?: { seconds: string; nanos: number } | null;
+  metadata: Record<string, string>;
+  labels: Record<string, string>;
+  open_tool_call_ids: string[];
+}
+
+// The proto is loaded once, from the copy `npm run build` puts beside dist/.
+let serviceCtor: grpc.ServiceClientConstructor | undefined;
+function service(): grpc.ServiceClientConstructor {
+  if (!serviceCtor) {
+    const def = protoLoader.loadSync('sessiond/v1/sessiond.proto', {
+      includeDirs: [path.join(__dirname, '..', 'proto')],
+      keepCase: true, longs: String, enums: String, defaults: true, oneofs: true,
+    });
+    const pkg = grpc.loadPackageDefinition(def) as any;
+    serviceCtor = pkg.sessiond.v1.SessionStoreService as grpc.ServiceClientConstructor;
+  }
+  return serviceCtor;
+}
+
+// isLocal says whether address is a unix socket, localhost or a loopback
+// IP, where a token may travel without TLS.
+function isLocal(address: string): boolean {
+  if (address.startsWith('unix:')) return true;
+  let host = address.replace(/^dns:(\/\/[^/]*\/)?/, '');
+  const bracket = /^\[([^\]]+)\]/.exec(host);
+  host = bracket ? bracket[1] : host.replace(/:\d+$/, '');
+  if (host === 'localhost' || host === '::1') return true;
+  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
+/** A client of one daemon. `who` names the caller in the errors it throws. */
+export class Connection {
+  private readonly client: grpc.Client & Record<string, any>;
+  private readonly token: string | undefined;
+  private readonly timeoutMs: number;
+  private readonly retries: number;
+
+  constructor(who: string, options: ConnectionOptions) {
+    if (!options || typeof options.address !== 'string' || options.address === '') {
+      throw new TypeError(`${who}: address is required ("host:port" or "unix:/path")`);
+    }
+    if (options.token !== undefined && (typeof options.token !== 'string' || options.token === '')) {
+      throw new TypeError(`${who}: token must be a non-empty string when given`);
+    }
+    if (options.token !== undefined && !options.credentials && !isLocal(options.address)) {
+      throw new TypeError(`${who}: refusing to send a token without TLS to ${options.address}, which is not loopback; pass credentials (grpc.credentials.createSsl)`);
+    }
+    this.token = options.token;
+    this.timeoutMs = options.timeoutMs ?? 10000;
+    this.retries = options.retries ?? 5;
+    const Ctor = service();
+    this.client = new Ctor(options.address, options.credentials ?? grpc.credentials.createInsecure()) as any;
+  }
+
+  close(): void {
+    this.client.close();
+  }
+
+  private metadata(): grpc.Metadata {
+    const md = new grpc.Metadata();
+    if (this.token) md.set('authorization', `Bearer ${this.token}`);
+    return md;
+  }
+
+  /** Calls a unary RPC once. */
+  unary(method: string, req: object): Promise<any> {
+    return new Promise((resolve, reject) => {
+      this.client[method](req, this.metadata(), { deadline: Date.now() + this.timeoutMs }, (err: grpc.ServiceError | null, resp: any) => {
+        if (err) reject(new SessiondError(method, err.code, err.details || err.message));
+        else resolve(resp);
+      });
+    });
+  }
+
+  /** Calls a unary RPC that is safe to repeat, retrying it. */
+  retrying(method: string, req: object): Promise<any> {
+    return this.withRetry(() => this.unary(method, req));
+  }
+
+  /**
+   * Runs fn again after a backoff (100 ms doubling to 2 s) while the daemon
+   * is unreachable or the call timed out, at most `retries` times.
+   */
+  async withRetry<T>(fn: () => Promise<T>): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn();
+      } catch (err) {
+        const transient = err instanceof SessiondError &&
+          (err.code === grpc.status.UNAVAILABLE || err.code === grpc.status.DEADLINE_EXCEEDED);
+        if (!transient || attempt >= this.retries) throw err;
+        await new Promise((r) => setTimeout(r, Math.min(100 * 2 ** attempt, 2000)));
+      }
+    }
+  }
+
+  /** Collects every frame of a server-streaming RPC; read-only, so retried whole. */
+  stream(method: string, req: object): Promise<any[]> {
+    return this.withRetry(async () => {
+      const frames: any[] = [];
+      try {
+        const call = this.client[method](req, this.metadata(), { deadline: Date.now() + this.timeoutMs });
+        for await (const frame of call) frames.push(frame);
+      } catch (err: any) {
+        throw new SessiondError(method, err.code ?? grpc.status.UNKNOWN, err.details || err.message);
+      }
+      return frames;
+    });
+  }
+
+  /** LoadSession: the session's metadata and its messages. */
+  async load<M>(req: object): Promise<{ session: StoredSession; messages: M[] }> {
+    const frames = await this.stream('LoadSession', req);
+    const session = frames.find((f) => f.session)?.session as StoredSession | undefined;
+    if (!session) throw new SessiondError('LoadSession', grpc.status.INTERNAL, 'the answer carried no session');
+    return { session, messages: frames.flatMap((f) => f.messages as M[]) };
+  }
+}
