@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/auth"
 	"github.com/sessiond/sessiond/ui"
 )
 
@@ -834,5 +835,61 @@ func TestViewerAgentsSession(t *testing.T) {
 		t.Errorf("the raw item of the call reads %q, want the stored item, pretty", raw)
 	}
 	b.screenshot(t, "viewer-agents-raw-item.png")
+	b.checkNoProblems(t)
+}
+
+// TestViewerNamespacePicker: with tokens on, the picker lists the
+// namespaces the token may read (from GetServerInfo), opens the first when
+// the default one is not among them, and switches namespace; a token for
+// every namespace keeps the free field.
+func TestViewerNamespacePicker(t *testing.T) {
+	dir := t.TempDir()
+	toks := newTestTokens(t, dir)
+	twoNS, err := auth.AddToken(toks.file, "reader-ab", []string{nsA, nsB}, auth.RoleRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, base := startViewerDaemon(t, "--auth-tokens", toks.file)
+	ctx := withToken(testContext(t, 3*time.Minute), toks.admin)
+	c := d.client(t)
+	for _, ns := range []string{nsA, nsB} {
+		if _, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Namespace: ns, Title: "in " + ns}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b := newBrowser(t)
+	b.run(t, "open the viewer", chromedp.Navigate(base+"/"))
+	b.waitFor(t, "the token prompt", `location.pathname === '/ui/' && document.getElementById('status').textContent.includes('needs a token')`)
+	b.run(t, "enter a token of two namespaces",
+		chromedp.SendKeys(chromedp.CSS("#token"), twoNS),
+		chromedp.Click(chromedp.CSS("#token-use")))
+	b.waitFor(t, "the first namespace of the token", `new URLSearchParams(location.search).get('namespace') === 'team-a' &&
+	  document.querySelector('table.sessions tbody tr')?.cells[0].textContent === 'in team-a' && !document.getElementById('ns-select').hidden`)
+	var picker struct {
+		Options         []string
+		Selected, State string
+		InputHidden     bool
+	}
+	const pickerJS = `(() => { const s = document.getElementById('ns-select'); return {
+	  options: [...s.options].map((o) => o.value), selected: s.value, state: document.getElementById('token-state').textContent,
+	  inputHidden: document.getElementById('ns').hidden}; })()`
+	b.eval(t, pickerJS, &picker)
+	if strings.Join(picker.Options, ",") != "team-a,team-b" || picker.Selected != "team-a" || !picker.InputHidden ||
+		picker.State != "token reader-ab (read: team-a, team-b)" {
+		t.Errorf("picker %+v; want team-a (selected) and team-b in place of the field, and the token's scope", picker)
+	}
+	b.screenshot(t, "viewer-namespace-picker.png")
+	var ok bool
+	b.eval(t, `(() => { const s = document.getElementById('ns-select'); s.value = 'team-b'; s.dispatchEvent(new Event('change')); return true; })()`, &ok)
+	b.waitFor(t, "the other namespace", `new URLSearchParams(location.search).get('namespace') === 'team-b' &&
+	  document.querySelector('table.sessions tbody tr')?.cells[0].textContent === 'in team-b' && document.getElementById('ns-select').value === 'team-b'`)
+
+	// A token for every namespace: the free field.
+	b.run(t, "enter the admin token",
+		chromedp.SendKeys(chromedp.CSS("#token"), toks.admin),
+		chromedp.Click(chromedp.CSS("#token-use")))
+	b.waitFor(t, "the free field", `document.getElementById('token-state').textContent === 'token ops (admin: every namespace)' &&
+	  document.getElementById('ns-select').hidden && !document.getElementById('ns').hidden`)
 	b.checkNoProblems(t)
 }

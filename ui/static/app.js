@@ -146,9 +146,9 @@ function token() {
 function setupToken() {
   const form = document.getElementById('token-form');
   const input = document.getElementById('token');
-  const state = document.getElementById('token-state');
   const show = () => {
-    state.textContent = token() ? 'token set for this tab' : 'no token';
+    showAccess(null);
+    refreshAccess();
   };
   show();
   form.addEventListener('submit', (e) => {
@@ -169,6 +169,62 @@ function setupToken() {
     show();
     route();
   });
+}
+
+// ---- the namespace picker
+
+// refreshAccess asks the daemon what the token may read (GetServerInfo's
+// token: its name, role and namespaces; none when the daemon checks no
+// tokens) and fits the picker to it: a list of the token's namespaces when
+// it names them all, else a free field (with the names it knows offered).
+async function refreshAccess() {
+  let access = null;
+  try {
+    const info = await (await apiFetch('/v1/info')).json();
+    const tok = field(info, 'token');
+    access = tok
+      ? { name: field(tok, 'name') || '', role: field(tok, 'role') || '', namespaces: field(tok, 'namespaces') || [], all: !!field(tok, 'all_namespaces') }
+      : { open: true, namespaces: [], all: true };
+  } catch {
+    // No token yet, or a refused one: the page says so where it loads.
+  }
+  showAccess(access);
+  if (access && !access.all && access.namespaces.length && !params().has('namespace') && !access.namespaces.includes('')) {
+    // The default namespace is not the token's: open its first one.
+    location.replace(listURL(access.namespaces[0]));
+  }
+}
+
+function nsLabel(ns) {
+  return ns === '' ? '(default)' : ns;
+}
+
+function showAccess(access) {
+  const input = document.getElementById('ns');
+  const select = document.getElementById('ns-select');
+  const open = document.getElementById('ns-open');
+  const state = document.getElementById('token-state');
+  const restricted = !!access && !access.all && access.namespaces.length > 0;
+  if (!token()) {
+    state.textContent = 'no token';
+  } else if (!access) {
+    state.textContent = 'token set for this tab';
+  } else {
+    state.textContent =
+      'token ' + access.name + ' (' + access.role + ': ' + (access.all ? 'every namespace' : access.namespaces.map(nsLabel).join(', ')) + ')';
+  }
+  const names = access ? access.namespaces : [];
+  document.getElementById('ns-known').replaceChildren(...names.map((ns) => h('option', { value: ns })));
+  if (restricted) {
+    const current = namespace();
+    const options = names.includes(current) ? names : [current, ...names];
+    select.replaceChildren(
+      ...options.map((ns) => h('option', { value: ns, text: nsLabel(ns) + (names.includes(ns) ? '' : ' (not the token\'s)'), selected: ns === current })),
+    );
+  }
+  select.hidden = !restricted;
+  input.hidden = restricted;
+  open.hidden = restricted;
 }
 
 // ---- the API
@@ -961,5 +1017,8 @@ setupToken();
 document.getElementById('ns-form').addEventListener('submit', (e) => {
   e.preventDefault();
   location.assign(listURL(document.getElementById('ns').value.trim()));
+});
+document.getElementById('ns-select').addEventListener('change', (e) => {
+  location.assign(listURL(e.target.value));
 });
 route();
