@@ -679,12 +679,13 @@ class SessionView {
     const index = this.messages.length;
     this.messages.push(m);
     const role = roleOf(m);
+    const agents = agentsItem(m);
     const item = h('li', { id: 'm-' + index, class: 'msg role-' + roleLabel(role), dataset: { role: roleLabel(role), index: String(index) } });
     const head = h(
       'header',
       null,
       h('span', { class: 'role', text: roleLabel(role) }),
-      agentsItem(m) && agentsItem(m).type !== 'message' ? h('span', { class: 'item-type', text: agentsItem(m).type }) : null,
+      agents && agents.type !== 'message' ? h('span', { class: 'item-type', text: agents.type }) : null,
       field(m, 'name') ? h('span', { class: 'name', text: field(m, 'name') }) : null,
       field(m, 'model') ? h('span', { class: 'model', text: field(m, 'model') }) : null,
       usageText(field(m, 'usage')) ? h('span', { class: 'usage', text: usageText(field(m, 'usage')) }) : null,
@@ -725,14 +726,15 @@ class SessionView {
     if (content) {
       body.append(roleOf(m) === 'ROLE_TOOL' ? h('pre', { class: 'tool-output', text: prettyJSON(content) }) : h('div', { class: 'md' }, renderMarkdown(content)));
     }
-    const parts = field(m, 'parts') || [];
     // An agents item kept whole as JSON is parts[0]: shown under "Raw
     // item", not as the message's content.
-    for (const part of item && item.raw !== undefined ? parts.slice(1) : parts) {
+    const allParts = field(m, 'parts') || [];
+    const parts = item && item.raw !== undefined ? allParts.slice(1) : allParts;
+    for (const part of parts) {
       body.append(renderPart(part));
     }
     if (item) {
-      if (!content && !(reasoning && field(reasoning, 'text')) && !(field(m, 'tool_calls') || []).length && parts.length <= 1) {
+      if (!content && !(reasoning && field(reasoning, 'text')) && !(field(m, 'tool_calls') || []).length && parts.length === 0) {
         body.append(h('p', { class: 'item-note', text: item.summary }));
       }
       body.append(
