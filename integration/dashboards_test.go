@@ -21,6 +21,7 @@ import (
 const (
 	dashboardPath  = "packaging/grafana/sessiond-dashboard.json"
 	alertRulesPath = "packaging/prometheus/sessiond-alerts.yml"
+	alertTestsPath = "packaging/prometheus/sessiond-alerts_test.yml"
 )
 
 // prometheusSynthesized are series Prometheus makes itself for every
@@ -28,7 +29,8 @@ const (
 var prometheusSynthesized = []string{"up"}
 
 // TestDashboardAndAlertRules loads the alert rules with Prometheus's own
-// checker (promtool check rules), and checks that every metric the
+// checker (promtool check rules), runs their unit tests (promtool test
+// rules), and checks that every metric the
 // dashboard's queries and the rules' expressions name is served by a live
 // daemon's /metrics, so that a renamed metric cannot leave a panel blank
 // or an alert silent.
@@ -49,6 +51,14 @@ func TestDashboardAndAlertRules(t *testing.T) {
 	ruleExprs := alertExprs(t, rulesFile)
 	if n, _ := strconv.Atoi(string(m[1])); n != len(ruleExprs) || n == 0 {
 		t.Fatalf("promtool found %s rules, the test read %d expressions", m[1], len(ruleExprs))
+	}
+
+	// The rules' own unit tests: alerts fire (and stay quiet) on given
+	// series, with the annotations they print.
+	out, err = exec.CommandContext(t.Context(), promtool, "test", "rules", filepath.Join(moduleRoot, alertTestsPath)).CombinedOutput()
+	t.Logf("promtool test rules %s:\n%s", alertTestsPath, out)
+	if err != nil {
+		t.Fatalf("promtool test rules: %v", err)
 	}
 
 	dashExprs := dashboardExprs(t, filepath.Join(moduleRoot, dashboardPath))
