@@ -96,10 +96,12 @@ apt_install() {
 	if [[ "$(id -u)" != 0 ]]; then
 		sudo=sudo
 	fi
-	local apt_packages=(python3-grpcio python3-grpc-tools systemd chromium curl prometheus)
+	local apt_packages=(python3-grpcio python3-grpc-tools systemd chromium curl)
 	if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
 		apt_packages+=(nodejs npm)
 	fi
+	# promtool checks packaging/prometheus's alert rules.
+	apt_packages+=(prometheus)
 	# The tests' private PostgreSQL (scripts/postgres.sh, which would install
 	# it too, but only later, when the test check starts).
 	if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
