@@ -8,14 +8,17 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/auth"
 	"github.com/sessiond/sessiond/ui"
 )
 
@@ -455,6 +458,20 @@ func TestViewerInBrowser(t *testing.T) {
 	if row.Title != titlePayload || row.Href != "/ui/sessions/"+id+"?namespace="+viewerNS || row.Count != "5" {
 		t.Errorf("list row %+v; want the payload title as text, a link to the session, 5 messages", row)
 	}
+	var facts struct{ Models, Tokens, TokensTitle, Updated, UpdatedTitle, Datetime, Labels string }
+	b.eval(t, `(() => { const r = document.querySelector('table.sessions tbody tr'); const tm = r.querySelector('time'); return {
+	  models: r.querySelector('td.models').textContent, tokens: r.querySelector('td.tokens').textContent,
+	  tokensTitle: r.querySelector('td.tokens').title, updated: tm.textContent, updatedTitle: tm.title,
+	  datetime: tm.getAttribute('datetime'), labels: r.cells[6].textContent}; })()`, &facts)
+	if facts.Models != "test-model-1" || facts.Tokens != "120 / 30" || facts.TokensTitle != "input_tokens 120, output_tokens 30" || facts.Labels != "team=a" {
+		t.Errorf("list row facts %+v; want the model, tokens in / out, the labels", facts)
+	}
+	// Updated a moment ago: said relatively, the exact time on hover.
+	if updated, err := time.Parse(time.RFC3339Nano, facts.Datetime); err != nil || time.Since(updated) > time.Minute ||
+		(facts.Updated != "just now" && !strings.HasSuffix(facts.Updated, "minute ago")) ||
+		facts.UpdatedTitle != updated.UTC().Format("2006-01-02 15:04:05")+" UTC" {
+		t.Errorf("updated %q (title %q, datetime %q); want a relative time with the exact one on hover", facts.Updated, facts.UpdatedTitle, facts.Datetime)
+	}
 	checkInert(t, b, "sessions · sessiond", titlePayload)
 	b.screenshot(t, "viewer-list.png")
 
@@ -654,4 +671,225 @@ func TestViewerMarkdown(t *testing.T) {
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// TestViewerBareSessionAndFirstMessageHit: a session with no title,
+// summary or metadata shows its facts and nothing else (no "null" printed
+// for the parts it lacks), and a search hit on a session's first message
+// (proto3 JSON leaves message_index 0 out) says "message 1" and leads to
+// that message.
+func TestViewerBareSessionAndFirstMessageHit(t *testing.T) {
+	d, base := startViewerDaemon(t)
+	ctx := testContext(t, 3*time.Minute)
+	c := d.client(t)
+	resp, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Namespace: viewerNS, Messages: []*sessiondv1.Message{
+		textMsg("u1", sessiondv1.Role_ROLE_USER, "Where do zebras sleep?"),
+		textMsg("a1", sessiondv1.Role_ROLE_ASSISTANT, "Standing up, mostly."),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetSession().GetId()
+	b := newBrowser(t)
+
+	b.run(t, "open the bare session", chromedp.Navigate(base+"/ui/sessions/"+id+"?namespace="+viewerNS))
+	b.waitFor(t, "two messages", `document.querySelectorAll('#messages > li').length === 2`)
+	var header struct {
+		Text     string
+		Sections []string
+	}
+	b.eval(t, `(() => { const hd = document.getElementById('session-header'); return {
+	  text: hd.textContent, sections: [...hd.children].map((e) => e.tagName.toLowerCase() + (e.className ? '.' + e.className : ''))}; })()`, &header)
+	if strings.Contains(header.Text, "null") || strings.Contains(header.Text, "undefined") {
+		t.Errorf("the header of a session without summary or metadata reads %q", header.Text)
+	}
+	if want := "h1,dl.facts,div.labels,p.open-calls"; strings.Join(header.Sections, ",") != want {
+		t.Errorf("header sections %q, want %s", header.Sections, want)
+	}
+	checkInert(t, b, "(untitled) · sessiond", "(untitled)", id)
+	b.screenshot(t, "viewer-bare-session.png")
+
+	b.run(t, "search the first message", chromedp.Navigate(base+"/ui/?namespace="+viewerNS+"&q=zebras"))
+	b.waitFor(t, "the hit", `document.querySelectorAll('table.sessions tbody tr').length === 1`)
+	var hit struct{ Href, Where, Snippet string }
+	b.eval(t, `(() => { const r = document.querySelector('table.sessions tbody tr'); return {href: r.querySelector('a').getAttribute('href'), where: r.cells[1].textContent, snippet: r.cells[2].textContent}; })()`, &hit)
+	if hit.Href != "/ui/sessions/"+id+"?namespace="+viewerNS+"#m-0" || hit.Where != "message 1" || !strings.Contains(hit.Snippet, "zebras") {
+		t.Errorf("hit on message 0: %+v; want a link to #m-0, \"message 1\"", hit)
+	}
+	b.screenshot(t, "viewer-search-first-message.png")
+	b.run(t, "follow the hit", chromedp.Click(chromedp.CSS("table.sessions tbody a")))
+	b.waitFor(t, "the session at message 1", `location.hash === '#m-0' && document.querySelectorAll('#messages > li').length === 2 && document.querySelectorAll('#messages > li.target').length === 1 && !!document.querySelector('#m-0.target')`)
+
+	// A hit on the title still says so, with no message to jump to.
+	if _, err := c.UpdateSession(ctx, &sessiondv1.UpdateSessionRequest{Ref: byID(viewerNS, id),
+		Session: &sessiondv1.Session{Title: "Okapi facts"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"title"}}}); err != nil {
+		t.Fatal(err)
+	}
+	b.run(t, "search the title", chromedp.Navigate(base+"/ui/?namespace="+viewerNS+"&q=okapi"))
+	b.waitFor(t, "the title hit", `document.querySelectorAll('table.sessions tbody tr').length === 1`)
+	b.eval(t, `(() => { const r = document.querySelector('table.sessions tbody tr'); return {href: r.querySelector('a').getAttribute('href'), where: r.cells[1].textContent, snippet: r.cells[2].textContent}; })()`, &hit)
+	if hit.Href != "/ui/sessions/"+id+"?namespace="+viewerNS || hit.Where != "title, alias or summary" {
+		t.Errorf("hit on the title: %+v; want a link to the session's top", hit)
+	}
+	b.checkNoProblems(t)
+}
+
+// agentsItemMessage is a message as the OpenAI Agents adapter of
+// clients/node stores an item: typed fields, the item's type in the
+// metadata, and the whole item as JSON in parts[0] when the typed fields
+// cannot hold all of it.
+func agentsItemMessage(id string, m *sessiondv1.Message, itemType, itemJSON string) *sessiondv1.Message {
+	m.Id, m.CreatedAt = id, fixedTime
+	m.Metadata = map[string]string{"agents.item_type": itemType, "agents.item_encoding": "typed"}
+	if itemJSON != "" {
+		m.Metadata["agents.item_encoding"] = "json"
+		m.Parts = append([]*sessiondv1.ContentPart{{Kind: &sessiondv1.ContentPart_Json{Json: itemJSON}}}, m.Parts...)
+	}
+	return m
+}
+
+// TestViewerAgentsSession: a session written through the agents adapter
+// reads as a conversation (text, reasoning, the tool call beside its
+// result), its raw items folded away one click from each message.
+func TestViewerAgentsSession(t *testing.T) {
+	d, base := startViewerDaemon(t)
+	ctx := testContext(t, 3*time.Minute)
+	c := d.client(t)
+	call := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT, ToolCalls: []*sessiondv1.ToolCall{{Id: "call_w1", Name: "get_weather", Arguments: `{"city":"Paris"}`}}}
+	result := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "call_w1", Name: "get_weather", Content: "18°C, sunny"}
+	answer := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT, Content: "It is **18°C** and sunny in Paris.", Model: "gpt-4.1-mini"}
+	resp, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Namespace: viewerNS, Title: "Weather agent", Messages: []*sessiondv1.Message{
+		agentsItemMessage("i1", &sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "What is the weather in Paris?"}, "message", ""),
+		agentsItemMessage("i2", &sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT, Reasoning: &sessiondv1.Reasoning{Text: "The user wants the weather: call the tool."}},
+			"reasoning", `{"type":"reasoning","id":"rs_1","content":[{"type":"input_text","text":"The user wants the weather: call the tool."}]}`),
+		agentsItemMessage("i3", call, "function_call", `{"type":"function_call","id":"fc_1","callId":"call_w1","name":"get_weather","arguments":"{\"city\":\"Paris\"}","status":"completed"}`),
+		agentsItemMessage("i4", result, "function_call_result", ""),
+		agentsItemMessage("i5", &sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT}, "reasoning", `{"type":"reasoning","id":"rs_2","content":[],"providerData":{"encrypted_content":"gAAAA"}}`),
+		agentsItemMessage("i6", answer, "message", `{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"It is **18°C** and sunny in Paris.","annotations":[]}]}`),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.GetSession().GetId()
+	b := newBrowser(t)
+	b.run(t, "open the agents session", chromedp.Navigate(base+"/ui/sessions/"+id+"?namespace="+viewerNS))
+	b.waitFor(t, "six messages", `document.querySelectorAll('#messages > li').length === 6`)
+	var got struct {
+		Roles     []string
+		Visible   string
+		Reasoning string
+		Strong    string
+		Args      string
+		Result    string
+		Open      bool
+		Raw       []bool
+		ItemTypes []string
+		Note      string
+	}
+	const readJS = `(() => {
+	  const q = (s) => [...document.querySelectorAll(s)];
+	  const pair = document.querySelector('.tool-pair[data-call-id=call_w1]');
+	  return {
+	    roles: q('#messages > li').map((li) => li.dataset.role),
+	    visible: document.getElementById('messages').innerText,
+	    reasoning: document.querySelector('#m-1 details.reasoning')?.textContent || '',
+	    strong: document.querySelector('#m-5 .md strong')?.textContent || '',
+	    args: pair?.querySelector('.arguments').textContent || '',
+	    result: pair?.querySelector('.tool-result').textContent || '',
+	    open: pair?.classList.contains('open') ?? true,
+	    raw: q('#messages > li').map((li) => li.querySelector('details.raw-item')?.open ?? null),
+	    itemTypes: q('#messages .item-type').map((e) => e.textContent),
+	    note: document.querySelector('#m-4 .item-note')?.textContent || '',
+	  };
+	})()`
+	b.eval(t, readJS, &got)
+	if want := "user,assistant,assistant,tool,assistant,assistant"; strings.Join(got.Roles, ",") != want {
+		t.Errorf("roles %q, want %s", got.Roles, want)
+	}
+	if !strings.Contains(got.Reasoning, "call the tool") || got.Strong != "18°C" || !strings.Contains(got.Args, `"city": "Paris"`) ||
+		!strings.Contains(got.Result, "18°C, sunny") || got.Open {
+		t.Errorf("conversation: reasoning %q, answer's strong %q, call args %q, result %q (open %v)", got.Reasoning, got.Strong, got.Args, got.Result, got.Open)
+	}
+	// The raw items (and the adapter's metadata) are there, folded.
+	for _, leak := range []string{`"callId"`, `"type":`, "agents.item", "rs_1", "encrypted_content"} {
+		if strings.Contains(got.Visible, leak) {
+			t.Errorf("the conversation shows %q:\n%s", leak, got.Visible)
+		}
+	}
+	if len(got.Raw) != 6 || slices.Contains(got.Raw, true) {
+		t.Errorf("raw item folds per message %v, want six, all closed", got.Raw)
+	}
+	if want := "reasoning,function_call,function_call_result,reasoning"; strings.Join(got.ItemTypes, ",") != want {
+		t.Errorf("item types %q, want %s", got.ItemTypes, want)
+	}
+	if got.Note != "reasoning" {
+		t.Errorf("an item no typed field shows: note %q, want its type", got.Note)
+	}
+	checkInert(t, b, "Weather agent · sessiond", "What is the weather in Paris?")
+	b.screenshot(t, "viewer-agents-session.png")
+
+	b.run(t, "open a raw item", chromedp.Click(chromedp.CSS("#m-2 details.raw-item > summary")))
+	var raw string
+	b.eval(t, `document.querySelector('#m-2 details.raw-item[open] pre')?.textContent || ''`, &raw)
+	if !strings.Contains(raw, `"id": "fc_1"`) || !strings.Contains(raw, `"callId": "call_w1"`) {
+		t.Errorf("the raw item of the call reads %q, want the stored item, pretty", raw)
+	}
+	b.screenshot(t, "viewer-agents-raw-item.png")
+	b.checkNoProblems(t)
+}
+
+// TestViewerNamespacePicker: with tokens on, the picker lists the
+// namespaces the token may read (from GetServerInfo), opens the first when
+// the default one is not among them, and switches namespace; a token for
+// every namespace keeps the free field.
+func TestViewerNamespacePicker(t *testing.T) {
+	dir := t.TempDir()
+	toks := newTestTokens(t, dir)
+	twoNS, err := auth.AddToken(toks.file, "reader-ab", []string{nsA, nsB}, auth.RoleRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, base := startViewerDaemon(t, "--auth-tokens", toks.file)
+	ctx := withToken(testContext(t, 3*time.Minute), toks.admin)
+	c := d.client(t)
+	for _, ns := range []string{nsA, nsB} {
+		if _, err := c.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Namespace: ns, Title: "in " + ns}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	b := newBrowser(t)
+	b.run(t, "open the viewer", chromedp.Navigate(base+"/"))
+	b.waitFor(t, "the token prompt", `location.pathname === '/ui/' && document.getElementById('status').textContent.includes('needs a token')`)
+	b.run(t, "enter a token of two namespaces",
+		chromedp.SendKeys(chromedp.CSS("#token"), twoNS),
+		chromedp.Click(chromedp.CSS("#token-use")))
+	b.waitFor(t, "the first namespace of the token", `new URLSearchParams(location.search).get('namespace') === 'team-a' &&
+	  document.querySelector('table.sessions tbody tr')?.cells[0].textContent === 'in team-a' && !document.getElementById('ns-select').hidden`)
+	var picker struct {
+		Options         []string
+		Selected, State string
+		InputHidden     bool
+	}
+	const pickerJS = `(() => { const s = document.getElementById('ns-select'); return {
+	  options: [...s.options].map((o) => o.value), selected: s.value, state: document.getElementById('token-state').textContent,
+	  inputHidden: document.getElementById('ns').hidden}; })()`
+	b.eval(t, pickerJS, &picker)
+	if strings.Join(picker.Options, ",") != "team-a,team-b" || picker.Selected != "team-a" || !picker.InputHidden ||
+		picker.State != "token reader-ab (read: team-a, team-b)" {
+		t.Errorf("picker %+v; want team-a (selected) and team-b in place of the field, and the token's scope", picker)
+	}
+	b.screenshot(t, "viewer-namespace-picker.png")
+	var ok bool
+	b.eval(t, `(() => { const s = document.getElementById('ns-select'); s.value = 'team-b'; s.dispatchEvent(new Event('change')); return true; })()`, &ok)
+	b.waitFor(t, "the other namespace", `new URLSearchParams(location.search).get('namespace') === 'team-b' &&
+	  document.querySelector('table.sessions tbody tr')?.cells[0].textContent === 'in team-b' && document.getElementById('ns-select').value === 'team-b'`)
+
+	// A token for every namespace: the free field.
+	b.run(t, "enter the admin token",
+		chromedp.SendKeys(chromedp.CSS("#token"), toks.admin),
+		chromedp.Click(chromedp.CSS("#token-use")))
+	b.waitFor(t, "the free field", `document.getElementById('token-state').textContent === 'token ops (admin: every namespace)' &&
+	  document.getElementById('ns-select').hidden && !document.getElementById('ns').hidden`)
+	b.checkNoProblems(t)
 }

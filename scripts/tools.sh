@@ -8,7 +8,8 @@
 #   - Debian's python3-grpcio and python3-grpc-tools (the Python client
 #     tests and scripts/gen-python.sh), systemd (systemd-analyze checks
 #     packaging/sessiond.service), chromium (the viewer's browser tests
-#     drive it headless), curl (the README's HTTP walkthrough) and, when
+#     drive it headless), curl (the README's HTTP walkthrough), prometheus
+#     (promtool checks packaging/prometheus's alert rules) and, when
 #     missing, postgresql (the tests' private server, scripts/postgres.sh),
 #     with apt-get;
 #   - Node.js and npm if missing (apt-get), then the Node.js client's
@@ -99,6 +100,8 @@ apt_install() {
 	if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
 		apt_packages+=(nodejs npm)
 	fi
+	# promtool checks packaging/prometheus's alert rules.
+	apt_packages+=(prometheus)
 	# The tests' private PostgreSQL (scripts/postgres.sh, which would install
 	# it too, but only later, when the test check starts).
 	if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then

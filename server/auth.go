@@ -151,7 +151,18 @@ func (a *Authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	if err := a.permit(ctx, info.FullMethod, rule, &tok, ns); err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	return handler(context.WithValue(ctx, callerTokenKey{}, tok), req)
+}
+
+// callerTokenKey keys the token of a unary call in its context, for
+// GetServerInfo to report.
+type callerTokenKey struct{}
+
+// callerToken returns the token the unary call in ctx presented, if the
+// Authorizer checked one.
+func callerToken(ctx context.Context) (auth.Token, bool) {
+	tok, ok := ctx.Value(callerTokenKey{}).(auth.Token)
+	return tok, ok
 }
 
 func (a *Authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/auth"
@@ -134,6 +136,45 @@ func TestAuthorizerStreamNamespace(t *testing.T) {
 		if _, err := hs.client.GetServerInfo(ctx, &sessiondv1.GetServerInfoRequest{}); err != nil {
 			t.Errorf("authorization %q: %v", v, err)
 		}
+	}
+}
+
+// GetServerInfo tells a caller its own token's scope (the viewer's
+// namespace picker lists it), and nothing of other tokens; without tokens
+// it reports none.
+func TestServerInfoReportsCallerToken(t *testing.T) {
+	tokens := map[string]string{ // secret -> entry
+		"sessiond_test-reader": `{"name": "reader", "namespaces": ["team-b", "", "team-a"], "role": "read"}`,
+		"sessiond_test-ops":    `{"name": "ops", "namespaces": ["*", "team-a"], "role": "admin"}`,
+	}
+	var entries []string
+	for secret, e := range tokens {
+		h := auth.HashSecret(secret)
+		entries = append(entries, strings.Replace(e, "{", `{"sha256": "`+hex.EncodeToString(h[:])+`", `, 1))
+	}
+	set, err := auth.Parse([]byte(`{"tokens": [` + strings.Join(entries, ",") + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := newHarness(t, harnessConfig{grpcOpts: NewAuthorizer(set, nil).ServerOptions()})
+	for secret, want := range map[string]*sessiondv1.TokenAccess{
+		"sessiond_test-reader": {Name: "reader", Role: "read", Namespaces: []string{"team-b", "", "team-a"}},
+		"sessiond_test-ops":    {Name: "ops", Role: "admin", Namespaces: []string{"team-a"}, AllNamespaces: true},
+	} {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+secret)
+		info, err := hs.client.GetServerInfo(ctx, &sessiondv1.GetServerInfoRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, info.GetToken(), protocmp.Transform()); diff != "" {
+			t.Errorf("GetServerInfo with %s's token: token (-want +got):\n%s", want.GetName(), diff)
+		}
+	}
+
+	open := newHarness(t, harnessConfig{})
+	info, err := open.client.GetServerInfo(t.Context(), &sessiondv1.GetServerInfoRequest{})
+	if err != nil || info.Token != nil {
+		t.Errorf("GetServerInfo without tokens: token %v, %v; want none", info.GetToken(), err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/internal/auth"
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -138,10 +139,24 @@ func (s *Server) RewindSession(ctx context.Context, req *sessiondv1.RewindSessio
 }
 
 // GetServerInfo implements SessionStoreService.
-func (s *Server) GetServerInfo(context.Context, *sessiondv1.GetServerInfoRequest) (*sessiondv1.GetServerInfoResponse, error) {
-	return &sessiondv1.GetServerInfoResponse{
+func (s *Server) GetServerInfo(ctx context.Context, _ *sessiondv1.GetServerInfoRequest) (*sessiondv1.GetServerInfoResponse, error) {
+	resp := &sessiondv1.GetServerInfoResponse{
 		Version: s.version,
 		Backend: s.backend,
 		Limits:  s.limits.Proto(),
-	}, nil
+	}
+	// The caller's own scope, so that a client (the viewer's namespace
+	// picker) can offer the namespaces it may use.
+	if tok, ok := callerToken(ctx); ok {
+		access := &sessiondv1.TokenAccess{Name: tok.Name, Role: tok.Role.String()}
+		for _, ns := range tok.Namespaces {
+			if ns == auth.AllNamespaces {
+				access.AllNamespaces = true
+			} else {
+				access.Namespaces = append(access.Namespaces, ns)
+			}
+		}
+		resp.Token = access
+	}
+	return resp, nil
 }

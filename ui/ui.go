@@ -15,6 +15,10 @@
 //	                        the watch (Server-Sent Events)
 //	/ui/static/{file}       the viewer's scripts and stylesheet
 //
+// The namespace picker offers the namespaces the person's token may read,
+// as GetServerInfo (/v1/info) reports them; with no tokens, or a token for
+// every namespace, it is a free field.
+//
 // The pages hold no stored data: the browser fetches it from /v1/, so the
 // viewer needs no access of its own and reads with whatever token the
 // person supplies (the page keeps it in the tab's sessionStorage and sends

@@ -187,7 +187,11 @@ func (hs *httpSide) start(ctx context.Context, cfg *config, sec *security, srv *
 			hs.serveErr <- fmt.Errorf("serve HTTP on %s: %w", hs.lis.display, err)
 		}
 	}()
-	log.Info("serving JSON over HTTP", zap.String("http_addr", hs.lis.display), zap.Bool("tls", sec.certs != nil))
+	fields := []zap.Field{zap.String("http_addr", hs.lis.display), zap.Bool("tls", sec.certs != nil)}
+	if u := viewerURL(hs.lis.display, sec.certs != nil); u != "" {
+		fields = append(fields, zap.String("viewer_url", u))
+	}
+	log.Info("serving JSON over HTTP", fields...)
 	if hs.exposureWarning != "" {
 		log.Warn(hs.exposureWarning, zap.String("http_addr", hs.lis.display))
 	}

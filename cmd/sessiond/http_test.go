@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -88,6 +89,59 @@ func TestHTTPListenConfig(t *testing.T) {
 	} {
 		if _, err := parseConfig(args, env(map[string]string{"HOME": t.TempDir()}), io.Discard); err == nil || !strings.Contains(err.Error(), "--http-listen") {
 			t.Errorf("%v: %v, want a usage error naming --http-listen", args, err)
+		}
+	}
+}
+
+// TestHTTPListenLeadsToViewer: on a TCP --http-listen the start-up log
+// names the viewer's URL, which serves the viewer, and the listener's root
+// redirects to it; a unix socket logs no URL.
+func TestHTTPListenLeadsToViewer(t *testing.T) {
+	d := start(t, "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--http-listen", "127.0.0.1:0")
+	addr := httpAddrOf(t, d)
+	var viewer string
+	sc := bufio.NewScanner(strings.NewReader(d.stderr.String()))
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "serving JSON over HTTP" {
+			viewer, _ = line["viewer_url"].(string)
+		}
+	}
+	if want := "http://" + addr + "/ui/"; viewer != want {
+		t.Fatalf("viewer_url %q, want %q", viewer, want)
+	}
+	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if code, body := get(t, c, viewer); code != 200 || !strings.Contains(body, "/ui/static/app.js") {
+		t.Errorf("GET %s: %d %.80q, want the viewer's page", viewer, code, body)
+	}
+	resp, err := c.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
+		t.Errorf("GET /: %d Location %q, want 302 to /ui/", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	// Only the root itself: another path is still not found.
+	if code, _ := get(t, c, "http://"+addr+"/nope"); code != http.StatusNotFound {
+		t.Errorf("GET /nope: %d, want 404", code)
+	}
+}
+
+func TestViewerURL(t *testing.T) {
+	host, _ := os.Hostname()
+	for _, tc := range []struct {
+		addr string
+		tls  bool
+		want string
+	}{
+		{"127.0.0.1:7438", false, "http://127.0.0.1:7438/ui/"},
+		{"[::1]:7438", true, "https://[::1]:7438/ui/"},
+		{"0.0.0.0:7438", true, "https://" + net.JoinHostPort(host, "7438") + "/ui/"},
+		{"unix:/run/sessiond/http.sock", false, ""},
+	} {
+		if got := viewerURL(tc.addr, tc.tls); got != tc.want {
+			t.Errorf("viewerURL(%q, %v) = %q, want %q", tc.addr, tc.tls, got, tc.want)
 		}
 	}
 }

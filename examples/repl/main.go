@@ -1,10 +1,13 @@
 // Command repl is sessiond's reference chat REPL: a small conversation loop
-// whose every turn is kept by sessiond through the Go SDK, with a stand-in
-// assistant (it echoes) instead of a model, so that it runs anywhere.
+// whose every turn is kept by sessiond through the Go SDK. It talks to any
+// OpenAI-compatible chat completions endpoint (OpenAI, a llama.cpp or vLLM
+// server, Ollama); without one, a stand-in assistant echoes, so that it
+// runs anywhere.
 //
 // Usage:
 //
 //	repl [--addr 127.0.0.1:7437] [--session ID|ALIAS] [--namespace NS] [--autosave 5m]
+//	     [--openai-base-url URL --model NAME]
 //
 //	     [--spool-dir DIR | --no-spool] [--history-file FILE]
 //	     [--token SECRET] [--tls | --tls-ca FILE] [--tls-cert FILE --tls-key FILE]
@@ -13,6 +16,17 @@
 // every call; --tls-ca (or --tls, trusting the system's CAs) connects with
 // TLS, and --tls-cert and --tls-key present a client certificate for mutual
 // TLS. The resume command repeats the TLS flags, never the token.
+//
+// With --openai-base-url (such as https://api.openai.com/v1, or
+// http://127.0.0.1:11434/v1 for Ollama) each line is sent with the
+// conversation so far to URL/chat/completions as --model, with
+// $OPENAI_API_KEY as the bearer token when set. The answer streams to the
+// terminal (server-sent events) and is stored with the model and token
+// usage the endpoint reports (stream_options.include_usage), and its
+// reasoning text when the server streams one. The model is offered no
+// tools. A request that fails stores nothing; Ctrl-C during an answer
+// stops it, and what was shown is kept, marked finish_reason
+// "interrupted".
 //
 // Type a line to chat. Commands: /sessions, /save, /load ID|ALIAS, /reset,
 // /fork, /undo, /help, /quit. /quit, Ctrl-D and Ctrl-C on an empty line save

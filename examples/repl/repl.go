@@ -61,7 +61,8 @@ type repl struct {
 	out        io.Writer // stdout, safe for concurrent use
 	errOut     io.Writer // stderr, safe for concurrent use
 	interrupts <-chan os.Signal
-	resumeTLS  string // TLS flags for the resume command
+	resumeTLS  string     // TLS flags for the resume command
+	model      *chatModel // nil: the echoing stand-in answers
 }
 
 // lockedWriter serialises writes, since auto-save reports from its own
@@ -96,6 +97,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	spoolDir := fs.String("spool-dir", defSpool, "keep unsaved turns in this folder until sessiond has them (\"\" or --no-spool: off)")
 	noSpool := fs.Bool("no-spool", false, "keep unsaved turns in memory only")
 	history := fs.String("history-file", defHistory, "line-editing history on a terminal (\"\": none)")
+	baseURL := fs.String("openai-base-url", "", "answer with the model of this OpenAI-compatible chat completions endpoint, such as https://api.openai.com/v1 or http://127.0.0.1:8080/v1 (API key from $OPENAI_API_KEY); empty: echo")
+	modelName := fs.String("model", "", "the model to ask (with --openai-base-url)")
 	sec := addSecurityFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -114,6 +117,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return errUsage
 	}
 	r := &repl{addr: *addr, ns: *ns, interrupts: interrupts, resumeTLS: sec.resumeFlags()}
+	if *baseURL != "" {
+		if r.model, err = newChatModel(*baseURL, os.Getenv("OPENAI_API_KEY"), *modelName); err != nil {
+			fmt.Fprintf(stderr, "repl: %v\n", err)
+			return errUsage
+		}
+	} else if *modelName != "" {
+		fmt.Fprintln(stderr, "repl: --model needs --openai-base-url (without it the REPL echoes)")
+		return errUsage
+	}
 	if !*noSpool && *spoolDir != "" {
 		r.spoolDir = *spoolDir
 		if *spoolDir != defSpool {
@@ -330,7 +342,7 @@ func (r *repl) handle(ctx context.Context, line string) (done bool, err error) {
 		return false, nil
 	}
 	if !strings.HasPrefix(line, "/") {
-		return false, r.chat(line)
+		return false, r.chat(ctx, line)
 	}
 	cmd, arg, _ := strings.Cut(line, " ")
 	arg = strings.TrimSpace(arg)
@@ -375,19 +387,52 @@ func (r *repl) handle(ctx context.Context, line string) (done bool, err error) {
 	return false, nil
 }
 
-// chat appends the user's turn and the stand-in assistant's answer.
-func (r *repl) chat(text string) error {
-	reply := assistant(text)
-	err := r.h.Append(
-		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: text},
-		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT, Content: reply,
-			Metadata: map[string]string{"model": "echo"}},
-	)
-	if err != nil {
+// chat answers the user's line, with the model when there is one (its
+// answer streamed to the terminal), and appends the turn.
+func (r *repl) chat(ctx context.Context, text string) error {
+	user := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: text}
+	if r.model == nil {
+		reply := assistant(text)
+		if err := r.h.Append(user, &sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT, Content: reply,
+			Metadata: map[string]string{"model": "echo"}}); err != nil {
+			return err
+		}
+		fmt.Fprintf(r.out, "assistant: %s\n", reply)
+		return nil
+	}
+	shown := &prefixWriter{w: r.out, prefix: "assistant: "}
+	rep, err := r.model.stream(ctx, append(r.h.Messages(), user), shown)
+	if shown.started {
+		fmt.Fprintln(r.out)
+	}
+	if err != nil && (rep == nil || rep.content == "") {
+		// Nothing was answered: the line is not kept, and can be sent again.
 		return err
 	}
-	fmt.Fprintf(r.out, "assistant: %s\n", reply)
-	return nil
+	// An answer cut short by Ctrl-C is kept as far as it was shown,
+	// marked finish_reason "interrupted".
+	if aerr := r.h.Append(user, rep.message()); aerr != nil {
+		return aerr
+	}
+	return err
+}
+
+// prefixWriter writes prefix before the first bytes, so that an answer
+// that never comes leaves no empty "assistant:" line.
+type prefixWriter struct {
+	w       io.Writer
+	prefix  string
+	started bool
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	if !p.started && len(b) > 0 {
+		p.started = true
+		if _, err := io.WriteString(p.w, p.prefix); err != nil {
+			return 0, err
+		}
+	}
+	return p.w.Write(b)
 }
 
 // assistant is the stand-in model: it echoes.
@@ -528,6 +573,9 @@ func (r *repl) resumeCommand() string {
 	}
 	if r.spoolFlag != "" {
 		cmd += " --spool-dir " + shellQuote(r.spoolFlag)
+	}
+	if r.model != nil {
+		cmd += " --openai-base-url " + shellQuote(strings.TrimSuffix(r.model.endpoint, "/chat/completions")) + " --model " + shellQuote(r.model.model)
 	}
 	return cmd + r.resumeTLS
 }

@@ -146,9 +146,9 @@ function token() {
 function setupToken() {
   const form = document.getElementById('token-form');
   const input = document.getElementById('token');
-  const state = document.getElementById('token-state');
   const show = () => {
-    state.textContent = token() ? 'token set for this tab' : 'no token';
+    showAccess(null);
+    refreshAccess();
   };
   show();
   form.addEventListener('submit', (e) => {
@@ -169,6 +169,62 @@ function setupToken() {
     show();
     route();
   });
+}
+
+// ---- the namespace picker
+
+// refreshAccess asks the daemon what the token may read (GetServerInfo's
+// token: its name, role and namespaces; none when the daemon checks no
+// tokens) and fits the picker to it: a list of the token's namespaces when
+// it names them all, else a free field (with the names it knows offered).
+async function refreshAccess() {
+  let access = null;
+  try {
+    const info = await (await apiFetch('/v1/info')).json();
+    const tok = field(info, 'token');
+    access = tok
+      ? { name: field(tok, 'name') || '', role: field(tok, 'role') || '', namespaces: field(tok, 'namespaces') || [], all: !!field(tok, 'all_namespaces') }
+      : { open: true, namespaces: [], all: true };
+  } catch {
+    // No token yet, or a refused one: the page says so where it loads.
+  }
+  showAccess(access);
+  if (access && !access.all && access.namespaces.length && !params().has('namespace') && !access.namespaces.includes('')) {
+    // The default namespace is not the token's: open its first one.
+    location.replace(listURL(access.namespaces[0]));
+  }
+}
+
+function nsLabel(ns) {
+  return ns === '' ? '(default)' : ns;
+}
+
+function showAccess(access) {
+  const input = document.getElementById('ns');
+  const select = document.getElementById('ns-select');
+  const open = document.getElementById('ns-open');
+  const state = document.getElementById('token-state');
+  const restricted = !!access && !access.all && access.namespaces.length > 0;
+  if (!token()) {
+    state.textContent = 'no token';
+  } else if (!access) {
+    state.textContent = 'token set for this tab';
+  } else {
+    state.textContent =
+      'token ' + access.name + ' (' + access.role + ': ' + (access.all ? 'every namespace' : access.namespaces.map(nsLabel).join(', ')) + ')';
+  }
+  const names = access ? access.namespaces : [];
+  document.getElementById('ns-known').replaceChildren(...names.map((ns) => h('option', { value: ns })));
+  if (restricted) {
+    const current = namespace();
+    const options = names.includes(current) ? names : [current, ...names];
+    select.replaceChildren(
+      ...options.map((ns) => h('option', { value: ns, text: nsLabel(ns) + (names.includes(ns) ? '' : ' (not the token\'s)'), selected: ns === current })),
+    );
+  }
+  select.hidden = !restricted;
+  input.hidden = restricted;
+  open.hidden = restricted;
 }
 
 // ---- the API
@@ -367,7 +423,9 @@ class ListView {
     }
     const rows = flat.map((hit) => {
       const s = field(hit, 'session');
-      const idx = Number(field(hit, 'message_index') ?? -1);
+      // proto3 JSON leaves out zero: no message_index is message 0, and
+      // a hit outside the messages says -1.
+      const idx = Number(field(hit, 'message_index') ?? 0);
       const where = idx >= 0 ? 'message ' + (idx + 1) : 'title, alias or summary';
       return h(
         'tr',
@@ -396,24 +454,70 @@ function listURL(ns, extra) {
 }
 
 function sessionTable(sessions, ns) {
-  const rows = sessions.map((s) =>
-    h(
+  const rows = sessions.map((s) => {
+    const usage = field(s, 'usage');
+    const models = field(s, 'models') || [];
+    return h(
       'tr',
-      null,
-      h('td', null, h('a', { href: sessionURL(field(s, 'id'), ns), text: field(s, 'title') || '(untitled)' })),
-      h('td', { text: field(s, 'alias') || '' }),
+      { dataset: { id: field(s, 'id') } },
+      h('td', { class: 'title' }, h('a', { href: sessionURL(field(s, 'id'), ns), title: field(s, 'id'), text: field(s, 'title') || '(untitled)' })),
+      h('td', { class: 'alias', text: field(s, 'alias') || '' }),
       h('td', { class: 'num', text: String(field(s, 'message_count') || 0) }),
-      h('td', { text: fmtTime(field(s, 'updated_at')) }),
+      h('td', { class: 'models' }, models.map((m) => h('span', { class: 'model', text: m }))),
+      h('td', { class: 'num tokens', title: usage ? usageText(usage) : 'no usage recorded' }, usage ? fmtCount(field(usage, 'input_tokens')) + ' / ' + fmtCount(field(usage, 'output_tokens')) : ''),
+      h('td', null, timeAgo(field(s, 'updated_at'))),
       h('td', null, chips(field(s, 'labels'))),
-      h('td', { class: 'id', text: field(s, 'id') }),
-    ),
-  );
+    );
+  });
   return h(
     'table',
     { class: 'sessions' },
-    h('thead', null, h('tr', null, ['title', 'alias', 'messages', 'updated', 'labels', 'id'].map((t) => h('th', { text: t })))),
+    h('thead', null, h('tr', null, ['title', 'alias', 'messages', 'models', 'tokens in / out', 'updated', 'labels'].map((t) => h('th', { text: t })))),
     h('tbody', null, rows),
   );
+}
+
+// fmtCount prints a token count briefly: 950, 12.3k, 4.1M (int64 counts
+// arrive as strings).
+function fmtCount(v) {
+  const n = Number(v || 0);
+  if (n < 1000) {
+    return String(n);
+  }
+  const [div, unit] = n < 1e6 ? [1e3, 'k'] : n < 1e9 ? [1e6, 'M'] : [1e9, 'G'];
+  return (n / div).toFixed(n / div < 100 ? 1 : 0).replace(/\.0$/, '') + unit;
+}
+
+// timeAgo is a <time> saying how long ago ts was, the exact time on hover.
+function timeAgo(ts) {
+  const d = ts ? new Date(ts) : null;
+  if (!d || isNaN(d)) {
+    return ts ? String(ts) : '';
+  }
+  return h('time', { datetime: d.toISOString(), title: fmtTime(ts), text: relativeTime(d, Date.now()) });
+}
+
+const TIME_UNITS = [
+  ['year', 365 * 86400],
+  ['month', 30 * 86400],
+  ['week', 7 * 86400],
+  ['day', 86400],
+  ['hour', 3600],
+  ['minute', 60],
+];
+
+// relativeTime says how far d is from now in the largest whole unit.
+function relativeTime(d, now) {
+  const secs = Math.round((now - d.getTime()) / 1000);
+  const abs = Math.abs(secs);
+  for (const [unit, size] of TIME_UNITS) {
+    if (abs >= size) {
+      const n = Math.floor(abs / size);
+      const text = n + ' ' + unit + (n === 1 ? '' : 's');
+      return secs >= 0 ? text + ' ago' : 'in ' + text;
+    }
+  }
+  return 'just now';
 }
 
 function chips(map) {
@@ -481,8 +585,12 @@ class SessionView {
     try {
       await this.load();
       setStatus('');
-      if (location.hash) {
-        document.getElementById(location.hash.slice(1))?.scrollIntoView();
+      // The messages came after the navigation, so the browser has not
+      // scrolled to the one the address names, nor marked it :target.
+      const target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
+      if (target) {
+        target.classList.add('target');
+        target.scrollIntoView();
       }
     } catch (err) {
       if (err.name !== 'AbortError') {
@@ -554,13 +662,16 @@ class SessionView {
     );
     const summary = field(s, 'summary');
     const meta = dl(field(s, 'metadata'));
+    // replaceChildren prints null as text: leave absent parts out.
     this.header.replaceChildren(
-      h('h1', { id: 'title', text: title }),
-      factList,
-      h('div', { class: 'labels' }, chips(field(s, 'labels'))),
-      summary ? h('details', { class: 'summary', open: true }, h('summary', { text: 'Summary' }), h('div', { class: 'md' }, renderMarkdown(summary))) : null,
-      meta ? h('details', { class: 'metadata', open: true }, h('summary', { text: 'Metadata' }), meta) : null,
-      h('p', { id: 'open-calls', class: 'open-calls' }),
+      ...[
+        h('h1', { id: 'title', text: title }),
+        factList,
+        h('div', { class: 'labels' }, chips(field(s, 'labels'))),
+        summary ? h('details', { class: 'summary', open: true }, h('summary', { text: 'Summary' }), h('div', { class: 'md' }, renderMarkdown(summary))) : null,
+        meta ? h('details', { class: 'metadata', open: true }, h('summary', { text: 'Metadata' }), meta) : null,
+        h('p', { id: 'open-calls', class: 'open-calls' }),
+      ].filter(Boolean),
     );
   }
 
@@ -568,11 +679,13 @@ class SessionView {
     const index = this.messages.length;
     this.messages.push(m);
     const role = roleOf(m);
+    const agents = agentsItem(m);
     const item = h('li', { id: 'm-' + index, class: 'msg role-' + roleLabel(role), dataset: { role: roleLabel(role), index: String(index) } });
     const head = h(
       'header',
       null,
       h('span', { class: 'role', text: roleLabel(role) }),
+      agents && agents.type !== 'message' ? h('span', { class: 'item-type', text: agents.type }) : null,
       field(m, 'name') ? h('span', { class: 'name', text: field(m, 'name') }) : null,
       field(m, 'model') ? h('span', { class: 'model', text: field(m, 'model') }) : null,
       usageText(field(m, 'usage')) ? h('span', { class: 'usage', text: usageText(field(m, 'usage')) }) : null,
@@ -604,6 +717,7 @@ class SessionView {
 
   renderBody(m) {
     const body = h('div', { class: 'body' });
+    const item = agentsItem(m);
     const reasoning = field(m, 'reasoning');
     if (reasoning && field(reasoning, 'text')) {
       body.append(h('details', { class: 'reasoning' }, h('summary', { text: 'Reasoning' }), h('div', { class: 'md' }, renderMarkdown(field(reasoning, 'text')))));
@@ -612,10 +726,23 @@ class SessionView {
     if (content) {
       body.append(roleOf(m) === 'ROLE_TOOL' ? h('pre', { class: 'tool-output', text: prettyJSON(content) }) : h('div', { class: 'md' }, renderMarkdown(content)));
     }
-    for (const part of field(m, 'parts') || []) {
+    // An agents item kept whole as JSON is parts[0]: shown under "Raw
+    // item", not as the message's content.
+    const allParts = field(m, 'parts') || [];
+    const parts = item && item.raw !== undefined ? allParts.slice(1) : allParts;
+    for (const part of parts) {
       body.append(renderPart(part));
     }
-    const meta = dl(field(m, 'metadata'));
+    if (item) {
+      if (!content && !(reasoning && field(reasoning, 'text')) && !(field(m, 'tool_calls') || []).length && parts.length === 0) {
+        body.append(h('p', { class: 'item-note', text: item.summary }));
+      }
+      body.append(
+        h('details', { class: 'raw-item' }, h('summary', { text: 'Raw item' }), h('pre', { class: 'json', text: item.raw !== undefined ? prettyJSON(item.raw) : JSON.stringify(m, null, 2) })),
+      );
+    }
+    const metadata = Object.fromEntries(Object.entries(field(m, 'metadata') || {}).filter(([k]) => !(item && k.startsWith(AGENTS_PREFIX))));
+    const meta = dl(metadata);
     if (meta) {
       body.append(h('details', { class: 'metadata' }, h('summary', { text: 'Metadata' }), meta));
     }
@@ -770,6 +897,39 @@ class SessionView {
   }
 }
 
+// Messages the OpenAI Agents adapters write (clients/node) name the item
+// they hold in their metadata: its type, and whether parts[0].json holds
+// the whole item ("json") or the typed fields do ("typed").
+const AGENTS_PREFIX = 'agents.';
+const AGENTS_TYPE = 'agents.item_type';
+const AGENTS_ENCODING = 'agents.item_encoding';
+
+// agentsItem describes m's agents item, or is null for other messages:
+// { type, raw (the item's JSON text, when kept whole), summary (one line
+// for an item no typed field shows) }.
+function agentsItem(m) {
+  const meta = field(m, 'metadata') || {};
+  const type = meta[AGENTS_TYPE];
+  if (!type) {
+    return null;
+  }
+  const first = (field(m, 'parts') || [])[0];
+  const raw = meta[AGENTS_ENCODING] === 'json' && first ? field(first, 'json') : undefined;
+  let summary = type.replace(/_/g, ' ');
+  if (raw !== undefined) {
+    try {
+      const it = JSON.parse(raw);
+      const extra = [it.name, it.status].filter((v) => typeof v === 'string' && v !== '');
+      if (extra.length) {
+        summary += ' (' + extra.join(', ') + ')';
+      }
+    } catch {
+      // the raw view shows it as it is
+    }
+  }
+  return { type, raw, summary };
+}
+
 function renderPart(part) {
   const text = field(part, 'text');
   if (text !== undefined) {
@@ -859,5 +1019,8 @@ setupToken();
 document.getElementById('ns-form').addEventListener('submit', (e) => {
   e.preventDefault();
   location.assign(listURL(document.getElementById('ns').value.trim()));
+});
+document.getElementById('ns-select').addEventListener('change', (e) => {
+  location.assign(listURL(e.target.value));
 });
 route();

@@ -2772,7 +2772,11 @@ type GetServerInfoResponse struct {
 	// The storage backend: "file" or "postgres".
 	Backend string `protobuf:"bytes,2,opt,name=backend,proto3" json:"backend,omitempty"`
 	// The limits the server enforces.
-	Limits        *ServerLimits `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *ServerLimits `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	// The token the call presented and what it may use, when the daemon
+	// checks tokens (--auth-tokens); unset when it does not, and every caller
+	// may use every namespace.
+	Token         *TokenAccess `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2826,6 +2830,87 @@ func (x *GetServerInfoResponse) GetLimits() *ServerLimits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *GetServerInfoResponse) GetToken() *TokenAccess {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+// What a bearer token may do, as the daemon's token file says.
+type TokenAccess struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its role: "read", "write" or "admin".
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// The namespaces it names, in the file's order: exact names, "" for the
+	// default namespace (never "*": see all_namespaces).
+	Namespaces []string `protobuf:"bytes,3,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// The token may use every namespace ("*" in the token file).
+	AllNamespaces bool `protobuf:"varint,4,opt,name=all_namespaces,json=allNamespaces,proto3" json:"all_namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenAccess) Reset() {
+	*x = TokenAccess{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenAccess) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenAccess) ProtoMessage() {}
+
+func (x *TokenAccess) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenAccess.ProtoReflect.Descriptor instead.
+func (*TokenAccess) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *TokenAccess) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TokenAccess) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *TokenAccess) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *TokenAccess) GetAllNamespaces() bool {
+	if x != nil {
+		return x.AllNamespaces
+	}
+	return false
 }
 
 var File_sessiond_v1_sessiond_proto protoreflect.FileDescriptor
@@ -3035,11 +3120,19 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x120\n" +
 	"\bmessages\x18\x03 \x03(\v2\x14.sessiond.v1.MessageR\bmessages\x12.\n" +
 	"\asession\x18\x04 \x01(\v2\x14.sessiond.v1.SessionR\asession\"\x16\n" +
-	"\x14GetServerInfoRequest\"~\n" +
+	"\x14GetServerInfoRequest\"\xae\x01\n" +
 	"\x15GetServerInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x121\n" +
-	"\x06limits\x18\x03 \x01(\v2\x19.sessiond.v1.ServerLimitsR\x06limits*_\n" +
+	"\x06limits\x18\x03 \x01(\v2\x19.sessiond.v1.ServerLimitsR\x06limits\x12.\n" +
+	"\x05token\x18\x04 \x01(\v2\x18.sessiond.v1.TokenAccessR\x05token\"|\n" +
+	"\vTokenAccess\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x03 \x03(\tR\n" +
+	"namespaces\x12%\n" +
+	"\x0eall_namespaces\x18\x04 \x01(\bR\rallNamespaces*_\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
@@ -3081,7 +3174,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(Role)(0),                      // 0: sessiond.v1.Role
 	(EventType)(0),                 // 1: sessiond.v1.EventType
@@ -3122,52 +3215,53 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*WatchSessionResponse)(nil),   // 36: sessiond.v1.WatchSessionResponse
 	(*GetServerInfoRequest)(nil),   // 37: sessiond.v1.GetServerInfoRequest
 	(*GetServerInfoResponse)(nil),  // 38: sessiond.v1.GetServerInfoResponse
-	nil,                            // 39: sessiond.v1.Message.MetadataEntry
-	nil,                            // 40: sessiond.v1.Session.MetadataEntry
-	nil,                            // 41: sessiond.v1.Session.LabelsEntry
-	nil,                            // 42: sessiond.v1.CreateSessionRequest.MetadataEntry
-	nil,                            // 43: sessiond.v1.CreateSessionRequest.LabelsEntry
-	nil,                            // 44: sessiond.v1.ListSessionsRequest.LabelsEntry
-	nil,                            // 45: sessiond.v1.SaveSessionHeader.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 47: google.protobuf.Duration
-	(*fieldmaskpb.FieldMask)(nil),  // 48: google.protobuf.FieldMask
+	(*TokenAccess)(nil),            // 39: sessiond.v1.TokenAccess
+	nil,                            // 40: sessiond.v1.Message.MetadataEntry
+	nil,                            // 41: sessiond.v1.Session.MetadataEntry
+	nil,                            // 42: sessiond.v1.Session.LabelsEntry
+	nil,                            // 43: sessiond.v1.CreateSessionRequest.MetadataEntry
+	nil,                            // 44: sessiond.v1.CreateSessionRequest.LabelsEntry
+	nil,                            // 45: sessiond.v1.ListSessionsRequest.LabelsEntry
+	nil,                            // 46: sessiond.v1.SaveSessionHeader.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 48: google.protobuf.Duration
+	(*fieldmaskpb.FieldMask)(nil),  // 49: google.protobuf.FieldMask
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	5,  // 0: sessiond.v1.ContentPart.blob:type_name -> sessiond.v1.Blob
 	0,  // 1: sessiond.v1.Message.role:type_name -> sessiond.v1.Role
 	6,  // 2: sessiond.v1.Message.parts:type_name -> sessiond.v1.ContentPart
 	2,  // 3: sessiond.v1.Message.tool_calls:type_name -> sessiond.v1.ToolCall
-	46, // 4: sessiond.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	39, // 5: sessiond.v1.Message.metadata:type_name -> sessiond.v1.Message.MetadataEntry
+	47, // 4: sessiond.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	40, // 5: sessiond.v1.Message.metadata:type_name -> sessiond.v1.Message.MetadataEntry
 	3,  // 6: sessiond.v1.Message.reasoning:type_name -> sessiond.v1.Reasoning
 	4,  // 7: sessiond.v1.Message.usage:type_name -> sessiond.v1.Usage
-	46, // 8: sessiond.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	46, // 9: sessiond.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 10: sessiond.v1.Session.metadata:type_name -> sessiond.v1.Session.MetadataEntry
-	41, // 11: sessiond.v1.Session.labels:type_name -> sessiond.v1.Session.LabelsEntry
+	47, // 8: sessiond.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	47, // 9: sessiond.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 10: sessiond.v1.Session.metadata:type_name -> sessiond.v1.Session.MetadataEntry
+	42, // 11: sessiond.v1.Session.labels:type_name -> sessiond.v1.Session.LabelsEntry
 	8,  // 12: sessiond.v1.Session.parent:type_name -> sessiond.v1.ForkOrigin
 	7,  // 13: sessiond.v1.Session.messages:type_name -> sessiond.v1.Message
 	4,  // 14: sessiond.v1.Session.usage:type_name -> sessiond.v1.Usage
-	47, // 15: sessiond.v1.Session.expire_after:type_name -> google.protobuf.Duration
-	42, // 16: sessiond.v1.CreateSessionRequest.metadata:type_name -> sessiond.v1.CreateSessionRequest.MetadataEntry
-	43, // 17: sessiond.v1.CreateSessionRequest.labels:type_name -> sessiond.v1.CreateSessionRequest.LabelsEntry
+	48, // 15: sessiond.v1.Session.expire_after:type_name -> google.protobuf.Duration
+	43, // 16: sessiond.v1.CreateSessionRequest.metadata:type_name -> sessiond.v1.CreateSessionRequest.MetadataEntry
+	44, // 17: sessiond.v1.CreateSessionRequest.labels:type_name -> sessiond.v1.CreateSessionRequest.LabelsEntry
 	7,  // 18: sessiond.v1.CreateSessionRequest.messages:type_name -> sessiond.v1.Message
-	46, // 19: sessiond.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
+	47, // 19: sessiond.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
 	8,  // 20: sessiond.v1.CreateSessionRequest.parent:type_name -> sessiond.v1.ForkOrigin
-	47, // 21: sessiond.v1.CreateSessionRequest.expire_after:type_name -> google.protobuf.Duration
+	48, // 21: sessiond.v1.CreateSessionRequest.expire_after:type_name -> google.protobuf.Duration
 	9,  // 22: sessiond.v1.CreateSessionResponse.session:type_name -> sessiond.v1.Session
 	10, // 23: sessiond.v1.GetSessionRequest.ref:type_name -> sessiond.v1.SessionRef
 	9,  // 24: sessiond.v1.GetSessionResponse.session:type_name -> sessiond.v1.Session
 	10, // 25: sessiond.v1.LoadSessionRequest.ref:type_name -> sessiond.v1.SessionRef
 	9,  // 26: sessiond.v1.LoadSessionResponse.session:type_name -> sessiond.v1.Session
 	7,  // 27: sessiond.v1.LoadSessionResponse.messages:type_name -> sessiond.v1.Message
-	44, // 28: sessiond.v1.ListSessionsRequest.labels:type_name -> sessiond.v1.ListSessionsRequest.LabelsEntry
-	46, // 29: sessiond.v1.ListSessionsRequest.updated_after:type_name -> google.protobuf.Timestamp
-	46, // 30: sessiond.v1.ListSessionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	45, // 28: sessiond.v1.ListSessionsRequest.labels:type_name -> sessiond.v1.ListSessionsRequest.LabelsEntry
+	47, // 29: sessiond.v1.ListSessionsRequest.updated_after:type_name -> google.protobuf.Timestamp
+	47, // 30: sessiond.v1.ListSessionsRequest.updated_before:type_name -> google.protobuf.Timestamp
 	9,  // 31: sessiond.v1.ListSessionsResponse.session:type_name -> sessiond.v1.Session
 	10, // 32: sessiond.v1.SaveSessionHeader.ref:type_name -> sessiond.v1.SessionRef
-	45, // 33: sessiond.v1.SaveSessionHeader.metadata:type_name -> sessiond.v1.SaveSessionHeader.MetadataEntry
+	46, // 33: sessiond.v1.SaveSessionHeader.metadata:type_name -> sessiond.v1.SaveSessionHeader.MetadataEntry
 	20, // 34: sessiond.v1.SaveSessionRequest.header:type_name -> sessiond.v1.SaveSessionHeader
 	7,  // 35: sessiond.v1.SaveSessionRequest.messages:type_name -> sessiond.v1.Message
 	9,  // 36: sessiond.v1.SaveSessionResponse.session:type_name -> sessiond.v1.Session
@@ -3175,7 +3269,7 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	7,  // 38: sessiond.v1.AppendMessagesRequest.messages:type_name -> sessiond.v1.Message
 	10, // 39: sessiond.v1.UpdateSessionRequest.ref:type_name -> sessiond.v1.SessionRef
 	9,  // 40: sessiond.v1.UpdateSessionRequest.session:type_name -> sessiond.v1.Session
-	48, // 41: sessiond.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	49, // 41: sessiond.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
 	9,  // 42: sessiond.v1.UpdateSessionResponse.session:type_name -> sessiond.v1.Session
 	10, // 43: sessiond.v1.DeleteSessionRequest.ref:type_name -> sessiond.v1.SessionRef
 	10, // 44: sessiond.v1.ForkSessionRequest.ref:type_name -> sessiond.v1.SessionRef
@@ -3188,37 +3282,38 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	7,  // 51: sessiond.v1.WatchSessionResponse.messages:type_name -> sessiond.v1.Message
 	9,  // 52: sessiond.v1.WatchSessionResponse.session:type_name -> sessiond.v1.Session
 	11, // 53: sessiond.v1.GetServerInfoResponse.limits:type_name -> sessiond.v1.ServerLimits
-	12, // 54: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
-	14, // 55: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	16, // 56: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
-	18, // 57: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	21, // 58: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
-	23, // 59: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
-	25, // 60: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
-	27, // 61: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
-	29, // 62: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
-	31, // 63: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
-	33, // 64: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
-	35, // 65: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
-	37, // 66: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
-	13, // 67: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
-	15, // 68: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
-	17, // 69: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
-	19, // 70: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	22, // 71: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
-	24, // 72: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
-	26, // 73: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
-	28, // 74: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
-	30, // 75: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
-	32, // 76: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
-	34, // 77: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
-	36, // 78: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
-	38, // 79: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
-	67, // [67:80] is the sub-list for method output_type
-	54, // [54:67] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	39, // 54: sessiond.v1.GetServerInfoResponse.token:type_name -> sessiond.v1.TokenAccess
+	12, // 55: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
+	14, // 56: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	16, // 57: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
+	18, // 58: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	21, // 59: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
+	23, // 60: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
+	25, // 61: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
+	27, // 62: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
+	29, // 63: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
+	31, // 64: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
+	33, // 65: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
+	35, // 66: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
+	37, // 67: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
+	13, // 68: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
+	15, // 69: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
+	17, // 70: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
+	19, // 71: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	22, // 72: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
+	24, // 73: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
+	26, // 74: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
+	28, // 75: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
+	30, // 76: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
+	32, // 77: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
+	34, // 78: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
+	36, // 79: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
+	38, // 80: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
+	68, // [68:81] is the sub-list for method output_type
+	55, // [55:68] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -3241,7 +3336,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   44,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sessiond/sessiond/client"
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+)
+
+// fakeModel is an OpenAI-compatible chat completions endpoint that streams
+// its answers as server-sent events, one word a chunk, and records the
+// requests it got.
+type fakeModel struct {
+	mu       sync.Mutex
+	requests []chatRequest
+	auth     []string
+	answers  []string // the answer to each request, in turn; "!401" answers 401
+}
+
+func (f *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+		http.Error(w, "no route "+r.Method+" "+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	var req chatRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	n := len(f.requests)
+	f.requests = append(f.requests, req)
+	f.auth = append(f.auth, r.Header.Get("Authorization"))
+	answer := f.answers[n%len(f.answers)]
+	f.mu.Unlock()
+	if answer == "!401" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		_, _ = fmt.Fprintf(w, "data: %s\n\n", b)
+		w.(http.Flusher).Flush()
+	}
+	_, _ = io.WriteString(w, ": keep-alive comment\n\n")
+	send(map[string]any{"model": "fake-model-0613", "choices": []any{map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""}}}})
+	send(map[string]any{"model": "fake-model-0613", "choices": []any{map[string]any{"index": 0, "delta": map[string]any{"reasoning_content": "thinking about " + req.Messages[len(req.Messages)-1].Content}}}})
+	for i, word := range strings.SplitAfter(answer, " ") {
+		send(map[string]any{"model": "fake-model-0613", "choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": word}}}, "usage": nil})
+		if i == 0 {
+			time.Sleep(20 * time.Millisecond) // a real stream: the answer arrives in pieces
+		}
+	}
+	send(map[string]any{"model": "fake-model-0613", "choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": "stop"}}})
+	send(map[string]any{"model": "fake-model-0613", "choices": []any{}, "usage": map[string]any{
+		"prompt_tokens": 10 * (n + 1), "completion_tokens": len(strings.Fields(answer)),
+		"prompt_tokens_details":     map[string]any{"cached_tokens": 4},
+		"completion_tokens_details": map[string]any{"reasoning_tokens": 2},
+	}})
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
+}
+
+// TestChatWithModel runs the REPL against a fake endpoint: each answer is
+// streamed to the terminal and stored with the model and usage the
+// endpoint reported; each request carries the whole conversation, the API
+// key and stream_options.include_usage; a refused request stores nothing
+// and says why; the resume command keeps talking to the model.
+func TestChatWithModel(t *testing.T) {
+	srv := loopbackServer(t)
+	fake := &fakeModel{answers: []string{"Hello there, human.", "!401", "Second answer."}}
+	endpoint := httptest.NewServer(fake)
+	t.Cleanup(endpoint.Close)
+	t.Setenv("OPENAI_API_KEY", "sk-test-key")
+
+	args := []string{"--addr", srv.Addr(), "--openai-base-url", endpoint.URL + "/v1/", "--model", "fake-model", "--autosave", "0"}
+	out, errOut := runREPL(t, args, "hello\nrefused line\nagain\n/quit\n")
+	t.Logf("transcript:\n$ OPENAI_API_KEY=sk-test-key repl %s\n%s%s", strings.Join(args, " "), out, errOut)
+
+	for _, want := range []string{"assistant: Hello there, human.\n", "assistant: Second answer.\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "assistant: \n") {
+		t.Errorf("the refused line left an empty answer:\n%s", out)
+	}
+	if want := "error: model at " + endpoint.URL + "/v1/chat/completions: 401 Unauthorized: Incorrect API key provided\n"; !strings.Contains(errOut, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errOut)
+	}
+	ra := resumeArgs(t, out)
+	if want := []string{"--openai-base-url", endpoint.URL + "/v1", "--model", "fake-model"}; !slices.Equal(ra[len(ra)-4:], want) {
+		t.Errorf("resume args %q, want them to end with %q", ra, want)
+	}
+
+	// What the endpoint was asked: the conversation so far, the refused
+	// line not in it, with the key and the usage option.
+	fake.mu.Lock()
+	reqs, auth := fake.requests, fake.auth
+	fake.mu.Unlock()
+	if len(reqs) != 3 {
+		t.Fatalf("%d requests, want 3", len(reqs))
+	}
+	wantLast := []chatMessage{{"user", "hello"}, {"assistant", "Hello there, human."}, {"user", "again"}}
+	if diff := cmp.Diff(wantLast, reqs[2].Messages); diff != "" {
+		t.Errorf("third request's messages (-want +got):\n%s", diff)
+	}
+	for i, r := range reqs {
+		if r.Model != "fake-model" || !r.Stream || !r.StreamOptions.IncludeUsage || auth[i] != "Bearer sk-test-key" {
+			t.Errorf("request %d: model %q, stream %v, include_usage %v, Authorization %q", i, r.Model, r.Stream, r.StreamOptions.IncludeUsage, auth[i])
+		}
+	}
+
+	// What sessiond holds.
+	id := regexp.MustCompile(`new session (\S+);`).FindStringSubmatch(out)
+	if id == nil {
+		t.Fatalf("no new session line:\n%s", out)
+	}
+	c, err := client.Dial(t.Context(), srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, msgs, err := c.Load(t.Context(), client.ID(id[1]), client.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := func(in, out int64) *sessiondv1.Usage {
+		return &sessiondv1.Usage{InputTokens: in, OutputTokens: out, CachedInputTokens: 4, ReasoningTokens: 2}
+	}
+	want := []*sessiondv1.Message{
+		{Role: sessiondv1.Role_ROLE_USER, Content: "hello"},
+		{Role: sessiondv1.Role_ROLE_ASSISTANT, Content: "Hello there, human.", Model: "fake-model-0613", Usage: usage(10, 3),
+			Reasoning: &sessiondv1.Reasoning{Text: "thinking about hello"}},
+		{Role: sessiondv1.Role_ROLE_USER, Content: "again"},
+		{Role: sessiondv1.Role_ROLE_ASSISTANT, Content: "Second answer.", Model: "fake-model-0613", Usage: usage(30, 2),
+			Reasoning: &sessiondv1.Reasoning{Text: "thinking about again"}},
+	}
+	got := make([]*sessiondv1.Message, len(msgs))
+	for i, m := range msgs {
+		got[i] = proto.CloneOf(m)
+		got[i].Id, got[i].CreatedAt = "", nil
+	}
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		t.Errorf("stored messages (-want +got):\n%s", diff)
+	}
+	if !slices.Equal(s.Models, []string{"fake-model-0613"}) {
+		t.Errorf("session models %q, want the endpoint's model", s.Models)
+	}
+}
+
+// TestStreamInterrupted: an answer cut short (Ctrl-C cancels the request)
+// keeps what was shown, marked finish_reason "interrupted"; a stream that
+// ends without finishing is an error.
+func TestStreamInterrupted(t *testing.T) {
+	release := make(chan struct{})
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"model":"m","choices":[{"delta":{"content":"partial "}}]}`+"\n\n")
+		w.(http.Flusher).Flush()
+		if r.URL.Query().Has("hang") {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}
+	}))
+	t.Cleanup(endpoint.Close)
+	defer close(release)
+
+	m, err := newChatModel(endpoint.URL+"/v1", "", "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.endpoint = endpoint.URL + "/v1/chat/completions?hang"
+	ctx, cancel := context.WithCancel(t.Context())
+	var shown bytes.Buffer
+	time.AfterFunc(200*time.Millisecond, cancel)
+	rep, err := m.stream(ctx, []*sessiondv1.Message{{Role: sessiondv1.Role_ROLE_USER, Content: "hi"}}, &shown)
+	if err == nil || rep == nil || rep.content != "partial " || shown.String() != "partial " {
+		t.Fatalf("interrupted stream: %+v, %v, shown %q; want the partial answer and an error", rep, err, shown.String())
+	}
+	if got := rep.message().GetMetadata()["finish_reason"]; got != "interrupted" {
+		t.Errorf("finish_reason %q, want interrupted", got)
+	}
+
+	m.endpoint = endpoint.URL + "/v1/chat/completions"
+	if _, err := m.stream(t.Context(), nil, io.Discard); err == nil || !strings.Contains(err.Error(), "ended before its end") {
+		t.Errorf("a stream that stops without finish_reason: %v, want an error", err)
+	}
+}
+
+func TestModelFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", "gpt"}, "--model needs --openai-base-url"},
+		{[]string{"--openai-base-url", "http://127.0.0.1:1/v1"}, "--model is required"},
+		{[]string{"--openai-base-url", "ftp://x/v1", "--model", "m"}, "want an http or https URL"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(t.Context(), tc.args, strings.NewReader(""), &out, &errOut, nil)
+		if err == nil || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("run(%q): %v, stderr %q; want a usage error saying %q", tc.args, err, errOut.String(), tc.want)
+		}
+	}
+}
