@@ -182,7 +182,8 @@ type NewMessages struct {
 	Prepared []*sessiondv1.Message
 	// Encoded are their encodings (from Messages.Encoded).
 	Encoded [][]byte
-	// Positions holds each one's index in the batch, ascending.
+	// Positions holds each one's index in the batch, ascending; nil when
+	// every message of the batch is new.
 	Positions []int
 	// Tally is the session's tally once they are appended.
 	Tally Tally
@@ -210,7 +211,7 @@ type NewMessages struct {
 // for the ids the client chose.
 func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, tally Tally, stored StoredFunc) (NewMessages, error) {
 	var out NewMessages
-	skipped := false
+	skipped, fresh := false, 0
 	for i, m := range msgs.Sent {
 		if id := m.GetId(); id != "" {
 			s, ok, err := stored(id)
@@ -221,13 +222,22 @@ func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, tal
 				if !SameMessage(s, m) {
 					return NewMessages{}, fmt.Errorf("messages[%d].id %q is in session %s with other content: %w", i, clip(id), sessionID, ErrMessageConflict)
 				}
-				skipped = true
+				if !skipped { // the messages before i were all new
+					skipped = true
+					out.Positions = make([]int, i, len(msgs.Sent)-1)
+					for k := range i {
+						out.Positions[k] = k
+					}
+				}
 				continue
 			}
 		}
-		out.Positions = append(out.Positions, i)
+		fresh++
+		if skipped {
+			out.Positions = append(out.Positions, i)
+		}
 	}
-	if len(out.Positions) == 0 {
+	if fresh == 0 {
 		return NewMessages{}, nil
 	}
 	if err := CheckRevision(sessionID, expected, revision); err != nil {
@@ -243,7 +253,10 @@ func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, tal
 	}
 	var err error
 	if out.Tally, err = tally.Add("messages", out.Prepared); err != nil {
-		return NewMessages{}, inBatch(err, "messages", out.Positions)
+		if skipped {
+			err = inBatch(err, "messages", out.Positions)
+		}
+		return NewMessages{}, err
 	}
 	return out, nil
 }

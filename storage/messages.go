@@ -29,7 +29,16 @@ func (l Limits) PrepareMessages(field string, msgs []*sessiondv1.Message, now ti
 	}
 	// Field names are built only for an error: this runs on every append.
 	at := func(i int) string { return fmt.Sprintf("%s[%d]", field, i) }
-	prepared, encoded = make([]*sessiondv1.Message, len(msgs)), make([][]byte, len(msgs))
+	if len(msgs) == 1 {
+		// Most appends hold one message: one allocation for both slices.
+		one := new(struct {
+			p [1]*sessiondv1.Message
+			e [1][]byte
+		})
+		prepared, encoded = one.p[:], one.e[:]
+	} else {
+		prepared, encoded = make([]*sessiondv1.Message, len(msgs)), make([][]byte, len(msgs))
+	}
 	var total int64
 	var created *timestamppb.Timestamp
 	for i, m := range msgs {
