@@ -2,7 +2,10 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
@@ -23,8 +26,8 @@ import (
 //
 // A Driver still decides what needs the stored state, under its own lock or
 // transaction, using the shared rule functions of this package so that each
-// rule is written once: CheckAppend (idempotent append, then the expected
-// revision), CheckRevision, SameCreate, SameSave, ApplyUpdate, CheckCount,
+// rule is written once: CheckAppend (which messages are new, then the
+// expected revision and the new tally), CheckRevision, SameCreate, SameSave, ApplyUpdate, CheckCount,
 // and Tally.Add and Recount, which keep Session.Tally (open tool calls,
 // usage, models) and apply the tool-call pairing rule.
 //
@@ -77,14 +80,15 @@ type Driver interface {
 	// ErrConflict, ErrAliasInUse, ErrNoSpace, ErrDataLoss.
 	Save(ctx context.Context, req SaveRequest, msgs Messages) (*Session, error)
 
-	// Append adds msgs.Prepared atomically. Under the session's lock (or in
-	// its transaction) it reads the stored messages with the ids of
-	// msgs.SentIDs and calls CheckAppend, which classifies the batch
-	// (no-op, ErrMessageConflict) before checking the expected revision
-	// (ErrConflict); then the session's Tally.Add, which applies the
-	// pairing rule (ErrInvalid) and gives the new tally. Errors:
-	// ErrNotFound, ErrConflict, ErrMessageConflict, ErrInvalid, ErrNoSpace,
-	// ErrDataLoss.
+	// Append adds the batch's messages not yet stored, atomically. Under
+	// the session's lock (or in its transaction) it reads the stored
+	// messages with the ids of msgs.SentIDs and calls CheckAppend, which
+	// skips those already stored, refuses a stored id with other content
+	// (ErrMessageConflict), checks the expected revision (ErrConflict) and
+	// applies the pairing rule (ErrInvalid); the Driver stores the
+	// NewMessages it returns, with their tally, and answers their number
+	// in AppendResult.Appended. Errors: ErrNotFound, ErrConflict,
+	// ErrMessageConflict, ErrInvalid, ErrNoSpace, ErrDataLoss.
 	Append(ctx context.Context, req AppendRequest, msgs Messages) (AppendResult, error)
 
 	// Update changes the fields req.Fields names; ApplyUpdate computes the
@@ -133,19 +137,22 @@ type Driver interface {
 // Messages is a request's batch of messages as the portable Store hands it
 // to a Driver: checked once, and prepared once.
 type Messages struct {
-	// Prepared are the messages to store, in order: copies of Sent with every
-	// missing id set to a new UUID and every missing created_at set to the
-	// request's time. The Driver owns them (it may keep them, and publish
-	// them in events) and must not modify them.
+	// Prepared are the messages to store, in order: Sent's messages, with a
+	// copy for each that lacked an id (now a new UUID) or a created_at (now
+	// the request's time). The Driver may keep them, and publish them in
+	// events, and must not modify them.
 	Prepared []*sessiondv1.Message
+	// Encoded are Prepared's protobuf encodings, one per message, made once
+	// by the portable Store (proto.Marshal). Read only.
+	Encoded [][]byte
 	// Sent are the messages as the client sent them, for comparing a retry
 	// with what is stored (SameMessage ignores a created_at the client left
 	// unset). Read only.
 	Sent []*sessiondv1.Message
 	// Tally is, for a create or a save, the tally of Prepared as a whole
 	// session (Count, which has applied the pairing rule). For an append
-	// the Driver computes the session's new tally under its lock, after
-	// CheckAppend: Session.Tally.Add("messages", Prepared).
+	// it is unset: CheckAppend computes the session's new tally under the
+	// Driver's lock.
 	Tally Tally
 }
 
@@ -168,48 +175,109 @@ func (m Messages) SentIDs() []string {
 // not decode) ends the check with that error.
 type StoredFunc func(id string) (*sessiondv1.Message, bool, error)
 
+// NewMessages is what CheckAppend found an append must store.
+type NewMessages struct {
+	// Prepared are the batch's messages not yet stored, in batch order
+	// (taken from Messages.Prepared); empty when the append is a no-op.
+	Prepared []*sessiondv1.Message
+	// Encoded are their encodings (from Messages.Encoded).
+	Encoded [][]byte
+	// Positions holds each one's index in the batch, ascending; nil when
+	// every message of the batch is new.
+	Positions []int
+	// Tally is the session's tally once they are appended.
+	Tally Tally
+}
+
 // CheckAppend applies the idempotent-append rule to msgs against a session
-// whose id is sessionID and whose revision is revision:
+// whose id is sessionID, whose revision is revision and whose tally is
+// tally:
 //
-//   - every message already stored with the same content (SameMessage), or
-//     an empty batch: a no-op; it returns noop true and the Driver answers
-//     the session's current revision and count, changing nothing;
-//   - a stored id with other content, or a batch that mixes stored and new
-//     messages: ErrMessageConflict, naming the message;
-//   - only new messages: CheckRevision(sessionID, expected, revision), so a
-//     stale expected revision is ErrConflict; nil means append.
+//   - a message whose id is stored with the same content (SameMessage) is
+//     already there and is skipped; the rest are new;
+//   - a stored id with other content: ErrMessageConflict naming the
+//     message, and nothing is appended;
+//   - no new message: a no-op; it returns an empty NewMessages and the
+//     Driver answers the session's current revision and count, changing
+//     nothing;
+//   - otherwise CheckRevision(sessionID, expected, revision), so a stale
+//     expected revision is ErrConflict, then Tally.Add over the new
+//     messages, which applies the pairing rule (ErrInvalid naming the
+//     message by its index in the batch).
 //
-// The idempotency classification comes before the revision check, so a retry
-// of an append that landed succeeds. stored is called only for the ids the
-// client chose.
-func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, stored StoredFunc) (noop bool, err error) {
-	old, fresh := 0, 0
+// The Driver appends the returned messages in order, bumping the revision
+// once. The classification comes before the revision check, so a retry of
+// an append that landed (whole or in part) succeeds. stored is called only
+// for the ids the client chose.
+func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, tally Tally, stored StoredFunc) (NewMessages, error) {
+	var out NewMessages
+	skipped, fresh := false, 0
 	for i, m := range msgs.Sent {
-		id := m.GetId()
-		if id == "" {
-			fresh++
-			continue
+		if id := m.GetId(); id != "" {
+			s, ok, err := stored(id)
+			if err != nil {
+				return NewMessages{}, err
+			}
+			if ok {
+				if !SameMessage(s, m) {
+					return NewMessages{}, fmt.Errorf("messages[%d].id %q is in session %s with other content: %w", i, clip(id), sessionID, ErrMessageConflict)
+				}
+				if !skipped { // the messages before i were all new
+					skipped = true
+					out.Positions = make([]int, i, len(msgs.Sent)-1)
+					for k := range i {
+						out.Positions[k] = k
+					}
+				}
+				continue
+			}
 		}
-		s, ok, err := stored(id)
-		if err != nil {
-			return false, err
+		fresh++
+		if skipped {
+			out.Positions = append(out.Positions, i)
 		}
-		if !ok {
-			fresh++
-			continue
-		}
-		if !SameMessage(s, m) {
-			return false, fmt.Errorf("messages[%d].id %q is in session %s with other content: %w", i, clip(id), sessionID, ErrMessageConflict)
-		}
-		old++
 	}
-	switch {
-	case old > 0 && fresh > 0:
-		return false, fmt.Errorf("the append to session %s mixes %d stored and %d new messages: %w", sessionID, old, fresh, ErrMessageConflict)
-	case fresh == 0:
-		return true, nil
+	if fresh == 0 {
+		return NewMessages{}, nil
 	}
-	return false, CheckRevision(sessionID, expected, revision)
+	if err := CheckRevision(sessionID, expected, revision); err != nil {
+		return NewMessages{}, err
+	}
+	out.Prepared, out.Encoded = msgs.Prepared, msgs.Encoded
+	if skipped {
+		out.Prepared = make([]*sessiondv1.Message, len(out.Positions))
+		out.Encoded = make([][]byte, len(out.Positions))
+		for k, i := range out.Positions {
+			out.Prepared[k], out.Encoded[k] = msgs.Prepared[i], msgs.Encoded[i]
+		}
+	}
+	var err error
+	if out.Tally, err = tally.Add("messages", out.Prepared); err != nil {
+		if skipped {
+			err = inBatch(err, "messages", out.Positions)
+		}
+		return NewMessages{}, err
+	}
+	return out, nil
+}
+
+// inBatch renames the field of a *FieldError about field[k] (an index into
+// the new messages) to the message's index in the batch, positions[k].
+func inBatch(err error, field string, positions []int) error {
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	rest, ok := strings.CutPrefix(fe.Field, field+"[")
+	if !ok {
+		return err
+	}
+	num, rest, ok := strings.Cut(rest, "]")
+	k, perr := strconv.Atoi(num)
+	if !ok || perr != nil || k < 0 || k >= len(positions) {
+		return err
+	}
+	return &FieldError{Field: fmt.Sprintf("%s[%d]%s", field, positions[k], rest), Description: fe.Description}
 }
 
 // CheckRevision returns ErrConflict when expected is not zero and differs
@@ -258,35 +326,4 @@ func describeNamespace(ns string) string {
 // Driver has it, and Load otherwise. opts are valid, as for Load.
 type LoadStreamer interface {
 	LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error
-}
-
-// ListEncoder turns a listed session into the bytes a caller sends for it
-// (the server: its encoded ListSessionsResponse). EncodeListed must be a
-// pure function of the session's metadata, must not modify or keep s, and
-// must return bytes that nobody modifies afterwards (an error ends the
-// listing with it, and nothing is kept): a Driver that
-// implements EncodedLister may keep them and hand them out again, to
-// any number of callers at once, until the session next changes. Compare
-// encoders by identity: use one pointer per encoding.
-type ListEncoder interface {
-	EncodeListed(s *Session) ([]byte, error)
-}
-
-// EncodedLister is implemented by Drivers that keep each listed session's
-// encoding until the session changes, so that listing the same sessions
-// again encodes nothing (see Store.ListEncoded). Entries are matched to
-// enc by identity: a Driver keeps at most one encoding per session, of the
-// last encoder that listed it. The portable Store uses it when the Driver
-// has it, and List with enc otherwise. opts are valid, as for List.
-type EncodedLister interface {
-	ListEncoded(ctx context.Context, opts ListOptions, enc ListEncoder, yield func([]byte) error) error
-}
-
-// ListWarmer is implemented by EncodedListers that can make the encodings
-// ListEncoded keeps for every session ahead of any listing (see
-// Store.WarmListed). The portable Store uses it when the Driver has it, and
-// does nothing otherwise: encoding sessions only to drop them would gain
-// nothing.
-type ListWarmer interface {
-	WarmListed(ctx context.Context, enc ListEncoder) (int, error)
 }

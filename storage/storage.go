@@ -53,6 +53,14 @@
 // check, so a retry of a write that landed succeeds. A non-zero
 // ExpectedRevision that differs from the session's revision is ErrConflict.
 //
+// Appends are idempotent message by message, so a client needs no
+// bookkeeping to retry one: a message of the batch whose id is stored with
+// the same content (SameMessage) is already there and is skipped; the
+// others are appended in batch order as one change (one revision, one
+// event holding only them), and AppendResult.Appended says how many. A
+// stored id with other content is ErrMessageConflict and stores nothing.
+// The expected revision applies only to a batch with new messages.
+//
 // # Tool calls, usage and retention
 //
 // Every session keeps a Tally derived from its messages: its open tool
@@ -94,7 +102,7 @@ var (
 	// the create was not an exact retry.
 	ErrAlreadyExists = errors.New("session already exists")
 	// ErrMessageConflict: an appended message id is already in the session
-	// with other content, or a batch mixes stored and new messages.
+	// with other content.
 	ErrMessageConflict = errors.New("message id in use with other content")
 	// ErrConflict: the expected revision did not match the session's.
 	ErrConflict = errors.New("revision conflict")
@@ -252,10 +260,12 @@ type AppendRequest struct {
 	Messages         []*sessiondv1.Message
 }
 
-// AppendResult is the session's state after an append (or an idempotent no-op).
+// AppendResult is the session's state after an append (or an idempotent
+// no-op), and how many of the batch's messages the append stored.
 type AppendResult struct {
 	Revision     uint64
 	MessageCount int64
+	Appended     int64
 }
 
 // UpdateField selects a field UpdateRequest changes.
@@ -383,30 +393,15 @@ type Store interface {
 	// runs without store locks held, so it may be slow. Errors: ErrInvalid.
 	List(ctx context.Context, opts ListOptions, yield func(*Session) error) error
 
-	// ListEncoded is List handing yield each session's encoding by enc (see
-	// ListEncoder) instead of the session. A backend that keeps encodings
-	// (the file store does) encodes a session only once until it changes.
-	// yield must not modify the bytes. Errors: ErrInvalid.
-	ListEncoded(ctx context.Context, opts ListOptions, enc ListEncoder, yield func([]byte) error) error
-
-	// WarmListed makes ahead of time the encodings by enc that ListEncoded
-	// keeps, for every session of every namespace that has none current,
-	// so that the first listing after a start encodes (almost) nothing. It
-	// returns how many it made: 0 for a backend that keeps no encodings,
-	// for which it does nothing. It holds store locks only briefly, so
-	// writes and listings proceed meanwhile, and stops when ctx ends,
-	// returning ctx's error. Errors: ErrClosed, or the first error enc
-	// returned (the other sessions are still encoded).
-	WarmListed(ctx context.Context, enc ListEncoder) (int, error)
-
 	// Save replaces a session's messages, title, summary and metadata
 	// atomically (alias and labels are kept). Errors: ErrNotFound,
 	// ErrConflict, ErrInvalid, ErrAliasInUse (CreateIfMissing), ErrNoSpace,
 	// ErrDataLoss.
 	Save(ctx context.Context, req SaveRequest) (*Session, error)
 
-	// Append adds messages atomically. It fills a missing message id with a
-	// new UUID and a missing created_at with the current time. Errors:
+	// Append adds the batch's messages not already stored (see the package
+	// doc), atomically. It fills a missing message id with a new UUID and a
+	// missing created_at with the current time. Errors:
 	// ErrNotFound, ErrConflict, ErrMessageConflict, ErrInvalid, ErrNoSpace,
 	// ErrDataLoss.
 	Append(ctx context.Context, req AppendRequest) (AppendResult, error)

@@ -304,26 +304,32 @@ func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 }
 
 // messageRows returns the columns of msgs' rows: ids, protobuf encodings
-// and search texts.
-func messageRows(msgs []*sessiondv1.Message) (ids []string, bodies [][]byte, texts []string, err error) {
-	ids, bodies, texts = make([]string, len(msgs)), make([][]byte, len(msgs)), make([]string, len(msgs))
+// (enc, the portable Store's, when given; made here otherwise) and search
+// texts.
+func messageRows(msgs []*sessiondv1.Message, enc [][]byte) (ids []string, bodies [][]byte, texts []string, err error) {
+	ids, texts = make([]string, len(msgs)), make([]string, len(msgs))
+	bodies = enc
+	if bodies == nil {
+		bodies = make([][]byte, len(msgs))
+	}
 	for i, m := range msgs {
-		enc, err := proto.Marshal(m)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
+		if enc == nil {
+			if bodies[i], err = proto.Marshal(m); err != nil {
+				return nil, nil, nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
+			}
 		}
-		ids[i], bodies[i], texts[i] = m.GetId(), enc, searchText(storage.MessageTexts(m)...)
+		ids[i], texts[i] = m.GetId(), searchText(storage.MessageTexts(m)...)
 	}
 	return ids, bodies, texts, nil
 }
 
 // queueMessages queues the insert of msgs at positions from, from+1, ...
 // of session id.
-func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Message) error {
+func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Message, enc [][]byte) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	ids, bodies, texts, err := messageRows(msgs)
+	ids, bodies, texts, err := messageRows(msgs, enc)
 	if err != nil {
 		return err
 	}
@@ -370,10 +376,11 @@ func addEvent(ctx context.Context, tx *wtx, typ storage.EventType, m *storage.Se
 	return tx.SendBatch(ctx, b).Close()
 }
 
-// insertMessages stores msgs at positions from, from+1, ... of session id.
-func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs []*sessiondv1.Message) error {
+// insertMessages stores msgs (encoded as enc, or nil) at positions from,
+// from+1, ... of session id.
+func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs []*sessiondv1.Message, enc [][]byte) error {
 	b := &pgx.Batch{}
-	if err := queueMessages(b, id, from, msgs); err != nil || b.Len() == 0 {
+	if err := queueMessages(b, id, from, msgs, enc); err != nil || b.Len() == 0 {
 		return err
 	}
 	return tx.SendBatch(ctx, b).Close()
@@ -542,7 +549,7 @@ func (s *Store) createNew(ctx context.Context, tx *wtx, m *storage.Session, msgs
 			return nil, err
 		}
 	}
-	return s.insertNew(ctx, tx, m, func() error { return insertMessages(ctx, tx, m.ID, 0, msgs) })
+	return s.insertNew(ctx, tx, m, func() error { return insertMessages(ctx, tx, m.ID, 0, msgs, nil) })
 }
 
 // insertNew inserts the new session m, its messages (fill) and its first
@@ -648,7 +655,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, m.ID); err != nil {
 				return err
 			}
-			if err := insertMessages(ctx, tx, m.ID, 0, msgs.Prepared); err != nil {
+			if err := insertMessages(ctx, tx, m.ID, 0, msgs.Prepared, msgs.Encoded); err != nil {
 				return err
 			}
 			if err := updateSession(ctx, tx, m); err != nil {
@@ -675,11 +682,12 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 //
 // Appends are the hot path. The common one (none of the batch's ids is
 // stored, expected_revision absent or current) is one statement, one round
-// trip and its own transaction: appendFast. Every other append (and one
-// that raced a concurrent append of the same ids) takes two round trips:
-// BEGIN, the session's row lock and the stored messages with the batch's
-// ids in one; then, once CheckAppend has classified the batch, the
-// messages, the session's new revision, its event and COMMIT in the other.
+// trip and its own transaction: appendFast. Every other append (a retry
+// holding stored messages, and one that raced a concurrent append of the
+// same ids) takes two round trips: BEGIN, the session's row lock and the
+// stored messages with the batch's ids in one; then, once CheckAppend has
+// picked the new messages, those messages, the session's new revision, its
+// event and COMMIT in the other.
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
 	var res storage.AppendResult
 	err := s.call(ctx, func() error {
@@ -772,7 +780,7 @@ const messageKey = "messages_session_id_msg_id_key"
 // appendFast tries the append as appendFastSQL, through the group commit
 // (runFast); ok is false when the append must take the general path.
 func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (res storage.AppendResult, ok bool, err error) {
-	ids, bodies, texts, err := messageRows(msgs.Prepared)
+	ids, bodies, texts, err := messageRows(msgs.Prepared, msgs.Encoded)
 	if err != nil || len(ids) == 0 {
 		return res, false, err
 	}
@@ -790,6 +798,7 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 		return res, false, err
 	}
 	s.wake(m.id)
+	m.res.Appended = n
 	return m.res, true, nil
 }
 
@@ -838,7 +847,16 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 	if err := br.Close(); err != nil {
 		return storage.AppendResult{}, err
 	}
-	noop, err := storage.CheckAppend(cur.ID, msgs, req.ExpectedRevision, cur.Revision, func(id string) (*sessiondv1.Message, bool, error) {
+	base := cur.Tally
+	if base.Unknown {
+		// Written before schema version 3: count the stored messages once.
+		stored, err := readMessages(ctx, conn, cur.ID, 0, -1)
+		if err != nil {
+			return storage.AppendResult{}, err
+		}
+		base = storage.Recount(stored)
+	}
+	fresh, err := storage.CheckAppend(cur.ID, msgs, req.ExpectedRevision, cur.Revision, base, func(id string) (*sessiondv1.Message, bool, error) {
 		b, ok := stored[id]
 		if !ok {
 			return nil, false, nil
@@ -849,43 +867,31 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 	if err != nil {
 		return storage.AppendResult{}, err
 	}
-	if noop {
+	if len(fresh.Prepared) == 0 {
 		_, err := conn.Exec(ctx, "COMMIT")
 		return storage.AppendResult{Revision: cur.Revision, MessageCount: cur.MessageCount}, err
 	}
-	base := cur.Tally
-	if base.Unknown {
-		// Written before schema version 3: count the stored messages once.
-		stored, err := readMessages(ctx, conn, cur.ID, 0, -1)
-		if err != nil {
-			return storage.AppendResult{}, err
-		}
-		base = storage.Recount(stored)
-	}
-	tally, err := base.Add("messages", msgs.Prepared)
-	if err != nil {
-		return storage.AppendResult{}, err
-	}
 	b = &pgx.Batch{}
-	if err := queueMessages(b, cur.ID, cur.MessageCount, msgs.Prepared); err != nil {
+	if err := queueMessages(b, cur.ID, cur.MessageCount, fresh.Prepared, fresh.Encoded); err != nil {
 		return storage.AppendResult{}, err
 	}
+	n := int64(len(fresh.Prepared))
 	m := cur
-	m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+int64(len(msgs.Prepared)), now(cur.UpdatedAt)
-	m.Tally = tally
+	m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+n, now(cur.UpdatedAt)
+	m.Tally = fresh.Tally
 	bump, err := bumpArgs(m)
 	if err != nil {
 		return storage.AppendResult{}, err
 	}
 	b.Queue(bumpSession, bump...)
-	if err := queueEvent(b, w, storage.EventAppended, m, len(msgs.Prepared)); err != nil {
+	if err := queueEvent(b, w, storage.EventAppended, m, len(fresh.Prepared)); err != nil {
 		return storage.AppendResult{}, err
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return storage.AppendResult{}, err
 	}
-	return storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}, nil
+	return storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount, Appended: n}, nil
 }
 
 // Update changes the fields req names; the no-op rule is ApplyUpdate's.
