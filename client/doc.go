@@ -4,10 +4,17 @@
 //
 //	c, err := client.Dial(ctx, "127.0.0.1:7437") // or "unix:///run/sessiond.sock"
 //	h, err := c.OpenOrCreate(ctx, client.Alias("my-project"), client.WithAutoSave(5*time.Minute))
-//	h.Append(userMsg, assistantMsg) // in memory; each message gets an id
-//	err = h.Save(ctx)               // sends only what is new
-//	err = h.Close(ctx)              // stops auto-save, saves what is left
+//	err = h.Append(client.UserText("2+2?"), client.AssistantText("4", client.WithModel("gpt-4.1")))
+//	err = h.Save(ctx)  // sends only what is new
+//	err = h.Close(ctx) // stops auto-save, saves what is left
 //	fmt.Println("resume with", h.ID())
+//
+// UserText, AssistantText, ToolCall and ToolResult make the everyday
+// messages; Append takes any *sessiondv1.Message.
+//
+// The SDK is a module of its own (github.com/sessiond/sessiond/client): it
+// needs gRPC, protobuf and the generated API module
+// (github.com/sessiond/sessiond/gen), never the daemon's dependencies.
 //
 // # Saving
 //

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sessiond/sessiond/gen/msgcheck"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
-	"github.com/sessiond/sessiond/internal/msgcheck"
 )
 
 // DefaultAutoSaveInterval is the auto-save period of WithAutoSave(0).

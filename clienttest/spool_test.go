@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
+	"github.com/sessiond/sessiond/clienttest"
 )
 
 // spoolFiles returns the names in dir that end with suffix.
