@@ -375,14 +375,18 @@ func (c *Client) save(ctx context.Context, hdr *sessiondv1.SaveSessionHeader, ms
 type AppendResult struct {
 	Revision     uint64
 	MessageCount int64
+	// Appended is how many of the batch's messages the append stored.
+	Appended int64
 }
 
-// Append appends msgs atomically. If every message's id is already stored
-// with the same content, the append is a no-op that succeeds with the
-// current state, so a retry after a timeout never duplicates a message;
-// messages without ids get server-made ones and lose that guarantee. A
-// non-zero expectedRevision makes the append fail with ErrConflict unless the
-// session is at that revision; a clashing message id is ErrMessageConflict.
+// Append appends msgs atomically. A message whose id is already stored with
+// the same content is skipped, so only the others are stored and a retry
+// after a timeout never duplicates a message; if every message is already
+// stored the append is a no-op that succeeds with the current state.
+// Messages without ids get server-made ones and lose that guarantee. A
+// non-zero expectedRevision makes an append of new messages fail with
+// ErrConflict unless the session is at that revision; a stored id with other
+// content is ErrMessageConflict.
 func (c *Client) Append(ctx context.Context, r Ref, expectedRevision uint64, msgs ...*sessiondv1.Message) (AppendResult, error) {
 	return c.append(ctx, &sessiondv1.AppendMessagesRequest{Ref: c.ref(r), Messages: msgs, ExpectedRevision: expectedRevision})
 }
@@ -395,7 +399,7 @@ func (c *Client) append(ctx context.Context, req *sessiondv1.AppendMessagesReque
 	if err != nil {
 		return AppendResult{}, mapError(ctx, rpcAppend, err)
 	}
-	return AppendResult{Revision: resp.GetRevision(), MessageCount: resp.GetMessageCount()}, nil
+	return AppendResult{Revision: resp.GetRevision(), MessageCount: resp.GetMessageCount(), Appended: resp.GetAppendedCount()}, nil
 }
 
 // UpdateOption selects a field for Update to change.

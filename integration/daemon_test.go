@@ -1040,8 +1040,8 @@ func TestErrorCodes(t *testing.T) {
 			_, err := c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: byID("", id), Messages: user("m1", "not hello")})
 			return err
 		}, codes.AlreadyExists, nil},
-		{"batch mixing stored and new messages", func() error {
-			_, err := c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: byID("", id), Messages: append(user("m1", "hello"), user("m-new", "new")...)})
+		{"new message, then a stored id with other content", func() error {
+			_, err := c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: byID("", id), Messages: append(user("m-new", "new"), user("m1", "not hello")...)})
 			return err
 		}, codes.AlreadyExists, nil},
 		{"rename onto a taken alias", func() error {

@@ -66,7 +66,7 @@ func (s *Server) AppendMessages(ctx context.Context, req *sessiondv1.AppendMessa
 	if err != nil {
 		return nil, s.refStatus(mAppend, &r.Ref, err)
 	}
-	return &sessiondv1.AppendMessagesResponse{Revision: res.Revision, MessageCount: res.MessageCount}, nil
+	return &sessiondv1.AppendMessagesResponse{Revision: res.Revision, MessageCount: res.MessageCount, AppendedCount: res.Appended}, nil
 }
 
 // UpdateSession implements SessionStoreService.

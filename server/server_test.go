@@ -81,13 +81,13 @@ func TestUnaryHappyPaths(t *testing.T) {
 	}
 
 	app, err := c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: ref, Messages: []*sessiondv1.Message{withUnknown(user("m4", "more"), "x")}, ExpectedRevision: 1})
-	if err != nil || app.GetRevision() != 2 || app.GetMessageCount() != 4 {
-		t.Fatalf("AppendMessages = %v, %v; want revision 2, 4 messages", app, err)
+	if err != nil || app.GetRevision() != 2 || app.GetMessageCount() != 4 || app.GetAppendedCount() != 1 {
+		t.Fatalf("AppendMessages = %v, %v; want revision 2, 4 messages, 1 appended", app, err)
 	}
 	// A retry of the same append is an idempotent no-op.
 	app, err = c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: ref, Messages: []*sessiondv1.Message{withUnknown(user("m4", "more"), "x")}, ExpectedRevision: 1})
-	if err != nil || app.GetRevision() != 2 || app.GetMessageCount() != 4 {
-		t.Fatalf("retried AppendMessages = %v, %v; want revision 2, 4 messages", app, err)
+	if err != nil || app.GetRevision() != 2 || app.GetMessageCount() != 4 || app.GetAppendedCount() != 0 {
+		t.Fatalf("retried AppendMessages = %v, %v; want revision 2, 4 messages, none appended", app, err)
 	}
 
 	up, err := c.UpdateSession(ctx, &sessiondv1.UpdateSessionRequest{
@@ -141,6 +141,33 @@ func TestUnaryHappyPaths(t *testing.T) {
 	}
 	if l := info.GetLimits(); l.GetMaxMessageBytes() != 16<<20 || l.GetMaxTitleBytes() != 1024 || l.GetMaxSessionBytes() != 1<<30 {
 		t.Fatalf("default limits are not DESIGN's: %v", info.GetLimits())
+	}
+}
+
+func TestAppendStoresOnlyNewMessages(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	ctx := t.Context()
+	c := h.client
+	sess := h.create(t, &sessiondv1.CreateSessionRequest{Messages: []*sessiondv1.Message{user("m1", "one"), user("m2", "two")}})
+	ref := &sessiondv1.SessionRef{Key: &sessiondv1.SessionRef_Id{Id: sess.GetId()}}
+
+	app, err := c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: ref, ExpectedRevision: 1,
+		Messages: []*sessiondv1.Message{user("m2", "two"), user("m3", "three"), user("m1", "one"), user("m4", "four")}})
+	if err != nil || app.GetRevision() != 2 || app.GetMessageCount() != 4 || app.GetAppendedCount() != 2 {
+		t.Fatalf("AppendMessages of stored and new = %v, %v; want revision 2, 4 messages, 2 appended", app, err)
+	}
+	_, got := h.load(t, &sessiondv1.LoadSessionRequest{Ref: ref})
+	want := []*sessiondv1.Message{user("m1", "one"), user("m2", "two"), user("m3", "three"), user("m4", "four")}
+	if d := cmp.Diff(want, withoutCreatedAt(got), protocmp.Transform()); d != "" {
+		t.Fatalf("messages after the append (-want +got):\n%s", d)
+	}
+
+	// A stored id with other content refuses the batch, new messages too.
+	_, err = c.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: ref,
+		Messages: []*sessiondv1.Message{user("m5", "five"), user("m3", "THREE")}})
+	wantCode(t, err, codes.AlreadyExists, "messages[1].id")
+	if s, err := c.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: ref}); err != nil || s.GetSession().GetMessageCount() != 4 {
+		t.Fatalf("after a refused append GetSession = %v, %v; want 4 messages", s, err)
 	}
 }
 

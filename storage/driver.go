@@ -2,7 +2,10 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
@@ -23,8 +26,8 @@ import (
 //
 // A Driver still decides what needs the stored state, under its own lock or
 // transaction, using the shared rule functions of this package so that each
-// rule is written once: CheckAppend (idempotent append, then the expected
-// revision), CheckRevision, SameCreate, SameSave, ApplyUpdate, CheckCount,
+// rule is written once: CheckAppend (which messages are new, then the
+// expected revision and the new tally), CheckRevision, SameCreate, SameSave, ApplyUpdate, CheckCount,
 // and Tally.Add and Recount, which keep Session.Tally (open tool calls,
 // usage, models) and apply the tool-call pairing rule.
 //
@@ -77,14 +80,15 @@ type Driver interface {
 	// ErrConflict, ErrAliasInUse, ErrNoSpace, ErrDataLoss.
 	Save(ctx context.Context, req SaveRequest, msgs Messages) (*Session, error)
 
-	// Append adds msgs.Prepared atomically. Under the session's lock (or in
-	// its transaction) it reads the stored messages with the ids of
-	// msgs.SentIDs and calls CheckAppend, which classifies the batch
-	// (no-op, ErrMessageConflict) before checking the expected revision
-	// (ErrConflict); then the session's Tally.Add, which applies the
-	// pairing rule (ErrInvalid) and gives the new tally. Errors:
-	// ErrNotFound, ErrConflict, ErrMessageConflict, ErrInvalid, ErrNoSpace,
-	// ErrDataLoss.
+	// Append adds the batch's messages not yet stored, atomically. Under
+	// the session's lock (or in its transaction) it reads the stored
+	// messages with the ids of msgs.SentIDs and calls CheckAppend, which
+	// skips those already stored, refuses a stored id with other content
+	// (ErrMessageConflict), checks the expected revision (ErrConflict) and
+	// applies the pairing rule (ErrInvalid); the Driver stores the
+	// NewMessages it returns, with their tally, and answers their number
+	// in AppendResult.Appended. Errors: ErrNotFound, ErrConflict,
+	// ErrMessageConflict, ErrInvalid, ErrNoSpace, ErrDataLoss.
 	Append(ctx context.Context, req AppendRequest, msgs Messages) (AppendResult, error)
 
 	// Update changes the fields req.Fields names; ApplyUpdate computes the
@@ -144,8 +148,8 @@ type Messages struct {
 	Sent []*sessiondv1.Message
 	// Tally is, for a create or a save, the tally of Prepared as a whole
 	// session (Count, which has applied the pairing rule). For an append
-	// the Driver computes the session's new tally under its lock, after
-	// CheckAppend: Session.Tally.Add("messages", Prepared).
+	// it is unset: CheckAppend computes the session's new tally under the
+	// Driver's lock.
 	Tally Tally
 }
 
@@ -168,48 +172,93 @@ func (m Messages) SentIDs() []string {
 // not decode) ends the check with that error.
 type StoredFunc func(id string) (*sessiondv1.Message, bool, error)
 
+// NewMessages is what CheckAppend found an append must store.
+type NewMessages struct {
+	// Prepared are the batch's messages not yet stored, in batch order
+	// (taken from Messages.Prepared); empty when the append is a no-op.
+	Prepared []*sessiondv1.Message
+	// Positions holds each one's index in the batch, ascending.
+	Positions []int
+	// Tally is the session's tally once they are appended.
+	Tally Tally
+}
+
 // CheckAppend applies the idempotent-append rule to msgs against a session
-// whose id is sessionID and whose revision is revision:
+// whose id is sessionID, whose revision is revision and whose tally is
+// tally:
 //
-//   - every message already stored with the same content (SameMessage), or
-//     an empty batch: a no-op; it returns noop true and the Driver answers
-//     the session's current revision and count, changing nothing;
-//   - a stored id with other content, or a batch that mixes stored and new
-//     messages: ErrMessageConflict, naming the message;
-//   - only new messages: CheckRevision(sessionID, expected, revision), so a
-//     stale expected revision is ErrConflict; nil means append.
+//   - a message whose id is stored with the same content (SameMessage) is
+//     already there and is skipped; the rest are new;
+//   - a stored id with other content: ErrMessageConflict naming the
+//     message, and nothing is appended;
+//   - no new message: a no-op; it returns an empty NewMessages and the
+//     Driver answers the session's current revision and count, changing
+//     nothing;
+//   - otherwise CheckRevision(sessionID, expected, revision), so a stale
+//     expected revision is ErrConflict, then Tally.Add over the new
+//     messages, which applies the pairing rule (ErrInvalid naming the
+//     message by its index in the batch).
 //
-// The idempotency classification comes before the revision check, so a retry
-// of an append that landed succeeds. stored is called only for the ids the
-// client chose.
-func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, stored StoredFunc) (noop bool, err error) {
-	old, fresh := 0, 0
+// The Driver appends the returned messages in order, bumping the revision
+// once. The classification comes before the revision check, so a retry of
+// an append that landed (whole or in part) succeeds. stored is called only
+// for the ids the client chose.
+func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, tally Tally, stored StoredFunc) (NewMessages, error) {
+	var out NewMessages
+	skipped := false
 	for i, m := range msgs.Sent {
-		id := m.GetId()
-		if id == "" {
-			fresh++
-			continue
+		if id := m.GetId(); id != "" {
+			s, ok, err := stored(id)
+			if err != nil {
+				return NewMessages{}, err
+			}
+			if ok {
+				if !SameMessage(s, m) {
+					return NewMessages{}, fmt.Errorf("messages[%d].id %q is in session %s with other content: %w", i, clip(id), sessionID, ErrMessageConflict)
+				}
+				skipped = true
+				continue
+			}
 		}
-		s, ok, err := stored(id)
-		if err != nil {
-			return false, err
-		}
-		if !ok {
-			fresh++
-			continue
-		}
-		if !SameMessage(s, m) {
-			return false, fmt.Errorf("messages[%d].id %q is in session %s with other content: %w", i, clip(id), sessionID, ErrMessageConflict)
-		}
-		old++
+		out.Positions = append(out.Positions, i)
 	}
-	switch {
-	case old > 0 && fresh > 0:
-		return false, fmt.Errorf("the append to session %s mixes %d stored and %d new messages: %w", sessionID, old, fresh, ErrMessageConflict)
-	case fresh == 0:
-		return true, nil
+	if len(out.Positions) == 0 {
+		return NewMessages{}, nil
 	}
-	return false, CheckRevision(sessionID, expected, revision)
+	if err := CheckRevision(sessionID, expected, revision); err != nil {
+		return NewMessages{}, err
+	}
+	out.Prepared = msgs.Prepared
+	if skipped {
+		out.Prepared = make([]*sessiondv1.Message, len(out.Positions))
+		for k, i := range out.Positions {
+			out.Prepared[k] = msgs.Prepared[i]
+		}
+	}
+	var err error
+	if out.Tally, err = tally.Add("messages", out.Prepared); err != nil {
+		return NewMessages{}, inBatch(err, "messages", out.Positions)
+	}
+	return out, nil
+}
+
+// inBatch renames the field of a *FieldError about field[k] (an index into
+// the new messages) to the message's index in the batch, positions[k].
+func inBatch(err error, field string, positions []int) error {
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	rest, ok := strings.CutPrefix(fe.Field, field+"[")
+	if !ok {
+		return err
+	}
+	num, rest, ok := strings.Cut(rest, "]")
+	k, perr := strconv.Atoi(num)
+	if !ok || perr != nil || k < 0 || k >= len(positions) {
+		return err
+	}
+	return &FieldError{Field: fmt.Sprintf("%s[%d]%s", field, positions[k], rest), Description: fe.Description}
 }
 
 // CheckRevision returns ErrConflict when expected is not zero and differs

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -26,31 +27,55 @@ func TestCheckAppend(t *testing.T) {
 		name     string
 		msgs     Messages
 		expected uint64
-		noop     bool
+		fresh    []int // positions of the messages to append
 		err      error
 	}{
-		{"all stored, same content: a retry", batch(user("a", "A"), user("b", "B")), 0, true, nil},
-		{"a retry with a stale revision still succeeds", batch(user("a", "A")), 3, true, nil},
-		{"stored id, other content", batch(user("a", "other")), 0, false, ErrMessageConflict},
-		{"stored and new mixed", batch(user("a", "A"), user("c", "C")), 0, false, ErrMessageConflict},
-		{"stored and server-id mixed", batch(user("a", "A"), user("", "C")), 0, false, ErrMessageConflict},
-		{"new only", batch(user("c", "C"), user("", "D")), 0, false, nil},
-		{"new only, matching revision", batch(user("c", "C")), 7, false, nil},
-		{"new only, stale revision", batch(user("c", "C")), 6, false, ErrConflict},
-		{"empty", batch(), 0, true, nil},
+		{"all stored, same content: a retry", batch(user("a", "A"), user("b", "B")), 0, nil, nil},
+		{"a retry with a stale revision still succeeds", batch(user("a", "A")), 3, nil, nil},
+		{"stored id, other content", batch(user("a", "other")), 0, nil, ErrMessageConflict},
+		{"stored, then a stored id with other content", batch(user("a", "A"), user("c", "C"), user("b", "other")), 0, nil, ErrMessageConflict},
+		{"stored and new mixed: only the new", batch(user("a", "A"), user("c", "C")), 0, []int{1}, nil},
+		{"new around stored", batch(user("", "x"), user("b", "B"), user("c", "C")), 0, []int{0, 2}, nil},
+		{"stored and new, stale revision", batch(user("a", "A"), user("c", "C")), 6, nil, ErrConflict},
+		{"new only", batch(user("c", "C"), user("", "D")), 0, []int{0, 1}, nil},
+		{"new only, matching revision", batch(user("c", "C")), 7, []int{0}, nil},
+		{"new only, stale revision", batch(user("c", "C")), 6, nil, ErrConflict},
+		{"empty", batch(), 0, nil, nil},
 	} {
-		noop, err := CheckAppend("s", c.msgs, c.expected, 7, lookup)
-		if noop != c.noop || !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
-			t.Errorf("%s: CheckAppend = %v, %v; want %v, %v", c.name, noop, err, c.noop, c.err)
+		got, err := CheckAppend("s", c.msgs, c.expected, 7, Tally{}, lookup)
+		if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) || !slices.Equal(got.Positions, c.fresh) || len(got.Prepared) != len(c.fresh) {
+			t.Errorf("%s: CheckAppend = %v, %v; want positions %v, %v", c.name, got.Positions, err, c.fresh, c.err)
+			continue
+		}
+		for k, i := range got.Positions {
+			if got.Prepared[k] != c.msgs.Prepared[i] {
+				t.Errorf("%s: new message %d is not the batch's message %d", c.name, k, i)
+			}
 		}
 	}
 	lookups = 0
-	if _, err := CheckAppend("s", batch(user("", "x"), user("", "y")), 0, 7, lookup); err != nil || lookups != 0 {
+	if _, err := CheckAppend("s", batch(user("", "x"), user("", "y")), 0, 7, Tally{}, lookup); err != nil || lookups != 0 {
 		t.Errorf("server-chosen ids: %v, %d lookups; want none", err, lookups)
 	}
 	boom := errors.New("boom")
-	if _, err := CheckAppend("s", batch(user("a", "A")), 0, 7, func(string) (*sessiondv1.Message, bool, error) { return nil, false, boom }); !errors.Is(err, boom) {
+	if _, err := CheckAppend("s", batch(user("a", "A")), 0, 7, Tally{}, func(string) (*sessiondv1.Message, bool, error) { return nil, false, boom }); !errors.Is(err, boom) {
 		t.Errorf("a failing lookup = %v, want its error", err)
+	}
+
+	// The tally counts only the new messages, and a pairing fault names the
+	// message by its place in the batch.
+	call := &sessiondv1.Message{Id: "call", Role: sessiondv1.Role_ROLE_ASSISTANT, ToolCalls: []*sessiondv1.ToolCall{{Id: "t1", Name: "f"}}}
+	stored["call"] = call
+	open := Tally{OpenToolCallIDs: []string{"t1"}}
+	result := &sessiondv1.Message{Id: "r", Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "t1", Model: "m"}
+	got, err := CheckAppend("s", batch(call, result), 0, 7, open, lookup)
+	if err != nil || len(got.Tally.OpenToolCallIDs) != 0 || !slices.Equal(got.Tally.Models, []string{"m"}) {
+		t.Errorf("a retried call with its new result: tally %+v, %v; want no open call and model m", got.Tally, err)
+	}
+	stray := &sessiondv1.Message{Id: "s2", Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "nope"}
+	_, err = CheckAppend("s", batch(user("a", "A"), user("", "x"), stray), 0, 7, Tally{}, lookup)
+	if f, _ := ErrorField(err); f != "messages[2].tool_call_id" || !errors.Is(err, ErrInvalid) {
+		t.Errorf("a stray result after a stored message = %v (field %q); want ErrInvalid naming messages[2].tool_call_id", err, f)
 	}
 }
 

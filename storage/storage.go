@@ -53,6 +53,14 @@
 // check, so a retry of a write that landed succeeds. A non-zero
 // ExpectedRevision that differs from the session's revision is ErrConflict.
 //
+// Appends are idempotent message by message, so a client needs no
+// bookkeeping to retry one: a message of the batch whose id is stored with
+// the same content (SameMessage) is already there and is skipped; the
+// others are appended in batch order as one change (one revision, one
+// event holding only them), and AppendResult.Appended says how many. A
+// stored id with other content is ErrMessageConflict and stores nothing.
+// The expected revision applies only to a batch with new messages.
+//
 // # Tool calls, usage and retention
 //
 // Every session keeps a Tally derived from its messages: its open tool
@@ -94,7 +102,7 @@ var (
 	// the create was not an exact retry.
 	ErrAlreadyExists = errors.New("session already exists")
 	// ErrMessageConflict: an appended message id is already in the session
-	// with other content, or a batch mixes stored and new messages.
+	// with other content.
 	ErrMessageConflict = errors.New("message id in use with other content")
 	// ErrConflict: the expected revision did not match the session's.
 	ErrConflict = errors.New("revision conflict")
@@ -252,10 +260,12 @@ type AppendRequest struct {
 	Messages         []*sessiondv1.Message
 }
 
-// AppendResult is the session's state after an append (or an idempotent no-op).
+// AppendResult is the session's state after an append (or an idempotent
+// no-op), and how many of the batch's messages the append stored.
 type AppendResult struct {
 	Revision     uint64
 	MessageCount int64
+	Appended     int64
 }
 
 // UpdateField selects a field UpdateRequest changes.
@@ -405,8 +415,9 @@ type Store interface {
 	// ErrDataLoss.
 	Save(ctx context.Context, req SaveRequest) (*Session, error)
 
-	// Append adds messages atomically. It fills a missing message id with a
-	// new UUID and a missing created_at with the current time. Errors:
+	// Append adds the batch's messages not already stored (see the package
+	// doc), atomically. It fills a missing message id with a new UUID and a
+	// missing created_at with the current time. Errors:
 	// ErrNotFound, ErrConflict, ErrMessageConflict, ErrInvalid, ErrNoSpace,
 	// ErrDataLoss.
 	Append(ctx context.Context, req AppendRequest) (AppendResult, error)

@@ -760,6 +760,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	type change struct {
 		op   *appendOp
 		meta storage.Session
+		msgs []*sessiondv1.Message // the op's new messages
 	}
 	// Most batches hold an append or two: their records and changes stay
 	// on the stack.
@@ -771,7 +772,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 			finish(op, storage.AppendResult{}, err)
 			continue
 		}
-		noop, err := storage.CheckAppend(e.id, op.msgs, op.exp, meta.Revision, func(id string) (*sessiondv1.Message, bool, error) {
+		fresh, err := storage.CheckAppend(e.id, op.msgs, op.exp, meta.Revision, meta.Tally, func(id string) (*sessiondv1.Message, bool, error) {
 			j, ok := e.ids[id]
 			if !ok {
 				j, ok = added[id]
@@ -786,25 +787,27 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 			finish(op, storage.AppendResult{}, err)
 			continue
 		}
-		if noop { // a retry of an append that landed, or nothing to add
+		if len(fresh.Prepared) == 0 { // a retry of an append that landed
 			finish(op, storage.AppendResult{Revision: meta.Revision, MessageCount: meta.MessageCount}, nil)
 			continue
 		}
-		tally, err := meta.Tally.Add("messages", op.msgs.Prepared)
-		if err != nil {
-			finish(op, storage.AppendResult{}, err)
-			continue
+		enc := op.enc
+		if len(fresh.Prepared) < len(enc) {
+			enc = make([][]byte, len(fresh.Positions))
+			for k, i := range fresh.Positions {
+				enc[k] = op.enc[i]
+			}
 		}
-		meta.Tally = tally
+		meta.Tally = fresh.Tally
 		meta.Revision++
-		meta.MessageCount += int64(len(op.enc))
+		meta.MessageCount += int64(len(enc))
 		meta.UpdatedAt = now(meta.UpdatedAt)
-		for i, p := range op.msgs.Prepared {
+		for i, p := range fresh.Prepared {
 			added[p.GetId()] = len(msgs) + i
 		}
-		msgs = append(msgs, op.enc...)
-		recs = append(recs, record{kind: recAppend, rev: meta.Revision, updatedAt: meta.UpdatedAt, msgs: op.enc})
-		changes = append(changes, change{op: op, meta: meta})
+		msgs = append(msgs, enc...)
+		recs = append(recs, record{kind: recAppend, rev: meta.Revision, updatedAt: meta.UpdatedAt, msgs: enc})
+		changes = append(changes, change{op: op, meta: meta, msgs: fresh.Prepared})
 	}
 	if len(recs) == 0 {
 		return
@@ -836,8 +839,8 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	s.setMeta(e, &final)
 	for _, c := range changes {
 		m := c.meta
-		s.broker.Publish(e.id, storage.Event{Type: storage.EventAppended, Revision: m.Revision, Session: cloneMeta(&m), Messages: c.op.msgs.Prepared})
-		finish(c.op, storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}, nil)
+		s.broker.Publish(e.id, storage.Event{Type: storage.EventAppended, Revision: m.Revision, Session: cloneMeta(&m), Messages: c.msgs})
+		finish(c.op, storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount, Appended: int64(len(c.msgs))}, nil)
 	}
 	s.touch(e)
 	s.maybeFold(e)

@@ -68,12 +68,13 @@
 // trip, its own transaction): it updates the session's row only if
 // expected_revision is absent or current and none of the batch's ids is
 // stored, and inserts the messages and the event from the row it updated.
-// Those conditions are the case where CheckAppend accepts the batch as new,
-// so the rule stays in one place: when the statement updates nothing (or
-// a concurrent append of the same ids committed first and the message key
-// refuses the insert), the append takes the general path: the row lock and
-// the stored messages with the batch's ids in one round trip, CheckAppend,
-// then the writes and COMMIT in a second.
+// Those conditions are the case where CheckAppend finds the whole batch
+// new, so the rule stays in one place: when the statement updates nothing
+// (or a concurrent append of the same ids committed first and the message
+// key refuses the insert), the append takes the general path: the row lock
+// and the stored messages with the batch's ids in one round trip,
+// CheckAppend (which picks the messages not yet stored), then the writes
+// and COMMIT in a second.
 //
 // One-statement appends share commits (a group commit, as the file store's
 // appends share an fdatasync): the appends that arrive while a Store is

@@ -166,7 +166,7 @@ func TestGroupCommitBatch(t *testing.T) {
 		{"new on a", a, 0, []*sessiondv1.Message{userMsg("a1")}, 2, nil},
 		{"stale expected revision on b", b, 5, []*sessiondv1.Message{userMsg("b1")}, 0, storage.ErrConflict},
 		{"second on a, expecting the first", a, 2, []*sessiondv1.Message{userMsg("a2"), userMsg("a3")}, 3, nil},
-		{"stored and new ids mixed on c", c, 0, []*sessiondv1.Message{userMsg("c1"), userMsg("c2")}, 0, storage.ErrMessageConflict},
+		{"stored and new ids mixed on c: only the new stored", c, 0, []*sessiondv1.Message{userMsg("c1"), userMsg("c2")}, 3, nil},
 		{"retry of a stored append on e", e, 0, []*sessiondv1.Message{userMsg("e1")}, 2, nil},
 		{"retry of the first on a in the same batch", a, 0, []*sessiondv1.Message{userMsg("a1")}, 3, nil},
 		{"new on b", b, 0, []*sessiondv1.Message{userMsg("b2")}, 2, nil},
@@ -203,7 +203,7 @@ func TestGroupCommitBatch(t *testing.T) {
 		ref storage.Ref
 		ids []string
 		rev uint64
-	}{{a, []string{"a1", "a2", "a3"}, 3}, {b, []string{"b2"}, 2}, {c, []string{"c1"}, 2}, {e, []string{"e1"}, 2}} {
+	}{{a, []string{"a1", "a2", "a3"}, 3}, {b, []string{"b2"}, 2}, {c, []string{"c1", "c2"}, 3}, {e, []string{"e1"}, 2}} {
 		se, msgs, err := s.Load(ctx, w.ref, storage.LoadOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -675,11 +675,12 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 //
 // Appends are the hot path. The common one (none of the batch's ids is
 // stored, expected_revision absent or current) is one statement, one round
-// trip and its own transaction: appendFast. Every other append (and one
-// that raced a concurrent append of the same ids) takes two round trips:
-// BEGIN, the session's row lock and the stored messages with the batch's
-// ids in one; then, once CheckAppend has classified the batch, the
-// messages, the session's new revision, its event and COMMIT in the other.
+// trip and its own transaction: appendFast. Every other append (a retry
+// holding stored messages, and one that raced a concurrent append of the
+// same ids) takes two round trips: BEGIN, the session's row lock and the
+// stored messages with the batch's ids in one; then, once CheckAppend has
+// picked the new messages, those messages, the session's new revision, its
+// event and COMMIT in the other.
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
 	var res storage.AppendResult
 	err := s.call(ctx, func() error {
@@ -790,6 +791,7 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 		return res, false, err
 	}
 	s.wake(m.id)
+	m.res.Appended = n
 	return m.res, true, nil
 }
 
@@ -838,7 +840,16 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 	if err := br.Close(); err != nil {
 		return storage.AppendResult{}, err
 	}
-	noop, err := storage.CheckAppend(cur.ID, msgs, req.ExpectedRevision, cur.Revision, func(id string) (*sessiondv1.Message, bool, error) {
+	base := cur.Tally
+	if base.Unknown {
+		// Written before schema version 3: count the stored messages once.
+		stored, err := readMessages(ctx, conn, cur.ID, 0, -1)
+		if err != nil {
+			return storage.AppendResult{}, err
+		}
+		base = storage.Recount(stored)
+	}
+	fresh, err := storage.CheckAppend(cur.ID, msgs, req.ExpectedRevision, cur.Revision, base, func(id string) (*sessiondv1.Message, bool, error) {
 		b, ok := stored[id]
 		if !ok {
 			return nil, false, nil
@@ -849,43 +860,31 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 	if err != nil {
 		return storage.AppendResult{}, err
 	}
-	if noop {
+	if len(fresh.Prepared) == 0 {
 		_, err := conn.Exec(ctx, "COMMIT")
 		return storage.AppendResult{Revision: cur.Revision, MessageCount: cur.MessageCount}, err
 	}
-	base := cur.Tally
-	if base.Unknown {
-		// Written before schema version 3: count the stored messages once.
-		stored, err := readMessages(ctx, conn, cur.ID, 0, -1)
-		if err != nil {
-			return storage.AppendResult{}, err
-		}
-		base = storage.Recount(stored)
-	}
-	tally, err := base.Add("messages", msgs.Prepared)
-	if err != nil {
-		return storage.AppendResult{}, err
-	}
 	b = &pgx.Batch{}
-	if err := queueMessages(b, cur.ID, cur.MessageCount, msgs.Prepared); err != nil {
+	if err := queueMessages(b, cur.ID, cur.MessageCount, fresh.Prepared); err != nil {
 		return storage.AppendResult{}, err
 	}
+	n := int64(len(fresh.Prepared))
 	m := cur
-	m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+int64(len(msgs.Prepared)), now(cur.UpdatedAt)
-	m.Tally = tally
+	m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+n, now(cur.UpdatedAt)
+	m.Tally = fresh.Tally
 	bump, err := bumpArgs(m)
 	if err != nil {
 		return storage.AppendResult{}, err
 	}
 	b.Queue(bumpSession, bump...)
-	if err := queueEvent(b, w, storage.EventAppended, m, len(msgs.Prepared)); err != nil {
+	if err := queueEvent(b, w, storage.EventAppended, m, len(fresh.Prepared)); err != nil {
 		return storage.AppendResult{}, err
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return storage.AppendResult{}, err
 	}
-	return storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount}, nil
+	return storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount, Appended: n}, nil
 }
 
 // Update changes the fields req names; the no-op rule is ApplyUpdate's.

@@ -340,7 +340,7 @@ func (s *memStore) Append(_ context.Context, req storage.AppendRequest, msgs sto
 		if err != nil {
 			return err
 		}
-		noop, err := storage.CheckAppend(se.meta.ID, msgs, req.ExpectedRevision, se.meta.Revision, func(id string) (*sessiondv1.Message, bool, error) {
+		fresh, err := storage.CheckAppend(se.meta.ID, msgs, req.ExpectedRevision, se.meta.Revision, se.meta.Tally, func(id string) (*sessiondv1.Message, bool, error) {
 			i := slices.IndexFunc(se.msgs, func(x *sessiondv1.Message) bool { return x.GetId() == id })
 			if i < 0 {
 				return nil, false, nil
@@ -350,14 +350,12 @@ func (s *memStore) Append(_ context.Context, req storage.AppendRequest, msgs sto
 		if err != nil {
 			return err
 		}
-		if !noop {
-			if se.meta.Tally, err = se.meta.Tally.Add("messages", msgs.Prepared); err != nil {
-				return err
-			}
-			se.msgs = append(se.msgs[:len(se.msgs):len(se.msgs)], msgs.Prepared...)
-			s.bump(se, storage.EventAppended, msgs.Prepared)
+		if len(fresh.Prepared) > 0 {
+			se.meta.Tally = fresh.Tally
+			se.msgs = append(se.msgs[:len(se.msgs):len(se.msgs)], fresh.Prepared...)
+			s.bump(se, storage.EventAppended, fresh.Prepared)
 		}
-		out = storage.AppendResult{Revision: se.meta.Revision, MessageCount: int64(len(se.msgs))}
+		out = storage.AppendResult{Revision: se.meta.Revision, MessageCount: int64(len(se.msgs)), Appended: int64(len(fresh.Prepared))}
 		return nil
 	})
 	return out, err

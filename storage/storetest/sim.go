@@ -229,11 +229,10 @@ func simStep(t *testing.T, s storage.Store, refs []storage.Ref, rng *rand.Rand, 
 			res, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: op.msgs, ExpectedRevision: retry.expected})
 			retry.err, retry.revision, retry.answered = err, res.Revision, res.MessageCount
 			record(retry)
-			// A rewind or save may have removed part of the batch in
-			// between, which makes the retry a mix of old and new; or all
-			// of it, which makes it a new append that a stale expected
-			// revision refuses.
-			if err != nil && !errors.Is(err, storage.ErrMessageConflict) && (retry.expected == 0 || !errors.Is(err, storage.ErrConflict)) {
+			// A rewind or save may have removed part or all of the batch
+			// in between, which the retry appends again; a stale expected
+			// revision then refuses it.
+			if err != nil && (retry.expected == 0 || !errors.Is(err, storage.ErrConflict)) {
 				return fmt.Errorf("%v: unexpected error", retry)
 			}
 		}
@@ -327,13 +326,23 @@ func (o *simOp) definite() bool {
 func (o *simOp) apply(st simState) (simState, error) {
 	next := simState{title: st.title, msgs: slices.Clone(st.msgs)}
 	switch o.kind {
-	case simAppend, simAppendRetry:
+	case simAppend:
 		for _, m := range o.msgs {
 			if slices.ContainsFunc(st.msgs, func(x *sessiondv1.Message) bool { return x.GetId() == m.GetId() }) {
 				return st, fmt.Errorf("appends %s, already in the session", m.GetId())
 			}
 		}
 		next.msgs = append(next.msgs, normalise(o.msgs)...)
+	case simAppendRetry:
+		// Only the messages not in the session are appended.
+		for _, m := range normalise(o.msgs) {
+			if !slices.ContainsFunc(st.msgs, func(x *sessiondv1.Message) bool { return x.GetId() == m.GetId() }) {
+				next.msgs = append(next.msgs, m)
+			}
+		}
+		if len(next.msgs) == len(st.msgs) {
+			return st, errors.New("a retry of messages all in the session cannot change it")
+		}
 	case simUpdate:
 		next.title = o.title
 	case simSave:

@@ -27,7 +27,7 @@ func testAppend(t *testing.T, h *harness) {
 			pause()
 			res := appendMsgs(t, s, ref, batch...)
 			sent = append(sent, batch...)
-			if want := (storage.AppendResult{Revision: uint64(i + 2), MessageCount: int64(len(sent))}); res != want {
+			if want := (storage.AppendResult{Revision: uint64(i + 2), MessageCount: int64(len(sent)), Appended: int64(len(batch))}); res != want {
 				t.Errorf("append %d answered %+v, want %+v", i, res, want)
 			}
 			got := get(t, s, ref)
@@ -86,9 +86,9 @@ func testAppend(t *testing.T, h *harness) {
 		ab := []*sessiondv1.Message{msg("a", "first"), msg("b", "second")} // no created_at
 		r1 := appendMsgs(t, s, ref, ab...)
 		r2 := appendMsgs(t, s, ref, msg("c", "third"))
-		want := storage.AppendResult{Revision: 3, MessageCount: 3}
-		if r1.Revision != 2 || r2 != want {
-			t.Fatalf("appends answered %+v then %+v, want revision 2 then %+v", r1, r2, want)
+		want := storage.AppendResult{Revision: 3, MessageCount: 3} // a no-op appends none
+		if r1.Revision != 2 || r1.Appended != 2 || r2 != (storage.AppendResult{Revision: 3, MessageCount: 3, Appended: 1}) {
+			t.Fatalf("appends answered %+v then %+v, want revision 2 with 2 appended, then revision 3 with 1", r1, r2)
 		}
 		before := takeSnapshot(t, s, ref)
 
@@ -119,8 +119,8 @@ func testAppend(t *testing.T, h *harness) {
 		}
 		checkUnchanged(t, "retried appends", s, ref, before)
 
-		// A message id already there with other content, or a batch mixing
-		// stored and new messages, is refused.
+		// A message id already there with other content is refused, and
+		// nothing of its batch is stored, not even the new messages.
 		other := timestamppb.New(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))
 		for _, c := range []struct {
 			name  string
@@ -130,10 +130,8 @@ func testAppend(t *testing.T, h *harness) {
 			{"same id, other role", []*sessiondv1.Message{{Id: "a", Role: sessiondv1.Role_ROLE_ASSISTANT, Content: "first"}}},
 			{"same id, other created_at", []*sessiondv1.Message{{Id: "a", Role: sessiondv1.Role_ROLE_USER, Content: "first", CreatedAt: other}}},
 			{"same id, extra metadata", []*sessiondv1.Message{{Id: "a", Role: sessiondv1.Role_ROLE_USER, Content: "first", Metadata: map[string]string{"k": "v"}}}},
-			{"stored then new", []*sessiondv1.Message{msg("a", "first"), msg("d", "new")}},
-			{"new then stored", []*sessiondv1.Message{msg("d", "new"), msg("c", "third")}},
 			{"stored, other content", []*sessiondv1.Message{msg("a", "first"), msg("b", "SECOND")}},
-			{"new without id, then stored", []*sessiondv1.Message{{Role: sessiondv1.Role_ROLE_USER, Content: "x"}, msg("b", "second")}},
+			{"new, stored, then other content", []*sessiondv1.Message{msg("d", "new"), msg("a", "first"), msg("c", "THIRD"), {Role: sessiondv1.Role_ROLE_USER, Content: "x"}}},
 		} {
 			_, err := s.Append(t.Context(), storage.AppendRequest{Ref: ref, Messages: c.batch})
 			wantErr(t, "Append "+c.name, err, storage.ErrMessageConflict)
@@ -154,6 +152,46 @@ func testAppend(t *testing.T, h *harness) {
 		if err != nil || res.Revision != rw.Revision+1 || res.MessageCount != 3 {
 			t.Errorf("appending a rewound id again: got %+v, %v; want revision %d, 3 messages", res, err, rw.Revision+1)
 		}
+	})
+
+	t.Run("StoredAndNew", func(t *testing.T) {
+		// A batch that holds messages already stored stores only the
+		// others, in batch order, as one change.
+		s := h.open(t)
+		se := create(t, s, storage.CreateRequest{Namespace: nsA, Messages: []*sessiondv1.Message{msg("a", "first"), msg("b", "second")}})
+		ref := storage.Ref{Namespace: nsA, ID: se.ID}
+		sub := watch(t, s, ref, 0)
+		before := takeSnapshot(t, s, ref)
+
+		noID := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT, Content: "no id"}
+		batch := []*sessiondv1.Message{msg("c", "third"), msg("a", "first"), noID, msg("b", "second"), msg("d", "fourth")}
+		// The expected revision applies, since the batch has new messages.
+		_, err := s.Append(t.Context(), storage.AppendRequest{Ref: ref, Messages: batch, ExpectedRevision: se.Revision + 1})
+		wantErr(t, "a mixed batch with a stale expected revision", err, storage.ErrConflict)
+		checkUnchanged(t, "a mixed batch refused", s, ref, before)
+
+		res, err := s.Append(t.Context(), storage.AppendRequest{Ref: ref, Messages: batch, ExpectedRevision: se.Revision})
+		must(t, "Append of stored and new messages", err)
+		if want := (storage.AppendResult{Revision: se.Revision + 1, MessageCount: 5, Appended: 3}); res != want {
+			t.Errorf("Append of stored and new messages = %+v, want %+v", res, want)
+		}
+		_, ms := loadAll(t, s, ref)
+		checkMessages(t, "Load after the mixed append", ms, []*sessiondv1.Message{msg("a", "first"), msg("b", "second"), msg("c", "third"), noID, msg("d", "fourth")})
+		ev := nextEvent(t, sub)
+		if ev.Type != storage.EventAppended || ev.Revision != res.Revision || len(ev.Messages) != 3 ||
+			ev.Messages[0].GetId() != "c" || ev.Messages[1].GetContent() != "no id" || ev.Messages[2].GetId() != "d" {
+			t.Errorf("the mixed append's event = %v at revision %d with %d messages, want EventAppended at %d with c, the one without id, d", ev.Type, ev.Revision, len(ev.Messages), res.Revision)
+		}
+
+		// Sent again, whole (its id-less message is new each time) or
+		// without it (a no-op), whatever its expected revision says.
+		after := takeSnapshot(t, s, ref)
+		retry := []*sessiondv1.Message{msg("c", "third"), msg("a", "first"), msg("b", "second"), msg("d", "fourth")}
+		res, err = s.Append(t.Context(), storage.AppendRequest{Ref: ref, Messages: retry, ExpectedRevision: se.Revision})
+		if want := (storage.AppendResult{Revision: se.Revision + 1, MessageCount: 5}); err != nil || res != want {
+			t.Errorf("retry of the stored messages = %+v, %v; want %+v, nil", res, err, want)
+		}
+		checkUnchanged(t, "a retry of stored messages", s, ref, after)
 	})
 
 	t.Run("Errors", func(t *testing.T) {

@@ -1908,12 +1908,17 @@ type AppendMessagesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Which session.
 	Ref *SessionRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	// The messages to append, atomically. A batch whose ids are all already in
-	// the session with the same content is a no-op answering OK; an id present
-	// with other content, or a mix of old and new, is ALREADY_EXISTS.
+	// The messages to append, atomically. Appends are idempotent without any
+	// bookkeeping by the client: a message whose id is already in the session
+	// with the same content is already stored and is skipped, so only the
+	// batch's other messages are appended, in batch order, bumping the
+	// revision once (appended_count says how many). A batch whose messages are
+	// all already stored is a no-op answering OK and the current revision. An
+	// id present with other content is ALREADY_EXISTS, and nothing is stored.
 	Messages []*Message `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
 	// If non-zero, the append fails with ABORTED unless the session is at this
-	// revision (checked after the idempotency check).
+	// revision. It applies only when the batch has messages not yet stored, so
+	// a retry of an append that landed succeeds whatever it carries here.
 	ExpectedRevision uint64 `protobuf:"varint,3,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -1976,7 +1981,10 @@ type AppendMessagesResponse struct {
 	// The session's revision after the append.
 	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
 	// The session's message count after the append.
-	MessageCount  int64 `protobuf:"varint,2,opt,name=message_count,json=messageCount,proto3" json:"message_count,omitempty"`
+	MessageCount int64 `protobuf:"varint,2,opt,name=message_count,json=messageCount,proto3" json:"message_count,omitempty"`
+	// How many of the batch's messages this append stored: the batch's size
+	// when none was stored before, 0 for a retry of an append that landed.
+	AppendedCount int64 `protobuf:"varint,3,opt,name=appended_count,json=appendedCount,proto3" json:"appended_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2021,6 +2029,13 @@ func (x *AppendMessagesResponse) GetRevision() uint64 {
 func (x *AppendMessagesResponse) GetMessageCount() int64 {
 	if x != nil {
 		return x.MessageCount
+	}
+	return 0
+}
+
+func (x *AppendMessagesResponse) GetAppendedCount() int64 {
+	if x != nil {
+		return x.AppendedCount
 	}
 	return 0
 }
@@ -2990,10 +3005,11 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x15AppendMessagesRequest\x12)\n" +
 	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\x120\n" +
 	"\bmessages\x18\x02 \x03(\v2\x14.sessiond.v1.MessageR\bmessages\x12+\n" +
-	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\"Y\n" +
+	"\x11expected_revision\x18\x03 \x01(\x04R\x10expectedRevision\"\x80\x01\n" +
 	"\x16AppendMessagesResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12#\n" +
-	"\rmessage_count\x18\x02 \x01(\x03R\fmessageCount\"\xdb\x01\n" +
+	"\rmessage_count\x18\x02 \x01(\x03R\fmessageCount\x12%\n" +
+	"\x0eappended_count\x18\x03 \x01(\x03R\rappendedCount\"\xdb\x01\n" +
 	"\x14UpdateSessionRequest\x12)\n" +
 	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\x12.\n" +
 	"\asession\x18\x02 \x01(\v2\x14.sessiond.v1.SessionR\asession\x12;\n" +
