@@ -151,15 +151,3 @@ func retryable(err error) bool {
 	}
 	return true
 }
-
-// outcomeKnown reports whether a failed write certainly changed nothing:
-// the server answered with a refusal. Any other failure (a timeout, a lost
-// connection) may have landed, so the same request must be sent again before
-// anything else, which the server then answers as an idempotent no-op.
-func outcomeKnown(err error) bool {
-	switch status.Code(err) {
-	case codes.DeadlineExceeded, codes.Canceled, codes.Unavailable, codes.Unknown, codes.Internal:
-		return false
-	}
-	return true
-}

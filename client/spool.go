@@ -19,26 +19,8 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-// A spool file keeps what one handle has not saved yet, so that a program
-// that quits or crashes while the daemon is down loses nothing (WithSpool).
-//
-// Layout (all integers little-endian):
-//
-//	magic   8 bytes  "SDSPOOL1"
-//	length  uint32   of the payload
-//	crc     uint32   CRC-32C (Castagnoli) of the payload
-//	payload          protobuf wire fields:
-//	                   1 (bytes)  a sessiond.v1.Session: id, namespace,
-//	                              revision (the one a rewrite is based on),
-//	                              summary, metadata and the unsaved messages
-//	                   2 (varint) flags: spoolRewrite, spoolSummary, spoolMetadata
-//
-// A file is written whole to a temporary name in the spool folder, fsync'd,
-// renamed over the handle's file and the folder fsync'd, so a reader finds
-// the previous version or the new one, never a mix. Files are named
-// "<session id>.ns-<namespace in hex>.<handle id>.spool" (one per handle, so
-// two programs on one session never overwrite each other's) and made 0600 in
-// a 0700 folder.
+// A spool file keeps what one handle has not saved yet (WithSpool); its
+// format is in the package documentation.
 const (
 	spoolMagic  = "SDSPOOL1"
 	spoolHeader = len(spoolMagic) + 8
@@ -52,9 +34,12 @@ const (
 
 // Spool flags.
 const (
-	spoolRewrite  = 1 << iota // the messages replace the stored ones (SetMessages)
-	spoolSummary              // the summary is unsaved
-	spoolMetadata             // the metadata is unsaved
+	// spoolReplace: the messages replace the stored ones. No handle writes
+	// it; Open keeps such a file aside (".conflict") rather than append its
+	// messages.
+	spoolReplace  = 1 << iota
+	spoolSummary  // the summary is unsaved
+	spoolMetadata // the metadata is unsaved
 )
 
 var spoolCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -265,8 +250,7 @@ func syncDir(dir string) error {
 type handleState struct {
 	entries                     []entry
 	ids                         map[string]struct{}
-	synced, rewriteLen          int
-	rewrite                     bool
+	synced                      int
 	summary                     string
 	metadata                    map[string]string
 	summaryDirty, metadataDirty bool
@@ -275,12 +259,12 @@ type handleState struct {
 // snapshotLocked returns the fields restoreLocked puts back. Called with mu
 // held.
 func (h *Handle) snapshotLocked() handleState {
-	return handleState{h.entries, h.ids, h.synced, h.rewriteLen, h.rewrite,
+	return handleState{h.entries, h.ids, h.synced,
 		h.summary, h.metadata, h.summaryDirty, h.metadataDirty}
 }
 
 func (h *Handle) restoreLocked(s handleState) {
-	h.entries, h.ids, h.synced, h.rewriteLen, h.rewrite = s.entries, s.ids, s.synced, s.rewriteLen, s.rewrite
+	h.entries, h.ids, h.synced = s.entries, s.ids, s.synced
 	h.summary, h.metadata, h.summaryDirty, h.metadataDirty = s.summary, s.metadata, s.summaryDirty, s.metadataDirty
 }
 
@@ -288,17 +272,8 @@ func (h *Handle) restoreLocked(s handleState) {
 // nothing is unsaved. Called with mu held.
 func (h *Handle) spoolStateLocked() *spoolState {
 	var flags uint64
-	from := h.synced
-	if h.rewrite {
-		flags |= spoolRewrite
-		from = 0
-	}
 	sess := &sessiondv1.Session{Id: h.id, Namespace: h.c.namespace, Revision: h.revision}
-	for _, e := range h.entries[from:] {
-		if !e.local {
-			sess.Messages = append(sess.Messages, e.m)
-		}
-	}
+	sess.Messages = savedOf(h.entries[h.synced:])
 	if h.summaryDirty {
 		flags |= spoolSummary
 		sess.Summary = h.summary
@@ -387,10 +362,9 @@ func (h *Handle) replaySpools(ctx context.Context) error {
 			err = fmt.Errorf("%w: it holds session %q of namespace %q", errSpoolDamaged,
 				st.session.GetId(), st.session.GetNamespace())
 		}
-		if err == nil && st.flags&spoolRewrite != 0 && st.session.GetRevision() != h.revision {
+		if err == nil && st.flags&spoolReplace != 0 {
 			problems = append(problems, quarantine(f, ".conflict", fmt.Errorf(
-				"%w: it rewrites revision %d and the session is at revision %d",
-				ErrConflict, st.session.GetRevision(), h.revision)))
+				"%w: it replaces the messages of revision %d, which no save sends", ErrConflict, st.session.GetRevision())))
 			continue
 		}
 		if errors.Is(err, errSpoolDamaged) {
@@ -429,11 +403,6 @@ func (h *Handle) replaySpools(ctx context.Context) error {
 // changes: messages the handle holds already (by id) are left out. Called
 // with mu held.
 func (h *Handle) takeSpoolLocked(st spoolState) {
-	if st.flags&spoolRewrite != 0 {
-		h.entries, h.ids = nil, make(map[string]struct{}, len(st.session.Messages))
-		h.synced, h.rewrite, h.rewriteLen = 0, true, len(st.session.Messages)
-		h.gen++
-	}
 	for _, m := range st.session.GetMessages() {
 		if _, ok := h.ids[m.GetId()]; ok {
 			continue
@@ -443,11 +412,9 @@ func (h *Handle) takeSpoolLocked(st spoolState) {
 	}
 	if st.flags&spoolSummary != 0 {
 		h.summary, h.summaryDirty = st.session.GetSummary(), true
-		h.metaGen++
 	}
 	if st.flags&spoolMetadata != 0 {
 		h.metadata, h.metadataDirty = st.session.GetMetadata(), true
-		h.metaGen++
 	}
 }
 

@@ -215,49 +215,6 @@ func TestSpoolUnwritable(t *testing.T) {
 	}
 }
 
-// TestSpoolRewriteConflict: a spooled SetMessages whose session changed
-// meanwhile is kept aside as .conflict, and Open says so.
-func TestSpoolRewriteConflict(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	dir := t.TempDir()
-	id := spoolWhileDown(t, srv, dir)
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	c := srv.Dial(t)
-	ctx := t.Context()
-	// Replace the spool of appends by one of a rewrite, then change the
-	// session under it.
-	for _, f := range spoolFiles(t, dir, ".spool") {
-		_ = os.Remove(filepath.Join(dir, f))
-	}
-	h, err := c.Open(ctx, client.ID(id), client.WithSpool(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Stop()
-	if err := h.SetMessages(userMsg("rewritten")); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	other := srv.Dial(t)
-	if _, err := other.Append(ctx, client.ID(id), 0, userMsg("by another writer")); err != nil {
-		t.Fatal(err)
-	}
-	_, err = other.Open(ctx, client.ID(id), client.WithSpool(dir))
-	if !errors.Is(err, client.ErrSpool) || !strings.Contains(err.Error(), ".conflict") {
-		t.Fatalf("Open with a conflicting spooled rewrite = %v, want ErrSpool naming the .conflict file", err)
-	}
-	if got := spoolFiles(t, dir, ".conflict"); len(got) != 1 {
-		t.Errorf(".conflict files: %q", got)
-	}
-	if got := storedContents(t, other, client.ID(id)); !slices.Equal(got, []string{"q0", "a0", "by another writer"}) {
-		t.Errorf("stored = %q", got)
-	}
-}
-
 // BenchmarkAppend measures what a spool adds to Append: each call rewrites
 // the spool file (temp file, fsync, rename, folder fsync). A save every 16
 // calls (not timed) keeps the unsaved tail short, as auto-save does. Run it
