@@ -475,11 +475,11 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return fmt.Errorf("client: append: %w", ErrClosed)
+		return errorf("client: append: %w", ErrClosed)
 	}
 	for _, e := range add {
 		if _, dup := h.ids[e.m.Id]; dup {
-			return fmt.Errorf("client: append: message id %q is already in the session: %w", e.m.Id, ErrInvalid)
+			return errorf("client: append: message id %q is already in the session: %w", e.m.Id, ErrInvalid)
 		}
 	}
 	batch := savedOf(add)
@@ -488,7 +488,7 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	if msgcheck.TouchesCalls(batch) {
 		open, _ := msgcheck.OpenCalls(nil, "", h.savedMessagesLocked(), false)
 		if _, f := msgcheck.OpenCalls(open, "messages", batch, true); f != nil {
-			return fmt.Errorf("client: append: %s %s: %w", f.Field, f.Description, ErrInvalid)
+			return errorf("client: append: %s %s: %w", f.Field, f.Description, ErrInvalid)
 		}
 	}
 	old := h.snapshotLocked()
@@ -496,7 +496,7 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	h.entries = append(h.entries, add...)
 	if err := h.syncSpoolLocked(); err != nil {
 		h.restoreLocked(old)
-		return fmt.Errorf("client: append: %w", err)
+		return errorf("client: append: %w", err)
 	}
 	maps.Copy(h.ids, ids)
 	h.poke()
@@ -551,7 +551,7 @@ func (h *Handle) prepare(op string, msgs []*sessiondv1.Message) ([]entry, map[st
 		// The daemon's own rules for one message: a message the daemon
 		// would refuse fails here, not in a background save.
 		if f := msgcheck.Message(fmt.Sprintf("messages[%d]", i), m); f != nil {
-			return nil, nil, fmt.Errorf("client: %s: %s %s: %w", op, f.Field, f.Description, ErrInvalid)
+			return nil, nil, errorf("client: %s: %s %s: %w", op, f.Field, f.Description, ErrInvalid)
 		}
 		c := proto.CloneOf(m)
 		if c.Id == "" {
@@ -561,7 +561,7 @@ func (h *Handle) prepare(op string, msgs []*sessiondv1.Message) ([]entry, map[st
 			c.CreatedAt = now
 		}
 		if _, dup := ids[c.Id]; dup {
-			return nil, nil, fmt.Errorf("client: %s: message id %q repeats: %w", op, c.Id, ErrInvalid)
+			return nil, nil, errorf("client: %s: message id %q repeats: %w", op, c.Id, ErrInvalid)
 		}
 		ids[c.Id] = struct{}{}
 		entries = append(entries, entry{m: c, local: h.opts.noSystem && c.GetRole() == sessiondv1.Role_ROLE_SYSTEM})
@@ -574,13 +574,13 @@ func (h *Handle) SetSummary(summary string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return fmt.Errorf("client: set summary: %w", ErrClosed)
+		return errorf("client: set summary: %w", ErrClosed)
 	}
 	old := h.snapshotLocked()
 	h.summary, h.summaryDirty = summary, true
 	if err := h.syncSpoolLocked(); err != nil {
 		h.restoreLocked(old)
-		return fmt.Errorf("client: set summary: %w", err)
+		return errorf("client: set summary: %w", err)
 	}
 	h.poke()
 	return nil
@@ -591,13 +591,13 @@ func (h *Handle) SetMetadata(md map[string]string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return fmt.Errorf("client: set metadata: %w", ErrClosed)
+		return errorf("client: set metadata: %w", ErrClosed)
 	}
 	old := h.snapshotLocked()
 	h.metadata, h.metadataDirty = maps.Clone(md), true
 	if err := h.syncSpoolLocked(); err != nil {
 		h.restoreLocked(old)
-		return fmt.Errorf("client: set metadata: %w", err)
+		return errorf("client: set metadata: %w", err)
 	}
 	h.poke()
 	return nil
@@ -669,7 +669,7 @@ func (h *Handle) saveLocked(ctx context.Context, closeWhenClean bool) error {
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
-			return fmt.Errorf("client: save: %w", ErrClosed)
+			return errorf("client: save: %w", ErrClosed)
 		}
 		goalSaved := h.storedLocked(goal)
 		if !closeWhenClean && goalSaved && !metaGoal {
@@ -694,7 +694,7 @@ func (h *Handle) saveLocked(ctx context.Context, closeWhenClean bool) error {
 	if closeWhenClean {
 		return errKeptChanging
 	}
-	return fmt.Errorf("client: save %s: still unsaved after %d writes", h.id, passes)
+	return errorf("client: save %s: still unsaved after %d writes", h.id, passes)
 }
 
 // lastSavableLocked returns the last message a save sends, or nil. Called
@@ -802,13 +802,13 @@ func (h *Handle) send(ctx context.Context, w *write) error {
 	}
 	if errors.Is(err, ErrConflict) {
 		if caught, cerr := h.catchUp(ctx, w); cerr != nil {
-			return fmt.Errorf("save %s: %w; then: %w", h.id, err, cerr)
+			return errorf("save %s: %w; then: %w", h.id, err, cerr)
 		} else if caught {
 			return nil
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("save %s: %w", h.id, err)
+		return errorf("save %s: %w", h.id, err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -914,7 +914,7 @@ func (h *Handle) saveRetry(ctx context.Context, attempts uint, attemptTTL time.D
 			return struct{}{}, backoff.Permanent(err)
 		}
 		if err != nil && ctx.Err() != nil && last != nil {
-			err = fmt.Errorf("%w; before that: %w", err, last)
+			err = errorf("%w; before that: %w", err, last)
 		}
 		if err != nil {
 			last = err
@@ -937,7 +937,7 @@ func (h *Handle) saveRetry(ctx context.Context, attempts uint, attemptTTL time.D
 	}
 	if err != nil && last != nil && !errors.Is(err, last) {
 		// Retry gave up with ctx's error while waiting between attempts.
-		return fmt.Errorf("%w: %w", err, last)
+		return errorf("%w: %w", err, last)
 	}
 	return err
 }
@@ -954,7 +954,7 @@ func (h *Handle) Reload(ctx context.Context) error {
 	}
 	sess, loaded, err := h.c.Load(ctx, ID(h.id), LoadOptions{CloseOpenToolCalls: true})
 	if err != nil {
-		return fmt.Errorf("reload %s: %w", h.id, err)
+		return errorf("reload %s: %w", h.id, err)
 	}
 	stored, synthetic := splitSynthetic(loaded)
 	h.mu.Lock()
@@ -1013,7 +1013,7 @@ func (h *Handle) checkOpen(op string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return fmt.Errorf("client: %s: %w", op, ErrClosed)
+		return errorf("client: %s: %w", op, ErrClosed)
 	}
 	return nil
 }
@@ -1033,11 +1033,11 @@ func (h *Handle) Rewind(ctx context.Context, keep int64) error {
 	rev := h.revision
 	h.mu.Unlock()
 	if keep < 0 || keep > stored {
-		return fmt.Errorf("client: rewind %s to %d messages: it holds %d: %w", h.id, keep, stored, ErrInvalid)
+		return errorf("client: rewind %s to %d messages: it holds %d: %w", h.id, keep, stored, ErrInvalid)
 	}
 	sess, err := h.c.Rewind(ctx, ID(h.id), keep, rev)
 	if err != nil {
-		return fmt.Errorf("rewind %s: %w", h.id, err)
+		return errorf("rewind %s: %w", h.id, err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -1083,11 +1083,11 @@ func (h *Handle) Fork(ctx context.Context, o ForkOptions, opts ...HandleOption) 
 	}
 	sess, err := h.c.Fork(ctx, ID(h.id), o)
 	if err != nil {
-		return nil, fmt.Errorf("fork %s: %w", h.id, err)
+		return nil, errorf("fork %s: %w", h.id, err)
 	}
 	fsess, loaded, err := h.c.Load(ctx, ID(sess.ID), LoadOptions{CloseOpenToolCalls: true})
 	if err != nil {
-		return nil, fmt.Errorf("fork %s: open %s: %w", h.id, sess.ID, err)
+		return nil, errorf("fork %s: open %s: %w", h.id, sess.ID, err)
 	}
 	stored, synthetic := splitSynthetic(loaded)
 	h.mu.Lock()
@@ -1126,7 +1126,7 @@ func (h *Handle) Close(ctx context.Context) error {
 	h.saveMu.Unlock()
 	if err != nil {
 		h.startLoop()
-		return fmt.Errorf("client: close: %w", err)
+		return errorf("client: close: %w", err)
 	}
 	return nil
 }
@@ -1201,7 +1201,7 @@ func (h *Handle) autoSave(ctx context.Context) {
 		h.paused = err
 		h.mu.Unlock()
 	}
-	err = fmt.Errorf("client: auto-save: %w", err)
+	err = errorf("client: auto-save: %w", err)
 	if h.opts.onError != nil {
 		h.opts.onError(err)
 		return

@@ -53,7 +53,7 @@ type spoolState struct {
 func encodeSpool(st spoolState) ([]byte, error) {
 	sess, err := proto.MarshalOptions{Deterministic: true}.Marshal(st.session)
 	if err != nil {
-		return nil, fmt.Errorf("encode spool: %w", err)
+		return nil, errorf("encode spool: %w", err)
 	}
 	var payload []byte
 	payload = protowire.AppendTag(payload, 1, protowire.BytesType)
@@ -61,7 +61,7 @@ func encodeSpool(st spoolState) ([]byte, error) {
 	payload = protowire.AppendTag(payload, 2, protowire.VarintType)
 	payload = protowire.AppendVarint(payload, st.flags)
 	if uint64(len(payload)) > 1<<32-1 {
-		return nil, fmt.Errorf("encode spool: %d bytes is over the 4 GiB a spool file holds", len(payload))
+		return nil, errorf("encode spool: %d bytes is over the 4 GiB a spool file holds", len(payload))
 	}
 	out := make([]byte, 0, spoolHeader+len(payload))
 	out = append(out, spoolMagic...)
@@ -78,61 +78,61 @@ var errSpoolDamaged = errors.New("damaged")
 func decodeSpool(b []byte) (spoolState, error) {
 	var st spoolState
 	if len(b) < spoolHeader || string(b[:len(spoolMagic)]) != spoolMagic {
-		return st, fmt.Errorf("%w: not a spool file (bad header)", errSpoolDamaged)
+		return st, errorf("%w: not a spool file (bad header)", errSpoolDamaged)
 	}
 	n := binary.LittleEndian.Uint32(b[len(spoolMagic):])
 	sum := binary.LittleEndian.Uint32(b[len(spoolMagic)+4:])
 	payload := b[spoolHeader:]
 	if uint64(len(payload)) != uint64(n) {
-		return st, fmt.Errorf("%w: %d payload bytes, header says %d (torn write)", errSpoolDamaged, len(payload), n)
+		return st, errorf("%w: %d payload bytes, header says %d (torn write)", errSpoolDamaged, len(payload), n)
 	}
 	if crc32.Checksum(payload, spoolCRC) != sum {
-		return st, fmt.Errorf("%w: checksum mismatch", errSpoolDamaged)
+		return st, errorf("%w: checksum mismatch", errSpoolDamaged)
 	}
 	var sess []byte
 	seen := false
 	for len(payload) > 0 {
 		num, typ, l := protowire.ConsumeTag(payload)
 		if l < 0 {
-			return st, fmt.Errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
+			return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
 		}
 		payload = payload[l:]
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			v, l := protowire.ConsumeBytes(payload)
 			if l < 0 {
-				return st, fmt.Errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
+				return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
 			}
 			sess, seen, payload = v, true, payload[l:]
 		case num == 2 && typ == protowire.VarintType:
 			v, l := protowire.ConsumeVarint(payload)
 			if l < 0 {
-				return st, fmt.Errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
+				return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
 			}
 			st.flags, payload = v, payload[l:]
 		default:
 			// A field from a newer SDK: skip it.
 			l := protowire.ConsumeFieldValue(num, typ, payload)
 			if l < 0 {
-				return st, fmt.Errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
+				return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
 			}
 			payload = payload[l:]
 		}
 	}
 	if !seen {
-		return st, fmt.Errorf("%w: no session", errSpoolDamaged)
+		return st, errorf("%w: no session", errSpoolDamaged)
 	}
 	st.session = &sessiondv1.Session{}
 	if err := proto.Unmarshal(sess, st.session); err != nil {
-		return st, fmt.Errorf("%w: %w", errSpoolDamaged, err)
+		return st, errorf("%w: %w", errSpoolDamaged, err)
 	}
 	ids := make(map[string]struct{}, len(st.session.GetMessages()))
 	for i, m := range st.session.GetMessages() {
 		if m.GetId() == "" || m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
-			return st, fmt.Errorf("%w: message %d has no id or role", errSpoolDamaged, i)
+			return st, errorf("%w: message %d has no id or role", errSpoolDamaged, i)
 		}
 		if _, dup := ids[m.GetId()]; dup {
-			return st, fmt.Errorf("%w: message id %q repeats", errSpoolDamaged, m.GetId())
+			return st, errorf("%w: message id %q repeats", errSpoolDamaged, m.GetId())
 		}
 		ids[m.GetId()] = struct{}{}
 	}
@@ -300,7 +300,7 @@ func (h *Handle) syncSpoolLocked() error {
 			return nil
 		}
 		if err := removeDurably(h.spoolPath); err != nil {
-			return fmt.Errorf("%w: remove %s: %w", ErrSpool, h.spoolPath, err)
+			return errorf("%w: remove %s: %w", ErrSpool, h.spoolPath, err)
 		}
 		h.spooled = false
 		return nil
@@ -310,7 +310,7 @@ func (h *Handle) syncSpoolLocked() error {
 		err = writeFileAtomic(h.spoolPath, data)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: write %s: %w", ErrSpool, h.spoolPath, err)
+		return errorf("%w: write %s: %w", ErrSpool, h.spoolPath, err)
 	}
 	h.spooled = true
 	return nil
@@ -344,7 +344,7 @@ func (h *Handle) SpoolPath() string {
 func (h *Handle) replaySpools(ctx context.Context) error {
 	files, err := spoolFiles(h.opts.spoolDir, h.c.namespace, h.id)
 	if err != nil {
-		return fmt.Errorf("client: open %s: %w: %w", h.id, ErrSpool, err)
+		return errorf("client: open %s: %w: %w", h.id, ErrSpool, err)
 	}
 	if len(files) == 0 {
 		return nil
@@ -359,11 +359,11 @@ func (h *Handle) replaySpools(ctx context.Context) error {
 		}
 		st, err := readSpool(f)
 		if err == nil && (st.session.GetId() != h.id || st.session.GetNamespace() != h.c.namespace) {
-			err = fmt.Errorf("%w: it holds session %q of namespace %q", errSpoolDamaged,
+			err = errorf("%w: it holds session %q of namespace %q", errSpoolDamaged,
 				st.session.GetId(), st.session.GetNamespace())
 		}
 		if err == nil && st.flags&spoolReplace != 0 {
-			problems = append(problems, quarantine(f, ".conflict", fmt.Errorf(
+			problems = append(problems, quarantine(f, ".conflict", errorf(
 				"%w: it replaces the messages of revision %d, which no save sends", ErrConflict, st.session.GetRevision())))
 			continue
 		}
@@ -382,7 +382,7 @@ func (h *Handle) replaySpools(ctx context.Context) error {
 	err = h.syncSpoolLocked()
 	h.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("client: open %s: %w", h.id, err)
+		return errorf("client: open %s: %w", h.id, err)
 	}
 	for _, f := range used {
 		if err := removeDurably(f); err != nil {
@@ -391,10 +391,10 @@ func (h *Handle) replaySpools(ctx context.Context) error {
 		}
 	}
 	if err := h.saveLocked(ctx, false); err != nil {
-		return fmt.Errorf("client: open %s: send spooled messages (kept in %s): %w", h.id, h.spoolPath, err)
+		return errorf("client: open %s: send spooled messages (kept in %s): %w", h.id, h.spoolPath, err)
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("client: open %s: %w: %s", h.id, ErrSpool, strings.Join(problems, "; "))
+		return errorf("client: open %s: %w: %s", h.id, ErrSpool, strings.Join(problems, "; "))
 	}
 	return nil
 }
@@ -421,7 +421,7 @@ func (h *Handle) takeSpoolLocked(st spoolState) {
 func readSpool(path string) (spoolState, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return spoolState{}, fmt.Errorf("read spool %s: %w", path, err)
+		return spoolState{}, errorf("read spool %s: %w", path, err)
 	}
 	return decodeSpool(b)
 }
