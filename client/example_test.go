@@ -54,11 +54,16 @@ func Example() {
 	}
 	defer h.Close(ctx)
 	for _, m := range h.Messages() {
-		fmt.Println(m.GetRole(), m.GetContent(), m.GetToolCalls())
+		for _, tc := range m.GetToolCalls() {
+			fmt.Printf("%s: calls %s %s\n", m.GetRole(), tc.GetName(), tc.GetArguments())
+		}
+		if m.GetContent() != "" {
+			fmt.Printf("%s: %s\n", m.GetRole(), m.GetContent())
+		}
 	}
 	// Output:
-	// ROLE_USER Weather in Paris? []
-	// ROLE_ASSISTANT  [id:"call_1" name:"get_weather" arguments:"{\"city\":\"Paris\"}"]
-	// ROLE_TOOL 14°C, light rain []
-	// ROLE_ASSISTANT 14°C and light rain. []
+	// ROLE_USER: Weather in Paris?
+	// ROLE_ASSISTANT: calls get_weather {"city":"Paris"}
+	// ROLE_TOOL: 14°C, light rain
+	// ROLE_ASSISTANT: 14°C and light rain.
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -19,6 +20,14 @@ var (
 	daemonBin string
 	buildErr  error
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if daemonBin != "" {
+		_ = os.RemoveAll(filepath.Dir(daemonBin))
+	}
+	os.Exit(code)
+}
 
 // startSessiond starts sessiond on a unix socket over a fresh data dir and
 // returns its address and a func that stops it and removes the dir.
