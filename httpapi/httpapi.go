@@ -44,7 +44,8 @@
 // value are left out, and field names may be written in either case
 // (message_count or messageCount). A request naming a field the message does
 // not have is refused (400), so that a misspelt field is never silently
-// dropped.
+// dropped, and so is a string that is not valid UTF-8 (raw, or an escaped
+// lone surrogate), naming its field ("messages[0].content").
 //
 // # Errors
 //
@@ -172,11 +173,12 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts ...Option) (*H
 	h.gateway = runtime.NewServeMux(
 		// Plain proto3 JSON both ways (the gateway's default would print
 		// zero values and drop unknown request fields): zero values left
-		// out as grpcurl does, and a misspelt field refused.
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		// out as grpcurl does, a misspelt field refused, and a string that
+		// is not valid UTF-8 refused naming its field.
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonBodies{&runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{},
 			UnmarshalOptions: protojson.UnmarshalOptions{},
-		}),
+		}}),
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
 			return metadata.Pairs(PeerMetadataKey, peerName(r))
 		}),

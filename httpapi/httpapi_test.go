@@ -358,3 +358,42 @@ func TestEventsCutOffStalledClient(t *testing.T) {
 		t.Errorf("read %d bytes: every event arrived, so the client was never cut off", n)
 	}
 }
+
+// TestInvalidUTF8 sends strings that are not valid UTF-8 in a JSON body,
+// as raw bytes and as a lone surrogate escape: each is 400
+// INVALID_ARGUMENT naming the field, and nothing is stored.
+func TestInvalidUTF8(t *testing.T) {
+	base := newAPI(t)
+	mustSend(t, http.StatusOK, "POST", base+"/v1/sessions", `{"alias": "u"}`)
+	for _, c := range []struct {
+		name, url, body, field string
+	}{
+		{"raw byte in a message", "/v1/aliases/u/messages", "{\"messages\": [{\"role\": \"ROLE_USER\", \"content\": \"a\xffb\"}]}", "messages[0].content"},
+		{"raw byte in a title", "/v1/sessions", "{\"title\": \"\xc3\x28\"}", "title"},
+		{"lone surrogate escape", "/v1/aliases/u/messages", `{"messages": [{"role": "ROLE_USER", "content": "ok"}, {"role": "ROLE_USER", "content": "a\ud800b"}]}`, "messages[1].content"},
+		{"map value", "/v1/aliases/u/messages", "{\"messages\": [{\"role\": \"ROLE_USER\", \"metadata\": {\"k\": \"\xff\"}}]}", `messages[0].metadata["k"]`},
+		{"camel-case name", "/v1/aliases/u/messages", "{\"messages\": [{\"role\": \"ROLE_TOOL\", \"toolCallId\": \"\xff\"}]}", "messages[0].tool_call_id"},
+	} {
+		code, _, b := send(t, "POST", base+c.url, c.body)
+		var st struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(b, &st); err != nil {
+			t.Fatalf("%s: body %q is not a status: %v", c.name, b, err)
+		}
+		if code != http.StatusBadRequest || st.Code != 3 || !strings.Contains(st.Message, c.field) {
+			t.Errorf("%s: status %d, %s; want 400 INVALID_ARGUMENT naming %s", c.name, code, b, c.field)
+		}
+	}
+	b := mustSend(t, http.StatusOK, "GET", base+"/v1/aliases/u", "")
+	if !strings.Contains(string(b), `"revision":"1"`) {
+		t.Errorf("session after refused appends: %s; want revision 1", b)
+	}
+	// A surrogate pair and an escaped backslash before a u are valid.
+	mustSend(t, http.StatusOK, "POST", base+"/v1/aliases/u/messages", `{"messages": [{"role": "ROLE_USER", "content": "\ud83d\ude00 \\udc00"}]}`)
+	b = mustSend(t, http.StatusOK, "GET", base+"/v1/aliases/u/messages", "")
+	if !strings.Contains(string(b), `"content":"😀 \\udc00"`) {
+		t.Errorf("stored message: %s; want the emoji and the escaped backslash", b)
+	}
+}

@@ -22,10 +22,7 @@ const (
 
 // CreateSession implements SessionStoreService.
 func (s *Server) CreateSession(ctx context.Context, req *sessiondv1.CreateSessionRequest) (*sessiondv1.CreateSessionResponse, error) {
-	err := s.limits.CheckFrame(req)
-	if err == nil {
-		err = validTimestamp("created_at", req.GetCreatedAt())
-	}
+	err := validTimestamp("created_at", req.GetCreatedAt())
 	if err == nil {
 		err = validDuration("expire_after", req.GetExpireAfter())
 	}
@@ -55,11 +52,8 @@ func (s *Server) GetSession(ctx context.Context, req *sessiondv1.GetSessionReque
 // AppendMessages implements SessionStoreService.
 func (s *Server) AppendMessages(ctx context.Context, req *sessiondv1.AppendMessagesRequest) (*sessiondv1.AppendMessagesResponse, error) {
 	r := appendFromProto(req)
-	err := s.limits.CheckFrame(req)
-	if err == nil {
-		r.Ref, err = refArg("ref", req.GetRef())
-	}
-	if err != nil {
+	var err error
+	if r.Ref, err = refArg("ref", req.GetRef()); err != nil {
 		return nil, s.toStatus(mAppend, err)
 	}
 	res, err := s.store.Append(ctx, r)
@@ -71,11 +65,7 @@ func (s *Server) AppendMessages(ctx context.Context, req *sessiondv1.AppendMessa
 
 // UpdateSession implements SessionStoreService.
 func (s *Server) UpdateSession(ctx context.Context, req *sessiondv1.UpdateSessionRequest) (*sessiondv1.UpdateSessionResponse, error) {
-	err := s.limits.CheckFrame(req)
-	var ref storage.Ref
-	if err == nil {
-		ref, err = refArg("ref", req.GetRef())
-	}
+	ref, err := refArg("ref", req.GetRef())
 	var fields storage.UpdateField
 	if err == nil {
 		fields, err = maskFields(req.GetUpdateMask().GetPaths())

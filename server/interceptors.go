@@ -150,9 +150,9 @@ func logFields(ctx context.Context, _ interceptors.CallMeta) logging.Fields {
 // quietUnary runs the logging interceptor logged only for the unary calls
 // whose line the logger writes. The middleware builds a line's fields
 // (peer address, start time, service, method, ...) before the call and
-// after it, whether or not the line is written, which costs about a tenth
-// of the daemon's CPU per append; at the default level (info) a successful
-// call's line (debug) is never written. So when the logger does not write
+// after it, whether or not the line is written, a real part of an
+// append's cost; at the default level (info) a successful call's line
+// (debug) is never written. So when the logger does not write
 // debug lines, the call runs first, and only a call whose code is logged
 // at a level the logger writes goes through logged afterwards, with a
 // handler that answers what the call answered: the line is the

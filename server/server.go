@@ -5,9 +5,10 @@
 //
 // The request rules (names, ids, roles, messages, counts, and the store's
 // Limits) are storage's, checked once by the portable storage.Store; the
-// server checks only what storage cannot see: the frame size, absent
-// fields, timestamps, page tokens, update-mask paths and the shape of a
-// SaveSession stream. An invalid field is INVALID_ARGUMENT and a request
+// server checks only what storage cannot see: absent fields, timestamps,
+// page tokens, update-mask paths and the shape of a SaveSession stream.
+// grpc-go refuses a frame over max_frame_bytes (ServerOptions sets its
+// receive limit) before a handler runs. An invalid field is INVALID_ARGUMENT and a request
 // over a limit RESOURCE_EXHAUSTED, both naming the field (and the limit) in
 // their text and in google.rpc.BadRequest and ErrorInfo details (details.go).
 // Errors follow one table in one function, toStatus; unexpected errors are
@@ -46,20 +47,11 @@ type Server struct {
 	version string
 	backend string
 
-	// The codec's record of requests that held invalid UTF-8, by the
-	// message received into, and whether Register's handlers read it (see
-	// codec.go).
-	utf8Bad sync.Map
 	// cond logs persisting storage conditions (full, read-only, no
 	// descriptor left) once, then at a bounded rate.
 	cond *ratelog.Limiter
 	// loads bounds the LoadSession calls in progress (WithMaxLoads).
 	loads *semaphore
-
-	utf8Wrapped atomic.Bool
-	// encodedFrames: ServerOptions' codec is in use, which sends
-	// encodedFrame values as they are.
-	encodedFrames atomic.Bool
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain: watches end with UNAVAILABLE
@@ -134,29 +126,27 @@ func New(store storage.Store, opts ...Option) *Server {
 // Limits returns the limits the server enforces: its store's.
 func (s *Server) Limits() storage.Limits { return s.limits }
 
-// Register adds the SessionStoreService to a gRPC server. Its handlers answer
-// a request whose string field holds invalid UTF-8 with INVALID_ARGUMENT
-// naming the field, and ListSessions sends the frames the store keeps
-// encoded as they are (the grpc.Server needs ServerOptions' codec for both;
-// once ServerOptions was called, every grpc.Server s serves must have it).
+// Register adds the SessionStoreService to a gRPC server.
 func (s *Server) Register(r grpc.ServiceRegistrar) {
-	r.RegisterService(s.withUTF8Status(sessiondv1.SessionStoreService_ServiceDesc), s)
+	sessiondv1.RegisterSessionStoreServiceServer(r, s)
 }
 
 // ServerOptions returns the options a grpc.Server needs to serve s: the
 // receive limit set to max_frame_bytes (grpc-go's default of 4 MiB would
-// refuse requests the limits allow), the codec that names a string field
-// holding invalid UTF-8 (answered INVALID_ARGUMENT by the handlers Register
-// adds), the logging and panic-recovery interceptors, a pool of
-// StreamWorkers goroutines that serve calls, and fixed flow-control
-// windows (StreamWindow, ConnWindow).
+// refuse requests the limits allow; a larger frame is RESOURCE_EXHAUSTED
+// from grpc-go itself), the logging and panic-recovery interceptors, a
+// pool of StreamWorkers goroutines that serve calls, and fixed
+// flow-control windows (StreamWindow, ConnWindow). grpc-go's own codec
+// decodes requests: bytes no generated client sends (a string field
+// holding invalid UTF-8, say) are its INTERNAL "error unmarshalling
+// request".
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	maxRecv := s.limits.MaxFrameBytes
 	if maxRecv > math.MaxInt32 {
 		maxRecv = math.MaxInt32
 	}
 	unary, stream := s.interceptors()
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), grpc.ForceServerCodecV2(s.newUTF8Codec()), unary, stream,
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), unary, stream,
 		grpc.NumStreamWorkers(StreamWorkers),
 		grpc.InitialWindowSize(StreamWindow), grpc.InitialConnWindowSize(ConnWindow)}
 }
@@ -164,14 +154,12 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 // StreamWindow and ConnWindow are the flow-control windows ServerOptions
 // grants each call's stream and each connection: how much a client may
 // send before the server has read it. Setting them turns off grpc-go's
-// window estimation, which starts at 64 KiB and, to find the bandwidth-delay
-// product, answers data received with a PING (and a WINDOW_UPDATE) whenever
-// none is outstanding: for unary calls a few KiB each, that was one more
-// frame written by the daemon, and one more answered by the client, per
-// call. The estimate grows the window to 16 MiB at most; these fixed ones
-// keep a 64 MiB append streaming at 400 MiB/s over a 10 ms round trip, and
-// bound what one connection may have in flight to ConnWindow, as the
-// estimate did.
+// window estimation, which, to find the bandwidth-delay product, answers
+// data received with a PING (and a WINDOW_UPDATE) whenever none is
+// outstanding: for unary calls of a few KiB, one more frame written by the
+// daemon, and one more answered by the client, per call. These fixed
+// windows keep a 64 MiB append streaming over a 10 ms round trip, and bound
+// what one connection may have in flight to ConnWindow.
 const (
 	StreamWindow = 4 << 20
 	ConnWindow   = 16 << 20
@@ -180,10 +168,9 @@ const (
 // StreamWorkers is how many goroutines ServerOptions keeps to serve calls.
 // Without them grpc-go starts a goroutine per call, whose stack then grows
 // (and is copied) through the interceptors, the handler and the store on
-// every call: about a tenth of the daemon's CPU per append. A call that
-// finds every worker busy (most wait for a disk flush) gets its own
-// goroutine as before, so the number bounds only the idle stacks kept
-// (a few MiB), not the calls served at once.
+// every call. A call that finds every worker busy (most wait for a disk
+// flush) gets its own goroutine, so the number bounds only the idle stacks
+// kept (a few MiB), not the calls served at once.
 const StreamWorkers = 64
 
 // Drain ends every WatchSession stream with UNAVAILABLE and makes new ones

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -571,18 +570,4 @@ func TestLimits(t *testing.T) {
 	if err != nil || info.GetLimits().GetMaxTitleBytes() != 8 || info.GetLimits().GetMaxFrameBytes() != 4096 {
 		t.Fatalf("GetServerInfo limits = %v, %v", info.GetLimits(), err)
 	}
-}
-
-// The handlers check max_frame_bytes themselves too, naming it, for a
-// grpc.Server whose receive limit was set higher than ServerOptions sets it.
-func TestFrameLimitWithoutGRPCLimit(t *testing.T) {
-	lim := storage.DefaultLimits()
-	lim.MaxFrameBytes = 4096
-	h := newHarness(t, harnessConfig{limits: lim, grpcOpts: []grpc.ServerOption{grpc.MaxRecvMsgSize(1 << 20)}})
-	s := h.create(t, &sessiondv1.CreateSessionRequest{})
-	msgs := []*sessiondv1.Message{user("a", strings.Repeat("x", 5000))}
-	_, err := h.client.AppendMessages(t.Context(), &sessiondv1.AppendMessagesRequest{Ref: byID(s.GetId()), Messages: msgs})
-	wantCode(t, err, codes.ResourceExhausted, "max_frame_bytes")
-	_, err = h.client.CreateSession(t.Context(), &sessiondv1.CreateSessionRequest{Messages: msgs})
-	wantCode(t, err, codes.ResourceExhausted, "max_frame_bytes")
 }

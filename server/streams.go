@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"io"
 	"strconv"
@@ -84,51 +83,15 @@ func (s *Server) ListSessions(req *sessiondv1.ListSessionsRequest, stream grpc.S
 		return s.toStatus(mList, err)
 	}
 	opts := listOptionsFromProto(req, after)
-	if !s.encodedFrames.Load() {
-		err = s.store.List(ctx, opts, func(sess *storage.Session) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return stream.Send(listFrameToProto(sess))
-		})
-		return s.toStatus(mList, err)
-	}
-	// Each frame is encoded once and kept by the store until its session
-	// changes, so listing the same sessions again costs no encoding.
-	err = s.store.ListEncoded(ctx, opts, listFrames, func(b []byte) error {
-		// Checked per frame so that a client that went away stops the
+	err = s.store.List(ctx, opts, func(sess *storage.Session) error {
+		// Checked per session so that a client that went away stops the
 		// listing now, not after the store has walked every session.
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		return stream.SendMsg(encodedFrame(b))
+		return stream.Send(listFrameToProto(sess))
 	})
 	return s.toStatus(mList, err)
-}
-
-// WarmListings makes the ListSessions frames of every stored session ahead
-// of the first listing (storage.Store.WarmListed with the encoding
-// ListSessions sends), so that listing after a start costs what listing
-// again does. The daemon runs it in the background once it serves; it
-// returns how many frames it made, and stops when ctx ends. It does nothing
-// for a Server whose frames are not sent as encoded (no ServerOptions'
-// codec), or whose store keeps no encodings.
-func (s *Server) WarmListings(ctx context.Context) (int, error) {
-	if !s.encodedFrames.Load() {
-		return 0, nil
-	}
-	return s.store.WarmListed(ctx, listFrames)
-}
-
-// listFrames encodes a listed session as its ListSessionsResponse frame
-// (the session and the page token that resumes after it) for
-// storage.Store.ListEncoded.
-var listFrames = &listFrameEncoder{}
-
-type listFrameEncoder struct{ _ byte } // not zero-sized: its pointer is its identity
-
-func (*listFrameEncoder) EncodeListed(sess *storage.Session) ([]byte, error) {
-	return encodeListFrame(sess)
 }
 
 func (s *Server) validList(req *sessiondv1.ListSessionsRequest) (*storage.Cursor, error) {
@@ -167,9 +130,6 @@ func (s *Server) SaveSession(stream grpc.ClientStreamingServer[sessiondv1.SaveSe
 			break
 		}
 		if err != nil {
-			return s.toStatus(mSave, err)
-		}
-		if err := s.limits.CheckFrame(frame); err != nil {
 			return s.toStatus(mSave, err)
 		}
 		if frameNo == 0 {

@@ -368,17 +368,6 @@ func (e *endlessList) List(ctx context.Context, opts storage.ListOptions, yield 
 	return nil
 }
 
-// ListEncoded lists the same made-up sessions, as the server asks for them.
-func (e *endlessList) ListEncoded(ctx context.Context, opts storage.ListOptions, enc storage.ListEncoder, yield func([]byte) error) error {
-	return e.List(ctx, opts, func(s *storage.Session) error {
-		b, err := enc.EncodeListed(s)
-		if err != nil {
-			return err
-		}
-		return yield(b)
-	})
-}
-
 func TestWatchSession(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	ctx := t.Context()

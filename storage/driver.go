@@ -137,11 +137,14 @@ type Driver interface {
 // Messages is a request's batch of messages as the portable Store hands it
 // to a Driver: checked once, and prepared once.
 type Messages struct {
-	// Prepared are the messages to store, in order: copies of Sent with every
-	// missing id set to a new UUID and every missing created_at set to the
-	// request's time. The Driver owns them (it may keep them, and publish
-	// them in events) and must not modify them.
+	// Prepared are the messages to store, in order: Sent's messages, with a
+	// copy for each that lacked an id (now a new UUID) or a created_at (now
+	// the request's time). The Driver may keep them, and publish them in
+	// events, and must not modify them.
 	Prepared []*sessiondv1.Message
+	// Encoded are Prepared's protobuf encodings, one per message, made once
+	// by the portable Store (proto.Marshal). Read only.
+	Encoded [][]byte
 	// Sent are the messages as the client sent them, for comparing a retry
 	// with what is stored (SameMessage ignores a created_at the client left
 	// unset). Read only.
@@ -177,6 +180,8 @@ type NewMessages struct {
 	// Prepared are the batch's messages not yet stored, in batch order
 	// (taken from Messages.Prepared); empty when the append is a no-op.
 	Prepared []*sessiondv1.Message
+	// Encoded are their encodings (from Messages.Encoded).
+	Encoded [][]byte
 	// Positions holds each one's index in the batch, ascending.
 	Positions []int
 	// Tally is the session's tally once they are appended.
@@ -228,11 +233,12 @@ func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, tal
 	if err := CheckRevision(sessionID, expected, revision); err != nil {
 		return NewMessages{}, err
 	}
-	out.Prepared = msgs.Prepared
+	out.Prepared, out.Encoded = msgs.Prepared, msgs.Encoded
 	if skipped {
 		out.Prepared = make([]*sessiondv1.Message, len(out.Positions))
+		out.Encoded = make([][]byte, len(out.Positions))
 		for k, i := range out.Positions {
-			out.Prepared[k] = msgs.Prepared[i]
+			out.Prepared[k], out.Encoded[k] = msgs.Prepared[i], msgs.Encoded[i]
 		}
 	}
 	var err error
@@ -307,35 +313,4 @@ func describeNamespace(ns string) string {
 // Driver has it, and Load otherwise. opts are valid, as for Load.
 type LoadStreamer interface {
 	LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error
-}
-
-// ListEncoder turns a listed session into the bytes a caller sends for it
-// (the server: its encoded ListSessionsResponse). EncodeListed must be a
-// pure function of the session's metadata, must not modify or keep s, and
-// must return bytes that nobody modifies afterwards (an error ends the
-// listing with it, and nothing is kept): a Driver that
-// implements EncodedLister may keep them and hand them out again, to
-// any number of callers at once, until the session next changes. Compare
-// encoders by identity: use one pointer per encoding.
-type ListEncoder interface {
-	EncodeListed(s *Session) ([]byte, error)
-}
-
-// EncodedLister is implemented by Drivers that keep each listed session's
-// encoding until the session changes, so that listing the same sessions
-// again encodes nothing (see Store.ListEncoded). Entries are matched to
-// enc by identity: a Driver keeps at most one encoding per session, of the
-// last encoder that listed it. The portable Store uses it when the Driver
-// has it, and List with enc otherwise. opts are valid, as for List.
-type EncodedLister interface {
-	ListEncoded(ctx context.Context, opts ListOptions, enc ListEncoder, yield func([]byte) error) error
-}
-
-// ListWarmer is implemented by EncodedListers that can make the encodings
-// ListEncoded keeps for every session ahead of any listing (see
-// Store.WarmListed). The portable Store uses it when the Driver has it, and
-// does nothing otherwise: encoding sessions only to drop them would gain
-// nothing.
-type ListWarmer interface {
-	WarmListed(ctx context.Context, enc ListEncoder) (int, error)
 }

@@ -3,8 +3,6 @@ package storage
 import (
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
-
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -73,14 +71,6 @@ func (l Limits) Proto() *sessiondv1.ServerLimits {
 		MaxSummaryBytes:  l.MaxSummaryBytes,
 		MaxSessionBytes:  l.MaxSessionBytes,
 	}
-}
-
-// CheckFrame enforces max_frame_bytes on one encoded request frame.
-func (l Limits) CheckFrame(m proto.Message) error {
-	if n := int64(proto.Size(m)); n > l.MaxFrameBytes {
-		return &LimitError{Field: "request frame", Limit: "max_frame_bytes", Size: n, Max: l.MaxFrameBytes}
-	}
-	return nil
 }
 
 // CheckTitle checks a title (or a search query, which the title limit also

@@ -12,38 +12,74 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-// checkMessages checks a batch of messages the way every write does and
-// returns its encoded size: each message keeps msgcheck.Message's rules
-// (not null, a known role, only valid UTF-8 strings, valid ids, a valid
-// created_at) and is encoded within max_message_bytes; no id repeats.
-func (l Limits) checkMessages(field string, msgs []*sessiondv1.Message) (int64, error) {
-	var total int64
+// PrepareMessages checks msgs the way every write does and prepares them
+// to store, looking at, measuring and encoding each message once: each
+// keeps msgcheck's rules (not null, a known role, only valid UTF-8 strings,
+// valid ids, a valid created_at), is encoded within max_message_bytes, and
+// repeats no id of the batch. A message without an id gets a new UUID and
+// one without created_at gets now, in a copy: the caller's messages are not
+// modified, and the others are used as they are (the caller must not
+// modify them afterwards). It returns the messages to store and their
+// protobuf encodings. When whole is set, msgs are a session's whole
+// messages (a create or save), which max_session_bytes bounds.
+func (l Limits) PrepareMessages(field string, msgs []*sessiondv1.Message, now time.Time, whole bool) (prepared []*sessiondv1.Message, encoded [][]byte, err error) {
 	var seen map[string]int // a lone message repeats no id
 	if len(msgs) > 1 {
 		seen = make(map[string]int, len(msgs))
 	}
 	// Field names are built only for an error: this runs on every append.
 	at := func(i int) string { return fmt.Sprintf("%s[%d]", field, i) }
+	prepared, encoded = make([]*sessiondv1.Message, len(msgs)), make([][]byte, len(msgs))
+	var total int64
+	var created *timestamppb.Timestamp
 	for i, m := range msgs {
+		if m == nil {
+			return nil, nil, Invalid(at(i), "is null")
+		}
 		// Every field msgcheck names starts with the field given, so the
 		// message's own name is put in front of a fault's field.
-		if f := msgcheck.Message("", m); f != nil {
+		if f := msgcheck.Fields("", m); f != nil {
 			f.Field = at(i) + f.Field
-			return 0, fromFault(f)
+			return nil, nil, fromFault(f)
 		}
 		if id := m.GetId(); id != "" && seen != nil {
 			if j, dup := seen[id]; dup {
-				return 0, Invalid(at(i)+".id", "%q repeats %s[%d].id", clip(id), field, j)
+				return nil, nil, Invalid(at(i)+".id", "%q repeats %s[%d].id", clip(id), field, j)
 			}
 			seen[id] = i
 		}
-		n := int64(proto.Size(m))
-		if n > l.MaxMessageBytes {
-			return 0, &LimitError{Field: at(i), Limit: "max_message_bytes", Size: n, Max: l.MaxMessageBytes}
+		p := m
+		if m.GetId() == "" || m.GetCreatedAt() == nil {
+			p = proto.Clone(m).(*sessiondv1.Message)
+			if p.Id == "" {
+				p.Id = uuid.NewString()
+			}
+			if p.CreatedAt == nil {
+				if created == nil {
+					created = timestamppb.New(now)
+				}
+				p.CreatedAt = created // read only, so shared by the batch
+			}
 		}
-		total += n
+		b, err := proto.Marshal(p)
+		if err != nil {
+			if f := msgcheck.UTF8(at(i), m); f != nil {
+				return nil, nil, fromFault(f)
+			}
+			return nil, nil, fmt.Errorf("encode %s: %w", at(i), err)
+		}
+		if n := int64(len(b)); n > l.MaxMessageBytes {
+			return nil, nil, &LimitError{Field: at(i), Limit: "max_message_bytes", Size: n, Max: l.MaxMessageBytes}
+		}
+		total += int64(len(b))
+		prepared[i], encoded[i] = p, b
 	}
-	return total, nil
+	if whole {
+		if err := l.CheckSessionBytes(field, total); err != nil {
+			return nil, nil, err
+		}
+	}
+	return prepared, encoded, nil
 }
 
 // fromFault turns a broken msgcheck rule into a *FieldError.
@@ -52,35 +88,6 @@ func fromFault(f *msgcheck.Fault) error {
 		return nil
 	}
 	return &FieldError{Field: f.Field, Description: f.Description}
-}
-
-// PrepareMessages checks msgs with checkMessages and returns copies ready to
-// store: a missing id becomes a new UUID and a missing created_at becomes
-// now. When whole is set, msgs are a session's whole messages (a create or
-// save), which max_session_bytes bounds. The caller's messages are not
-// modified.
-func (l Limits) PrepareMessages(field string, msgs []*sessiondv1.Message, now time.Time, whole bool) ([]*sessiondv1.Message, error) {
-	total, err := l.checkMessages(field, msgs)
-	if err != nil {
-		return nil, err
-	}
-	if whole {
-		if err := l.CheckSessionBytes(field, total); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]*sessiondv1.Message, len(msgs))
-	for i, m := range msgs {
-		c := proto.Clone(m).(*sessiondv1.Message)
-		if c.Id == "" {
-			c.Id = uuid.NewString()
-		}
-		if c.CreatedAt == nil {
-			c.CreatedAt = timestamppb.New(now)
-		}
-		out[i] = c
-	}
-	return out, nil
 }
 
 // SameMessage reports whether incoming, as a client sent it again, is the

@@ -39,11 +39,11 @@ type portable struct {
 // counted here, applying the pairing rule; an append's is the Driver's to
 // count against the stored session.
 func (p *portable) messages(field string, sent []*sessiondv1.Message, whole bool) (Messages, error) {
-	prepared, err := p.lim.PrepareMessages(field, sent, time.Now().UTC(), whole)
+	prepared, encoded, err := p.lim.PrepareMessages(field, sent, time.Now().UTC(), whole)
 	if err != nil {
 		return Messages{}, err
 	}
-	msgs := Messages{Prepared: prepared, Sent: sent}
+	msgs := Messages{Prepared: prepared, Encoded: encoded, Sent: sent}
 	if whole {
 		if msgs.Tally, err = Count(field, prepared); err != nil {
 			return Messages{}, err
@@ -220,29 +220,6 @@ func (p *portable) List(ctx context.Context, opts ListOptions, yield func(*Sessi
 		return err
 	}
 	return p.d.List(ctx, opts, yield)
-}
-
-func (p *portable) ListEncoded(ctx context.Context, opts ListOptions, enc ListEncoder, yield func([]byte) error) error {
-	if el, ok := p.d.(EncodedLister); ok {
-		if err := p.checkList(opts); err != nil {
-			return err
-		}
-		return el.ListEncoded(ctx, opts, enc, yield)
-	}
-	return p.List(ctx, opts, func(s *Session) error {
-		b, err := enc.EncodeListed(s)
-		if err != nil {
-			return err
-		}
-		return yield(b)
-	})
-}
-
-func (p *portable) WarmListed(ctx context.Context, enc ListEncoder) (int, error) {
-	if w, ok := p.d.(ListWarmer); ok {
-		return w.WarmListed(ctx, enc)
-	}
-	return 0, nil
 }
 
 // checkList validates a listing's options.

@@ -22,7 +22,13 @@ func TestCheckAppend(t *testing.T) {
 	user := func(id, content string) *sessiondv1.Message {
 		return &sessiondv1.Message{Id: id, Role: sessiondv1.Role_ROLE_USER, Content: content}
 	}
-	batch := func(ms ...*sessiondv1.Message) Messages { return Messages{Prepared: ms, Sent: ms} }
+	batch := func(ms ...*sessiondv1.Message) Messages {
+		enc := make([][]byte, len(ms))
+		for i := range ms {
+			enc[i] = []byte{byte(i)}
+		}
+		return Messages{Prepared: ms, Encoded: enc, Sent: ms}
+	}
 	for _, c := range []struct {
 		name     string
 		msgs     Messages
@@ -48,7 +54,7 @@ func TestCheckAppend(t *testing.T) {
 			continue
 		}
 		for k, i := range got.Positions {
-			if got.Prepared[k] != c.msgs.Prepared[i] {
+			if got.Prepared[k] != c.msgs.Prepared[i] || got.Encoded[k][0] != byte(i) {
 				t.Errorf("%s: new message %d is not the batch's message %d", c.name, k, i)
 			}
 		}

@@ -30,9 +30,6 @@ type Stats struct {
 	Journals *JournalStats
 	// Pool is the database connection pool, if any.
 	Pool *PoolStats
-	// Listing counts the listing encodings a backend keeps, if it keeps
-	// any (see Store.ListEncoded).
-	Listing *ListingStats
 	// WAL counts the file store's write-ahead log segments, if the backend
 	// has such a log.
 	WAL *WALStats
@@ -44,17 +41,6 @@ type Stats struct {
 // above 3 per run mean spares are not being reused.
 type WALStats struct {
 	Created, Recycled uint64
-}
-
-// ListingStats counts the sessions' listing encodings (ListSessions
-// frames) a store made since it opened. Encoded far above Warmed after a
-// start means listings came before the warm-up could make them, or
-// sessions change faster than they are listed.
-type ListingStats struct {
-	// Encoded counts those a listing made, finding none current.
-	Encoded uint64
-	// Warmed counts those Store.WarmListed made ahead of any listing.
-	Warmed uint64
 }
 
 // CacheStats describes a cache of sessions' messages in memory.

@@ -393,22 +393,6 @@ type Store interface {
 	// runs without store locks held, so it may be slow. Errors: ErrInvalid.
 	List(ctx context.Context, opts ListOptions, yield func(*Session) error) error
 
-	// ListEncoded is List handing yield each session's encoding by enc (see
-	// ListEncoder) instead of the session. A backend that keeps encodings
-	// (the file store does) encodes a session only once until it changes.
-	// yield must not modify the bytes. Errors: ErrInvalid.
-	ListEncoded(ctx context.Context, opts ListOptions, enc ListEncoder, yield func([]byte) error) error
-
-	// WarmListed makes ahead of time the encodings by enc that ListEncoded
-	// keeps, for every session of every namespace that has none current,
-	// so that the first listing after a start encodes (almost) nothing. It
-	// returns how many it made: 0 for a backend that keeps no encodings,
-	// for which it does nothing. It holds store locks only briefly, so
-	// writes and listings proceed meanwhile, and stops when ctx ends,
-	// returning ctx's error. Errors: ErrClosed, or the first error enc
-	// returned (the other sessions are still encoded).
-	WarmListed(ctx context.Context, enc ListEncoder) (int, error)
-
 	// Save replaces a session's messages, title, summary and metadata
 	// atomically (alias and labels are kept). Errors: ErrNotFound,
 	// ErrConflict, ErrInvalid, ErrAliasInUse (CreateIfMissing), ErrNoSpace,

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"runtime"
 	"slices"
 	"time"
 
@@ -177,7 +176,6 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		return err
 	}
 	defer sec.startWatch(log.Named("security"))()
-	defer warmListings(ctx, srv, log.Named("server"))()
 
 	log.Info("sessiond started", append([]zap.Field{
 		zap.String("addr", lis.display),
@@ -232,60 +230,6 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	mx.close()
 	log.Info("sessiond stopped")
 	return err // nil, or why the HTTP listener failed
-}
-
-// warmListingsDelay is how long after the daemon serves the listing
-// warm-up starts.
-const warmListingsDelay = 100 * time.Millisecond
-
-// warmListings makes every session's ListSessions frame in the background
-// (Server.WarmListings), once the daemon serves, so that the first listing
-// after a start costs what listing again does. It is one goroutine that
-// yields between pages and holds the store's locks only briefly, so calls
-// served meanwhile barely notice it. It starts warmListingsDelay after the
-// daemon serves, so that the calls that waited for the store to open
-// (health checks, clients reconnecting after a restart) are answered before
-// it competes with them for the processors; a listing that comes first
-// encodes from the newest session while the warm-up starts from the
-// oldest.
-//
-// Then, if it made any, it runs a garbage collection. Opening a large store
-// leaves a heap whose next collection is due soon, and that collection
-// (marking every session's metadata: some 0.3-0.7 s of CPU with 100,000
-// sessions) otherwise falls on the first listing, whose frames' allocations
-// trigger it; after it the heap goal is twice the live heap, which a
-// listing does not reach. The returned func stops it and waits for it: to
-// run before the store closes.
-func warmListings(ctx context.Context, srv *server.Server, log *zap.Logger) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(warmListingsDelay):
-		}
-		start := time.Now()
-		n, err := srv.WarmListings(ctx)
-		took := time.Since(start)
-		switch {
-		case ctx.Err() != nil:
-			log.Debug("listing warm-up stopped", zap.Int("sessions", n))
-			return
-		case err != nil:
-			log.Warn("listing warm-up failed; listings encode what it missed", zap.Int("sessions", n), zap.Error(err))
-		case n == 0:
-			return
-		}
-		runtime.GC()
-		log.Info("listing frames warmed", zap.Int("sessions", n), zap.Duration("took", took),
-			zap.Duration("gc_took", time.Since(start)-took))
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
 }
 
 // connOptions bound what connections may hold: calls in progress on each,

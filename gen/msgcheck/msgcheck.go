@@ -141,23 +141,40 @@ func Model(field, model string) *Fault {
 }
 
 // Message checks one message (field names it, e.g. "messages[3]"): not
-// null, a known role, only valid UTF-8 strings, a valid id when set, valid
-// tool-call ids, a valid created_at when set, a valid model name, and
-// usage counts that are not negative.
+// null, only valid UTF-8 strings, and Fields' rules.
 func Message(field string, m *sessiondv1.Message) *Fault {
 	if m == nil {
 		return fault(field, "is null")
 	}
+	// Protobuf strings must be UTF-8; refuse here what would otherwise
+	// fail (or panic) later, inside an encoder.
+	if f := UTF8(field, m); f != nil {
+		return f
+	}
+	return Fields(field, m)
+}
+
+// UTF8 names the first string of m (field names m) that is not valid
+// UTF-8, or returns nil. proto.Marshal refuses such a message without
+// naming the field: a caller that marshals anyway may call this only when
+// the marshal fails.
+func UTF8(field string, m *sessiondv1.Message) *Fault {
+	if path, bad := invalidUTF8(m.ProtoReflect()); bad {
+		return fault(field+"."+path, "is not valid UTF-8")
+	}
+	return nil
+}
+
+// Fields checks a message that is not null (field names it) for what
+// proto.Marshal does not check: a known role, a valid id when set, valid
+// tool-call ids, a valid created_at when set, a valid model name, no
+// reserved metadata key, and usage counts that are not negative.
+func Fields(field string, m *sessiondv1.Message) *Fault {
 	if m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
 		return fault(field+".role", "is unspecified")
 	}
 	if _, ok := sessiondv1.Role_name[int32(m.GetRole())]; !ok {
 		return fault(field+".role", "%d is not a known role", m.GetRole())
-	}
-	// Protobuf strings must be UTF-8; refuse here what would otherwise
-	// fail (or panic) later, inside an encoder.
-	if path, bad := invalidUTF8(m.ProtoReflect()); bad {
-		return fault(field+"."+path, "is not valid UTF-8")
 	}
 	if id := m.GetId(); id != "" {
 		if f := ID(field+".id", id); f != nil {

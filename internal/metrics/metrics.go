@@ -171,7 +171,6 @@ var (
 	descJournalsMax   = desc("store_max_open_journals", "The bound on open journal files (--max-open-journals).")
 	descJournalsOpens = desc("store_journal_opens_total", "Journal files opened: by a session's first write, by a fold, and again after being closed to stay under the bound.")
 	descWALSegments   = desc("store_wal_segments_total", "Write-ahead log segments the file store started, by where: new (a new file, its space reserved with fallocate) or spare (a retired segment's file, reused).", "in")
-	descListEncodings = desc("store_list_encodings_total", "Sessions' ListSessions frames encoded and kept by the store, by who made them: warmup (in the background after start, before any listing) or listing (a listing that found none current: the session changed, or the warm-up had not reached it).", "by")
 
 	descPoolMax          = desc("postgres_pool_max_conns", "Most connections the PostgreSQL pool may hold (--postgres-max-conns).")
 	descPoolTotal        = desc("postgres_pool_conns", "Connections in the PostgreSQL pool, by state: acquired (in use), idle, constructing (being opened).", "state")
@@ -187,7 +186,7 @@ var (
 
 var allDescs = []*prometheus.Desc{
 	descSessions, descDiskBytes, descCacheBytes, descCacheMax, descCacheReads,
-	descJournalsOpen, descJournalsMax, descJournalsOpens, descListEncodings, descWALSegments,
+	descJournalsOpen, descJournalsMax, descJournalsOpens, descWALSegments,
 	descPoolMax, descPoolTotal, descPoolAcquires, descPoolAcquireSecs, descPoolEmpty,
 	descPoolEmptyWait, descPoolCanceled, descPoolNew, descPoolLifetimeDrop, descPoolIdleDrop,
 }
@@ -226,10 +225,6 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descJournalsOpen, float64(js.Open))
 		gauge(descJournalsMax, float64(js.Max))
 		counter(descJournalsOpens, float64(js.Opens))
-	}
-	if ls := st.Listing; ls != nil {
-		counter(descListEncodings, float64(ls.Warmed), "warmup")
-		counter(descListEncodings, float64(ls.Encoded), "listing")
 	}
 	if ws := st.WAL; ws != nil {
 		counter(descWALSegments, float64(ws.Created), "new")

@@ -245,31 +245,6 @@
 // updated by every write. A session's messages are read on first use and
 // kept, as encoded bytes, in a cache bounded by WithCacheBytes.
 //
-// ListEncoded (the server's ListSessions) keeps each listed session's
-// encoding (its ListSessionsResponse frame, some 200 bytes) with the
-// metadata it was made from, so that listing again encodes nothing; a write
-// publishes new metadata, which makes the encoding stale without a lookup,
-// and the next listing makes it again. This costs memory in proportion to
-// the sessions listed since they last changed (about 25 MiB for 100,000).
-//
-// WarmListed makes those encodings ahead of the first listing: the daemon
-// calls it in the background once it serves, so that the first listing
-// after a start sends kept frames, as the second does, instead of encoding
-// every session. It walks every namespace (the in-memory index names them;
-// no hook or file is needed) oldest-updated first, the other end from a
-// listing's, so that a listing that starts meanwhile and the warm-up meet in
-// the middle rather than encode the same sessions twice. It is one
-// goroutine; it takes the read lock for at most 1,024 sessions at a time
-// (writes wait for it about as long as for a listing's page), encodes with no
-// lock held, yields the processor between pages, skips sessions whose
-// encoding is current, and stops when its context ends (the daemon's
-// shutdown). It keeps at most one encoding per session, as a full listing
-// would, so the memory bound above is unchanged: the warm-up only pays it
-// at start rather than at the first listing (the daemon's warm-up of
-// 100,000 sessions, its garbage collection included, costs about 0.5 s of
-// CPU). The store's Stats count the encodings made by each
-// (the daemon's sessiond_store_list_encodings_total).
-//
 // # Open files
 //
 // Between writes the store keeps open the LOCK file, the current dirty

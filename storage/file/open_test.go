@@ -2,17 +2,13 @@ package file
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
-
-	"github.com/sessiond/sessiond/storage"
 )
 
 // isSessionID must accept exactly what uuid.Parse accepts and String
@@ -35,67 +31,6 @@ func TestIsSessionID(t *testing.T) {
 		if got, want := isSessionID(c), canonical(c); got != want {
 			t.Errorf("isSessionID(%q) = %v, uuid says %v", c, got, want)
 		}
-	}
-}
-
-// countingEncoder counts the sessions it encodes.
-type countingEncoder struct{ calls atomic.Int64 }
-
-func (c *countingEncoder) EncodeListed(s *storage.Session) ([]byte, error) {
-	c.calls.Add(1)
-	return fmt.Appendf(nil, "%s@%d:%s", s.ID, s.Revision, s.Title), nil
-}
-
-// The store keeps each session's encoding: listing again encodes nothing,
-// and a write makes only its session's encoding be made again (the
-// conformance suite's ListEncoded group checks that none is ever stale).
-func TestListEncodedKeepsEncodings(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	ctx := t.Context()
-	var ids []string
-	for i := range 5 {
-		se, err := s.Create(ctx, storage.CreateRequest{Title: fmt.Sprint("s", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, se.ID)
-	}
-	enc := &countingEncoder{}
-	list := func() []string {
-		var out []string
-		if err := s.Store.ListEncoded(ctx, storage.ListOptions{}, enc, func(b []byte) error {
-			out = append(out, string(b))
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	encoded := func(want int64, what string) {
-		t.Helper()
-		if n := enc.calls.Swap(0); n != want {
-			t.Fatalf("%s: encoded %d sessions, want %d", what, n, want)
-		}
-	}
-	list()
-	encoded(5, "first listing")
-	list()
-	encoded(0, "second listing")
-	if _, err := s.Update(ctx, storage.UpdateRequest{Ref: storage.Ref{ID: ids[2]}, Fields: storage.UpdateTitle, Title: "new"}); err != nil {
-		t.Fatal(err)
-	}
-	got := list()
-	encoded(1, "listing after an update")
-	if !strings.HasSuffix(got[0], ":new") {
-		t.Fatalf("listed %q first after the update, want the updated session", got[0])
-	}
-	// Another encoder gets its own encodings, never the first one's.
-	other := &countingEncoder{}
-	if err := s.Store.ListEncoded(ctx, storage.ListOptions{}, other, func([]byte) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if n := other.calls.Load(); n != 5 {
-		t.Fatalf("a second encoder encoded %d sessions, want 5", n)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -75,10 +74,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 		return nil, err
 	}
 	t := now(time.Time{})
-	enc, err := marshalMessages(msgs.Prepared)
-	if err != nil {
-		return nil, err
-	}
+	enc := msgs.Encoded
 	created := t
 	if !req.CreatedAt.IsZero() {
 		created = req.CreatedAt.UTC()
@@ -343,130 +339,6 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*
 	return s.walkList(ctx, &opts, func(_ *entry, m *storage.Session) error { return yield(cloneMeta(m)) })
 }
 
-// ListEncoded is List yielding each session's encoding by enc, kept in the
-// session's entry until its metadata changes (see listed).
-func (s *Store) ListEncoded(ctx context.Context, opts storage.ListOptions, enc storage.ListEncoder, yield func([]byte) error) error {
-	return s.walkList(ctx, &opts, func(e *entry, m *storage.Session) error {
-		b, made, err := e.encoded(m, enc)
-		if err != nil {
-			return err
-		}
-		if made {
-			s.listEnc.listing.Add(1)
-		}
-		return yield(b)
-	})
-}
-
-// listed is a session's encoding by a storage.ListEncoder, valid while
-// the entry's meta is the one it was made from. Every write publishes a new
-// meta (metadata is never modified in place), so a write makes the
-// encoding stale without touching it, and no write can be missed.
-type listed struct {
-	meta *storage.Session
-	enc  storage.ListEncoder
-	b    []byte
-}
-
-// encoded returns enc's encoding of m, e's metadata: the one e keeps if it
-// was made from m by enc, else a new one (made reports that), which e then
-// keeps unless another was kept meanwhile. m is shared: not modified.
-func (e *entry) encoded(m *storage.Session, enc storage.ListEncoder) (b []byte, made bool, err error) {
-	l := e.listed.Load()
-	if l != nil && l.meta == m && l.enc == enc {
-		return l.b, false, nil
-	}
-	if b, err = enc.EncodeListed(m); err != nil {
-		return nil, false, err
-	}
-	e.listed.CompareAndSwap(l, &listed{meta: m, enc: enc, b: b})
-	return b, true, nil
-}
-
-// warmPage bounds what WarmListed looks at per hold of the read lock.
-const warmPage = 1024
-
-// WarmListed makes enc's encoding (see ListEncoded) of every session that
-// has none current, namespace by namespace, oldest-updated first: the
-// other end from a listing's, so that a listing running meanwhile and the
-// warm-up meet in the middle instead of encoding the same sessions twice.
-// It collects up to warmPage sessions under the read lock, encodes them
-// with no lock held, and yields the processor between pages, so appends
-// and calls being served wait for it no longer than for a listing's page.
-func (s *Store) WarmListed(ctx context.Context, enc storage.ListEncoder) (int, error) {
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return 0, fmt.Errorf("file: %w", storage.ErrClosed)
-	}
-	names := make([]string, 0, len(s.ns))
-	for ns := range s.ns {
-		names = append(names, ns)
-	}
-	s.mu.RUnlock()
-	slices.Sort(names)
-	type item struct {
-		e *entry
-		m *storage.Session
-	}
-	size := warmPage
-	if s.testWarmPage > 0 {
-		size = s.testWarmPage
-	}
-	page := make([]item, 0, size)
-	made := 0
-	var firstErr error
-	for _, ns := range names {
-		var cur listKey // the last session looked at, when started
-		started := false
-		for done := false; !done; {
-			if err := ctx.Err(); err != nil {
-				return made, err
-			}
-			page = page[:0]
-			s.mu.RLock()
-			if s.closed {
-				s.mu.RUnlock()
-				return made, fmt.Errorf("file: %w", storage.ErrClosed)
-			}
-			done = true
-			if n := s.ns[ns]; n != nil {
-				i := 0
-				if started {
-					// Just past cur: the first key above it.
-					i = n.search(cur)
-					if i < len(n.list) && !keyLess(cur, n.list[i].key) {
-						i++
-					}
-				}
-				for end := min(i+size, len(n.list)); i < end; i++ {
-					e := n.list[i]
-					if l := e.listed.Load(); l == nil || l.meta != e.meta || l.enc != enc {
-						page = append(page, item{e, e.meta})
-					}
-				}
-				if i > 0 {
-					cur, started = n.list[i-1].key, true
-				}
-				done = i >= len(n.list)
-			}
-			s.mu.RUnlock()
-			for _, it := range page {
-				_, ok, err := it.e.encoded(it.m, enc)
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("file: encode session %s for listing: %w", it.e.id, err)
-				}
-				if ok {
-					made++
-					s.listEnc.warmed.Add(1)
-				}
-			}
-			runtime.Gosched()
-		}
-	}
-	return made, firstErr
-}
-
 // walkList calls each for every session matching opts in list order, with
 // the session's metadata as it was when its page was collected (shared:
 // each must not modify it). It collects a page under the read lock, then
@@ -584,10 +456,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 		return nil, err
 	}
 	ref := req.Ref
-	enc, err := marshalMessages(msgs.Prepared)
-	if err != nil {
-		return nil, err
-	}
+	enc := msgs.Encoded
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -672,9 +541,7 @@ type appendOp struct {
 	ref  storage.Ref
 	exp  uint64
 	msgs storage.Messages
-	enc  [][]byte
-	one  [1][]byte // enc's room for the usual batch of one message
-	done bool      // set under the session's wmu
+	done bool // set under the session's wmu
 	res  storage.AppendResult
 	err  error
 }
@@ -689,10 +556,6 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 	}
 	ref := req.Ref
 	op := &appendOp{ctx: ctx, ref: ref, exp: req.ExpectedRevision, msgs: msgs}
-	var err error
-	if op.enc, err = appendMarshaled(op.one[:0], msgs.Prepared); err != nil {
-		return storage.AppendResult{}, err
-	}
 	if err := s.begin(); err != nil {
 		return storage.AppendResult{}, err
 	}
@@ -791,13 +654,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 			finish(op, storage.AppendResult{Revision: meta.Revision, MessageCount: meta.MessageCount}, nil)
 			continue
 		}
-		enc := op.enc
-		if len(fresh.Prepared) < len(enc) {
-			enc = make([][]byte, len(fresh.Positions))
-			for k, i := range fresh.Positions {
-				enc[k] = op.enc[i]
-			}
-		}
+		enc := fresh.Encoded
 		meta.Tally = fresh.Tally
 		meta.Revision++
 		meta.MessageCount += int64(len(enc))

@@ -39,13 +39,6 @@ type readStats struct {
 	misses atomic.Uint64 // read from the session's files
 }
 
-// listEncStats counts the sessions' listing encodings made (see
-// ListEncoded and WarmListed).
-type listEncStats struct {
-	listing atomic.Uint64 // by a listing that found none current
-	warmed  atomic.Uint64 // by WarmListed
-}
-
 // diskUsage is the data dir's size as last measured.
 type diskUsage struct {
 	mu       sync.Mutex // guards the fields
@@ -91,10 +84,6 @@ func (s *Store) Stats(ctx context.Context) (storage.Stats, error) {
 			Misses:   s.reads.misses.Load(),
 		},
 		Journals: &journals,
-		Listing: &storage.ListingStats{
-			Encoded: s.listEnc.listing.Load(),
-			Warmed:  s.listEnc.warmed.Load(),
-		},
 		WAL: &storage.WALStats{
 			Created:  uint64(s.stats.walCreated.Load()),
 			Recycled: uint64(s.stats.walRecycled.Load()),

@@ -87,16 +87,15 @@ func WithFlushObserver(fn func(storage.FlushRecord)) Option {
 
 // Store is the file backend. See the package doc.
 type Store struct {
-	dir     string
-	log     *zap.Logger
-	opts    options
-	lock    *os.File
-	broker  *storage.Broker
-	stats   ioStats
-	reads   readStats        // message cache hits and misses (stats.go)
-	listEnc listEncStats     // listing encodings made (stats.go)
-	disk    diskUsage        // the data dir's size, as last measured (stats.go)
-	cond    *ratelog.Limiter // logs persisting conditions at a bounded rate
+	dir    string
+	log    *zap.Logger
+	opts   options
+	lock   *os.File
+	broker *storage.Broker
+	stats  ioStats
+	reads  readStats        // message cache hits and misses (stats.go)
+	disk   diskUsage        // the data dir's size, as last measured (stats.go)
+	cond   *ratelog.Limiter // logs persisting conditions at a bounded rate
 
 	// mu guards byID, ns, closed, ckptSeq, and each entry's meta, damaged,
 	// gone, key, busy and dirtySeq fields. It is held briefly, never across
@@ -145,8 +144,6 @@ type Store struct {
 	// testHookMark, when set by a test, runs before a checkpoint writes its
 	// mark, and can fail it (as a crash there would leave it).
 	testHookMark func() error
-	// testWarmPage, when set by a test, replaces warmPage.
-	testWarmPage int
 
 	// How Open learnt the sessions' metadata: from the checkpoint, or by
 	// scanning their files. For tests and the log.
@@ -169,10 +166,6 @@ type entry struct {
 	// view is what readers see: replaced (never modified) by writers while
 	// holding wmu; nil when the session's messages are not in memory.
 	view atomic.Pointer[view]
-
-	// listed is the session's last encoding for ListEncoded; it holds the
-	// meta it was made from, and is used only while that is still meta.
-	listed atomic.Pointer[listed]
 
 	// Guarded by Store.mu.
 	meta    *storage.Session // immutable; nil while being created, or when damaged beyond reading

@@ -58,14 +58,9 @@ import (
 
 // groupBatches is how many batches a Store writes at a time. One: the
 // appends of two batches in flight together mostly lock the same busy
-// sessions, so the second waits for the first's commit anyway; measured
-// with 16 clients on 16 sessions, two at a time gave fewer appends per
-// second than one and twice the commits per append where the disk was
-// slow, and 6% more appends for a third more CPU per append where it syncs
-// in 0.2 ms. Nor did groups of
-// their own for sessions (by a hash of the ref, 4 or 8 groups): the
-// batches shrank to 1.1-1.3 writing transactions per append, and the
-// rates fell below one group's.
+// sessions, so the second waits for the first's commit anyway, and more
+// batches (or groups of their own per session) only make each batch
+// smaller, with more commits per append.
 const groupBatches = 1
 
 // groupLockWait is how long a batch's statement waits for a session's row

@@ -304,26 +304,32 @@ func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 }
 
 // messageRows returns the columns of msgs' rows: ids, protobuf encodings
-// and search texts.
-func messageRows(msgs []*sessiondv1.Message) (ids []string, bodies [][]byte, texts []string, err error) {
-	ids, bodies, texts = make([]string, len(msgs)), make([][]byte, len(msgs)), make([]string, len(msgs))
+// (enc, the portable Store's, when given; made here otherwise) and search
+// texts.
+func messageRows(msgs []*sessiondv1.Message, enc [][]byte) (ids []string, bodies [][]byte, texts []string, err error) {
+	ids, texts = make([]string, len(msgs)), make([]string, len(msgs))
+	bodies = enc
+	if bodies == nil {
+		bodies = make([][]byte, len(msgs))
+	}
 	for i, m := range msgs {
-		enc, err := proto.Marshal(m)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
+		if enc == nil {
+			if bodies[i], err = proto.Marshal(m); err != nil {
+				return nil, nil, nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
+			}
 		}
-		ids[i], bodies[i], texts[i] = m.GetId(), enc, searchText(storage.MessageTexts(m)...)
+		ids[i], texts[i] = m.GetId(), searchText(storage.MessageTexts(m)...)
 	}
 	return ids, bodies, texts, nil
 }
 
 // queueMessages queues the insert of msgs at positions from, from+1, ...
 // of session id.
-func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Message) error {
+func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Message, enc [][]byte) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	ids, bodies, texts, err := messageRows(msgs)
+	ids, bodies, texts, err := messageRows(msgs, enc)
 	if err != nil {
 		return err
 	}
@@ -370,10 +376,11 @@ func addEvent(ctx context.Context, tx *wtx, typ storage.EventType, m *storage.Se
 	return tx.SendBatch(ctx, b).Close()
 }
 
-// insertMessages stores msgs at positions from, from+1, ... of session id.
-func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs []*sessiondv1.Message) error {
+// insertMessages stores msgs (encoded as enc, or nil) at positions from,
+// from+1, ... of session id.
+func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs []*sessiondv1.Message, enc [][]byte) error {
 	b := &pgx.Batch{}
-	if err := queueMessages(b, id, from, msgs); err != nil || b.Len() == 0 {
+	if err := queueMessages(b, id, from, msgs, enc); err != nil || b.Len() == 0 {
 		return err
 	}
 	return tx.SendBatch(ctx, b).Close()
@@ -542,7 +549,7 @@ func (s *Store) createNew(ctx context.Context, tx *wtx, m *storage.Session, msgs
 			return nil, err
 		}
 	}
-	return s.insertNew(ctx, tx, m, func() error { return insertMessages(ctx, tx, m.ID, 0, msgs) })
+	return s.insertNew(ctx, tx, m, func() error { return insertMessages(ctx, tx, m.ID, 0, msgs, nil) })
 }
 
 // insertNew inserts the new session m, its messages (fill) and its first
@@ -648,7 +655,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, m.ID); err != nil {
 				return err
 			}
-			if err := insertMessages(ctx, tx, m.ID, 0, msgs.Prepared); err != nil {
+			if err := insertMessages(ctx, tx, m.ID, 0, msgs.Prepared, msgs.Encoded); err != nil {
 				return err
 			}
 			if err := updateSession(ctx, tx, m); err != nil {
@@ -773,7 +780,7 @@ const messageKey = "messages_session_id_msg_id_key"
 // appendFast tries the append as appendFastSQL, through the group commit
 // (runFast); ok is false when the append must take the general path.
 func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (res storage.AppendResult, ok bool, err error) {
-	ids, bodies, texts, err := messageRows(msgs.Prepared)
+	ids, bodies, texts, err := messageRows(msgs.Prepared, msgs.Encoded)
 	if err != nil || len(ids) == 0 {
 		return res, false, err
 	}
@@ -865,7 +872,7 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 		return storage.AppendResult{Revision: cur.Revision, MessageCount: cur.MessageCount}, err
 	}
 	b = &pgx.Batch{}
-	if err := queueMessages(b, cur.ID, cur.MessageCount, fresh.Prepared); err != nil {
+	if err := queueMessages(b, cur.ID, cur.MessageCount, fresh.Prepared, fresh.Encoded); err != nil {
 		return storage.AppendResult{}, err
 	}
 	n := int64(len(fresh.Prepared))

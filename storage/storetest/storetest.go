@@ -93,7 +93,6 @@ func RunConformance(t *testing.T, h Harness) {
 		{"Names", testNames},
 		{"InvalidUTF8", testInvalidUTF8},
 		{"List", testList},
-		{"ListEncoded", testListEncoded},
 		{"Search", testSearch},
 		{"Watch", testWatch},
 		{"Fidelity", testFidelity},
