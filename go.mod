@@ -63,9 +63,15 @@ require (
 	github.com/olekukonko/errors v1.2.0 // indirect
 	github.com/olekukonko/ll v0.1.6 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
+	github.com/sessiond/sessiond/client v0.0.0
+	github.com/sessiond/sessiond/gen v0.0.0
 	github.com/spf13/pflag v1.0.9 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.61.0
 	golang.org/x/text v0.43.0 // indirect
 )
+
+replace github.com/sessiond/sessiond/client => ./client
+
+replace github.com/sessiond/sessiond/gen => ./gen

@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -73,20 +72,20 @@ func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, fmt.Errorf("client: TLS CA file: %w: %w", ErrInvalid, err)
+			return nil, errorf("client: TLS CA file: %w: %w", ErrInvalid, err)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client: TLS CA file %s holds no PEM certificate: %w", caFile, ErrInvalid)
+			return nil, errorf("client: TLS CA file %s holds no PEM certificate: %w", caFile, ErrInvalid)
 		}
 	}
 	if (certFile == "") != (keyFile == "") {
-		return nil, fmt.Errorf("client: a TLS client certificate needs both its certificate and its key file: %w", ErrInvalid)
+		return nil, errorf("client: a TLS client certificate needs both its certificate and its key file: %w", ErrInvalid)
 	}
 	if certFile != "" {
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("client: TLS client certificate: %w: %w", ErrInvalid, err)
+			return nil, errorf("client: TLS client certificate: %w: %w", ErrInvalid, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
@@ -113,7 +112,7 @@ func GRPCDialOptions(addr, token string, tlsCfg *tls.Config) ([]grpc.DialOption,
 }
 
 func errClearToken(addr string) error {
-	return fmt.Errorf("client: dial %s: refusing to send a token without TLS to a host that is not loopback; use TLS: %w", addr, ErrInvalid)
+	return errorf("client: dial %s: refusing to send a token without TLS to a host that is not loopback; use TLS: %w", addr, ErrInvalid)
 }
 
 // applyTokenEnv sets the token from SESSIOND_TOKEN when no option set

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -172,7 +171,7 @@ func Dial(ctx context.Context, addr string, opts ...DialOption) (*Client, error)
 	gopts = append(gopts, o.grpcOpts...)
 	cc, err := grpc.NewClient(target, gopts...)
 	if err != nil {
-		return nil, fmt.Errorf("client: dial %s: %w: %w", addr, ErrInvalid, err)
+		return nil, errorf("client: dial %s: %w: %w", addr, ErrInvalid, err)
 	}
 	c := &Client{
 		conn: &conn{
@@ -187,7 +186,7 @@ func Dial(ctx context.Context, addr string, opts ...DialOption) (*Client, error)
 	}
 	if err := waitReady(ctx, cc); err != nil {
 		_ = cc.Close()
-		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+		return nil, errorf("client: dial %s: %w", addr, err)
 	}
 	return c, nil
 }
@@ -197,7 +196,7 @@ func Dial(ctx context.Context, addr string, opts ...DialOption) (*Client, error)
 func dialTarget(addr string) (string, error) {
 	switch {
 	case addr == "":
-		return "", fmt.Errorf("client: empty address: %w", ErrInvalid)
+		return "", errorf("client: empty address: %w", ErrInvalid)
 	case strings.HasPrefix(addr, "unix:"), strings.HasPrefix(addr, "unix-abstract:"),
 		strings.HasPrefix(addr, "passthrough:"), strings.HasPrefix(addr, "dns:"):
 		return addr, nil
@@ -215,10 +214,10 @@ func waitReady(ctx context.Context, cc *grpc.ClientConn) error {
 		case connectivity.Ready:
 			return nil
 		case connectivity.TransientFailure, connectivity.Shutdown:
-			return fmt.Errorf("%w: connection %s", ErrUnavailable, s)
+			return errorf("%w: connection %s", ErrUnavailable, s)
 		}
 		if !cc.WaitForStateChange(ctx, s) {
-			return fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+			return errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 	}
 }
@@ -248,7 +247,7 @@ func (c *Client) Close() error {
 	}
 	c.conn.closed = true
 	if err := c.conn.cc.Close(); err != nil {
-		return fmt.Errorf("client: close: %w", err)
+		return errorf("client: close: %w", err)
 	}
 	return nil
 }
@@ -258,7 +257,7 @@ func (c *Client) check(op rpc) error {
 	c.conn.mu.Lock()
 	defer c.conn.mu.Unlock()
 	if c.conn.closed {
-		return fmt.Errorf("client: %s: %w", op, ErrClosed)
+		return errorf("client: %s: %w", op, ErrClosed)
 	}
 	return nil
 }

@@ -4,20 +4,28 @@
 //
 //	c, err := client.Dial(ctx, "127.0.0.1:7437") // or "unix:///run/sessiond.sock"
 //	h, err := c.OpenOrCreate(ctx, client.Alias("my-project"), client.WithAutoSave(5*time.Minute))
-//	h.Append(userMsg, assistantMsg) // in memory; each message gets an id
-//	err = h.Save(ctx)               // sends only what is new
-//	err = h.Close(ctx)              // stops auto-save, saves what is left
+//	err = h.Append(client.UserText("2+2?"), client.AssistantText("4", client.WithModel("gpt-4.1")))
+//	err = h.Save(ctx)  // sends only what is new
+//	err = h.Close(ctx) // stops auto-save, saves what is left
 //	fmt.Println("resume with", h.ID())
+//
+// UserText, AssistantText, ToolCall and ToolResult make the everyday
+// messages; Append takes any *sessiondv1.Message.
+//
+// The SDK is a module of its own (github.com/sessiond/sessiond/client): it
+// needs gRPC, protobuf and the generated API module
+// (github.com/sessiond/sessiond/gen), never the daemon's dependencies.
 //
 // # Saving
 //
 // A Handle appends in memory. Save sends the messages the daemon does not
-// have with AppendMessages, guarded by the revision the handle last saw, or
-// the whole session with SaveSession after a local rewrite (SetMessages).
-// The SDK gives every message an id, and the daemon treats a batch it already
-// holds as a no-op, so a save retried after a timeout or a lost connection
-// never duplicates a turn: when the outcome of a write is unknown, the next
-// save sends exactly that write again before anything else.
+// have with AppendMessages, guarded by the revision the handle last saw, and
+// a changed summary or metadata with UpdateSession. The SDK gives every
+// message an id, and the daemon stores only the messages of a batch it does
+// not hold yet, so a save retried after a timeout or a lost connection
+// simply sends everything unsaved again and never duplicates a turn. When
+// the lost write did land, the retry finds the session one revision ahead;
+// the handle sees that the change is its own and goes on.
 //
 // Auto-save (WithAutoSave, WithIdleSave) runs on its own goroutine, skips a
 // clean handle, retries a few times with exponential backoff and jitter
@@ -35,6 +43,29 @@
 // spooled messages before it returns, leaving out those the daemon already
 // holds. A damaged spool file is never sent and never deleted: Open renames
 // it aside and fails with ErrSpool, naming it.
+//
+// The spool file format, which the Python SDK (clients/python) writes and
+// reads too, so that either may resume what the other spooled:
+//
+//	magic   8 bytes  "SDSPOOL1"
+//	length  uint32   little-endian, of the payload
+//	crc     uint32   little-endian, CRC-32C (Castagnoli) of the payload
+//	payload          protobuf wire fields:
+//	                   1 (bytes)  a sessiond.v1.Session: id, namespace,
+//	                              revision, summary, metadata and the
+//	                              unsaved messages, each with its id
+//	                   2 (varint) flags: 1 the messages replace the stored
+//	                              ones (never written; such a file is kept
+//	                              aside as "<file>.conflict"), 2 the summary
+//	                              is unsaved, 4 the metadata is unsaved
+//
+// Unknown payload fields are skipped. A file is written whole to a temporary
+// name in the spool folder, fsync'd, renamed over the handle's file and the
+// folder fsync'd, so a reader finds the previous version or the new one,
+// never a mix. Files are named
+// "<session id>.ns-<namespace in hex>.<handle id>.spool" (one per handle, so
+// two programs on one session never overwrite each other's) and made 0600 in
+// a 0700 folder.
 //
 // # Logging
 //

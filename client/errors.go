@@ -20,7 +20,8 @@ var (
 	// CreateSession, UpdateSession, ForkSession or a SaveSession that creates.
 	ErrAliasInUse = errors.New("alias in use")
 	// ErrMessageConflict: AppendMessages carried a message id that the session
-	// already holds with other content, or a mix of stored and new messages.
+	// already holds with other content (the daemon stores nothing of that
+	// batch; messages it holds with the same content are merely skipped).
 	ErrMessageConflict = errors.New("message id in use with other content")
 	// ErrConflict: the session is not at the expected revision; another
 	// writer changed it. A Handle answers it with Reload.
@@ -118,18 +119,18 @@ func mapError(ctx context.Context, op rpc, err error) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		if ctx.Err() != nil {
-			return fmt.Errorf("client: %s: %w", op, errors.Join(ctx.Err(), err))
+			return errorf("client: %s: %w", op, errors.Join(ctx.Err(), err))
 		}
-		return fmt.Errorf("client: %s: %w", op, err)
+		return errorf("client: %s: %w", op, err)
 	}
 	code := st.Code()
 	if (code == codes.Canceled || code == codes.DeadlineExceeded) && ctx.Err() != nil {
-		return fmt.Errorf("client: %s: %w: %w", op, ctx.Err(), err)
+		return errorf("client: %s: %w: %w", op, ctx.Err(), err)
 	}
 	if s := sentinelFor(op, code); s != nil {
-		return fmt.Errorf("client: %s: %w: %w", op, s, err)
+		return errorf("client: %s: %w: %w", op, s, err)
 	}
-	return fmt.Errorf("client: %s: %w", op, err)
+	return errorf("client: %s: %w", op, err)
 }
 
 // retryable reports whether a write that failed with err may succeed if sent
@@ -152,14 +153,26 @@ func retryable(err error) bool {
 	return true
 }
 
-// outcomeKnown reports whether a failed write certainly changed nothing:
-// the server answered with a refusal. Any other failure (a timeout, a lost
-// connection) may have landed, so the same request must be sent again before
-// anything else, which the server then answers as an idempotent no-op.
-func outcomeKnown(err error) bool {
-	switch status.Code(err) {
-	case codes.DeadlineExceeded, codes.Canceled, codes.Unavailable, codes.Unknown, codes.Internal:
-		return false
+// errorf is fmt.Errorf for the package's errors. When the result wraps an
+// RPC's status error, status.FromError and status.Code on it still find the
+// daemon's status as it was sent (code, message, details); on a plain wrap
+// they would answer a status whose message is the whole error chain.
+func errorf(format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	var gs interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &gs) && gs.GRPCStatus() != nil {
+		return &statusError{err: err, st: gs.GRPCStatus()}
 	}
-	return true
+	return err
 }
+
+// statusError is an error chain that carries the status of the RPC failure
+// it wraps.
+type statusError struct {
+	err error
+	st  *status.Status
+}
+
+func (e *statusError) Error() string              { return e.err.Error() }
+func (e *statusError) Unwrap() error              { return e.err }
+func (e *statusError) GRPCStatus() *status.Status { return e.st }

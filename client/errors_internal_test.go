@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -51,6 +52,17 @@ func TestMapErrorPerRPC(t *testing.T) {
 			}
 			if !errors.Is(err, orig) {
 				t.Errorf("original status error not reachable from %v", err)
+			}
+			if st.Message() != "detail from server" || !strings.Contains(err.Error(), "detail from server") {
+				t.Errorf("the server's message is lost: status message %q, error %q", st.Message(), err)
+			}
+			// A Handle's wrap of it keeps the status too.
+			wrapped := errorf("save %s: %w", "s1", err)
+			if st, _ := status.FromError(wrapped); st.Code() != tt.code || st.Message() != "detail from server" {
+				t.Errorf("status of a wrapped error = %v, want code %v and the server's message", st, tt.code)
+			}
+			if tt.want != nil && !errors.Is(wrapped, tt.want) {
+				t.Errorf("errors.Is(%v, %v) = false after a wrap", wrapped, tt.want)
 			}
 		})
 	}

@@ -3,29 +3,19 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
-	"github.com/sessiond/sessiond/convert"
-	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/client/convert"
 )
 
 // A loaded session goes to a model in one line: Export writes it as the
 // request body the model's API takes.
 func ExampleHandle_Export() {
+	addr, stop := startSessiond() // a daemon for the example
+	defer stop()
+
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "sessiond-example")
-	defer os.RemoveAll(dir)
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	srv, err := clienttest.Start(dir, clienttest.WithListener(lis))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer srv.Stop()
-	c, err := client.Dial(ctx, srv.Addr())
+	c, err := client.Dial(ctx, addr)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -39,10 +29,9 @@ func ExampleHandle_Export() {
 	}
 	defer h.Close(ctx)
 	_ = h.Append(
-		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "Weather in Paris?"},
-		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT, Model: "claude-sonnet-4-5", ToolCalls: []*sessiondv1.ToolCall{
-			{Id: "toolu_01", Name: "get_weather", Arguments: `{"location":"Paris"}`}}},
-		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "toolu_01", Content: "14°C, light rain"},
+		client.UserText("Weather in Paris?"),
+		client.ToolCall("toolu_01", "get_weather", `{"location":"Paris"}`, client.WithModel("claude-sonnet-4-5")),
+		client.ToolResult("toolu_01", "14°C, light rain"),
 	)
 
 	body, warnings, err := h.Export(convert.Anthropic, convert.ExportOptions{MaxTokens: 1024})

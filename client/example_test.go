@@ -3,31 +3,19 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
 	"time"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
-	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
 // A REPL keeps its conversation in a Handle, and resumes it by alias or id.
+// The README's Go SDK section shows this program.
 func Example() {
+	addr, stop := startSessiond() // a daemon for the example
+	defer stop()
+
 	ctx := context.Background()
-
-	// An in-process sessiond on a loopback port, standing in for the daemon.
-	dir, _ := os.MkdirTemp("", "sessiond-example")
-	defer os.RemoveAll(dir)
-	lis, _ := net.Listen("tcp", "127.0.0.1:0")
-	srv, err := clienttest.Start(dir, clienttest.WithListener(lis))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer srv.Stop()
-
-	c, err := client.Dial(ctx, srv.Addr())
+	c, err := client.Dial(ctx, addr) // e.g. "127.0.0.1:7437" or "unix:///run/sessiond.sock"
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -39,16 +27,26 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	_ = h.Append(
-		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "What is 2+2?"},
-		&sessiondv1.Message{Role: sessiondv1.Role_ROLE_ASSISTANT, Content: "4"},
-	)
-	if err := h.Close(ctx); err != nil { // saves what is left
+	// In memory; each message gets an id.
+	if err := h.Append(
+		client.UserText("Weather in Paris?"),
+		client.ToolCall("call_1", "get_weather", `{"city":"Paris"}`, client.WithModel("gpt-4.1")),
+		client.ToolResult("call_1", "14°C, light rain"),
+		client.AssistantText("14°C and light rain.", client.WithModel("gpt-4.1"), client.WithUsage(52, 9)),
+	); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := h.Save(ctx); err != nil { // sends only what is new
+		fmt.Println(err)
+		return
+	}
+	if err := h.Close(ctx); err != nil { // stops auto-save, saves what is left
 		fmt.Println(err)
 		return
 	}
 
-	// Later: resume the same conversation.
+	// Later, in another run: resume the same conversation.
 	h, err = c.Open(ctx, client.Alias("my-project"))
 	if err != nil {
 		fmt.Println(err)
@@ -56,9 +54,16 @@ func Example() {
 	}
 	defer h.Close(ctx)
 	for _, m := range h.Messages() {
-		fmt.Printf("%s: %s\n", m.GetRole(), m.GetContent())
+		for _, tc := range m.GetToolCalls() {
+			fmt.Printf("%s: calls %s %s\n", m.GetRole(), tc.GetName(), tc.GetArguments())
+		}
+		if m.GetContent() != "" {
+			fmt.Printf("%s: %s\n", m.GetRole(), m.GetContent())
+		}
 	}
 	// Output:
-	// ROLE_USER: What is 2+2?
-	// ROLE_ASSISTANT: 4
+	// ROLE_USER: Weather in Paris?
+	// ROLE_ASSISTANT: calls get_weather {"city":"Paris"}
+	// ROLE_TOOL: 14°C, light rain
+	// ROLE_ASSISTANT: 14°C and light rain.
 }

@@ -3,7 +3,7 @@ package client
 import (
 	"maps"
 
-	"github.com/sessiond/sessiond/convert"
+	"github.com/sessiond/sessiond/client/convert"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 

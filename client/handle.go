@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sessiond/sessiond/gen/msgcheck"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
-	"github.com/sessiond/sessiond/internal/msgcheck"
 )
 
 // DefaultAutoSaveInterval is the auto-save period of WithAutoSave(0).
@@ -91,8 +91,8 @@ func WithCloseTimeout(d time.Duration) HandleOption {
 	return func(o *handleOptions) { o.closeTimeout = d }
 }
 
-// WithSpool keeps the handle's unsaved messages (and an unsaved rewrite,
-// summary or metadata) in a spool file in dir, created 0700 if missing, so
+// WithSpool keeps the handle's unsaved messages (and an unsaved summary or
+// metadata) in a spool file in dir, created 0700 if missing, so
 // that nothing is lost when the program quits or crashes while the daemon
 // is down. Every change is in the file, fsync'd and checksummed, before the
 // call that made it returns (Append and the Set* methods fail with ErrSpool,
@@ -104,8 +104,7 @@ func WithCloseTimeout(d time.Duration) HandleOption {
 // daemon already holds (ids make this idempotent), and removes the spool
 // files. If that save fails, Open fails and the messages stay spooled. A
 // damaged spool file is never sent nor deleted: Open renames it to
-// "<file>.damaged" and fails with ErrSpool naming it; a spooled rewrite
-// whose session changed meanwhile is kept as "<file>.conflict" the same way.
+// "<file>.damaged" and fails with ErrSpool naming it.
 func WithSpool(dir string) HandleOption {
 	return func(o *handleOptions) { o.spoolDir = dir }
 }
@@ -169,25 +168,11 @@ type Handle struct {
 	revision uint64
 	entries  []entry
 	ids      map[string]struct{} // ids of entries, to refuse a repeated one
-	// synced: entries[:synced] are stored (or local). Saves send only what
-	// comes after, unless rewrite is set.
+	// synced: entries[:synced] are stored (or local). Saves send what comes
+	// after.
 	synced int
-	// rewrite: the entries changed other than by appending (SetMessages), so
-	// the next save replaces the stored messages with SaveSession.
-	rewrite bool
-	// rewriteLen: while rewrite is set, entries[:rewriteLen] are what
-	// SetMessages set and the rest was appended since; Reload drops the
-	// former and keeps the latter.
-	rewriteLen int
-	gen        uint64 // bumped whenever entries change other than by appending
-	// summaryDirty and metadataDirty say what UpdateSession must send;
-	// metaGen is bumped by every Set*.
+	// summaryDirty and metadataDirty say what UpdateSession must send.
 	summaryDirty, metadataDirty bool
-	metaGen                     uint64
-	// uncertain is the last write whose outcome is unknown (a timeout, a lost
-	// connection). The next save sends it again, unchanged, before anything
-	// else: if it had landed, the daemon answers it as an idempotent no-op.
-	uncertain *write
 	// paused holds the final error that stopped auto-save (a conflict, a
 	// refusal); a successful Save or Reload clears it.
 	paused error
@@ -449,9 +434,6 @@ func savedOf(entries []entry) []*sessiondv1.Message {
 func (h *Handle) Unsaved() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.rewrite {
-		return h.savable(0, len(h.entries))
-	}
 	return h.savable(h.synced, len(h.entries))
 }
 
@@ -463,8 +445,7 @@ func (h *Handle) Dirty() bool {
 }
 
 func (h *Handle) dirtyLocked() bool {
-	return h.uncertain != nil || h.rewrite || h.summaryDirty || h.metadataDirty ||
-		h.savable(h.synced, len(h.entries)) > 0
+	return h.summaryDirty || h.metadataDirty || h.savable(h.synced, len(h.entries)) > 0
 }
 
 // savable counts the entries of entries[from:to] that a save sends.
@@ -494,11 +475,11 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return fmt.Errorf("client: append: %w", ErrClosed)
+		return errorf("client: append: %w", ErrClosed)
 	}
 	for _, e := range add {
 		if _, dup := h.ids[e.m.Id]; dup {
-			return fmt.Errorf("client: append: message id %q is already in the session: %w", e.m.Id, ErrInvalid)
+			return errorf("client: append: message id %q is already in the session: %w", e.m.Id, ErrInvalid)
 		}
 	}
 	batch := savedOf(add)
@@ -507,7 +488,7 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	if msgcheck.TouchesCalls(batch) {
 		open, _ := msgcheck.OpenCalls(nil, "", h.savedMessagesLocked(), false)
 		if _, f := msgcheck.OpenCalls(open, "messages", batch, true); f != nil {
-			return fmt.Errorf("client: append: %s %s: %w", f.Field, f.Description, ErrInvalid)
+			return errorf("client: append: %s %s: %w", f.Field, f.Description, ErrInvalid)
 		}
 	}
 	old := h.snapshotLocked()
@@ -515,7 +496,7 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	h.entries = append(h.entries, add...)
 	if err := h.syncSpoolLocked(); err != nil {
 		h.restoreLocked(old)
-		return fmt.Errorf("client: append: %w", err)
+		return errorf("client: append: %w", err)
 	}
 	maps.Copy(h.ids, ids)
 	h.poke()
@@ -539,9 +520,9 @@ func (h *Handle) dropSyntheticLocked(batch []*sessiondv1.Message) {
 	if !slices.ContainsFunc(h.entries, drop) {
 		return
 	}
-	// Positions are compared with synced and rewriteLen as they were
-	// before any entry was dropped.
-	synced, rewriteLen := h.synced, h.rewriteLen
+	// Positions are compared with synced as it was before any entry was
+	// dropped.
+	synced := h.synced
 	kept := make([]entry, 0, len(h.entries))
 	h.ids = maps.Clone(h.ids)
 	for i, e := range h.entries {
@@ -553,14 +534,11 @@ func (h *Handle) dropSyntheticLocked(batch []*sessiondv1.Message) {
 		if i < synced {
 			h.synced--
 		}
-		if h.rewrite && i < rewriteLen {
-			h.rewriteLen--
-		}
 	}
 	h.entries = kept
 }
 
-// prepare copies msgs into entries for Append and SetMessages, giving each
+// prepare copies msgs into entries for Append, giving each
 // an id and created_at where missing, and returns their ids. A message that
 // breaks the daemon's rules for one message (msgcheck.Message: nil, no or
 // unknown role, invalid UTF-8, a bad id) or an id repeated within msgs is
@@ -573,7 +551,7 @@ func (h *Handle) prepare(op string, msgs []*sessiondv1.Message) ([]entry, map[st
 		// The daemon's own rules for one message: a message the daemon
 		// would refuse fails here, not in a background save.
 		if f := msgcheck.Message(fmt.Sprintf("messages[%d]", i), m); f != nil {
-			return nil, nil, fmt.Errorf("client: %s: %s %s: %w", op, f.Field, f.Description, ErrInvalid)
+			return nil, nil, errorf("client: %s: %s %s: %w", op, f.Field, f.Description, ErrInvalid)
 		}
 		c := proto.CloneOf(m)
 		if c.Id == "" {
@@ -583,7 +561,7 @@ func (h *Handle) prepare(op string, msgs []*sessiondv1.Message) ([]entry, map[st
 			c.CreatedAt = now
 		}
 		if _, dup := ids[c.Id]; dup {
-			return nil, nil, fmt.Errorf("client: %s: message id %q repeats: %w", op, c.Id, ErrInvalid)
+			return nil, nil, errorf("client: %s: message id %q repeats: %w", op, c.Id, ErrInvalid)
 		}
 		ids[c.Id] = struct{}{}
 		entries = append(entries, entry{m: c, local: h.opts.noSystem && c.GetRole() == sessiondv1.Role_ROLE_SYSTEM})
@@ -591,49 +569,19 @@ func (h *Handle) prepare(op string, msgs []*sessiondv1.Message) ([]entry, map[st
 	return entries, ids, nil
 }
 
-// SetMessages replaces the handle's messages (a local rewrite, e.g. after
-// compaction): the next save replaces the stored ones with SaveSession.
-// Messages get ids and created_at as in Append; a ROLE_TOOL result that
-// answers no open tool call earlier in msgs is ErrInvalid.
-func (h *Handle) SetMessages(msgs ...*sessiondv1.Message) error {
-	entries, ids, err := h.prepare("set messages", msgs)
-	if err != nil {
-		return err
-	}
-	if _, f := msgcheck.OpenCalls(nil, "messages", savedOf(entries), true); f != nil {
-		return fmt.Errorf("client: set messages: %s %s: %w", f.Field, f.Description, ErrInvalid)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return fmt.Errorf("client: set messages: %w", ErrClosed)
-	}
-	old := h.snapshotLocked()
-	h.entries, h.ids, h.synced = entries, ids, 0
-	h.rewrite, h.rewriteLen = true, len(entries)
-	if err := h.syncSpoolLocked(); err != nil {
-		h.restoreLocked(old)
-		return fmt.Errorf("client: set messages: %w", err)
-	}
-	h.gen++
-	h.poke()
-	return nil
-}
-
 // SetSummary sets the session's summary; the next save sends it.
 func (h *Handle) SetSummary(summary string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return fmt.Errorf("client: set summary: %w", ErrClosed)
+		return errorf("client: set summary: %w", ErrClosed)
 	}
 	old := h.snapshotLocked()
 	h.summary, h.summaryDirty = summary, true
 	if err := h.syncSpoolLocked(); err != nil {
 		h.restoreLocked(old)
-		return fmt.Errorf("client: set summary: %w", err)
+		return errorf("client: set summary: %w", err)
 	}
-	h.metaGen++
 	h.poke()
 	return nil
 }
@@ -643,15 +591,14 @@ func (h *Handle) SetMetadata(md map[string]string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return fmt.Errorf("client: set metadata: %w", ErrClosed)
+		return errorf("client: set metadata: %w", ErrClosed)
 	}
 	old := h.snapshotLocked()
 	h.metadata, h.metadataDirty = maps.Clone(md), true
 	if err := h.syncSpoolLocked(); err != nil {
 		h.restoreLocked(old)
-		return fmt.Errorf("client: set metadata: %w", err)
+		return errorf("client: set metadata: %w", err)
 	}
-	h.metaGen++
 	h.poke()
 	return nil
 }
@@ -667,25 +614,25 @@ func (h *Handle) poke() {
 // write is one RPC of a save, built from the handle's state under mu and
 // sent without it.
 type write struct {
-	op       rpc
 	append   *sessiondv1.AppendMessagesRequest
-	save     *sessiondv1.SaveSessionHeader
-	msgs     []*sessiondv1.Message // of a save
 	update   *sessiondv1.UpdateSessionRequest
 	expected uint64
-	end      int    // entries[:end] are stored once it succeeds
-	gen      uint64 // h.gen when it was built; end holds only while equal
-	metaGen  uint64 // h.metaGen when built
-	summary  bool   // carries the summary
-	metadata bool   // carries the metadata
+	// last is the batch's last message: once it is stored, so is every
+	// entry up to it.
+	last *sessiondv1.Message
+	// The summary and metadata an update carries; each is no longer dirty
+	// once saved unless a Set* changed it meanwhile.
+	summary, metadata bool
+	summaryVal        string
+	metadataVal       map[string]string
 }
 
 // Save sends what the handle has that the daemon does not: new messages with
-// AppendMessages, or the whole session with SaveSession after SetMessages,
-// then a changed summary or metadata. It returns when the daemon has
-// acknowledged, or with ctx's error. Nothing unsaved is dropped on failure;
-// a later Save sends it again, and never twice. A session changed by another
-// writer is ErrConflict: Reload, then Save.
+// AppendMessages, then a changed summary or metadata with UpdateSession. It
+// returns when the daemon has acknowledged, or with ctx's error. Nothing
+// unsaved is dropped on failure; a later Save sends it again, and the daemon
+// stores only the messages it lacks. A session changed by another writer is
+// ErrConflict: Reload, then Save.
 func (h *Handle) Save(ctx context.Context) error {
 	h.saveMu.Lock()
 	defer h.saveMu.Unlock()
@@ -709,10 +656,11 @@ var errKeptChanging = errors.New("client: the handle kept changing during Close"
 // nothing left, so that no Append can slip in between. saveMu must be held.
 func (h *Handle) saveLocked(ctx context.Context, closeWhenClean bool) error {
 	h.mu.Lock()
-	goalLen, goalGen, goalMeta := len(h.entries), h.gen, h.metaGen
+	goal := h.lastSavableLocked()
+	metaGoal := h.summaryDirty || h.metadataDirty
 	h.mu.Unlock()
-	// A save needs at most a replay, the messages and the metadata; Close
-	// allows for a few rounds of appends made meanwhile.
+	// A save needs the messages, the metadata and, after a lost answer, one
+	// catch-up; Close allows for a few rounds of appends made meanwhile.
 	passes := 4
 	if closeWhenClean {
 		passes = 64
@@ -721,13 +669,14 @@ func (h *Handle) saveLocked(ctx context.Context, closeWhenClean bool) error {
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
-			return fmt.Errorf("client: save: %w", ErrClosed)
+			return errorf("client: save: %w", ErrClosed)
 		}
-		if !closeWhenClean && h.reachedLocked(goalLen, goalGen, goalMeta) {
+		goalSaved := h.storedLocked(goal)
+		if !closeWhenClean && goalSaved && !metaGoal {
 			h.mu.Unlock()
 			return nil
 		}
-		w := h.nextWrite(!closeWhenClean && h.gen == goalGen && h.synced >= goalLen)
+		w := h.nextWrite(!closeWhenClean && goalSaved)
 		if w == nil && closeWhenClean {
 			h.closed = true
 		}
@@ -738,27 +687,47 @@ func (h *Handle) saveLocked(ctx context.Context, closeWhenClean bool) error {
 		if err := h.send(ctx, w); err != nil {
 			return err
 		}
+		if w.update != nil {
+			metaGoal = false
+		}
 	}
 	if closeWhenClean {
 		return errKeptChanging
 	}
-	return fmt.Errorf("client: save %s: still unsaved after %d writes", h.id, passes)
+	return errorf("client: save %s: still unsaved after %d writes", h.id, passes)
 }
 
-// reachedLocked reports whether what the handle held when a save began
-// (entries[:goalLen] at generation goalGen, metadata at goalMeta) is saved or
-// superseded by a later SetMessages or Set*. Called with mu held.
-func (h *Handle) reachedLocked(goalLen int, goalGen, goalMeta uint64) bool {
-	if h.uncertain != nil {
-		return false
+// lastSavableLocked returns the last message a save sends, or nil. Called
+// with mu held.
+func (h *Handle) lastSavableLocked() *sessiondv1.Message {
+	for i := len(h.entries) - 1; i >= 0; i-- {
+		if !h.entries[i].local {
+			return h.entries[i].m
+		}
 	}
-	if h.gen == goalGen && (h.rewrite || h.synced < goalLen) {
-		return false
+	return nil
+}
+
+// storedLocked reports whether m (an entry's message, or nil) is stored: no
+// longer in the handle (a Reload or Rewind replaced it) or among
+// entries[:synced]. Called with mu held.
+func (h *Handle) storedLocked(m *sessiondv1.Message) bool {
+	if m == nil {
+		return true
 	}
-	if h.metaGen == goalMeta && (h.summaryDirty || h.metadataDirty) {
-		return false
+	i := h.indexLocked(m)
+	return i < 0 || i < h.synced
+}
+
+// indexLocked returns the index of the entry holding m, or -1. Called with
+// mu held.
+func (h *Handle) indexLocked(m *sessiondv1.Message) int {
+	for i := len(h.entries) - 1; i >= 0; i-- {
+		if h.entries[i].m == m {
+			return i
+		}
 	}
-	return true
+	return -1
 }
 
 // nextWrite builds the next RPC a save needs, or nil when the handle is
@@ -766,12 +735,6 @@ func (h *Handle) reachedLocked(goalLen int, goalGen, goalMeta uint64) bool {
 // a Save whose messages are out already must not be kept waiting by appends
 // made since. Called with mu held.
 func (h *Handle) nextWrite(metaFirst bool) *write {
-	if h.uncertain != nil {
-		return h.uncertain
-	}
-	if h.rewrite {
-		return h.saveWrite()
-	}
 	if metaFirst {
 		if w := h.updateWrite(); w != nil {
 			return w
@@ -783,37 +746,16 @@ func (h *Handle) nextWrite(metaFirst bool) *write {
 	return h.updateWrite()
 }
 
-// saveWrite is a SaveSession of every savable entry. Called with mu held.
-func (h *Handle) saveWrite() *write {
-	w := &write{op: rpcSave, expected: h.revision, end: len(h.entries), gen: h.gen,
-		metaGen: h.metaGen, summary: true, metadata: true}
-	w.save = &sessiondv1.SaveSessionHeader{
-		Ref: h.c.ref(ID(h.id)), ExpectedRevision: h.revision,
-		Title: h.title, Summary: h.summary, Metadata: maps.Clone(h.metadata),
-	}
-	for _, e := range h.entries {
-		if !e.local {
-			w.msgs = append(w.msgs, e.m)
-		}
-	}
-	return w
-}
-
 // appendWrite is an AppendMessages of the savable entries after synced, or
 // nil. Called with mu held.
 func (h *Handle) appendWrite() *write {
-	var batch []*sessiondv1.Message
-	for _, e := range h.entries[h.synced:] {
-		if !e.local {
-			batch = append(batch, e.m)
-		}
-	}
+	batch := savedOf(h.entries[h.synced:])
 	if len(batch) == 0 {
 		// Only local system messages are new, if anything: nothing to send.
 		h.synced = len(h.entries)
 		return nil
 	}
-	return &write{op: rpcAppend, expected: h.revision, end: len(h.entries), gen: h.gen, metaGen: h.metaGen,
+	return &write{expected: h.revision, last: batch[len(batch)-1],
 		append: &sessiondv1.AppendMessagesRequest{Ref: h.c.ref(ID(h.id)), Messages: batch, ExpectedRevision: h.revision}}
 }
 
@@ -823,8 +765,8 @@ func (h *Handle) updateWrite() *write {
 	if !h.summaryDirty && !h.metadataDirty {
 		return nil
 	}
-	w := &write{op: rpcUpdate, expected: h.revision, end: h.synced, gen: h.gen, metaGen: h.metaGen,
-		summary: h.summaryDirty, metadata: h.metadataDirty}
+	w := &write{expected: h.revision, summary: h.summaryDirty, metadata: h.metadataDirty,
+		summaryVal: h.summary, metadataVal: h.metadata}
 	w.update = &sessiondv1.UpdateSessionRequest{
 		Ref: h.c.ref(ID(h.id)), Session: &sessiondv1.Session{}, UpdateMask: &fieldmaskpb.FieldMask{}, ExpectedRevision: h.revision,
 	}
@@ -839,65 +781,117 @@ func (h *Handle) updateWrite() *write {
 	return w
 }
 
-// send performs one write and records its outcome.
+// send performs one write and records its outcome. A conflict that the
+// handle's own earlier write explains (it landed, but its answer was lost)
+// is caught up with instead of returned.
 func (h *Handle) send(ctx context.Context, w *write) error {
 	var (
 		rev  uint64
 		sess *Session
 		err  error
 	)
-	switch w.op {
-	case rpcAppend:
+	if w.append != nil {
 		var res AppendResult
 		res, err = h.c.append(ctx, w.append)
 		rev = res.Revision
-	case rpcSave:
-		sess, err = h.c.save(ctx, w.save, w.msgs)
-	case rpcUpdate:
+	} else {
 		sess, err = h.c.update(ctx, w.update)
+		if sess != nil {
+			rev = sess.Revision
+		}
 	}
-	if sess != nil {
-		rev = sess.Revision
+	if errors.Is(err, ErrConflict) {
+		if caught, cerr := h.catchUp(ctx, w); cerr != nil {
+			return errorf("save %s: %w; then: %w", h.id, err, cerr)
+		} else if caught {
+			return nil
+		}
+	}
+	if err != nil {
+		return errorf("save %s: %w", h.id, err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err != nil {
-		if outcomeKnown(err) {
-			if h.uncertain == w {
-				h.uncertain = nil
-			}
-		} else {
-			h.uncertain = w
-		}
-		return fmt.Errorf("save %s: %w", h.id, err)
-	}
-	if h.uncertain == w {
-		h.uncertain = nil
-	}
 	// An answer beyond expected+1 means another writer changed the session
-	// too (our write was a no-op replay, or landed after theirs was
+	// too (our append stored nothing new, or landed after theirs was
 	// answered). Keep expected+1 so that the next write finds the conflict
 	// instead of silently adopting a session the handle has not seen.
 	h.revision = min(rev, w.expected+1)
 	if sess != nil {
 		h.alias, h.title = sess.Alias, sess.Title
 	}
-	if w.gen == h.gen {
-		h.synced = max(h.synced, w.end)
-		if w.op == rpcSave {
-			h.rewrite = false
-		}
-	}
-	if w.metaGen == h.metaGen {
-		if w.summary {
-			h.summaryDirty = false
-		}
-		if w.metadata {
-			h.metadataDirty = false
-		}
-	}
+	h.recordLocked(w)
 	h.refreshSpoolLocked()
 	return nil
+}
+
+// recordLocked marks what w carried as saved. Called with mu held.
+func (h *Handle) recordLocked(w *write) {
+	if w.last != nil {
+		if i := h.indexLocked(w.last); i >= 0 {
+			h.synced = max(h.synced, i+1)
+		}
+	}
+	if w.summary && h.summary == w.summaryVal {
+		h.summaryDirty = false
+	}
+	if w.metadata && maps.Equal(h.metadata, w.metadataVal) {
+		h.metadataDirty = false
+	}
+}
+
+// catchUp answers a conflict on w: when the session is one write ahead of
+// the handle and that write is the handle's own (messages it has not seen
+// stored, or the very summary and metadata it has not seen saved), an
+// earlier write of it landed without an answer reaching it. The handle then takes that write
+// as saved and reports true; the save goes on with what is left. Anything
+// else is another writer's change: false, and the conflict stands.
+func (h *Handle) catchUp(ctx context.Context, w *write) (bool, error) {
+	sess, stored, err := h.c.Load(ctx, ID(h.id), LoadOptions{})
+	if err != nil {
+		return false, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sess.Revision != w.expected+1 || h.revision != w.expected {
+		return false, nil
+	}
+	saved := savedOf(h.entries[:h.synced])
+	if len(stored) < len(saved) {
+		return false, nil
+	}
+	for i, m := range saved {
+		if stored[i].GetId() != m.GetId() {
+			return false, nil
+		}
+	}
+	landed := stored[len(saved):]
+	var last *sessiondv1.Message
+	if len(landed) > 0 {
+		unsaved := savedOf(h.entries[h.synced:])
+		if len(landed) > len(unsaved) {
+			return false, nil
+		}
+		for i, m := range landed {
+			if unsaved[i].GetId() != m.GetId() {
+				return false, nil
+			}
+		}
+		last = unsaved[len(landed)-1]
+	} else if !h.summaryDirty && !h.metadataDirty ||
+		h.summaryDirty && sess.Summary != h.summary ||
+		h.metadataDirty && !maps.Equal(sess.Metadata, h.metadata) {
+		return false, nil
+	}
+	h.revision = sess.Revision
+	h.alias, h.title = sess.Alias, sess.Title
+	if last != nil {
+		h.recordLocked(&write{last: last})
+	} else {
+		h.summaryDirty, h.metadataDirty = false, false
+	}
+	h.refreshSpoolLocked()
+	return true, nil
 }
 
 // saveRetry saves, retrying what may succeed later with exponential backoff
@@ -920,7 +914,7 @@ func (h *Handle) saveRetry(ctx context.Context, attempts uint, attemptTTL time.D
 			return struct{}{}, backoff.Permanent(err)
 		}
 		if err != nil && ctx.Err() != nil && last != nil {
-			err = fmt.Errorf("%w; before that: %w", err, last)
+			err = errorf("%w; before that: %w", err, last)
 		}
 		if err != nil {
 			last = err
@@ -943,7 +937,7 @@ func (h *Handle) saveRetry(ctx context.Context, attempts uint, attemptTTL time.D
 	}
 	if err != nil && last != nil && !errors.Is(err, last) {
 		// Retry gave up with ctx's error while waiting between attempts.
-		return fmt.Errorf("%w: %w", err, last)
+		return errorf("%w: %w", err, last)
 	}
 	return err
 }
@@ -951,8 +945,7 @@ func (h *Handle) saveRetry(ctx context.Context, attempts uint, attemptTTL time.D
 // Reload fetches the stored session and puts the handle's unsaved messages
 // after its messages, to be appended by the next save: the answer to
 // ErrConflict. Unsaved messages the daemon already holds (a save whose answer
-// was lost) count as stored. A local SetMessages not yet saved is dropped in
-// favour of the stored messages; an unsaved summary or metadata is kept.
+// was lost) count as stored. An unsaved summary or metadata is kept.
 func (h *Handle) Reload(ctx context.Context) error {
 	h.saveMu.Lock()
 	defer h.saveMu.Unlock()
@@ -961,7 +954,7 @@ func (h *Handle) Reload(ctx context.Context) error {
 	}
 	sess, loaded, err := h.c.Load(ctx, ID(h.id), LoadOptions{CloseOpenToolCalls: true})
 	if err != nil {
-		return fmt.Errorf("reload %s: %w", h.id, err)
+		return errorf("reload %s: %w", h.id, err)
 	}
 	stored, synthetic := splitSynthetic(loaded)
 	h.mu.Lock()
@@ -971,13 +964,8 @@ func (h *Handle) Reload(ctx context.Context) error {
 		storedIDs[m.GetId()] = struct{}{}
 	}
 	// entries[:base] are the handle's view of the stored messages (and its
-	// local system messages among them); the rest is unsaved. An unsaved
-	// SetMessages is that view: the stored messages replace it, all but its
-	// local system messages, which the daemon never had.
+	// local system messages among them); the rest is unsaved.
 	base := h.synced
-	if h.rewrite {
-		base = h.rewriteLen
-	}
 	entries := merge(stored, withSynthetic(h.localsLocked(base, -1), synthetic))
 	synced := len(entries)
 	for _, e := range h.entries[base:] {
@@ -998,8 +986,7 @@ func (h *Handle) Reload(ctx context.Context) error {
 	if !h.metadataDirty {
 		h.metadata = sess.Metadata
 	}
-	h.rewrite, h.uncertain, h.paused = false, nil, nil
-	h.gen++
+	h.paused = nil
 	h.refreshSpoolLocked()
 	return nil
 }
@@ -1026,7 +1013,7 @@ func (h *Handle) checkOpen(op string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return fmt.Errorf("client: %s: %w", op, ErrClosed)
+		return errorf("client: %s: %w", op, ErrClosed)
 	}
 	return nil
 }
@@ -1046,11 +1033,11 @@ func (h *Handle) Rewind(ctx context.Context, keep int64) error {
 	rev := h.revision
 	h.mu.Unlock()
 	if keep < 0 || keep > stored {
-		return fmt.Errorf("client: rewind %s to %d messages: it holds %d: %w", h.id, keep, stored, ErrInvalid)
+		return errorf("client: rewind %s to %d messages: it holds %d: %w", h.id, keep, stored, ErrInvalid)
 	}
 	sess, err := h.c.Rewind(ctx, ID(h.id), keep, rev)
 	if err != nil {
-		return fmt.Errorf("rewind %s: %w", h.id, err)
+		return errorf("rewind %s: %w", h.id, err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -1073,7 +1060,6 @@ func (h *Handle) Rewind(ctx context.Context, keep int64) error {
 		h.ids[e.m.GetId()] = struct{}{}
 	}
 	h.revision = min(sess.Revision, rev+1)
-	h.gen++
 	h.refreshSpoolLocked()
 	return nil
 }
@@ -1097,11 +1083,11 @@ func (h *Handle) Fork(ctx context.Context, o ForkOptions, opts ...HandleOption) 
 	}
 	sess, err := h.c.Fork(ctx, ID(h.id), o)
 	if err != nil {
-		return nil, fmt.Errorf("fork %s: %w", h.id, err)
+		return nil, errorf("fork %s: %w", h.id, err)
 	}
 	fsess, loaded, err := h.c.Load(ctx, ID(sess.ID), LoadOptions{CloseOpenToolCalls: true})
 	if err != nil {
-		return nil, fmt.Errorf("fork %s: open %s: %w", h.id, sess.ID, err)
+		return nil, errorf("fork %s: open %s: %w", h.id, sess.ID, err)
 	}
 	stored, synthetic := splitSynthetic(loaded)
 	h.mu.Lock()
@@ -1140,7 +1126,7 @@ func (h *Handle) Close(ctx context.Context) error {
 	h.saveMu.Unlock()
 	if err != nil {
 		h.startLoop()
-		return fmt.Errorf("client: close: %w", err)
+		return errorf("client: close: %w", err)
 	}
 	return nil
 }
@@ -1215,7 +1201,7 @@ func (h *Handle) autoSave(ctx context.Context) {
 		h.paused = err
 		h.mu.Unlock()
 	}
-	err = fmt.Errorf("client: auto-save: %w", err)
+	err = errorf("client: auto-save: %w", err)
 	if h.opts.onError != nil {
 		h.opts.onError(err)
 		return

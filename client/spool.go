@@ -19,26 +19,8 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-// A spool file keeps what one handle has not saved yet, so that a program
-// that quits or crashes while the daemon is down loses nothing (WithSpool).
-//
-// Layout (all integers little-endian):
-//
-//	magic   8 bytes  "SDSPOOL1"
-//	length  uint32   of the payload
-//	crc     uint32   CRC-32C (Castagnoli) of the payload
-//	payload          protobuf wire fields:
-//	                   1 (bytes)  a sessiond.v1.Session: id, namespace,
-//	                              revision (the one a rewrite is based on),
-//	                              summary, metadata and the unsaved messages
-//	                   2 (varint) flags: spoolRewrite, spoolSummary, spoolMetadata
-//
-// A file is written whole to a temporary name in the spool folder, fsync'd,
-// renamed over the handle's file and the folder fsync'd, so a reader finds
-// the previous version or the new one, never a mix. Files are named
-// "<session id>.ns-<namespace in hex>.<handle id>.spool" (one per handle, so
-// two programs on one session never overwrite each other's) and made 0600 in
-// a 0700 folder.
+// A spool file keeps what one handle has not saved yet (WithSpool); its
+// format is in the package documentation.
 const (
 	spoolMagic  = "SDSPOOL1"
 	spoolHeader = len(spoolMagic) + 8
@@ -52,9 +34,12 @@ const (
 
 // Spool flags.
 const (
-	spoolRewrite  = 1 << iota // the messages replace the stored ones (SetMessages)
-	spoolSummary              // the summary is unsaved
-	spoolMetadata             // the metadata is unsaved
+	// spoolReplace: the messages replace the stored ones. No handle writes
+	// it; Open keeps such a file aside (".conflict") rather than append its
+	// messages.
+	spoolReplace  = 1 << iota
+	spoolSummary  // the summary is unsaved
+	spoolMetadata // the metadata is unsaved
 )
 
 var spoolCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -68,7 +53,7 @@ type spoolState struct {
 func encodeSpool(st spoolState) ([]byte, error) {
 	sess, err := proto.MarshalOptions{Deterministic: true}.Marshal(st.session)
 	if err != nil {
-		return nil, fmt.Errorf("encode spool: %w", err)
+		return nil, errorf("encode spool: %w", err)
 	}
 	var payload []byte
 	payload = protowire.AppendTag(payload, 1, protowire.BytesType)
@@ -76,7 +61,7 @@ func encodeSpool(st spoolState) ([]byte, error) {
 	payload = protowire.AppendTag(payload, 2, protowire.VarintType)
 	payload = protowire.AppendVarint(payload, st.flags)
 	if uint64(len(payload)) > 1<<32-1 {
-		return nil, fmt.Errorf("encode spool: %d bytes is over the 4 GiB a spool file holds", len(payload))
+		return nil, errorf("encode spool: %d bytes is over the 4 GiB a spool file holds", len(payload))
 	}
 	out := make([]byte, 0, spoolHeader+len(payload))
 	out = append(out, spoolMagic...)
@@ -93,61 +78,61 @@ var errSpoolDamaged = errors.New("damaged")
 func decodeSpool(b []byte) (spoolState, error) {
 	var st spoolState
 	if len(b) < spoolHeader || string(b[:len(spoolMagic)]) != spoolMagic {
-		return st, fmt.Errorf("%w: not a spool file (bad header)", errSpoolDamaged)
+		return st, errorf("%w: not a spool file (bad header)", errSpoolDamaged)
 	}
 	n := binary.LittleEndian.Uint32(b[len(spoolMagic):])
 	sum := binary.LittleEndian.Uint32(b[len(spoolMagic)+4:])
 	payload := b[spoolHeader:]
 	if uint64(len(payload)) != uint64(n) {
-		return st, fmt.Errorf("%w: %d payload bytes, header says %d (torn write)", errSpoolDamaged, len(payload), n)
+		return st, errorf("%w: %d payload bytes, header says %d (torn write)", errSpoolDamaged, len(payload), n)
 	}
 	if crc32.Checksum(payload, spoolCRC) != sum {
-		return st, fmt.Errorf("%w: checksum mismatch", errSpoolDamaged)
+		return st, errorf("%w: checksum mismatch", errSpoolDamaged)
 	}
 	var sess []byte
 	seen := false
 	for len(payload) > 0 {
 		num, typ, l := protowire.ConsumeTag(payload)
 		if l < 0 {
-			return st, fmt.Errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
+			return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
 		}
 		payload = payload[l:]
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			v, l := protowire.ConsumeBytes(payload)
 			if l < 0 {
-				return st, fmt.Errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
+				return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
 			}
 			sess, seen, payload = v, true, payload[l:]
 		case num == 2 && typ == protowire.VarintType:
 			v, l := protowire.ConsumeVarint(payload)
 			if l < 0 {
-				return st, fmt.Errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
+				return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
 			}
 			st.flags, payload = v, payload[l:]
 		default:
 			// A field from a newer SDK: skip it.
 			l := protowire.ConsumeFieldValue(num, typ, payload)
 			if l < 0 {
-				return st, fmt.Errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
+				return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
 			}
 			payload = payload[l:]
 		}
 	}
 	if !seen {
-		return st, fmt.Errorf("%w: no session", errSpoolDamaged)
+		return st, errorf("%w: no session", errSpoolDamaged)
 	}
 	st.session = &sessiondv1.Session{}
 	if err := proto.Unmarshal(sess, st.session); err != nil {
-		return st, fmt.Errorf("%w: %w", errSpoolDamaged, err)
+		return st, errorf("%w: %w", errSpoolDamaged, err)
 	}
 	ids := make(map[string]struct{}, len(st.session.GetMessages()))
 	for i, m := range st.session.GetMessages() {
 		if m.GetId() == "" || m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
-			return st, fmt.Errorf("%w: message %d has no id or role", errSpoolDamaged, i)
+			return st, errorf("%w: message %d has no id or role", errSpoolDamaged, i)
 		}
 		if _, dup := ids[m.GetId()]; dup {
-			return st, fmt.Errorf("%w: message id %q repeats", errSpoolDamaged, m.GetId())
+			return st, errorf("%w: message id %q repeats", errSpoolDamaged, m.GetId())
 		}
 		ids[m.GetId()] = struct{}{}
 	}
@@ -265,8 +250,7 @@ func syncDir(dir string) error {
 type handleState struct {
 	entries                     []entry
 	ids                         map[string]struct{}
-	synced, rewriteLen          int
-	rewrite                     bool
+	synced                      int
 	summary                     string
 	metadata                    map[string]string
 	summaryDirty, metadataDirty bool
@@ -275,12 +259,12 @@ type handleState struct {
 // snapshotLocked returns the fields restoreLocked puts back. Called with mu
 // held.
 func (h *Handle) snapshotLocked() handleState {
-	return handleState{h.entries, h.ids, h.synced, h.rewriteLen, h.rewrite,
+	return handleState{h.entries, h.ids, h.synced,
 		h.summary, h.metadata, h.summaryDirty, h.metadataDirty}
 }
 
 func (h *Handle) restoreLocked(s handleState) {
-	h.entries, h.ids, h.synced, h.rewriteLen, h.rewrite = s.entries, s.ids, s.synced, s.rewriteLen, s.rewrite
+	h.entries, h.ids, h.synced = s.entries, s.ids, s.synced
 	h.summary, h.metadata, h.summaryDirty, h.metadataDirty = s.summary, s.metadata, s.summaryDirty, s.metadataDirty
 }
 
@@ -288,17 +272,8 @@ func (h *Handle) restoreLocked(s handleState) {
 // nothing is unsaved. Called with mu held.
 func (h *Handle) spoolStateLocked() *spoolState {
 	var flags uint64
-	from := h.synced
-	if h.rewrite {
-		flags |= spoolRewrite
-		from = 0
-	}
 	sess := &sessiondv1.Session{Id: h.id, Namespace: h.c.namespace, Revision: h.revision}
-	for _, e := range h.entries[from:] {
-		if !e.local {
-			sess.Messages = append(sess.Messages, e.m)
-		}
-	}
+	sess.Messages = savedOf(h.entries[h.synced:])
 	if h.summaryDirty {
 		flags |= spoolSummary
 		sess.Summary = h.summary
@@ -325,7 +300,7 @@ func (h *Handle) syncSpoolLocked() error {
 			return nil
 		}
 		if err := removeDurably(h.spoolPath); err != nil {
-			return fmt.Errorf("%w: remove %s: %w", ErrSpool, h.spoolPath, err)
+			return errorf("%w: remove %s: %w", ErrSpool, h.spoolPath, err)
 		}
 		h.spooled = false
 		return nil
@@ -335,7 +310,7 @@ func (h *Handle) syncSpoolLocked() error {
 		err = writeFileAtomic(h.spoolPath, data)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: write %s: %w", ErrSpool, h.spoolPath, err)
+		return errorf("%w: write %s: %w", ErrSpool, h.spoolPath, err)
 	}
 	h.spooled = true
 	return nil
@@ -369,7 +344,7 @@ func (h *Handle) SpoolPath() string {
 func (h *Handle) replaySpools(ctx context.Context) error {
 	files, err := spoolFiles(h.opts.spoolDir, h.c.namespace, h.id)
 	if err != nil {
-		return fmt.Errorf("client: open %s: %w: %w", h.id, ErrSpool, err)
+		return errorf("client: open %s: %w: %w", h.id, ErrSpool, err)
 	}
 	if len(files) == 0 {
 		return nil
@@ -384,13 +359,12 @@ func (h *Handle) replaySpools(ctx context.Context) error {
 		}
 		st, err := readSpool(f)
 		if err == nil && (st.session.GetId() != h.id || st.session.GetNamespace() != h.c.namespace) {
-			err = fmt.Errorf("%w: it holds session %q of namespace %q", errSpoolDamaged,
+			err = errorf("%w: it holds session %q of namespace %q", errSpoolDamaged,
 				st.session.GetId(), st.session.GetNamespace())
 		}
-		if err == nil && st.flags&spoolRewrite != 0 && st.session.GetRevision() != h.revision {
-			problems = append(problems, quarantine(f, ".conflict", fmt.Errorf(
-				"%w: it rewrites revision %d and the session is at revision %d",
-				ErrConflict, st.session.GetRevision(), h.revision)))
+		if err == nil && st.flags&spoolReplace != 0 {
+			problems = append(problems, quarantine(f, ".conflict", errorf(
+				"%w: it replaces the messages of revision %d, which no save sends", ErrConflict, st.session.GetRevision())))
 			continue
 		}
 		if errors.Is(err, errSpoolDamaged) {
@@ -408,7 +382,7 @@ func (h *Handle) replaySpools(ctx context.Context) error {
 	err = h.syncSpoolLocked()
 	h.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("client: open %s: %w", h.id, err)
+		return errorf("client: open %s: %w", h.id, err)
 	}
 	for _, f := range used {
 		if err := removeDurably(f); err != nil {
@@ -417,10 +391,10 @@ func (h *Handle) replaySpools(ctx context.Context) error {
 		}
 	}
 	if err := h.saveLocked(ctx, false); err != nil {
-		return fmt.Errorf("client: open %s: send spooled messages (kept in %s): %w", h.id, h.spoolPath, err)
+		return errorf("client: open %s: send spooled messages (kept in %s): %w", h.id, h.spoolPath, err)
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("client: open %s: %w: %s", h.id, ErrSpool, strings.Join(problems, "; "))
+		return errorf("client: open %s: %w: %s", h.id, ErrSpool, strings.Join(problems, "; "))
 	}
 	return nil
 }
@@ -429,11 +403,6 @@ func (h *Handle) replaySpools(ctx context.Context) error {
 // changes: messages the handle holds already (by id) are left out. Called
 // with mu held.
 func (h *Handle) takeSpoolLocked(st spoolState) {
-	if st.flags&spoolRewrite != 0 {
-		h.entries, h.ids = nil, make(map[string]struct{}, len(st.session.Messages))
-		h.synced, h.rewrite, h.rewriteLen = 0, true, len(st.session.Messages)
-		h.gen++
-	}
 	for _, m := range st.session.GetMessages() {
 		if _, ok := h.ids[m.GetId()]; ok {
 			continue
@@ -443,18 +412,16 @@ func (h *Handle) takeSpoolLocked(st spoolState) {
 	}
 	if st.flags&spoolSummary != 0 {
 		h.summary, h.summaryDirty = st.session.GetSummary(), true
-		h.metaGen++
 	}
 	if st.flags&spoolMetadata != 0 {
 		h.metadata, h.metadataDirty = st.session.GetMetadata(), true
-		h.metaGen++
 	}
 }
 
 func readSpool(path string) (spoolState, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return spoolState{}, fmt.Errorf("read spool %s: %w", path, err)
+		return spoolState{}, errorf("read spool %s: %w", path, err)
 	}
 	return decodeSpool(b)
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sessiond/sessiond/convert"
+	"github.com/sessiond/sessiond/client/convert"
 )
 
 // TestFormatsAgainstSDKTypes type-checks what convert exports, from every
@@ -37,7 +37,7 @@ import type { MessageCreateParamsNonStreaming } from "@anthropic-ai/sdk/resource
 `)
 	n := 0
 	for _, from := range []convert.Format{convert.OpenAIChat, convert.OpenAIResponses, convert.Anthropic} {
-		data, err := os.ReadFile(filepath.Join(moduleRoot, "convert", "testdata", string(from)+".json"))
+		data, err := os.ReadFile(filepath.Join(moduleRoot, "client", "convert", "testdata", string(from)+".json"))
 		if err != nil {
 			t.Fatal(err)
 		}

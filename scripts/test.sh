@@ -5,17 +5,25 @@
 # archive and the npm registry reachable) it first installs what the checks
 # need (scripts/tools.sh: quick when all is there), then runs every check:
 #
-#   generated    buf generate + scripts/gen-python.sh leave gen/ and
-#                httpapi/openapi/ (the OpenAPI document) unchanged
-#   tidy         go mod tidy would change nothing
+#   generated    buf generate + scripts/gen-python.sh leave gen/,
+#                httpapi/gateway/ and httpapi/openapi/ (the OpenAPI
+#                document) unchanged
+#   tidy         go mod tidy would change nothing, in each module
+#   sdkdeps      the SDK's modules (client/, gen/) need none of the daemon's
+#                dependencies: a program that uses the SDK builds without them
 #   buf          buf lint, buf format, buf breaking against proto/released.binpb
-#   vet          go vet ./...
-#   staticcheck  staticcheck ./...
+#   vet          go vet on every package of every module
+#   staticcheck  staticcheck on every package of every module
 #   fuzz         every FuzzXxx target for $FUZZTIME (default 3s), one after
 #                another, from one instrumented test binary per package
-#   test         go test -race -vet=off ./... (vet is its own check): unit,
-#                conformance, integration and client tests,
-#                against a private PostgreSQL (scripts/postgres.sh)
+#   test         go test -race -vet=off (vet is its own check) on every
+#                package of every module: unit, conformance, integration
+#                and client tests, against a private PostgreSQL
+#                (scripts/postgres.sh)
+#
+# The modules are the root (the daemon and its tools), client/ (the Go SDK)
+# and gen/ (the generated Go API); go.work joins them, so one go command
+# covers all three with ./... ./client/... ./gen/...
 #
 # Every check runs even after one fails; the summary at the end names the
 # failed ones, and the exit status is non-zero if any failed.
@@ -25,7 +33,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-all_checks=(generated tidy buf vet staticcheck fuzz test)
+all_checks=(generated tidy sdkdeps buf vet staticcheck fuzz test)
 if (($#)); then
 	checks=("$@")
 	for c in "${checks[@]}"; do
@@ -39,6 +47,8 @@ else
 fi
 
 FUZZTIME=${FUZZTIME:-3s}
+modules=(. client gen)
+packages=(./... ./client/... ./gen/...)
 started=$(date +%s)
 
 echo "==> tools"
@@ -54,18 +64,52 @@ check_generated() {
 	fi
 	bash scripts/generate.sh
 	local dirty
-	dirty=$(git status --porcelain --untracked-files=all -- gen/ httpapi/openapi/)
+	dirty=$(git status --porcelain --untracked-files=all -- gen/ httpapi/gateway/ httpapi/openapi/)
 	if [[ -n "$dirty" ]]; then
 		echo "generated code is stale or uncommitted; run scripts/generate.sh (make generate) and commit:" >&2
 		echo "$dirty" >&2
-		git --no-pager diff --stat -- gen/ httpapi/openapi/ >&2
+		git --no-pager diff --stat -- gen/ httpapi/gateway/ httpapi/openapi/ >&2
 		return 1
 	fi
 }
 
 check_tidy() {
 	# -diff changes nothing and fails when tidy would change go.mod or go.sum.
-	go mod tidy -diff
+	local m failed=0
+	for m in "${modules[@]}"; do
+		echo "--- $m"
+		(cd "$m" && go mod tidy -diff) || failed=1
+	done
+	return "$failed"
+}
+
+# The daemon's dependencies, by module path prefix, that must never reach a
+# program through the SDK.
+daemon_only_deps=(
+	github.com/jackc/pgx
+	github.com/jackc/tern
+	github.com/chromedp
+	github.com/spf13/cobra
+	github.com/prometheus
+	github.com/grpc-ecosystem/grpc-gateway
+	github.com/chzyer/readline
+)
+
+check_sdkdeps() {
+	# GOWORK=off: each module alone, as a program that requires it sees it.
+	# `go list -m all` is the whole module graph (tests included); the
+	# package list is what a build of the SDK compiles.
+	local m pat found failed=0
+	for m in client gen; do
+		found=$(cd "$m" && { GOWORK=off go list -m all && GOWORK=off go list -deps -test ./...; })
+		for pat in "${daemon_only_deps[@]}"; do
+			if grep -F -- "$pat" <<<"$found"; then
+				echo "module $m depends on $pat, which only the daemon may need" >&2
+				failed=1
+			fi
+		done
+	done
+	return "$failed"
 }
 
 check_buf() {
@@ -75,11 +119,11 @@ check_buf() {
 }
 
 check_vet() {
-	go vet ./...
+	go vet "${packages[@]}"
 }
 
 check_staticcheck() {
-	staticcheck ./...
+	staticcheck "${packages[@]}"
 }
 
 # fuzz_targets prints "DIR NAME" for every fuzz target of the module.
@@ -132,8 +176,9 @@ check_fuzz() {
 	# whole $FUZZTIME with every core, as `go test -fuzz` would run it (same
 	# flags, corpus in testdata/fuzz, cache under GOCACHE).
 	#
-	# Coverage guidance comes from the module's own packages only: they are
-	# compiled with the fuzzer's coverage counters (-d=libfuzzer, what
+	# Coverage guidance comes from the repository's own packages only (the
+	# pattern below covers all three modules): they are compiled with the
+	# fuzzer's coverage counters (-d=libfuzzer, what
 	# `go test -fuzz` adds to every package), the code the targets decode
 	# and check. `go test -fuzz` would instrument every dependency too
 	# (gRPC, protobuf, ...), a second full compile of them that took half of
@@ -146,7 +191,7 @@ check_fuzz() {
 	# One go command for all of them, so that no two compile the same
 	# package at once; it names each binary after its import path's last
 	# element.
-	go test -c -gcflags="$(go list -m)/...=-d=libfuzzer" -o "$bin/" "${pkgs[@]/#/./}"
+	go test -c -gcflags="$(GOWORK=off go list -m)/...=-d=libfuzzer" -o "$bin/" "${pkgs[@]/#/./}"
 	echo "built ${#pkgs[@]} instrumented test binaries in $((SECONDS - t0))s"
 	local cache pkg
 	cache="$(go env GOCACHE)/fuzz"
@@ -181,7 +226,7 @@ check_test() {
 	# packages, which the test cache does not track. -vet=off: the vet
 	# check runs every vet analyzer on the same packages, test files
 	# included; go test would run a subset of them again.
-	go test -race -count=1 -vet=off -timeout 15m ./...
+	go test -race -count=1 -vet=off -timeout 15m "${packages[@]}"
 }
 
 failed=()

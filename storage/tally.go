@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sessiond/sessiond/gen/msgcheck"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
-	"github.com/sessiond/sessiond/internal/msgcheck"
 )
 
 // Usage counts the tokens of model calls (sessiond.v1.Usage).

@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sessiond/sessiond/internal/msgcheck"
+	"github.com/sessiond/sessiond/gen/msgcheck"
 )
 
 // MaxNameBytes is the longest alias or namespace.

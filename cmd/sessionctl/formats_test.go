@@ -18,7 +18,7 @@ import (
 // from that format's public documentation.
 func formatFixture(t *testing.T, f string) string {
 	t.Helper()
-	return filepath.Join("..", "..", "convert", "testdata", f+".json")
+	return filepath.Join("..", "..", "client", "convert", "testdata", f+".json")
 }
 
 func decodeJSON(t *testing.T, b []byte) any {
@@ -71,7 +71,7 @@ func testImportExportFormats(t *testing.T, d *daemon) {
 	// The lossless format: the fixture's session comes back with its id,
 	// and its message lines (readable and protobuf halves) byte for byte.
 	t.Run("jsonl", func(t *testing.T) {
-		file := filepath.Join("..", "..", "convert", "testdata", "jsonl.jsonl")
+		file := filepath.Join("..", "..", "client", "convert", "testdata", "jsonl.jsonl")
 		must(t, d.ctl("import", "--format", "jsonl", file))
 		r := must(t, d.ctl("export", "--format", "jsonl", "weather"))
 		want, err := os.ReadFile(file)

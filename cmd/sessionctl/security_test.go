@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sessiond/sessiond/client/clienttest"
+	"github.com/sessiond/sessiond/clienttest"
 	"github.com/sessiond/sessiond/internal/auth"
 )
 

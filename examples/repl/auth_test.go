@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
+	"github.com/sessiond/sessiond/clienttest"
 )
 
 // The REPL against a daemon with mutual TLS and tokens: --token (or

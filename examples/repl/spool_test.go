@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
+	"github.com/sessiond/sessiond/clienttest"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 

@@ -1,22 +1,7 @@
-"""The spool file format, shared with the Go SDK (client/spool.go): a spool
-written by either SDK is read by the other.
-
-A spool file keeps what one handle has not saved yet. Layout (integers
-little-endian)::
-
-    magic   8 bytes  "SDSPOOL1"
-    length  uint32   of the payload
-    crc     uint32   CRC-32C (Castagnoli) of the payload
-    payload          protobuf wire fields:
-                       1 (bytes)  a sessiond.v1.Session: id, namespace,
-                                  revision (the one a rewrite is based on),
-                                  summary, metadata and the unsaved messages
-                       2 (varint) flags: REWRITE=1, SUMMARY=2, METADATA=4
-
-A file is written whole to a temporary name in the spool folder, fsync'd,
-renamed over the handle's file and the folder fsync'd, so a reader finds the
-previous version or the new one, never a mix. Files are named
-"<session id>.ns-<namespace in hex>.<handle id>.spool", 0600 in a 0700 folder.
+"""The spool file format of both SDKs, described once in the Go SDK's package
+documentation (client/doc.go, "Spooling"; `go doc ./client`): a spool
+written by either SDK is read by the other. This module encodes, decodes,
+writes and reads it.
 """
 
 from __future__ import annotations
@@ -37,7 +22,9 @@ EXT = ".spool"
 # A temporary file older than this is left from a crashed write and removed.
 TEMP_AGE = 60.0
 
-REWRITE = 1
+# Flags. REPLACE (the messages replace the stored ones) is never written;
+# open keeps a file with it aside as "<file>.conflict".
+REPLACE = 1
 SUMMARY = 2
 METADATA = 4
 

@@ -189,8 +189,8 @@ class Client:
         """GetSession: a session's metadata, without messages."""
         return self._call("GetSession", self.rpc.GetSession, pb.GetSessionRequest(ref=self.ref(id, alias))).session
 
-    def load(self, id: str = "", alias: str = "", *,
-             close_open_tool_calls: bool = False) -> Tuple[pb.Session, List[pb.Message]]:
+    def load(self, id: str = "", alias: str = "", *, close_open_tool_calls: bool = False,
+             timeout: Optional[float] = None) -> Tuple[pb.Session, List[pb.Message]]:
         """LoadSession: a session's metadata and all its messages. With
         close_open_tool_calls, each tool call that no result answers is
         followed by a synthetic ROLE_TOOL result (metadata
@@ -202,7 +202,8 @@ class Client:
         session: Optional[pb.Session] = None
         messages: List[pb.Message] = []
         try:
-            for frame in self.rpc.LoadSession(req, timeout=self.timeout, metadata=self._metadata):
+            for frame in self.rpc.LoadSession(req, timeout=self.timeout if timeout is None else timeout,
+                                              metadata=self._metadata):
                 if frame.HasField("session"):
                     session = frame.session
                 messages.extend(frame.messages)

@@ -37,7 +37,6 @@ __all__ = [
     "SpoolError",
     "from_rpc_error",
     "retryable",
-    "outcome_known",
 ]
 
 
@@ -68,7 +67,8 @@ class AliasInUse(SessiondError):
 
 class MessageConflict(SessiondError):
     """AppendMessages carried a message id the session holds with other
-    content, or a mix of stored and new messages (ALREADY_EXISTS)."""
+    content (ALREADY_EXISTS); nothing of the batch is stored. Messages the
+    session holds with the same content are merely skipped."""
 
 
 class Conflict(SessiondError):
@@ -196,15 +196,3 @@ def retryable(err: BaseException) -> bool:
     if isinstance(err, SessiondError) and err.code == grpc.StatusCode.UNIMPLEMENTED:
         return False
     return True
-
-
-def outcome_known(err: BaseException) -> bool:
-    """Whether a failed write certainly changed nothing (the daemon refused
-    it). Any other failure (a timeout, a lost connection) may have landed, so
-    the same request is sent again before anything else; the daemon answers
-    it as an idempotent no-op if it had."""
-    if not isinstance(err, SessiondError) or err.code is None:
-        return False
-    return err.code not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
-                            grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN,
-                            grpc.StatusCode.INTERNAL)

@@ -9,7 +9,8 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass
+import unicodedata
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from google.protobuf import field_mask_pb2, timestamp_pb2
@@ -17,7 +18,7 @@ from sessiond.v1 import sessiond_pb2 as pb
 
 from . import _spool
 from ._ids import new_id as _new_handle_id
-from .errors import Closed, Invalid, SessiondError, SpoolError, outcome_known, retryable
+from .errors import Closed, Conflict, Invalid, SessiondError, SpoolError, retryable
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -37,7 +38,9 @@ _AUTOSAVE_ATTEMPTS = 5
 _BACKOFF_BASE = 0.1
 _BACKOFF_MAX = 2.0
 
+# The daemon's limits on ids and model names (gen/msgcheck).
 _MAX_ID_BYTES = 256
+_MAX_MODEL_BYTES = 256
 
 
 class _Stopped(Exception):
@@ -48,19 +51,35 @@ class _Stopped(Exception):
 class _Write:
     """One RPC of a save, built under the state lock and sent without it."""
 
-    request: Union[pb.AppendMessagesRequest, pb.UpdateSessionRequest, pb.SaveSessionHeader]
+    request: Union[pb.AppendMessagesRequest, pb.UpdateSessionRequest]
     expected: int
-    end: int  # entries[:end] are stored once it succeeds
-    gen: int  # Handle._gen when built; end holds only while it is unchanged
-    meta_gen: int
-    summary: bool = False  # carries the summary
-    metadata: bool = False  # carries the metadata
-    messages: Optional[List[pb.Message]] = None  # of a SaveSession
+    # The batch's last message: once it is stored, so is every entry up to it.
+    last: Optional[pb.Message] = None
+    # The summary and metadata an update carries; each is no longer dirty
+    # once saved unless a set_* changed it meanwhile.
+    summary: Optional[str] = None
+    metadata: Optional[Dict[str, str]] = field(default=None)
+
+
+def _check_id(op: str, where: str, value: str, what: str = "id", max_bytes: int = _MAX_ID_BYTES) -> None:
+    # An id (or model name): 1-256 bytes of UTF-8, no control character
+    # (C0, DEL or C1), as the daemon's msgcheck.ID.
+    if not value:
+        raise Invalid("%s: %s is empty" % (op, where))
+    try:
+        n = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise Invalid("%s: %s is not valid UTF-8" % (op, where)) from None
+    if n > max_bytes:
+        raise Invalid("%s: %s is %d bytes, more than %d" % (op, where, n, max_bytes))
+    for i, c in enumerate(value):
+        if unicodedata.category(c) == "Cc":
+            raise Invalid("%s: %s has a control character at character %d" % (op, where, i))
 
 
 def _check_message(op: str, i: int, m: object) -> None:
-    """The daemon's rules for one message, so that a message it would refuse
-    fails in append(), not in a background save."""
+    """The daemon's rules for one message (gen/msgcheck), so that a message
+    it would refuse fails in append(), not in a background save."""
     where = "messages[%d]" % i
     if not isinstance(m, pb.Message):
         raise Invalid("%s: %s is a %s, not a sessiond.v1 Message" % (op, where, type(m).__name__))
@@ -69,10 +88,24 @@ def _check_message(op: str, i: int, m: object) -> None:
     if m.role not in pb.Role.values():
         raise Invalid("%s: %s.role %d is not a known role" % (op, where, m.role))
     if m.id:
-        if len(m.id.encode("utf-8", "surrogatepass")) > _MAX_ID_BYTES:
-            raise Invalid("%s: %s.id is over %d bytes" % (op, where, _MAX_ID_BYTES))
-        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in m.id):
-            raise Invalid("%s: %s.id has a control character" % (op, where))
+        _check_id(op, where + ".id", m.id)
+    for j, tc in enumerate(m.tool_calls):
+        _check_id(op, "%s.tool_calls[%d].id" % (where, j), tc.id)
+    if m.model:
+        _check_id(op, where + ".model", m.model, max_bytes=_MAX_MODEL_BYTES)
+    if SYNTHETIC_KEY in m.metadata:
+        raise Invalid("%s: %s.metadata[%r] is reserved for the tool results a load with close_open_tool_calls "
+                      "makes up; such a result is never stored" % (op, where, SYNTHETIC_KEY))
+    if m.HasField("usage"):
+        for name in ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens"):
+            if getattr(m.usage, name) < 0:
+                raise Invalid("%s: %s.usage.%s is %d; a token count must not be negative"
+                              % (op, where, name, getattr(m.usage, name)))
+    if m.HasField("created_at"):
+        ts = m.created_at
+        # google.protobuf.Timestamp's valid range: 0001-01-01 to 9999-12-31.
+        if not (-62135596800 <= ts.seconds <= 253402300799 and 0 <= ts.nanos <= 999_999_999):
+            raise Invalid("%s: %s.created_at is not a valid time" % (op, where))
 
 
 class Handle:
@@ -148,23 +181,10 @@ class Handle:
         entries, self._synthetic = _split_synthetic(messages)
         self._entries: List[pb.Message] = entries
         self._ids = {m.id for m in self._entries}
-        # entries[:synced] are stored; a save sends what comes after, unless
-        # rewrite is set: then set_messages changed them other than by
-        # appending, and the next save replaces the stored messages with
-        # SaveSession. While rewrite is set, entries[:rewrite_len] are what
-        # set_messages set and the rest was appended since. gen is bumped
-        # whenever entries change other than by appending.
+        # entries[:synced] are stored; a save sends what comes after.
         self._synced = len(self._entries)
-        self._rewrite = False
-        self._rewrite_len = 0
-        self._gen = 0
         self._summary_dirty = False
         self._metadata_dirty = False
-        self._meta_gen = 0
-        # The last write whose outcome is unknown (a timeout, a lost
-        # connection): the next save sends it again, unchanged, first; if it
-        # had landed, the daemon answers it as an idempotent no-op.
-        self._uncertain: Optional[_Write] = None
         # The final error that stopped auto-save (a conflict, a refusal); a
         # successful save() or reload() clears it.
         self._paused: Optional[SessiondError] = None
@@ -251,7 +271,7 @@ class Handle:
     def unsaved(self) -> int:
         """How many messages wait for a save."""
         with self._mu:
-            return len(self._entries) - (0 if self._rewrite else self._synced)
+            return len(self._entries) - self._synced
 
     @property
     def dirty(self) -> bool:
@@ -267,16 +287,17 @@ class Handle:
             return self._spool_path if self._spooled else ""
 
     def _dirty_locked(self) -> bool:
-        return (self._uncertain is not None or self._rewrite or self._summary_dirty or self._metadata_dirty
-                or self._synced < len(self._entries))
+        return self._summary_dirty or self._metadata_dirty or self._synced < len(self._entries)
 
     # -- changes -------------------------------------------------------------
 
     def append(self, *messages: pb.Message) -> None:
         """Adds messages, in memory (and in the spool): each gets a UUID id
         unless it has one, and created_at unless set. The handle keeps copies.
-        A message the daemon would refuse (no role, a bad id) or an id already
-        in the handle raises Invalid, and then nothing is appended."""
+        A message the daemon would refuse (no role, a bad id, a ROLE_TOOL
+        result that answers no open tool call) or an id already in the
+        handle raises Invalid, and then nothing is appended. A result for a
+        call a resume closed with a synthetic result replaces that result."""
         add, ids = _prepare("append", messages)
         with self._mu:
             if self._closed:
@@ -284,6 +305,7 @@ class Handle:
             for c in add:
                 if c.id in self._ids:
                     raise Invalid("append: message id %r is already in the session" % c.id)
+            _open_calls(self._entries, add, "append")
             n = len(self._entries)
             self._entries.extend(add)
             try:
@@ -300,29 +322,6 @@ class Handle:
         answered = {m.tool_call_id for m in messages if m.role == pb.ROLE_TOOL and m.tool_call_id}
         if answered:
             self._synthetic = [(at, m) for at, m in self._synthetic if m.tool_call_id not in answered]
-
-    def set_messages(self, *messages: pb.Message) -> None:
-        """Replaces the handle's messages (a local rewrite, e.g. after
-        compaction): the next save replaces the stored ones with SaveSession,
-        with the revision the handle has as expected_revision. Messages get
-        ids and created_at as in append."""
-        kept, synthetic = _split_synthetic(messages)
-        entries, ids = _prepare("set messages", kept)
-        with self._mu:
-            if self._closed:
-                raise Closed("set messages: handle closed")
-            old = (self._entries, self._ids, self._synced, self._rewrite, self._rewrite_len, self._synthetic)
-            self._entries, self._ids, self._synced = entries, ids, 0
-            self._rewrite, self._rewrite_len = True, len(entries)
-            self._synthetic = synthetic
-            try:
-                self._sync_spool_locked()
-            except SpoolError:
-                (self._entries, self._ids, self._synced, self._rewrite, self._rewrite_len,
-                 self._synthetic) = old
-                raise
-            self._gen += 1
-            self._poke()
 
     def set_summary(self, summary: str) -> None:
         """Sets the session's summary; the next save sends it."""
@@ -346,7 +345,6 @@ class Handle:
             except SpoolError:
                 self._summary, self._summary_dirty, self._metadata, self._metadata_dirty = old
                 raise
-            self._meta_gen += 1
             self._poke()
 
     def _poke(self) -> None:
@@ -359,11 +357,11 @@ class Handle:
 
     def save(self, timeout: Optional[float] = None) -> None:
         """Sends what the daemon does not have yet: new messages with
-        AppendMessages (or the whole session with SaveSession after
-        set_messages), then a changed summary or metadata. Returns when the
+        AppendMessages, then a changed summary or metadata. Returns when the
         daemon has acknowledged. Nothing unsaved is dropped on failure; a later
-        save sends it again, never twice. A session changed by another writer
-        raises Conflict: reload(), then save()."""
+        save sends it again, and the daemon stores only the messages it lacks.
+        A session changed by another writer raises Conflict: reload(), then
+        save()."""
         with self._save_mu:
             self._save_locked(False, _deadline(timeout))
             with self._mu:
@@ -374,50 +372,53 @@ class Handle:
         # was called is saved; with close_when_clean, until the handle is
         # clean, closing it in the critical section that finds nothing left.
         with self._mu:
-            goal_len, goal_gen, goal_meta = len(self._entries), self._gen, self._meta_gen
+            goal = self._entries[-1] if self._entries else None
+            meta_goal = self._summary_dirty or self._metadata_dirty
+        # The messages, the metadata and, after a lost answer, one catch-up;
+        # close() allows for a few rounds of appends made meanwhile.
         passes = 64 if close_when_clean else 4
         for _ in range(passes):
             with self._mu:
                 if self._closed:
                     raise Closed("save: handle closed")
-                if not close_when_clean and self._reached_locked(goal_len, goal_gen, goal_meta):
+                goal_saved = self._stored_locked(goal)
+                if not close_when_clean and goal_saved and not meta_goal:
                     return
-                w = self._next_write(meta_first=not close_when_clean and self._gen == goal_gen
-                                     and self._synced >= goal_len)
+                w = self._next_write(meta_first=not close_when_clean and goal_saved)
                 if w is None and close_when_clean:
                     self._closed = True
             if w is None:
                 return
             self._send(w, deadline)
+            if isinstance(w.request, pb.UpdateSessionRequest):
+                meta_goal = False
         if close_when_clean:
             raise SessiondError("close: the handle kept changing")
         raise SessiondError("save %s: still unsaved after %d writes" % (self._id, passes))
 
-    def _reached_locked(self, goal_len: int, goal_gen: int, goal_meta: int) -> bool:
-        # Whether what the handle held when a save began is saved, or
-        # superseded by a later set_messages or set_*.
-        if self._uncertain is not None:
-            return False
-        if self._gen == goal_gen and (self._rewrite or self._synced < goal_len):
-            return False
-        return not (self._meta_gen == goal_meta and (self._summary_dirty or self._metadata_dirty))
+    def _index_locked(self, m: pb.Message) -> int:
+        # The index of the entry that is m (the object), or -1. _mu held.
+        for i in range(len(self._entries) - 1, -1, -1):
+            if self._entries[i] is m:
+                return i
+        return -1
+
+    def _stored_locked(self, m: Optional[pb.Message]) -> bool:
+        # Whether m is stored: no longer in the handle (a reload replaced
+        # it) or among entries[:synced]. _mu held.
+        if m is None:
+            return True
+        return self._index_locked(m) < self._synced
 
     def _next_write(self, meta_first: bool) -> Optional[_Write]:
-        if self._uncertain is not None:
-            return self._uncertain
-        if self._rewrite:
-            header = pb.SaveSessionHeader(ref=self._ref(), expected_revision=self._revision, title=self._title,
-                                          summary=self._summary, metadata=self._metadata)
-            return _Write(header, self._revision, len(self._entries), self._gen, self._meta_gen,
-                          summary=True, metadata=True, messages=list(self._entries))
         if meta_first:
             w = self._update_write()
             if w is not None:
                 return w
         if self._synced < len(self._entries):
-            req = pb.AppendMessagesRequest(ref=self._ref(), messages=self._entries[self._synced:],
-                                           expected_revision=self._revision)
-            return _Write(req, self._revision, len(self._entries), self._gen, self._meta_gen)
+            batch = self._entries[self._synced:]
+            req = pb.AppendMessagesRequest(ref=self._ref(), messages=batch, expected_revision=self._revision)
+            return _Write(req, self._revision, last=batch[-1])
         return self._update_write()
 
     def _update_write(self) -> Optional[_Write]:
@@ -425,57 +426,86 @@ class Handle:
             return None
         req = pb.UpdateSessionRequest(ref=self._ref(), update_mask=field_mask_pb2.FieldMask(),
                                       expected_revision=self._revision)
+        w = _Write(req, self._revision)
         if self._summary_dirty:
-            req.session.summary = self._summary
+            req.session.summary = w.summary = self._summary
             req.update_mask.paths.append("summary")
         if self._metadata_dirty:
+            w.metadata = dict(self._metadata)
             req.session.metadata.update(self._metadata)
             req.update_mask.paths.append("metadata")
-        return _Write(req, self._revision, self._synced, self._gen, self._meta_gen,
-                      summary=self._summary_dirty, metadata=self._metadata_dirty)
+        return w
 
     def _ref(self) -> pb.SessionRef:
         return pb.SessionRef(namespace=self._c.namespace, id=self._id)
 
     def _send(self, w: _Write, deadline: Optional[float]) -> None:
+        # Performs one write and records its outcome. A conflict that the
+        # handle's own earlier write explains (it landed, but its answer was
+        # lost) is caught up with instead of raised.
         timeout = _remaining(deadline, self._c.timeout)
+        session: Optional[pb.Session] = None
         try:
-            session: Optional[pb.Session] = None
             if isinstance(w.request, pb.AppendMessagesRequest):
                 rev = self._c.append(w.request, timeout=timeout).revision
-            elif isinstance(w.request, pb.SaveSessionHeader):
-                session = self._c.save(w.request, w.messages or [], timeout=timeout)
-                rev = session.revision
             else:
                 session = self._c.update(w.request, timeout=timeout)
                 rev = session.revision
-        except SessiondError as err:
-            with self._mu:
-                if outcome_known(err):
-                    if self._uncertain is w:
-                        self._uncertain = None
-                else:
-                    self._uncertain = w
+        except Conflict:
+            if self._catch_up(w, deadline):
+                return
             raise
         with self._mu:
-            if self._uncertain is w:
-                self._uncertain = None
             # An answer beyond expected+1 means another writer changed the
             # session too: keep expected+1 so that the next write finds the
             # conflict instead of adopting a session the handle has not seen.
             self._revision = min(rev, w.expected + 1)
             if session is not None:
                 self._alias, self._title = session.alias, session.title
-            if w.gen == self._gen:
-                self._synced = max(self._synced, w.end)
-                if isinstance(w.request, pb.SaveSessionHeader):
-                    self._rewrite = False
-            if w.meta_gen == self._meta_gen:
-                if w.summary:
-                    self._summary_dirty = False
-                if w.metadata:
-                    self._metadata_dirty = False
+            self._record_locked(w)
             self._refresh_spool_locked()
+
+    def _record_locked(self, w: _Write) -> None:
+        # Marks what w carried as saved. _mu held.
+        if w.last is not None:
+            i = self._index_locked(w.last)
+            if i >= 0:
+                self._synced = max(self._synced, i + 1)
+        if w.summary is not None and self._summary == w.summary:
+            self._summary_dirty = False
+        if w.metadata is not None and self._metadata == w.metadata:
+            self._metadata_dirty = False
+
+    def _catch_up(self, w: _Write, deadline: Optional[float]) -> bool:
+        # Answers a conflict on w: when the session is one write ahead of the
+        # handle and that write is the handle's own (its unsaved messages, in
+        # order, after those it knows stored, or the very summary and
+        # metadata it has not seen saved), an earlier write landed without
+        # its answer. The handle then takes that write as saved: True, and
+        # the save goes on. Anything else is another writer's change.
+        session, stored = self._c.load(id=self._id, timeout=_remaining(deadline, self._c.timeout))
+        with self._mu:
+            if session.revision != w.expected + 1 or self._revision != w.expected:
+                return False
+            saved = self._entries[:self._synced]
+            if len(stored) < len(saved) or any(a.id != b.id for a, b in zip(stored, saved)):
+                return False
+            landed = stored[len(saved):]
+            unsaved = self._entries[self._synced:]
+            if landed:
+                if len(landed) > len(unsaved) or any(a.id != b.id for a, b in zip(landed, unsaved)):
+                    return False
+            elif (not (self._summary_dirty or self._metadata_dirty)
+                  or self._summary_dirty and session.summary != self._summary
+                  or self._metadata_dirty and dict(session.metadata) != self._metadata):
+                return False
+            self._revision, self._alias, self._title = session.revision, session.alias, session.title
+            if landed:
+                self._record_locked(_Write(w.request, w.expected, last=unsaved[len(landed) - 1]))
+            else:
+                self._summary_dirty = self._metadata_dirty = False
+            self._refresh_spool_locked()
+            return True
 
     def _save_retry(self, close_when_clean: bool, deadline: Optional[float], attempts: int = 0) -> None:
         # Saves, retrying what may succeed later with exponential backoff and
@@ -516,10 +546,7 @@ class Handle:
             stored, synthetic = _split_synthetic(loaded)
             with self._mu:
                 stored_ids = {m.id for m in stored}
-                # An unsaved set_messages is dropped for the stored messages;
-                # what was appended after it is kept.
-                base = self._rewrite_len if self._rewrite else self._synced
-                unsaved = [m for m in self._entries[base:] if m.id not in stored_ids]
+                unsaved = [m for m in self._entries[self._synced:] if m.id not in stored_ids]
                 self._entries = stored + unsaved
                 self._synthetic = synthetic
                 self._drop_answered_locked(unsaved)
@@ -530,10 +557,7 @@ class Handle:
                     self._summary = session.summary
                 if not self._metadata_dirty:
                     self._metadata = dict(session.metadata)
-                self._uncertain = None
                 self._paused = None
-                self._rewrite = False
-                self._gen += 1
                 self._refresh_spool_locked()
 
     # -- closing -------------------------------------------------------------
@@ -650,9 +674,9 @@ class Handle:
         # Makes the spool file hold what is unsaved, or removes it. _mu held.
         if not self._spool_path:
             return
-        flags = _spool.REWRITE if self._rewrite else 0
+        flags = 0
         sess = pb.Session(id=self._id, namespace=self._c.namespace, revision=self._revision,
-                          messages=self._entries[0 if self._rewrite else self._synced:])
+                          messages=self._entries[self._synced:])
         if self._summary_dirty:
             flags |= _spool.SUMMARY
             sess.summary = self._summary
@@ -709,10 +733,9 @@ class Handle:
                     except OSError as err:
                         problems.append("spool file %s: %s; left for a later open" % (p, err))
                         continue
-                    if st.flags & _spool.REWRITE and st.session.revision != self._revision:
-                        problems.append(_spool.quarantine(p, ".conflict", "conflict: it rewrites revision %d and "
-                                                          "the session is at revision %d"
-                                                          % (st.session.revision, self._revision)))
+                    if st.flags & _spool.REPLACE:
+                        problems.append(_spool.quarantine(p, ".conflict", "conflict: it replaces the messages of "
+                                                          "revision %d, which no save sends" % st.session.revision))
                         continue
                     self._take_spool_locked(st)
                     used.append(p)
@@ -734,10 +757,6 @@ class Handle:
     def _take_spool_locked(self, st: _spool.SpoolState) -> None:
         # Adds a spool file's contents as unsaved changes; messages the
         # handle holds already (by id) are left out. _mu held.
-        if st.flags & _spool.REWRITE:
-            self._entries, self._ids, self._synthetic = [], set(), []
-            self._synced, self._rewrite, self._rewrite_len = 0, True, len(st.session.messages)
-            self._gen += 1
         for m in st.session.messages:
             if m.id in self._ids:
                 continue
@@ -746,14 +765,12 @@ class Handle:
         self._drop_answered_locked(st.session.messages)
         if st.flags & _spool.SUMMARY:
             self._summary, self._summary_dirty = st.session.summary, True
-            self._meta_gen += 1
         if st.flags & _spool.METADATA:
             self._metadata, self._metadata_dirty = dict(st.session.metadata), True
-            self._meta_gen += 1
 
 
 def _prepare(op: str, messages: Sequence[pb.Message]) -> Tuple[List[pb.Message], Set[str]]:
-    # Copies messages for append and set_messages, giving each an id and
+    # Copies messages for append, giving each an id and
     # created_at where missing; returns the copies and their ids.
     now = _now()
     out: List[pb.Message] = []
@@ -794,15 +811,27 @@ def _split_synthetic(messages: Sequence[pb.Message]) -> Tuple[List[pb.Message], 
     return kept, synthetic
 
 
-def _open_calls(messages: Sequence[pb.Message]) -> List[str]:
-    # The tool calls of messages that no later ROLE_TOOL message answers.
+def _open_calls(messages: Sequence[pb.Message], batch: Sequence[pb.Message] = (), op: str = "") -> List[str]:
+    # The tool calls of messages, then batch, that no later ROLE_TOOL message
+    # answers, in the order made. In batch, as the daemon's pairing rule
+    # (msgcheck.OpenCalls, strict), a result that answers no open call or a
+    # call whose id is still open raises Invalid naming the field.
     open_: Dict[str, None] = {}
-    for m in messages:
-        if m.role == pb.ROLE_ASSISTANT:
-            for tc in m.tool_calls:
-                open_[tc.id] = None
-        elif m.role == pb.ROLE_TOOL:
-            open_.pop(m.tool_call_id, None)
+    for strict, msgs in ((False, messages), (True, batch)):
+        for i, m in enumerate(msgs):
+            if m.role == pb.ROLE_ASSISTANT:
+                for j, tc in enumerate(m.tool_calls):
+                    if tc.id in open_ and strict:
+                        raise Invalid("%s: messages[%d].tool_calls[%d].id %r is the id of a tool call that is still "
+                                      "open; a session's open calls need distinct ids" % (op, i, j, tc.id))
+                    open_[tc.id] = None
+            elif m.role == pb.ROLE_TOOL and m.tool_call_id:
+                if m.tool_call_id in open_:
+                    del open_[m.tool_call_id]
+                elif strict:
+                    raise Invalid("%s: messages[%d].tool_call_id %r answers no open tool call: no earlier assistant "
+                                  "message of the session made it, or another ROLE_TOOL message answered it"
+                                  % (op, i, m.tool_call_id))
     return list(open_)
 
 

@@ -81,8 +81,36 @@ class HandleTest(DaemonTest):
         h.append(pb.Message(role=pb.ROLE_USER, id="same"))
         with self.assertRaises(sc.Invalid):
             h.append(pb.Message(role=pb.ROLE_USER, id="same"))
-        self.assertEqual(h.unsaved, 1)
+        # C1 control characters, as the daemon and the Go SDK refuse them.
+        with self.assertRaises(sc.Invalid) as c1:
+            h.append(pb.Message(role=pb.ROLE_USER, id="x\u0085y"))
+        self.assertIn("messages[0].id has a control character", str(c1.exception))
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id="c\u009f", name="f")]))
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id="", name="f")]))
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(role=pb.ROLE_ASSISTANT, content="x", usage=pb.Usage(output_tokens=-1)))
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(role=pb.ROLE_TOOL, tool_call_id="c", content="r",
+                                metadata={"sessiond.synthetic": "true"}))
+        # Tool-call pairing: a result must answer an open call, and an open
+        # call's id must not be made again.
+        with self.assertRaises(sc.Invalid) as stray:
+            h.append(pb.Message(role=pb.ROLE_TOOL, tool_call_id="nosuch", content="r"))
+        self.assertIn("messages[0].tool_call_id 'nosuch' answers no open tool call", str(stray.exception))
+        call = pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id="c1", name="f")])
+        with self.assertRaises(sc.Invalid):
+            h.append(call, pb.Message(role=pb.ROLE_TOOL, tool_call_id="c1", content="r"),
+                     pb.Message(role=pb.ROLE_TOOL, tool_call_id="c1", content="again"))
+        h.append(call)
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id="c1", name="g")]))
+        h.append(pb.Message(role=pb.ROLE_TOOL, tool_call_id="c1", content="r"))
+        self.assertEqual(h.unsaved, 3)
         h.close()
+        # What append accepted, the daemon stored.
+        self.assertEqual(len(self.stored(self.client(), h.id)), 3)
 
     def test_errors_are_typed(self) -> None:
         c = self.client()
@@ -153,7 +181,8 @@ class HandleTest(DaemonTest):
             h.save(timeout=1)
         self.assertTrue(h.dirty)
         # close() retries with backoff until the daemon is back and answers;
-        # the lost write is sent again first (a no-op), then the rest:
+        # it sends everything unsaved, the daemon stores only what it lacks,
+        # and the handle sees that the revision it missed is its own write:
         # nothing twice.
         restart = threading.Timer(1.5, self.daemon.start)
         restart.start()
@@ -241,12 +270,6 @@ class HandleTest(DaemonTest):
         self.assertEqual(len(c.load(alias="tools2")[1]), 1)
         closed = c.load(alias="tools2", close_open_tool_calls=True)[1]
         self.assertEqual([m.role for m in closed], [pb.ROLE_ASSISTANT, pb.ROLE_TOOL])
-        # set_messages keeps a synthetic result it is given out of the store.
-        h3 = c.open(alias="tools2")
-        h3.set_messages(*(h3.messages + [user("again")]))
-        self.assertEqual([m.role for m in h3.messages], [pb.ROLE_ASSISTANT, pb.ROLE_TOOL, pb.ROLE_USER])
-        h3.close()
-        self.assertEqual([m.role for m in self.stored(c, h3.id)], [pb.ROLE_ASSISTANT, pb.ROLE_USER])
 
     def test_spool_replay_after_quitting_while_down(self) -> None:
         c = self.client()
@@ -277,56 +300,49 @@ class HandleTest(DaemonTest):
         c2.open(id=sid, spool_dir=spool).close()
         self.assertEqual(len(self.stored(c2, sid)), 2)
 
-    def test_set_messages_rewrites_the_session(self) -> None:
+    def test_spool_that_replaces_is_kept_aside(self) -> None:
+        # A spool file whose messages would replace the stored ones is never
+        # appended: open keeps it aside as .conflict and says so.
         c = self.client()
-        h = c.open_or_create(alias="rewrite")
-        h.append(user("long"), user("history"))
-        h.save()
-        h.set_messages(pb.Message(role=pb.ROLE_SYSTEM, content="summary of the history"))
-        h.append(user("next"))
-        self.assertEqual(h.unsaved, 2)
-        h.save()
-        self.assertEqual([m.content for m in self.stored(c, h.id)], ["summary of the history", "next"])
-        # A rewrite of a session someone else changed is a conflict; reload
-        # drops the rewrite and keeps what was appended after it.
-        other = self.client().open(id=h.id)
-        other.append(user("theirs"))
-        other.save()
-        h.set_messages(user("mine only"))
-        h.append(user("after"))
-        with self.assertRaises(sc.Conflict):
-            h.save()
-        h.reload()
-        h.save()
-        self.assertEqual([m.content for m in self.stored(c, h.id)],
-                         ["summary of the history", "next", "theirs", "after"])
-        h.close()
-        other.close()
-
-    def test_spooled_rewrite(self) -> None:
-        c = self.client()
-        h = c.open_or_create(alias="spooled-rewrite")
+        h = c.open_or_create(alias="spooled-replace")
         h.append(user("old"))
         h.close()
         spool = os.path.join(self.dir, "spool")
         os.makedirs(spool)
-
-        def spool_rewrite(revision: int, text: str) -> str:
-            path = os.path.join(spool, _spool.prefix("", h.id) + sc.new_id() + ".spool")
-            st = _spool.SpoolState(pb.Session(id=h.id, revision=revision, messages=[
-                pb.Message(id=sc.new_id(), role=pb.ROLE_USER, content=text)]), _spool.REWRITE)
-            _spool.write_atomic(path, _spool.encode(st))
-            return path
-
-        spool_rewrite(2, "new")  # based on the session as it is: sent
-        c.open(id=h.id, spool_dir=spool).close()
-        self.assertEqual([m.content for m in self.stored(c, h.id)], ["new"])
-        stale = spool_rewrite(2, "stale")  # the session is at revision 3 now
+        path = os.path.join(spool, _spool.prefix("", h.id) + sc.new_id() + ".spool")
+        st = _spool.SpoolState(pb.Session(id=h.id, revision=2, messages=[
+            pb.Message(id=sc.new_id(), role=pb.ROLE_USER, content="new")]), _spool.REPLACE)
+        _spool.write_atomic(path, _spool.encode(st))
         with self.assertRaises(sc.SpoolError) as cm:
             c.open(id=h.id, spool_dir=spool)
         self.assertIn("conflict", str(cm.exception))
-        self.assertTrue(os.path.exists(stale + ".conflict"))
-        self.assertEqual([m.content for m in self.stored(c, h.id)], ["new"])
+        self.assertTrue(os.path.exists(path + ".conflict"))
+        self.assertEqual([m.content for m in self.stored(c, h.id)], ["old"])
+
+    def test_lost_answer_then_another_writer(self) -> None:
+        # An append whose answer was lost landed, then another writer
+        # appended: the retry must not take the session as its own.
+        proxy = Proxy(self.daemon.addr)
+        self.addCleanup(proxy.close)
+        c = sc.Client(proxy.addr, timeout=2)
+        self.addCleanup(c.close)
+        h = c.open_or_create(alias="lost-then-other")
+        proxy.drop_answers = True
+        h.append(user("q1"))
+        with self.assertRaises(sc.Unavailable):
+            h.save(timeout=1)
+        proxy.drop_answers = False
+        proxy.cut()
+        direct = self.client()
+        direct.append(pb.AppendMessagesRequest(ref=direct.ref(id=h.id), messages=[
+            pb.Message(id=sc.new_id(), role=pb.ROLE_USER, content="other")]))
+        h.append(user("q2"))
+        with self.assertRaises(sc.Conflict):
+            h.save()
+        h.reload()
+        h.save()
+        self.assertEqual([m.content for m in self.stored(direct, h.id)], ["q1", "other", "q2"])
+        h.close()
 
     def test_damaged_spool_is_kept_aside(self) -> None:
         c = self.client()

@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
+	"github.com/sessiond/sessiond/clienttest"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -189,24 +189,6 @@ func TestSaveSendsOnlyWhatIsNew(t *testing.T) {
 	if err != nil || s.Summary != "a summary" || s.Metadata["model"] != "echo" {
 		t.Fatalf("Get = %+v, %v", s, err)
 	}
-
-	// A local rewrite goes out as one SaveSession, with no append.
-	appends := rec.count("AppendMessages")
-	_ = h.SetMessages(userMsg("compacted"))
-	_ = h.Append(assistantMsg("after"))
-	if err := h.Save(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if rec.count("SaveSession") != 1 || rec.count("AppendMessages") != appends {
-		t.Errorf("rewrite: SaveSession %d AppendMessages %d (was %d)", rec.count("SaveSession"), rec.count("AppendMessages"), appends)
-	}
-	if got := storedContents(t, c, client.ID(h.ID())); !slices.Equal(got, []string{"compacted", "after"}) {
-		t.Errorf("stored after rewrite = %q", got)
-	}
-	s, _ = c.Get(ctx, client.ID(h.ID()))
-	if s.Summary != "a summary" || s.Metadata["model"] != "echo" {
-		t.Errorf("SaveSession lost summary or metadata: %+v", s)
-	}
 }
 
 // TestSaveRetryAfterLostAnswer: the append lands but the client sees
@@ -244,9 +226,11 @@ func TestSaveRetryAfterLostAnswer(t *testing.T) {
 			if got := storedContents(t, c, client.ID(h.ID())); !slices.Equal(got, []string{"q1", "a1", "q2"}) {
 				t.Errorf("stored = %q, want each message once", got)
 			}
-			// The retry resent the uncertain batch unchanged, then the new one.
-			if got := rec.sizes(); !slices.Equal(got, []int{2, 2, 1}) {
-				t.Errorf("append batch sizes = %v, want [2 2 1]", got)
+			// The retry sent all three; the daemon, one revision ahead with
+			// the two that landed, refused it as a conflict, which the handle
+			// found to be its own write and went on with the last one.
+			if got := rec.sizes(); !slices.Equal(got, []int{2, 3, 1}) {
+				t.Errorf("append batch sizes = %v, want [2 3 1]", got)
 			}
 		})
 	}
@@ -483,7 +467,6 @@ func TestCloseSemantics(t *testing.T) {
 		"Reset":       func() error { return h.Reset(ctx) },
 		"SetSummary":  func() error { return h.SetSummary("x") },
 		"SetMetadata": func() error { return h.SetMetadata(nil) },
-		"SetMessages": func() error { return h.SetMessages() },
 		"Fork":        func() error { _, err := h.Fork(ctx, client.ForkOptions{}); return err },
 	}
 	for name, call := range calls {
@@ -596,51 +579,69 @@ func TestConcurrentUse(t *testing.T) {
 	}
 }
 
-// TestReloadDropsUnsavedRewrite: Reload after a conflict puts the stored
-// messages in place of an unsaved SetMessages (which described an old view
-// of the session), keeping its local system messages and the messages
-// appended after it, which the next save appends.
-func TestReloadDropsUnsavedRewrite(t *testing.T) {
+// TestLostAnswerThenAnotherWriter: an append whose answer was lost landed,
+// and then another writer appended too. The handle's retry must not take the
+// session as its own: ErrConflict, and Reload puts its unsaved message after
+// everything stored.
+func TestLostAnswerThenAnotherWriter(t *testing.T) {
+	rec := newRecorder()
+	srv := clienttest.NewServer(t, rec.options())
+	c := srv.Dial(t)
+	ctx := t.Context()
+	h, err := c.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	_ = h.Append(userMsg("q1"))
+	rec.loseNext(1)
+	if err := h.Save(ctx); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("Save with a lost answer = %v, want DeadlineExceeded", err)
+	}
+	if _, err := c.Append(ctx, client.ID(h.ID()), 0, userMsg("other")); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Append(userMsg("q2"))
+	if err := h.Save(ctx); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("Save after another writer = %v, want ErrConflict", err)
+	}
+	if err := h.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedContents(t, c, client.ID(h.ID())); !slices.Equal(got, []string{"q1", "other", "q2"}) {
+		t.Errorf("stored = %q, want q1 other q2", got)
+	}
+}
+
+// TestLostUpdateAnswer: an UpdateSession whose answer was lost landed; the
+// next save (with a new message) finds the session one revision ahead with
+// the handle's own summary, and goes on.
+func TestLostUpdateAnswer(t *testing.T) {
 	srv := clienttest.NewServer(t)
 	c := srv.Dial(t)
 	ctx := t.Context()
-	a, err := c.New(ctx, client.WithAlias("rewritten"))
+	h, err := c.New(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close(ctx)
-	_ = a.Append(userMsg("x1"), assistantMsg("x2"))
-	if err := a.Save(ctx); err != nil {
+	defer h.Close(ctx)
+	_ = h.SetSummary("mine")
+	// The update lands through another connection, as a lost answer would
+	// leave it: the handle still thinks it unsaved.
+	if _, err := c.Update(ctx, client.ID(h.ID()), client.SetSummary("mine")); err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.Open(ctx, client.Alias("rewritten"), client.WithoutSystemMessages())
-	if err != nil {
-		t.Fatal(err)
+	_ = h.Append(userMsg("q1"))
+	if err := h.Save(ctx); err != nil {
+		t.Fatalf("Save = %v, want the handle to catch up with its own summary", err)
 	}
-	defer b.Close(ctx)
-	_ = a.Append(userMsg("a1"))
-	if err := a.Save(ctx); err != nil {
-		t.Fatal(err)
+	if h.Dirty() {
+		t.Error("handle still dirty")
 	}
-	_ = b.SetMessages(systemMsg("prompt"), userMsg("compacted"))
-	_ = b.Append(userMsg("after"))
-	if err := b.Save(ctx); !errors.Is(err, client.ErrConflict) {
-		t.Fatalf("b.Save = %v, want ErrConflict", err)
-	}
-	if err := b.Reload(ctx); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"prompt", "x1", "x2", "a1", "after"}
-	if got := contents(b.Messages()); !slices.Equal(got, want) {
-		t.Errorf("after Reload b has %q, want %q", got, want)
-	}
-	if n := b.Unsaved(); n != 1 {
-		t.Errorf("after Reload %d unsaved, want 1 (after)", n)
-	}
-	if err := b.Save(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := storedContents(t, c, client.Alias("rewritten")); !slices.Equal(got, want[1:]) {
-		t.Errorf("stored = %q, want %q", got, want[1:])
+	if got := storedContents(t, c, client.ID(h.ID())); !slices.Equal(got, []string{"q1"}) {
+		t.Errorf("stored = %q", got)
 	}
 }

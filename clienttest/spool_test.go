@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
+	"github.com/sessiond/sessiond/clienttest"
 )
 
 // spoolFiles returns the names in dir that end with suffix.
@@ -212,49 +212,6 @@ func TestSpoolUnwritable(t *testing.T) {
 	}
 	if n := len(h.Messages()); n != 0 || h.Dirty() {
 		t.Errorf("after a failed Append: %d messages, dirty %v", n, h.Dirty())
-	}
-}
-
-// TestSpoolRewriteConflict: a spooled SetMessages whose session changed
-// meanwhile is kept aside as .conflict, and Open says so.
-func TestSpoolRewriteConflict(t *testing.T) {
-	srv := clienttest.NewServer(t)
-	dir := t.TempDir()
-	id := spoolWhileDown(t, srv, dir)
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	c := srv.Dial(t)
-	ctx := t.Context()
-	// Replace the spool of appends by one of a rewrite, then change the
-	// session under it.
-	for _, f := range spoolFiles(t, dir, ".spool") {
-		_ = os.Remove(filepath.Join(dir, f))
-	}
-	h, err := c.Open(ctx, client.ID(id), client.WithSpool(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Stop()
-	if err := h.SetMessages(userMsg("rewritten")); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	other := srv.Dial(t)
-	if _, err := other.Append(ctx, client.ID(id), 0, userMsg("by another writer")); err != nil {
-		t.Fatal(err)
-	}
-	_, err = other.Open(ctx, client.ID(id), client.WithSpool(dir))
-	if !errors.Is(err, client.ErrSpool) || !strings.Contains(err.Error(), ".conflict") {
-		t.Fatalf("Open with a conflicting spooled rewrite = %v, want ErrSpool naming the .conflict file", err)
-	}
-	if got := spoolFiles(t, dir, ".conflict"); len(got) != 1 {
-		t.Errorf(".conflict files: %q", got)
-	}
-	if got := storedContents(t, other, client.ID(id)); !slices.Equal(got, []string{"q0", "a0", "by another writer"}) {
-		t.Errorf("stored = %q", got)
 	}
 }
 

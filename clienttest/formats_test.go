@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"encoding/json"
@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
-	"github.com/sessiond/sessiond/convert"
+	"github.com/sessiond/sessiond/client/convert"
+	"github.com/sessiond/sessiond/clienttest"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -20,7 +20,7 @@ import (
 func TestHandleExport(t *testing.T) {
 	srv := clienttest.NewServer(t)
 	c := srv.Dial(t)
-	body, err := os.ReadFile(filepath.Join("..", "convert", "testdata", "anthropic.json"))
+	body, err := os.ReadFile(filepath.Join("..", "client", "convert", "testdata", "anthropic.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
+	"github.com/sessiond/sessiond/clienttest"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -122,6 +122,7 @@ func TestPerRPCToken(t *testing.T) {
 			return h(s, ss)
 		}),
 	))
+	//lint:ignore SA1019 the deprecated name must keep working
 	good := srv.Dial(t, client.WithPerRPCToken("s3cret"))
 	s, err := good.Create(t.Context(), client.CreateOptions{Alias: "tok"})
 	if err != nil {
@@ -132,6 +133,7 @@ func TestPerRPCToken(t *testing.T) {
 			t.Fatalf("List (a stream) with token: %v", err)
 		}
 	}
+	//lint:ignore SA1019 the deprecated name must keep working
 	bad := srv.Dial(t, client.WithPerRPCToken("wrong"))
 	if _, err := bad.Get(t.Context(), client.ID(s.ID)); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("Get with a wrong token = %v, want Unauthenticated", err)

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/sessiond/sessiond/convert"
+	"github.com/sessiond/sessiond/client/convert"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 

@@ -1,8 +1,10 @@
-// Package msgcheck holds the rules for one message that both the daemon
-// (package storage, which checks every request) and the client SDK (which
-// checks a message when it is added to a handle, long before a background
-// save would send it) apply, so that each rule is written once. It needs
-// nothing but the generated types, so the SDK can import it.
+// Package msgcheck holds the rules for one message that the daemon applies
+// to every request (package storage) and that the Go SDK applies when a
+// message is added to a handle, long before a background save would send
+// it, so that each rule is written once. It is hand-written, and lives in
+// the gen module beside the generated types it checks, so that the SDK and
+// any other Go client can apply the daemon's rules without depending on the
+// daemon's module.
 package msgcheck
 
 import (

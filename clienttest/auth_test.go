@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
+	"github.com/sessiond/sessiond/clienttest"
 	"github.com/sessiond/sessiond/internal/auth"
 )
 

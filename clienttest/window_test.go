@@ -1,4 +1,4 @@
-package client_test
+package clienttest_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/sessiond/sessiond/client"
-	"github.com/sessiond/sessiond/client/clienttest"
+	"github.com/sessiond/sessiond/clienttest"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 

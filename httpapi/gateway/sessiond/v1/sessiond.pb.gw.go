@@ -16,6 +16,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	extSessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/grpclog"
@@ -35,9 +36,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_SessionStoreService_CreateSession_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_CreateSession_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CreateSessionRequest
+		protoReq extSessiondv1.CreateSessionRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -50,9 +51,9 @@ func request_SessionStoreService_CreateSession_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_CreateSession_0(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_CreateSession_0(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CreateSessionRequest
+		protoReq extSessiondv1.CreateSessionRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -62,9 +63,9 @@ func local_request_SessionStoreService_CreateSession_0(ctx context.Context, mars
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_CreateSession_1(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_CreateSession_1(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CreateSessionRequest
+		protoReq extSessiondv1.CreateSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -86,9 +87,9 @@ func request_SessionStoreService_CreateSession_1(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_CreateSession_1(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_CreateSession_1(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CreateSessionRequest
+		protoReq extSessiondv1.CreateSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -109,9 +110,9 @@ func local_request_SessionStoreService_CreateSession_1(ctx context.Context, mars
 
 var filter_SessionStoreService_GetSession_0 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "id": 1}, Base: []int{1, 1, 1, 0}, Check: []int{0, 1, 2, 3}}
 
-func request_SessionStoreService_GetSession_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_GetSession_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSessionRequest
+		protoReq extSessiondv1.GetSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -136,9 +137,9 @@ func request_SessionStoreService_GetSession_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_GetSession_0(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_GetSession_0(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSessionRequest
+		protoReq extSessiondv1.GetSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -162,9 +163,9 @@ func local_request_SessionStoreService_GetSession_0(ctx context.Context, marshal
 
 var filter_SessionStoreService_GetSession_1 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "namespace": 1, "id": 2}, Base: []int{1, 1, 1, 2, 0, 0}, Check: []int{0, 1, 2, 2, 3, 4}}
 
-func request_SessionStoreService_GetSession_1(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_GetSession_1(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSessionRequest
+		protoReq extSessiondv1.GetSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -197,9 +198,9 @@ func request_SessionStoreService_GetSession_1(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_GetSession_1(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_GetSession_1(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSessionRequest
+		protoReq extSessiondv1.GetSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -231,9 +232,9 @@ func local_request_SessionStoreService_GetSession_1(ctx context.Context, marshal
 
 var filter_SessionStoreService_GetSession_2 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "alias": 1}, Base: []int{1, 1, 1, 0}, Check: []int{0, 1, 2, 3}}
 
-func request_SessionStoreService_GetSession_2(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_GetSession_2(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSessionRequest
+		protoReq extSessiondv1.GetSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -258,9 +259,9 @@ func request_SessionStoreService_GetSession_2(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_GetSession_2(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_GetSession_2(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSessionRequest
+		protoReq extSessiondv1.GetSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -284,9 +285,9 @@ func local_request_SessionStoreService_GetSession_2(ctx context.Context, marshal
 
 var filter_SessionStoreService_GetSession_3 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "namespace": 1, "alias": 2}, Base: []int{1, 1, 1, 2, 0, 0}, Check: []int{0, 1, 2, 2, 3, 4}}
 
-func request_SessionStoreService_GetSession_3(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_GetSession_3(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSessionRequest
+		protoReq extSessiondv1.GetSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -319,9 +320,9 @@ func request_SessionStoreService_GetSession_3(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_GetSession_3(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_GetSession_3(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSessionRequest
+		protoReq extSessiondv1.GetSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -353,9 +354,9 @@ func local_request_SessionStoreService_GetSession_3(ctx context.Context, marshal
 
 var filter_SessionStoreService_LoadSession_0 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "id": 1}, Base: []int{1, 1, 1, 0}, Check: []int{0, 1, 2, 3}}
 
-func request_SessionStoreService_LoadSession_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (SessionStoreService_LoadSessionClient, runtime.ServerMetadata, error) {
+func request_SessionStoreService_LoadSession_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (extSessiondv1.SessionStoreService_LoadSessionClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq LoadSessionRequest
+		protoReq extSessiondv1.LoadSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -390,9 +391,9 @@ func request_SessionStoreService_LoadSession_0(ctx context.Context, marshaler ru
 
 var filter_SessionStoreService_LoadSession_1 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "namespace": 1, "id": 2}, Base: []int{1, 1, 1, 2, 0, 0}, Check: []int{0, 1, 2, 2, 3, 4}}
 
-func request_SessionStoreService_LoadSession_1(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (SessionStoreService_LoadSessionClient, runtime.ServerMetadata, error) {
+func request_SessionStoreService_LoadSession_1(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (extSessiondv1.SessionStoreService_LoadSessionClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq LoadSessionRequest
+		protoReq extSessiondv1.LoadSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -435,9 +436,9 @@ func request_SessionStoreService_LoadSession_1(ctx context.Context, marshaler ru
 
 var filter_SessionStoreService_LoadSession_2 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "alias": 1}, Base: []int{1, 1, 1, 0}, Check: []int{0, 1, 2, 3}}
 
-func request_SessionStoreService_LoadSession_2(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (SessionStoreService_LoadSessionClient, runtime.ServerMetadata, error) {
+func request_SessionStoreService_LoadSession_2(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (extSessiondv1.SessionStoreService_LoadSessionClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq LoadSessionRequest
+		protoReq extSessiondv1.LoadSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -472,9 +473,9 @@ func request_SessionStoreService_LoadSession_2(ctx context.Context, marshaler ru
 
 var filter_SessionStoreService_LoadSession_3 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "namespace": 1, "alias": 2}, Base: []int{1, 1, 1, 2, 0, 0}, Check: []int{0, 1, 2, 2, 3, 4}}
 
-func request_SessionStoreService_LoadSession_3(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (SessionStoreService_LoadSessionClient, runtime.ServerMetadata, error) {
+func request_SessionStoreService_LoadSession_3(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (extSessiondv1.SessionStoreService_LoadSessionClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq LoadSessionRequest
+		protoReq extSessiondv1.LoadSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -517,9 +518,9 @@ func request_SessionStoreService_LoadSession_3(ctx context.Context, marshaler ru
 
 var filter_SessionStoreService_ListSessions_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_SessionStoreService_ListSessions_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (SessionStoreService_ListSessionsClient, runtime.ServerMetadata, error) {
+func request_SessionStoreService_ListSessions_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (extSessiondv1.SessionStoreService_ListSessionsClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListSessionsRequest
+		protoReq extSessiondv1.ListSessionsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -545,9 +546,9 @@ func request_SessionStoreService_ListSessions_0(ctx context.Context, marshaler r
 
 var filter_SessionStoreService_ListSessions_1 = &utilities.DoubleArray{Encoding: map[string]int{"namespace": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
-func request_SessionStoreService_ListSessions_1(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (SessionStoreService_ListSessionsClient, runtime.ServerMetadata, error) {
+func request_SessionStoreService_ListSessions_1(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (extSessiondv1.SessionStoreService_ListSessionsClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListSessionsRequest
+		protoReq extSessiondv1.ListSessionsRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -580,9 +581,9 @@ func request_SessionStoreService_ListSessions_1(ctx context.Context, marshaler r
 	return stream, metadata, nil
 }
 
-func request_SessionStoreService_AppendMessages_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_AppendMessages_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AppendMessagesRequest
+		protoReq extSessiondv1.AppendMessagesRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -604,9 +605,9 @@ func request_SessionStoreService_AppendMessages_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_AppendMessages_0(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_AppendMessages_0(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AppendMessagesRequest
+		protoReq extSessiondv1.AppendMessagesRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -625,9 +626,9 @@ func local_request_SessionStoreService_AppendMessages_0(ctx context.Context, mar
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_AppendMessages_1(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_AppendMessages_1(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AppendMessagesRequest
+		protoReq extSessiondv1.AppendMessagesRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -657,9 +658,9 @@ func request_SessionStoreService_AppendMessages_1(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_AppendMessages_1(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_AppendMessages_1(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AppendMessagesRequest
+		protoReq extSessiondv1.AppendMessagesRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -686,9 +687,9 @@ func local_request_SessionStoreService_AppendMessages_1(ctx context.Context, mar
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_AppendMessages_2(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_AppendMessages_2(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AppendMessagesRequest
+		protoReq extSessiondv1.AppendMessagesRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -710,9 +711,9 @@ func request_SessionStoreService_AppendMessages_2(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_AppendMessages_2(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_AppendMessages_2(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AppendMessagesRequest
+		protoReq extSessiondv1.AppendMessagesRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -731,9 +732,9 @@ func local_request_SessionStoreService_AppendMessages_2(ctx context.Context, mar
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_AppendMessages_3(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_AppendMessages_3(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AppendMessagesRequest
+		protoReq extSessiondv1.AppendMessagesRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -763,9 +764,9 @@ func request_SessionStoreService_AppendMessages_3(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_AppendMessages_3(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_AppendMessages_3(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AppendMessagesRequest
+		protoReq extSessiondv1.AppendMessagesRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -794,9 +795,9 @@ func local_request_SessionStoreService_AppendMessages_3(ctx context.Context, mar
 
 var filter_SessionStoreService_UpdateSession_0 = &utilities.DoubleArray{Encoding: map[string]int{"session": 0, "ref": 1, "id": 2}, Base: []int{1, 1, 1, 2, 0, 0}, Check: []int{0, 1, 1, 3, 2, 4}}
 
-func request_SessionStoreService_UpdateSession_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_UpdateSession_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UpdateSessionRequest
+		protoReq extSessiondv1.UpdateSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -835,9 +836,9 @@ func request_SessionStoreService_UpdateSession_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_UpdateSession_0(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_UpdateSession_0(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UpdateSessionRequest
+		protoReq extSessiondv1.UpdateSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -875,9 +876,9 @@ func local_request_SessionStoreService_UpdateSession_0(ctx context.Context, mars
 
 var filter_SessionStoreService_UpdateSession_1 = &utilities.DoubleArray{Encoding: map[string]int{"session": 0, "ref": 1, "namespace": 2, "id": 3}, Base: []int{1, 1, 1, 2, 3, 0, 0, 0}, Check: []int{0, 1, 1, 3, 3, 2, 4, 5}}
 
-func request_SessionStoreService_UpdateSession_1(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_UpdateSession_1(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UpdateSessionRequest
+		protoReq extSessiondv1.UpdateSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -924,9 +925,9 @@ func request_SessionStoreService_UpdateSession_1(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_UpdateSession_1(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_UpdateSession_1(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UpdateSessionRequest
+		protoReq extSessiondv1.UpdateSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -972,9 +973,9 @@ func local_request_SessionStoreService_UpdateSession_1(ctx context.Context, mars
 
 var filter_SessionStoreService_UpdateSession_2 = &utilities.DoubleArray{Encoding: map[string]int{"session": 0, "ref": 1, "alias": 2}, Base: []int{1, 1, 1, 2, 0, 0}, Check: []int{0, 1, 1, 3, 2, 4}}
 
-func request_SessionStoreService_UpdateSession_2(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_UpdateSession_2(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UpdateSessionRequest
+		protoReq extSessiondv1.UpdateSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1013,9 +1014,9 @@ func request_SessionStoreService_UpdateSession_2(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_UpdateSession_2(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_UpdateSession_2(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UpdateSessionRequest
+		protoReq extSessiondv1.UpdateSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1053,9 +1054,9 @@ func local_request_SessionStoreService_UpdateSession_2(ctx context.Context, mars
 
 var filter_SessionStoreService_UpdateSession_3 = &utilities.DoubleArray{Encoding: map[string]int{"session": 0, "ref": 1, "namespace": 2, "alias": 3}, Base: []int{1, 1, 1, 2, 3, 0, 0, 0}, Check: []int{0, 1, 1, 3, 3, 2, 4, 5}}
 
-func request_SessionStoreService_UpdateSession_3(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_UpdateSession_3(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UpdateSessionRequest
+		protoReq extSessiondv1.UpdateSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1102,9 +1103,9 @@ func request_SessionStoreService_UpdateSession_3(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_UpdateSession_3(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_UpdateSession_3(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UpdateSessionRequest
+		protoReq extSessiondv1.UpdateSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1150,9 +1151,9 @@ func local_request_SessionStoreService_UpdateSession_3(ctx context.Context, mars
 
 var filter_SessionStoreService_DeleteSession_0 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "id": 1}, Base: []int{1, 1, 1, 0}, Check: []int{0, 1, 2, 3}}
 
-func request_SessionStoreService_DeleteSession_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_DeleteSession_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeleteSessionRequest
+		protoReq extSessiondv1.DeleteSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1177,9 +1178,9 @@ func request_SessionStoreService_DeleteSession_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_DeleteSession_0(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_DeleteSession_0(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeleteSessionRequest
+		protoReq extSessiondv1.DeleteSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1203,9 +1204,9 @@ func local_request_SessionStoreService_DeleteSession_0(ctx context.Context, mars
 
 var filter_SessionStoreService_DeleteSession_1 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "namespace": 1, "id": 2}, Base: []int{1, 1, 1, 2, 0, 0}, Check: []int{0, 1, 2, 2, 3, 4}}
 
-func request_SessionStoreService_DeleteSession_1(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_DeleteSession_1(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeleteSessionRequest
+		protoReq extSessiondv1.DeleteSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1238,9 +1239,9 @@ func request_SessionStoreService_DeleteSession_1(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_DeleteSession_1(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_DeleteSession_1(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeleteSessionRequest
+		protoReq extSessiondv1.DeleteSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1272,9 +1273,9 @@ func local_request_SessionStoreService_DeleteSession_1(ctx context.Context, mars
 
 var filter_SessionStoreService_DeleteSession_2 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "alias": 1}, Base: []int{1, 1, 1, 0}, Check: []int{0, 1, 2, 3}}
 
-func request_SessionStoreService_DeleteSession_2(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_DeleteSession_2(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeleteSessionRequest
+		protoReq extSessiondv1.DeleteSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1299,9 +1300,9 @@ func request_SessionStoreService_DeleteSession_2(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_DeleteSession_2(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_DeleteSession_2(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeleteSessionRequest
+		protoReq extSessiondv1.DeleteSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1325,9 +1326,9 @@ func local_request_SessionStoreService_DeleteSession_2(ctx context.Context, mars
 
 var filter_SessionStoreService_DeleteSession_3 = &utilities.DoubleArray{Encoding: map[string]int{"ref": 0, "namespace": 1, "alias": 2}, Base: []int{1, 1, 1, 2, 0, 0}, Check: []int{0, 1, 2, 2, 3, 4}}
 
-func request_SessionStoreService_DeleteSession_3(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_DeleteSession_3(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeleteSessionRequest
+		protoReq extSessiondv1.DeleteSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1360,9 +1361,9 @@ func request_SessionStoreService_DeleteSession_3(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_DeleteSession_3(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_DeleteSession_3(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeleteSessionRequest
+		protoReq extSessiondv1.DeleteSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1392,9 +1393,9 @@ func local_request_SessionStoreService_DeleteSession_3(ctx context.Context, mars
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_ForkSession_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_ForkSession_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForkSessionRequest
+		protoReq extSessiondv1.ForkSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1416,9 +1417,9 @@ func request_SessionStoreService_ForkSession_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_ForkSession_0(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_ForkSession_0(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForkSessionRequest
+		protoReq extSessiondv1.ForkSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1437,9 +1438,9 @@ func local_request_SessionStoreService_ForkSession_0(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_ForkSession_1(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_ForkSession_1(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForkSessionRequest
+		protoReq extSessiondv1.ForkSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1469,9 +1470,9 @@ func request_SessionStoreService_ForkSession_1(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_ForkSession_1(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_ForkSession_1(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForkSessionRequest
+		protoReq extSessiondv1.ForkSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1498,9 +1499,9 @@ func local_request_SessionStoreService_ForkSession_1(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_ForkSession_2(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_ForkSession_2(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForkSessionRequest
+		protoReq extSessiondv1.ForkSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1522,9 +1523,9 @@ func request_SessionStoreService_ForkSession_2(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_ForkSession_2(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_ForkSession_2(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForkSessionRequest
+		protoReq extSessiondv1.ForkSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1543,9 +1544,9 @@ func local_request_SessionStoreService_ForkSession_2(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_ForkSession_3(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_ForkSession_3(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForkSessionRequest
+		protoReq extSessiondv1.ForkSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1575,9 +1576,9 @@ func request_SessionStoreService_ForkSession_3(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_ForkSession_3(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_ForkSession_3(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ForkSessionRequest
+		protoReq extSessiondv1.ForkSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1604,9 +1605,9 @@ func local_request_SessionStoreService_ForkSession_3(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_RewindSession_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_RewindSession_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RewindSessionRequest
+		protoReq extSessiondv1.RewindSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1628,9 +1629,9 @@ func request_SessionStoreService_RewindSession_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_RewindSession_0(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_RewindSession_0(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RewindSessionRequest
+		protoReq extSessiondv1.RewindSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1649,9 +1650,9 @@ func local_request_SessionStoreService_RewindSession_0(ctx context.Context, mars
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_RewindSession_1(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_RewindSession_1(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RewindSessionRequest
+		protoReq extSessiondv1.RewindSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1681,9 +1682,9 @@ func request_SessionStoreService_RewindSession_1(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_RewindSession_1(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_RewindSession_1(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RewindSessionRequest
+		protoReq extSessiondv1.RewindSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1710,9 +1711,9 @@ func local_request_SessionStoreService_RewindSession_1(ctx context.Context, mars
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_RewindSession_2(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_RewindSession_2(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RewindSessionRequest
+		protoReq extSessiondv1.RewindSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1734,9 +1735,9 @@ func request_SessionStoreService_RewindSession_2(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_RewindSession_2(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_RewindSession_2(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RewindSessionRequest
+		protoReq extSessiondv1.RewindSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1755,9 +1756,9 @@ func local_request_SessionStoreService_RewindSession_2(ctx context.Context, mars
 	return msg, metadata, err
 }
 
-func request_SessionStoreService_RewindSession_3(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_RewindSession_3(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RewindSessionRequest
+		protoReq extSessiondv1.RewindSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1787,9 +1788,9 @@ func request_SessionStoreService_RewindSession_3(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_RewindSession_3(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_RewindSession_3(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RewindSessionRequest
+		protoReq extSessiondv1.RewindSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1818,9 +1819,9 @@ func local_request_SessionStoreService_RewindSession_3(ctx context.Context, mars
 
 var filter_SessionStoreService_SearchSessions_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_SessionStoreService_SearchSessions_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (SessionStoreService_SearchSessionsClient, runtime.ServerMetadata, error) {
+func request_SessionStoreService_SearchSessions_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (extSessiondv1.SessionStoreService_SearchSessionsClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq SearchSessionsRequest
+		protoReq extSessiondv1.SearchSessionsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -1846,9 +1847,9 @@ func request_SessionStoreService_SearchSessions_0(ctx context.Context, marshaler
 
 var filter_SessionStoreService_SearchSessions_1 = &utilities.DoubleArray{Encoding: map[string]int{"namespace": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
-func request_SessionStoreService_SearchSessions_1(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (SessionStoreService_SearchSessionsClient, runtime.ServerMetadata, error) {
+func request_SessionStoreService_SearchSessions_1(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (extSessiondv1.SessionStoreService_SearchSessionsClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq SearchSessionsRequest
+		protoReq extSessiondv1.SearchSessionsRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -1881,9 +1882,9 @@ func request_SessionStoreService_SearchSessions_1(ctx context.Context, marshaler
 	return stream, metadata, nil
 }
 
-func request_SessionStoreService_GetServerInfo_0(ctx context.Context, marshaler runtime.Marshaler, client SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionStoreService_GetServerInfo_0(ctx context.Context, marshaler runtime.Marshaler, client extSessiondv1.SessionStoreServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetServerInfoRequest
+		protoReq extSessiondv1.GetServerInfoRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -1893,9 +1894,9 @@ func request_SessionStoreService_GetServerInfo_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func local_request_SessionStoreService_GetServerInfo_0(ctx context.Context, marshaler runtime.Marshaler, server SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionStoreService_GetServerInfo_0(ctx context.Context, marshaler runtime.Marshaler, server extSessiondv1.SessionStoreServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetServerInfoRequest
+		protoReq extSessiondv1.GetServerInfoRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.GetServerInfo(ctx, &protoReq)
@@ -1907,7 +1908,7 @@ func local_request_SessionStoreService_GetServerInfo_0(ctx context.Context, mars
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterSessionStoreServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterSessionStoreServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server SessionStoreServiceServer) error {
+func RegisterSessionStoreServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extSessiondv1.SessionStoreServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_SessionStoreService_CreateSession_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -2535,15 +2536,15 @@ func RegisterSessionStoreServiceHandlerFromEndpoint(ctx context.Context, mux *ru
 // RegisterSessionStoreServiceHandler registers the http handlers for service SessionStoreService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterSessionStoreServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterSessionStoreServiceHandlerClient(ctx, mux, NewSessionStoreServiceClient(conn))
+	return RegisterSessionStoreServiceHandlerClient(ctx, mux, extSessiondv1.NewSessionStoreServiceClient(conn))
 }
 
 // RegisterSessionStoreServiceHandlerClient registers the http handlers for service SessionStoreService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "SessionStoreServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "SessionStoreServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extSessiondv1.SessionStoreServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extSessiondv1.SessionStoreServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "SessionStoreServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterSessionStoreServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client SessionStoreServiceClient) error {
+// "extSessiondv1.SessionStoreServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterSessionStoreServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extSessiondv1.SessionStoreServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_SessionStoreService_CreateSession_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

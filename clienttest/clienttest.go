@@ -2,6 +2,9 @@
 // SDK: in process (the real server over a file store, reached through
 // bufconn or a loopback listener), or as the real daemon binary, which tests
 // can kill and restart.
+//
+// It is part of the root module, not the SDK's (it needs the server), and its
+// folder also holds the SDK's own tests against a real daemon.
 package clienttest
 
 import (
