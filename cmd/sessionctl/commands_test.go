@@ -462,3 +462,39 @@ func TestLsShowUsageAndModels(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagErrorsNameRealCommands: a bad flag is reported once, prefixed
+// once, with a help command that exists.
+func TestFlagErrorsNameRealCommands(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "sessionctl: unknown flag: --bogus; see 'sessionctl help'\n"},
+		{[]string{"ls", "--bogus"}, "sessionctl: ls: unknown flag: --bogus; see 'sessionctl help ls'\n"},
+		{[]string{"token", "add", "--bogus"}, "sessionctl: token add: unknown flag: --bogus; see 'sessionctl help token add'\n"},
+	} {
+		r := ctlIn(t, strings.NewReader(""), tt.args...)
+		if r.code != exitUsage || r.stderr != tt.want {
+			t.Errorf("%v: got %v; want exit 2 and %q", tt.args, r, tt.want)
+		}
+		hint := regexp.MustCompile(`'sessionctl (help[^']*)'`).FindStringSubmatch(r.stderr)
+		if hint == nil {
+			continue
+		}
+		if h := ctlIn(t, strings.NewReader(""), strings.Fields(hint[1])...); h.code != 0 {
+			t.Errorf("the hint %q does not run: %v", hint[0], h)
+		}
+	}
+}
+
+// TestVersionFlag: --version prints the stamped version without a daemon.
+func TestVersionFlag(t *testing.T) {
+	old := version
+	version = "v9.8.7-test"
+	t.Cleanup(func() { version = old })
+	r := ctlIn(t, strings.NewReader(""), "--addr", deadAddr, "--version")
+	if r.code != 0 || r.stdout != "sessionctl v9.8.7-test\n" || r.stderr != "" {
+		t.Fatalf("--version: %v", r)
+	}
+}

@@ -39,7 +39,8 @@
 //	3  not found (the session named does not exist)
 //
 // fsck follows e2fsck: 0 no damage, 1 damage found and all of it repaired,
-// 4 damage left (found without --repair, or not repairable).
+// 4 damage left (found without --repair, or not repairable), 8 not checked
+// (no such data dir, or a running daemon holds it).
 //
 // Errors are one line on stderr that says what to do next; with --json
 // they are one JSON object instead: {"code":"NOT_FOUND","message":"...",
@@ -134,11 +135,13 @@ const (
 	exitNotFound = 3
 )
 
-// fsck's exit codes, as e2fsck's.
+// fsck's exit codes, as e2fsck's: 1 is "damage repaired", never a failure
+// to check, which is 8.
 const (
-	exitFsckClean     = 0
-	exitFsckCorrected = 1
-	exitFsckLeft      = 4
+	exitFsckClean       = 0
+	exitFsckCorrected   = 1
+	exitFsckLeft        = 4
+	exitFsckOperational = 8
 )
 
 func main() {

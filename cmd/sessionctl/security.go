@@ -41,13 +41,16 @@ func addSecurityFlags(root *cobra.Command, s *securityFlags) {
 	pf.StringVar(&s.tlsKey, "tls-key", "", "private key PEM `file` of --tls-cert")
 }
 
+// usesTLS reports whether the connection is made with TLS.
+func (s *securityFlags) usesTLS() bool { return s.tls || s.tlsCA != "" || s.tlsCert != "" }
+
 // dialOptions returns the transport and per-call credentials for addr.
 func (s *securityFlags) dialOptions(addr string) ([]grpc.DialOption, error) {
 	if (s.tlsCert == "") != (s.tlsKey == "") {
 		return nil, usageErrorf("--tls-cert and --tls-key go together: give both or neither")
 	}
 	var cfg *tls.Config // nil: plaintext
-	if s.tls || s.tlsCA != "" || s.tlsCert != "" {
+	if s.usesTLS() {
 		var err error
 		if cfg, err = client.TLSConfig(s.tlsCA, s.tlsCert, s.tlsKey); err != nil {
 			return nil, usageErrorf("%v", strings.TrimPrefix(err.Error(), "client: "))

@@ -97,8 +97,21 @@ func TestTokenAndTLSFlags(t *testing.T) {
 	if r := ctl("--token", secret, "--tls-ca", d.CAFile, "ls"); r.code != exitError {
 		t.Errorf("no client certificate under mutual TLS: %v; want exit 1", r)
 	}
-	if r := ctl("--token", secret, "ls"); r.code != exitError {
-		t.Errorf("plaintext to a TLS daemon: %v; want exit 1", r)
+	// A plaintext client is told the daemon serves TLS, not that it is down.
+	if r := ctl("--token", secret, "ls"); r.code != exitError || !strings.Contains(r.stderr, "it serves TLS: add --tls-ca FILE") || strings.Contains(r.stderr, "start it") {
+		t.Errorf("plaintext to a TLS daemon: %v; want exit 1 naming --tls-ca", r)
+	}
+	// A read token refused a write is told its role, not to change namespace.
+	readSecret, err := auth.AddToken(d.TokenFile, "reader", []string{"*"}, auth.RoleRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the daemon to load the read token", func() bool {
+		return ctl(append(tlsArgs, "--token", readSecret, "ls")...).code == 0
+	})
+	r := ctl(append(tlsArgs, "--token", readSecret, "create", "--alias", "x")...)
+	if r.code != exitError || !strings.Contains(r.stderr, `has role read`) || !strings.Contains(r.stderr, "--role write") || strings.Contains(r.stderr, "--namespace") {
+		t.Errorf("read token refused a create: %v; want exit 1 naming the role", r)
 	}
 	if r := ctl("--tls-ca", d.CAFile, "--tls-cert", d.CertFile, "ls"); r.code != exitUsage {
 		t.Errorf("--tls-cert without --tls-key: %v; want exit 2", r)
