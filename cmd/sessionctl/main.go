@@ -1,6 +1,7 @@
-// Command sessionctl administers a sessiond daemon: it lists, shows, searches,
-// renames, forks, rewinds, deletes, exports, imports and watches sessions over
-// gRPC, and checks a file data dir offline (fsck).
+// Command sessionctl administers a sessiond daemon: it lists, shows, creates,
+// appends to, updates, searches, renames, forks, rewinds, deletes, exports,
+// imports and watches sessions over gRPC, and checks a file data dir offline
+// (fsck).
 //
 // Usage:
 //
@@ -21,6 +22,19 @@
 // or after the command, and each command's flags before or after its
 // arguments. A session argument (ID|ALIAS) that is shaped like a UUID is an
 // id, anything else an alias.
+//
+// create, append and update write (write.go). append's message id is a
+// UUIDv7 chosen by sessionctl, or --id: the same append run again with its
+// --id is a no-op, so a script can retry one whose answer it lost.
+//
+// # Contexts
+//
+// $XDG_CONFIG_HOME/sessiond/config.toml (else ~/.config/sessiond/config.toml)
+// names daemons as contexts (address, namespace, token-file, tls, tls-ca,
+// tls-cert, tls-key); --context NAME (or SESSIOND_CONTEXT) picks one, else
+// its current-context does; flags and environment variables win over it
+// (config.go). `config view` lists the contexts, `config use NAME` sets
+// current-context.
 //
 // # Tokens and TLS
 //

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The tests never read the developer's own config file and contexts.
+	os.Setenv("XDG_CONFIG_HOME", dir)
+	os.Unsetenv(configEnv)
 	sessiondBin, err = clienttest.BuildDaemon(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
