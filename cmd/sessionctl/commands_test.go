@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // A dead address: nothing listens on port 1 of loopback.
@@ -496,5 +498,32 @@ func TestVersionFlag(t *testing.T) {
 	r := ctlIn(t, strings.NewReader(""), "--addr", deadAddr, "--version")
 	if r.code != 0 || r.stdout != "sessionctl v9.8.7-test\n" || r.stderr != "" {
 		t.Fatalf("--version: %v", r)
+	}
+}
+
+// TestSnippetWholeWords: search's SNIPPET column shows whole words of the
+// snippet the daemon cut (storage.Snippet) around the query.
+func TestSnippetWholeWords(t *testing.T) {
+	words := strings.Fields("the quick brown foxes jumped over seventeen lazy dogs while the farmer slept soundly in his comfortable chair near the window")
+	text := strings.Join(words, " ") + " needle " + strings.Join(words, " ")
+	snippet, ok := storage.Snippet(text, "needle")
+	if !ok {
+		t.Fatal("no snippet")
+	}
+	cell := snippetCell(snippet, "needle")
+	if !strings.HasPrefix(cell, "…") || !strings.HasSuffix(cell, "…") || !strings.Contains(cell, " needle ") {
+		t.Fatalf("cell %q of snippet %q", cell, snippet)
+	}
+	for _, w := range strings.Fields(strings.Trim(cell, "…")) {
+		if !slices.Contains(words, w) && w != "needle" {
+			t.Errorf("cell %q holds a cut word %q (snippet %q)", cell, w, snippet)
+		}
+	}
+	// A short text is shown whole, and a long cell is cut between words.
+	if got := snippetCell("a needle here", "needle"); got != "a needle here" {
+		t.Errorf("short snippet shown as %q", got)
+	}
+	if got := clipWords(strings.Repeat("word ", 40), 22); got != "word word word word…" {
+		t.Errorf("clipWords = %q", got)
 	}
 }

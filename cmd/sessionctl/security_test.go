@@ -121,3 +121,31 @@ func TestTokenAndTLSFlags(t *testing.T) {
 		t.Errorf("token without TLS to another host: %v; want exit 2 naming TLS", r)
 	}
 }
+
+// TestTokenAddMakesFolder: token add --file in a folder that does not exist
+// yet makes it (0700); where it may not, it says what to do, naming no
+// temporary file.
+func TestTokenAddMakesFolder(t *testing.T) {
+	t.Setenv("SESSIOND_AUTH_TOKENS", "")
+	dir := filepath.Join(t.TempDir(), "etc", "sessiond")
+	file := filepath.Join(dir, "tokens.json")
+	must(t, ctlIn(t, strings.NewReader(""), "token", "add", "--file", file, "--name", "a", "--namespace", "", "--role", "read"))
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("folder %s: %v, %v; want it made 0700", dir, st, err)
+	}
+	if os.Geteuid() == 0 {
+		t.Skip("root may write anywhere")
+	}
+	locked := filepath.Join(t.TempDir(), "locked")
+	if err := os.Mkdir(locked, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(locked, "tokens.json"), filepath.Join(locked, "sub", "tokens.json")} {
+		r := ctlIn(t, strings.NewReader(""), "token", "add", "--file", f, "--name", "a", "--namespace", "", "--role", "read")
+		if r.code != exitError || !strings.Contains(r.stderr, "permission denied") || !strings.Contains(r.stderr, "--file in a folder of yours") || strings.Contains(r.stderr, ".tmp") {
+			t.Errorf("token add --file %s: %v", f, r)
+		}
+		checkOneLineError(t, r)
+	}
+}
