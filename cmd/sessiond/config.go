@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/server"
 	"github.com/sessiond/sessiond/storage"
@@ -242,7 +243,8 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	if err := cfg.http.check(cfg.listen); err != nil {
 		return err
 	}
-	if cfg.dataDir == "" {
+	// Only the file store has a data dir; a PostgreSQL daemon names none.
+	if cfg.dataDir == "" && cfg.storage == "file" {
 		dir, err := defaultDataDir(lookupEnv)
 		if err != nil {
 			return usagef("no --data-dir given and %v", err)
@@ -251,6 +253,28 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	}
 	return nil
 }
+
+// dataDirField is the start-up log's data_dir: only a store that has one
+// (the file store) names it.
+func dataDirField(cfg *config) zap.Field {
+	if cfg.dataDir == "" {
+		return zap.Skip()
+	}
+	return zap.String("data_dir", cfg.dataDir)
+}
+
+// dataDirInUseError is a data dir another daemon holds: one sentence that
+// says what to do, still matching storage.ErrLocked for errors.Is.
+type dataDirInUseError struct {
+	dir string
+	err error
+}
+
+func (e *dataDirInUseError) Error() string {
+	return fmt.Sprintf("data dir %s is in use by another sessiond; stop that daemon first, or give another --data-dir", e.dir)
+}
+
+func (e *dataDirInUseError) Unwrap() error { return e.err }
 
 // defaultDataDir follows the XDG base directory spec: $XDG_DATA_HOME/sessiond
 // when that is an absolute path, else ~/.local/share/sessiond.

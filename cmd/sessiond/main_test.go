@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -83,6 +84,11 @@ func TestParseConfig(t *testing.T) {
 					t.Fatalf("retention %v every %v, want %v every %v", c.retention, c.retentionInterval, want, storage.DefaultSweepInterval)
 				}
 			}},
+		{"postgres has no data dir", []string{"--storage", "postgres", "--postgres-dsn", "postgres://h/db"}, nil, func(t *testing.T, c *config) {
+			if c.dataDir != "" || dataDirField(c).Type != zapcore.SkipType {
+				t.Fatalf("a PostgreSQL daemon has data dir %q", c.dataDir)
+			}
+		}},
 		{"version ignores environment", []string{"--version"}, map[string]string{"SESSIOND_VERSION": "false"}, func(t *testing.T, c *config) {
 			if !c.showVersion {
 				t.Fatal("--version not set")
@@ -364,6 +370,10 @@ func TestRunStartupErrors(t *testing.T) {
 		_, err := tryStart(t, "--listen", "127.0.0.1:0", "--data-dir", dir)
 		if !errors.Is(err, storage.ErrLocked) || !strings.Contains(err.Error(), "in use by another sessiond") || exitCode(err, &bytes.Buffer{}) != 1 {
 			t.Fatalf("second daemon on one data dir: %v", err)
+		}
+		// One sentence: the cause is not repeated down the chain.
+		if strings.Count(err.Error(), dir) != 1 || strings.Contains(err.Error(), "store is locked") || !strings.Contains(err.Error(), "--data-dir") {
+			t.Errorf("second daemon on one data dir: %q; want the dir named once and what to do", err)
 		}
 	})
 	t.Run("unusable data dir", func(t *testing.T) {
