@@ -28,6 +28,13 @@ func writeConfig(t *testing.T, content string) string {
 	return path
 }
 
+func writeConfigAt(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestContexts: the config file's contexts pick the daemon, namespace,
 // token and TLS files; flags and environment win over them.
 func TestContexts(t *testing.T) {
@@ -108,6 +115,13 @@ tls-key = "`+secure.KeyFile+`"
 		first["name"] != "secure" || first["current"] != true || first["tls"] != true {
 		t.Errorf("config view --json:\n%s", r.stdout)
 	}
+
+	// An unreachable context's daemon is blamed on the context.
+	writeConfigAt(t, path, "[contexts.gone]\naddress = \"127.0.0.1:1\"\n")
+	if r := ctl("--context", "gone", "--timeout", "2s", "ls"); r.code != exitError || !strings.Contains(r.stderr, "context gone") || !strings.Contains(r.stderr, "config view") {
+		t.Errorf("unreachable context: %v", r)
+	}
+	writeConfigAt(t, path, string(data))
 
 	// Mistakes are usage errors that say what to do.
 	if r := ctl("--context", "nope", "ls"); r.code != exitUsage || !strings.Contains(r.stderr, "local, secure") {

@@ -76,6 +76,9 @@ func (e *env) unreachableHint(msg string) string {
 	case tlsOn && (strings.Contains(msg, "certificate") || strings.Contains(msg, "tls:")):
 		return fmt.Sprintf("TLS with sessiond at %s failed (%s); check --tls-ca (the CA of the daemon's --tls-cert), and --tls-cert/--tls-key if it asks for a client certificate", e.addr, msg)
 	}
+	if e.context != "" {
+		return fmt.Sprintf("cannot reach sessiond at %s (%s, the address of context %s); start it ('sessiond'), or fix the context ('sessionctl config view'), or pick another with --context", e.addr, msg, e.context)
+	}
 	return fmt.Sprintf("cannot reach sessiond at %s (%s); start it ('sessiond'), or point --addr or SESSIOND_ADDR at it", e.addr, msg)
 }
 
