@@ -17,7 +17,8 @@
 #             linux/arm64 darwin/amd64 darwin/arm64)
 #
 # It prints the archives and SHA256SUMS it wrote, and checks the stamp of
-# the host's own target when it is among TARGETS.
+# the host's own target when it is among TARGETS. A target that does not
+# build is reported at the end and fails the run (exit 1).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,6 +44,7 @@ fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=$(mktemp -d)
+failed=()
 trap 'rm -rf "$work"' EXIT
 
 for target in $targets; do
@@ -54,10 +56,16 @@ for target in $targets; do
 	name=sessiond_${version}_${os}_${arch}
 	dir=$work/$name
 	mkdir -p "$dir"
+	built=1
 	for bin in "${binaries[@]}"; do
-		CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath \
-			-ldflags "-s -w -X main.version=$version" -o "$dir/$bin" "./cmd/$bin"
+		if ! CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath \
+			-ldflags "-s -w -X main.version=$version" -o "$dir/$bin" "./cmd/$bin"; then
+			failed+=("$target ($bin)")
+			built=0
+			break
+		fi
 	done
+	((built)) || continue
 	cp README.md CHANGELOG.md "$dir/"
 	cp -r packaging "$dir/packaging"
 	# Sorted names, fixed owner and times: the same tree gives the same tar.
@@ -75,5 +83,13 @@ for target in $targets; do
 	fi
 done
 
-(cd "$out" && sha256sum -- *.tar.gz >SHA256SUMS)
+if compgen -G "$out/*.tar.gz" >/dev/null; then
+	(cd "$out" && sha256sum -- *.tar.gz >SHA256SUMS)
+fi
 ls -l "$out"
+# A target that does not build fails the release, after the others are
+# built, so that one run shows every target's errors.
+if ((${#failed[@]})); then
+	echo "release.sh: these targets did not build (errors above): ${failed[*]}" >&2
+	exit 1
+fi

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -674,7 +673,7 @@ func runFsync(ctx context.Context, c *config, stderr io.Writer) (report, error) 
 		if _, err := f.Write(buf); err != nil {
 			return fmt.Errorf("fsync floor: write: %w", err)
 		}
-		if err := unix.Fdatasync(fd); err != nil {
+		if err := datasync(fd); err != nil {
 			return fmt.Errorf("fsync floor: fdatasync: %w", err)
 		}
 		return nil
