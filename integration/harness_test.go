@@ -62,6 +62,9 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer func() { _ = os.RemoveAll(binDir) }()
+	// sessionctl must not pick up the developer's own contexts
+	// ($XDG_CONFIG_HOME/sessiond/config.toml).
+	_ = os.Setenv("XDG_CONFIG_HOME", filepath.Join(binDir, "config"))
 
 	sessiondBin = filepath.Join(binDir, "sessiond")
 	if err := goBuild(sessiondBin, "./cmd/sessiond"); err != nil {

@@ -685,8 +685,9 @@ func TestHTTPListenRefusals(t *testing.T) {
 		args    []string
 		mention string
 	}{
-		{[]string{"--http-listen", "0.0.0.0:0"}, "refusing to serve"},
-		{[]string{"--http-listen", "localhost"}, "--http-listen"},
+		// --listen on a free port: the default, 7437, may be a running daemon's.
+		{[]string{"--listen", "127.0.0.1:0", "--http-listen", "0.0.0.0:0"}, "refusing to serve"},
+		{[]string{"--listen", "127.0.0.1:0", "--http-listen", "localhost"}, "--http-listen"},
 		{[]string{"--http-listen", "127.0.0.1:7999", "--listen", "127.0.0.1:7999"}, "--http-listen"},
 	} {
 		cmd := exec.CommandContext(testContext(t, time.Minute), sessiondBin, append([]string{"--data-dir", t.TempDir()}, tc.args...)...)

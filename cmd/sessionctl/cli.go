@@ -40,6 +40,8 @@ type env struct {
 	json         bool
 	timeout      time.Duration
 	security     securityFlags // --token, --tls*
+	contextName  string        // --context or SESSIOND_CONTEXT
+	context      string        // the config file's context in use, if any
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -90,15 +92,15 @@ func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sessionctl",
 		Short: "administer a sessiond daemon",
-		Long: `sessionctl administers a sessiond daemon: it lists, shows, searches, renames,
-forks, rewinds, deletes, purges, exports, imports and watches sessions over gRPC, and
-checks a file data dir offline (fsck).
+		Long: `sessionctl administers a sessiond daemon: it lists, shows, creates, appends to,
+updates, searches, renames, forks, rewinds, deletes, purges, exports, imports and
+watches sessions over gRPC, and checks a file data dir offline (fsck).
 
 A session argument (ID|ALIAS) shaped like a UUID is an id, anything else an
 alias. Flags may come before or after the arguments.
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not found; fsck: 0 clean, 1 errors
-corrected, 4 errors left. With --json, an error is a JSON object on stderr:
+corrected, 4 errors left, 8 not checked (data dir in use or unreadable). With --json, an error is a JSON object on stderr:
 {"code":"NOT_FOUND","message":"...","exit_code":3}.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -107,13 +109,16 @@ corrected, 4 errors left. With --json, an error is a JSON object on stderr:
 			return usageErrorf("no command given; 'sessionctl help' lists the commands")
 		},
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			e.namespaceSet = os.Getenv("SESSIOND_NAMESPACE") != "" || cmd.Flags().Changed("namespace")
+			if err := e.applyContext(cmd); err != nil {
+				return err
+			}
 			if err := storage.ValidateNamespace(e.namespace); err != nil {
 				return usageErrorf("--namespace: %v", err)
 			}
 			if e.timeout < 0 {
 				return usageErrorf("--timeout must not be negative")
 			}
-			e.namespaceSet = os.Getenv("SESSIOND_NAMESPACE") != "" || cmd.Flags().Changed("namespace")
 			e.started = true
 			return nil
 		},
@@ -123,8 +128,14 @@ corrected, 4 errors left. With --json, an error is a JSON object on stderr:
 	root.SetErr(e.stderr)
 	root.SetUsageTemplate(usageTemplate)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return usageErrorf("%s: %v; see 'sessionctl help %s'", c.Name(), err, c.Name())
+		if !c.HasParent() {
+			return usageErrorf("%v; see 'sessionctl help'", err)
+		}
+		path := strings.TrimPrefix(c.CommandPath(), root.Name()+" ")
+		return usageErrorf("%s: %v; see 'sessionctl help %s'", path, err, path)
 	})
+	root.Version = ctlVersion()
+	root.SetVersionTemplate("sessionctl {{.Version}}\n")
 
 	addr := os.Getenv("SESSIOND_ADDR")
 	if addr == "" {
@@ -135,12 +146,13 @@ corrected, 4 errors left. With --json, an error is a JSON object on stderr:
 	pf.StringVar(&e.namespace, "namespace", os.Getenv("SESSIOND_NAMESPACE"), "namespace; empty is the default one (env SESSIOND_NAMESPACE)")
 	pf.BoolVar(&e.json, "json", false, "machine-readable output: JSON lines on stdout, errors as a JSON object on stderr")
 	addSecurityFlags(root, &e.security)
+	pf.StringVar(&e.contextName, "context", os.Getenv(configEnv), "the config file's context to use instead of its current-context (env "+configEnv+"); see 'sessionctl help config'")
 	pf.DurationVar(&e.timeout, "timeout", defaultTimeout, "limit for connecting to the daemon and for each single call (0: none); streams (ls, export, watch) run as long as they need once connected")
 
 	root.AddCommand(
-		lsCmd(e), showCmd(e), rmCmd(e), renameCmd(e), forkCmd(e), rewindCmd(e), searchCmd(e),
+		lsCmd(e), showCmd(e), createCmd(e), appendCmd(e), updateCmd(e), rmCmd(e), renameCmd(e), forkCmd(e), rewindCmd(e), searchCmd(e),
 		exportCmd(e), importCmd(e), purgeCmd(e), watchCmd(e), healthCmd(e), versionCmd(e), fsckCmd(e),
-		tokenCmd(e), manCmd(root),
+		tokenCmd(e), configCmd(e), manCmd(root),
 	)
 	root.SetHelpCommand(helpCmd(root))
 	return root

@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // A dead address: nothing listens on port 1 of loopback.
@@ -460,5 +462,68 @@ func TestLsShowUsageAndModels(t *testing.T) {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("show lacks %q:\n%s", want, r.stdout)
 		}
+	}
+}
+
+// TestFlagErrorsNameRealCommands: a bad flag is reported once, prefixed
+// once, with a help command that exists.
+func TestFlagErrorsNameRealCommands(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "sessionctl: unknown flag: --bogus; see 'sessionctl help'\n"},
+		{[]string{"ls", "--bogus"}, "sessionctl: ls: unknown flag: --bogus; see 'sessionctl help ls'\n"},
+		{[]string{"token", "add", "--bogus"}, "sessionctl: token add: unknown flag: --bogus; see 'sessionctl help token add'\n"},
+	} {
+		r := ctlIn(t, strings.NewReader(""), tt.args...)
+		if r.code != exitUsage || r.stderr != tt.want {
+			t.Errorf("%v: got %v; want exit 2 and %q", tt.args, r, tt.want)
+		}
+		hint := regexp.MustCompile(`'sessionctl (help[^']*)'`).FindStringSubmatch(r.stderr)
+		if hint == nil {
+			continue
+		}
+		if h := ctlIn(t, strings.NewReader(""), strings.Fields(hint[1])...); h.code != 0 {
+			t.Errorf("the hint %q does not run: %v", hint[0], h)
+		}
+	}
+}
+
+// TestVersionFlag: --version prints the stamped version without a daemon.
+func TestVersionFlag(t *testing.T) {
+	old := version
+	version = "v9.8.7-test"
+	t.Cleanup(func() { version = old })
+	r := ctlIn(t, strings.NewReader(""), "--addr", deadAddr, "--version")
+	if r.code != 0 || r.stdout != "sessionctl v9.8.7-test\n" || r.stderr != "" {
+		t.Fatalf("--version: %v", r)
+	}
+}
+
+// TestSnippetWholeWords: search's SNIPPET column shows whole words of the
+// snippet the daemon cut (storage.Snippet) around the query.
+func TestSnippetWholeWords(t *testing.T) {
+	words := strings.Fields("the quick brown foxes jumped over seventeen lazy dogs while the farmer slept soundly in his comfortable chair near the window")
+	text := strings.Join(words, " ") + " needle " + strings.Join(words, " ")
+	snippet, ok := storage.Snippet(text, "needle")
+	if !ok {
+		t.Fatal("no snippet")
+	}
+	cell := snippetCell(snippet, "needle")
+	if !strings.HasPrefix(cell, "…") || !strings.HasSuffix(cell, "…") || !strings.Contains(cell, " needle ") {
+		t.Fatalf("cell %q of snippet %q", cell, snippet)
+	}
+	for _, w := range strings.Fields(strings.Trim(cell, "…")) {
+		if !slices.Contains(words, w) && w != "needle" {
+			t.Errorf("cell %q holds a cut word %q (snippet %q)", cell, w, snippet)
+		}
+	}
+	// A short text is shown whole, and a long cell is cut between words.
+	if got := snippetCell("a needle here", "needle"); got != "a needle here" {
+		t.Errorf("short snippet shown as %q", got)
+	}
+	if got := clipWords(strings.Repeat("word ", 40), 22); got != "word word word word…" {
+		t.Errorf("clipWords = %q", got)
 	}
 }

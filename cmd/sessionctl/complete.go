@@ -27,6 +27,9 @@ const (
 // daemon named by --addr/SESSIOND_ADDR; if none answers, it offers nothing
 // rather than file names.
 func (e *env) completeSessions(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if err := e.applyContext(cmd); err != nil {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), completeTimeout)
 	defer cancel()
 	if e.timeout <= 0 || e.timeout > completeTimeout {

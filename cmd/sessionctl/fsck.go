@@ -26,7 +26,8 @@ the damaged files goes to quarantine/ first), moves what it cannot read to
 quarantine/, and rebuilds the derived indexes. It never deletes data.
 
 Exit codes, as e2fsck's: 0 no damage, 1 damage found and all of it
-repaired, 4 damage left.`,
+repaired, 4 damage left, 8 not checked (the data dir is missing,
+unreadable, or in use by a running daemon).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, pos []string) error {
 			return e.fsck(cmd.Context(), pos[0], repair)
@@ -38,7 +39,7 @@ repaired, 4 damage left.`,
 
 func (e *env) fsck(ctx context.Context, dir string, repair bool) error {
 	if st, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("fsck: %w; give the daemon's --data-dir", err)
+		return &exitErr{code: exitFsckOperational, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %w; give the daemon's --data-dir", err)}
 	} else if !st.IsDir() {
 		return usageErrorf("fsck: %s is not a directory; give the daemon's --data-dir", dir)
 	}
@@ -49,10 +50,10 @@ func (e *env) fsck(ctx context.Context, dir string, repair bool) error {
 	})
 	prog.finish()
 	if errors.Is(err, storage.ErrLocked) {
-		return &exitErr{code: exitError, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %s is in use by a running sessiond; stop the daemon first (fsck works offline)", dir)}
+		return &exitErr{code: exitFsckOperational, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %s is in use by a running sessiond; stop the daemon first (fsck works offline)", dir)}
 	}
 	if err != nil {
-		return fmt.Errorf("fsck %s: %w", dir, err)
+		return &exitErr{code: exitFsckOperational, grpc: codes.Unknown, err: fmt.Errorf("fsck %s: %w", dir, err)}
 	}
 	unrepaired := 0
 	for _, f := range rep.Findings {

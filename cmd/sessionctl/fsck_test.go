@@ -262,8 +262,9 @@ func TestFsck(t *testing.T) {
 
 	// While the daemon holds the dir, fsck refuses and says why.
 	r := ctlIn(t, strings.NewReader(""), "fsck", dir)
-	if r.code != exitError || !strings.Contains(r.stderr, "running sessiond") || !strings.Contains(r.stderr, "stop") {
-		t.Fatalf("fsck on a dir in use: want exit 1 saying to stop the daemon, got %v", r)
+	// 8, as e2fsck's operational error: 1 would read as "damage repaired".
+	if r.code != exitFsckOperational || !strings.Contains(r.stderr, "running sessiond") || !strings.Contains(r.stderr, "stop") {
+		t.Fatalf("fsck on a dir in use: want exit 8 saying to stop the daemon, got %v", r)
 	}
 	checkOneLineError(t, r)
 	d.stop()
@@ -374,8 +375,8 @@ func TestFsck(t *testing.T) {
 func TestFsckNotADataDir(t *testing.T) {
 	for name, dir := range map[string]string{"missing": filepath.Join(t.TempDir(), "nope"), "empty": t.TempDir()} {
 		r := ctlIn(t, strings.NewReader(""), "fsck", dir)
-		if r.code != exitError {
-			t.Errorf("%s: want exit 1, got %v", name, r)
+		if r.code != exitFsckOperational {
+			t.Errorf("%s: want exit 8 (not checked), got %v", name, r)
 		}
 		checkOneLineError(t, r)
 	}

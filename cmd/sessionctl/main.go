@@ -1,6 +1,7 @@
-// Command sessionctl administers a sessiond daemon: it lists, shows, searches,
-// renames, forks, rewinds, deletes, exports, imports and watches sessions over
-// gRPC, and checks a file data dir offline (fsck).
+// Command sessionctl administers a sessiond daemon: it lists, shows, creates,
+// appends to, updates, searches, renames, forks, rewinds, deletes, exports,
+// imports and watches sessions over gRPC, and checks a file data dir offline
+// (fsck).
 //
 // Usage:
 //
@@ -22,6 +23,19 @@
 // arguments. A session argument (ID|ALIAS) that is shaped like a UUID is an
 // id, anything else an alias.
 //
+// create, append and update write (write.go). append's message id is a
+// UUIDv7 chosen by sessionctl, or --id: the same append run again with its
+// --id is a no-op, so a script can retry one whose answer it lost.
+//
+// # Contexts
+//
+// $XDG_CONFIG_HOME/sessiond/config.toml (else ~/.config/sessiond/config.toml)
+// names daemons as contexts (address, namespace, token-file, tls, tls-ca,
+// tls-cert, tls-key); --context NAME (or SESSIOND_CONTEXT) picks one, else
+// its current-context does; flags and environment variables win over it
+// (config.go). `config view` lists the contexts, `config use NAME` sets
+// current-context.
+//
 // # Tokens and TLS
 //
 // For a daemon with --auth-tokens and TLS, --token (or SESSIOND_TOKEN) is
@@ -39,7 +53,8 @@
 //	3  not found (the session named does not exist)
 //
 // fsck follows e2fsck: 0 no damage, 1 damage found and all of it repaired,
-// 4 damage left (found without --repair, or not repairable).
+// 4 damage left (found without --repair, or not repairable), 8 not checked
+// (no such data dir, or a running daemon holds it).
 //
 // Errors are one line on stderr that says what to do next; with --json
 // they are one JSON object instead: {"code":"NOT_FOUND","message":"...",
@@ -134,11 +149,13 @@ const (
 	exitNotFound = 3
 )
 
-// fsck's exit codes, as e2fsck's.
+// fsck's exit codes, as e2fsck's: 1 is "damage repaired", never a failure
+// to check, which is 8.
 const (
-	exitFsckClean     = 0
-	exitFsckCorrected = 1
-	exitFsckLeft      = 4
+	exitFsckClean       = 0
+	exitFsckCorrected   = 1
+	exitFsckLeft        = 4
+	exitFsckOperational = 8
 )
 
 func main() {

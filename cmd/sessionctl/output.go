@@ -39,7 +39,7 @@ func (e *env) rpcError(op string, err error) error {
 		// already names it as the user typed it.
 		return notFoundErrorf("%s: no such session in %s; 'sessionctl ls' lists the sessions", op, e.nsLabel())
 	case codes.Unavailable:
-		out = fmt.Errorf("%s: cannot reach sessiond at %s (%s); start it, or point --addr or SESSIOND_ADDR at it", op, e.addr, msg)
+		out = fmt.Errorf("%s: %s", op, e.unreachableHint(msg))
 	case codes.DataLoss:
 		out = fmt.Errorf("%s: %s; the stored session is damaged: stop sessiond and run 'sessionctl fsck DATA_DIR'", op, msg)
 	case codes.Aborted:
@@ -47,7 +47,7 @@ func (e *env) rpcError(op string, err error) error {
 	case codes.Unauthenticated:
 		out = fmt.Errorf("%s: %s; give --token (or set SESSIOND_TOKEN) with a token of the daemon's --auth-tokens file", op, msg)
 	case codes.PermissionDenied:
-		out = fmt.Errorf("%s: %s; use a token allowed for %s, or another --namespace", op, msg, e.nsLabel())
+		out = fmt.Errorf("%s: %s; %s", op, msg, e.permissionHint(msg))
 	case codes.Unimplemented:
 		out = fmt.Errorf("%s: %s; the daemon is too old for this command, upgrade sessiond", op, msg)
 	case codes.Canceled:
@@ -60,6 +60,40 @@ func (e *env) rpcError(op string, err error) error {
 		out = fmt.Errorf("%s: %s (%s)", op, msg, s.Code())
 	}
 	return &exitErr{code: exitError, grpc: s.Code(), err: out}
+}
+
+// unreachableHint explains an UNAVAILABLE answer by its likely cause: a
+// daemon that closes a plaintext connection at once serves TLS, one that
+// answers TLS with plaintext does not, and a refused connection means that
+// nothing listens at --addr.
+func (e *env) unreachableHint(msg string) string {
+	tlsOn := e.security.usesTLS()
+	switch {
+	case !tlsOn && (strings.Contains(msg, "server preface") || strings.Contains(msg, "connection reset")):
+		return fmt.Sprintf("sessiond at %s closed the plaintext connection (%s); it serves TLS: add --tls-ca FILE (the CA of its --tls-cert), or --tls if a public CA signed it", e.addr, msg)
+	case tlsOn && (strings.Contains(msg, "first record does not look like a TLS handshake") || strings.Contains(msg, "server preface")):
+		return fmt.Sprintf("sessiond at %s does not serve TLS (%s); drop --tls, --tls-ca, --tls-cert and --tls-key", e.addr, msg)
+	case tlsOn && (strings.Contains(msg, "certificate") || strings.Contains(msg, "tls:")):
+		return fmt.Sprintf("TLS with sessiond at %s failed (%s); check --tls-ca (the CA of the daemon's --tls-cert), and --tls-cert/--tls-key if it asks for a client certificate", e.addr, msg)
+	}
+	if e.context != "" {
+		return fmt.Sprintf("cannot reach sessiond at %s (%s, the address of context %s); start it ('sessiond'), or fix the context ('sessionctl config view'), or pick another with --context", e.addr, msg, e.context)
+	}
+	return fmt.Sprintf("cannot reach sessiond at %s (%s); start it ('sessiond'), or point --addr or SESSIOND_ADDR at it", e.addr, msg)
+}
+
+// permissionHint says what would let a refused call through. The daemon
+// refuses a token for its role, for a call that needs every namespace, or
+// for the namespace (server.Authorizer); only the last is cured by another
+// namespace.
+func (e *env) permissionHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "has role"):
+		return "the token's role is too low for this command: use a token with the role named, made with 'sessionctl token add --role write' (or admin)"
+	case strings.Contains(msg, "every namespace"):
+		return "use an admin token for every namespace: 'sessionctl token add --namespace \"*\" --role admin'"
+	}
+	return fmt.Sprintf("use a token allowed for %s, or another --namespace", e.nsLabel())
 }
 
 // writeJSONLine writes m as one line of proto3 JSON. protojson varies its

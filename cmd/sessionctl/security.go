@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -41,13 +43,16 @@ func addSecurityFlags(root *cobra.Command, s *securityFlags) {
 	pf.StringVar(&s.tlsKey, "tls-key", "", "private key PEM `file` of --tls-cert")
 }
 
+// usesTLS reports whether the connection is made with TLS.
+func (s *securityFlags) usesTLS() bool { return s.tls || s.tlsCA != "" || s.tlsCert != "" }
+
 // dialOptions returns the transport and per-call credentials for addr.
 func (s *securityFlags) dialOptions(addr string) ([]grpc.DialOption, error) {
 	if (s.tlsCert == "") != (s.tlsKey == "") {
 		return nil, usageErrorf("--tls-cert and --tls-key go together: give both or neither")
 	}
 	var cfg *tls.Config // nil: plaintext
-	if s.tls || s.tlsCA != "" || s.tlsCert != "" {
+	if s.usesTLS() {
 		var err error
 		if cfg, err = client.TLSConfig(s.tlsCA, s.tlsCert, s.tlsKey); err != nil {
 			return nil, usageErrorf("%v", strings.TrimPrefix(err.Error(), "client: "))
@@ -126,7 +131,13 @@ watch, server info), write (read plus every change), admin (everything).`,
 			if _, err := auth.CheckNamespaces(namespaces); err != nil {
 				return usageErrorf("token add: --namespace: %v", err)
 			}
+			if err := tokenFolder(file); err != nil {
+				return err
+			}
 			secret, err := auth.AddToken(file, name, namespaces, r)
+			if errors.Is(err, fs.ErrPermission) {
+				return fmt.Errorf("token add: cannot write %s: permission denied; run as the owner of %s (e.g. sudo), or give --file in a folder of yours", file, filepath.Dir(file))
+			}
 			if err != nil {
 				return fmt.Errorf("token add: %w", err)
 			}
@@ -149,6 +160,30 @@ watch, server info), write (read plus every change), admin (everything).`,
 	cmd.Flags().StringArrayVar(&namespaces, "namespace", nil, `a namespace the token may use; repeat for more; "" is the default namespace, "*" all`)
 	cmd.Flags().StringVar(&role, "role", "", "read, write or admin")
 	return cmd
+}
+
+// tokenFolder makes the token file's folder (0700: it lists who may do
+// what) when it is missing, so that 'token add --file /etc/sessiond/...'
+// works as written on a fresh machine, or says what to do instead.
+func tokenFolder(file string) error {
+	dir := filepath.Dir(file)
+	st, err := os.Stat(dir)
+	if err == nil {
+		if !st.IsDir() {
+			return usageErrorf("token add: %s is not a folder; give --file a path in a folder", dir)
+		}
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("token add: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("token add: cannot create the folder %s: permission denied; create it first (sudo install -d -m 0700 -o \"$USER\" %s), or give --file in a folder of yours", dir, dir)
+		}
+		return fmt.Errorf("token add: create the folder %s: %w", dir, err)
+	}
+	return nil
 }
 
 func tokenLsCmd(e *env) *cobra.Command {

@@ -97,8 +97,21 @@ func TestTokenAndTLSFlags(t *testing.T) {
 	if r := ctl("--token", secret, "--tls-ca", d.CAFile, "ls"); r.code != exitError {
 		t.Errorf("no client certificate under mutual TLS: %v; want exit 1", r)
 	}
-	if r := ctl("--token", secret, "ls"); r.code != exitError {
-		t.Errorf("plaintext to a TLS daemon: %v; want exit 1", r)
+	// A plaintext client is told the daemon serves TLS, not that it is down.
+	if r := ctl("--token", secret, "ls"); r.code != exitError || !strings.Contains(r.stderr, "it serves TLS: add --tls-ca FILE") || strings.Contains(r.stderr, "start it") {
+		t.Errorf("plaintext to a TLS daemon: %v; want exit 1 naming --tls-ca", r)
+	}
+	// A read token refused a write is told its role, not to change namespace.
+	readSecret, err := auth.AddToken(d.TokenFile, "reader", []string{"*"}, auth.RoleRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the daemon to load the read token", func() bool {
+		return ctl(append(tlsArgs, "--token", readSecret, "ls")...).code == 0
+	})
+	r := ctl(append(tlsArgs, "--token", readSecret, "create", "--alias", "x")...)
+	if r.code != exitError || !strings.Contains(r.stderr, `has role read`) || !strings.Contains(r.stderr, "--role write") || strings.Contains(r.stderr, "--namespace") {
+		t.Errorf("read token refused a create: %v; want exit 1 naming the role", r)
 	}
 	if r := ctl("--tls-ca", d.CAFile, "--tls-cert", d.CertFile, "ls"); r.code != exitUsage {
 		t.Errorf("--tls-cert without --tls-key: %v; want exit 2", r)
@@ -106,5 +119,33 @@ func TestTokenAndTLSFlags(t *testing.T) {
 	// A token is never sent in clear text off this machine.
 	if r := ctlIn(t, strings.NewReader(""), "--addr", "10.1.2.3:7437", "--token", secret, "ls"); r.code != exitUsage || !strings.Contains(r.stderr, "TLS") {
 		t.Errorf("token without TLS to another host: %v; want exit 2 naming TLS", r)
+	}
+}
+
+// TestTokenAddMakesFolder: token add --file in a folder that does not exist
+// yet makes it (0700); where it may not, it says what to do, naming no
+// temporary file.
+func TestTokenAddMakesFolder(t *testing.T) {
+	t.Setenv("SESSIOND_AUTH_TOKENS", "")
+	dir := filepath.Join(t.TempDir(), "etc", "sessiond")
+	file := filepath.Join(dir, "tokens.json")
+	must(t, ctlIn(t, strings.NewReader(""), "token", "add", "--file", file, "--name", "a", "--namespace", "", "--role", "read"))
+	st, err := os.Stat(dir)
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("folder %s: %v, %v; want it made 0700", dir, st, err)
+	}
+	if os.Geteuid() == 0 {
+		t.Skip("root may write anywhere")
+	}
+	locked := filepath.Join(t.TempDir(), "locked")
+	if err := os.Mkdir(locked, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(locked, "tokens.json"), filepath.Join(locked, "sub", "tokens.json")} {
+		r := ctlIn(t, strings.NewReader(""), "token", "add", "--file", f, "--name", "a", "--namespace", "", "--role", "read")
+		if r.code != exitError || !strings.Contains(r.stderr, "permission denied") || !strings.Contains(r.stderr, "--file in a folder of yours") || strings.Contains(r.stderr, ".tmp") {
+			t.Errorf("token add --file %s: %v", f, r)
+		}
+		checkOneLineError(t, r)
 	}
 }

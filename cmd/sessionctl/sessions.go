@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -496,6 +497,49 @@ func rewindCmd(e *env) *cobra.Command {
 	return cmd
 }
 
+// snippetContext is how many bytes of text storage.Snippet keeps on each
+// side of the query: a snippet with that much before (after) the query was
+// cut there, likely inside a word.
+const snippetContext = 60
+
+// snippetCell shows a search hit's snippet in whole words: a word the
+// daemon's cut split is dropped for "…", and the cell is at most
+// snippetWidth characters, cut between words.
+func snippetCell(snippet, query string) string {
+	if i := strings.Index(strings.ToLower(snippet), strings.ToLower(query)); i >= 0 {
+		end := i + len(query)
+		head, match, tail := snippet[:i], snippet[i:end], snippet[end:]
+		if len(head) >= snippetContext {
+			if j := strings.IndexFunc(head, unicode.IsSpace); j >= 0 {
+				head = "…" + strings.TrimLeftFunc(head[j:], unicode.IsSpace)
+			}
+		}
+		if len(tail) >= snippetContext {
+			if j := strings.LastIndexFunc(tail, unicode.IsSpace); j >= 0 {
+				tail = strings.TrimRightFunc(tail[:j], unicode.IsSpace) + "…"
+			}
+		}
+		snippet = head + match + tail
+	}
+	return clipWords(snippet, snippetWidth)
+}
+
+// snippetWidth bounds the SNIPPET column.
+const snippetWidth = 120
+
+// clipWords is clip that cuts between words when it must cut.
+func clipWords(s string, n int) string {
+	r := []rune(safeLine(strings.Join(strings.Fields(s), " ")))
+	if len(r) <= n {
+		return string(r)
+	}
+	cut := string(r[:n-1])
+	if j := strings.LastIndex(cut, " "); j > 0 {
+		cut = cut[:j]
+	}
+	return strings.TrimSuffix(cut, "…") + "…"
+}
+
 func searchCmd(e *env) *cobra.Command {
 	var limit int64
 	cmd := &cobra.Command{
@@ -524,7 +568,7 @@ func searchCmd(e *env) *cobra.Command {
 					if hit.GetMessageIndex() >= 0 {
 						idx = fmt.Sprint(hit.GetMessageIndex())
 					}
-					return []string{safeLine(displayName(hit.GetSession())), idx, clip(hit.GetSnippet(), 100)}
+					return []string{safeLine(displayName(hit.GetSession())), idx, snippetCell(hit.GetSnippet(), pos[0])}
 				})
 		},
 	}

@@ -236,18 +236,30 @@ func (w *watcher) print(ev *sessiondv1.WatchSessionResponse) error {
 	stamp := time.Now().Format("15:04:05")
 	switch ev.GetType() {
 	case sessiondv1.EventType_EVENT_TYPE_APPENDED:
-		fmt.Fprintf(w.e.stdout, "%s revision %d: %d messages appended\n", stamp, ev.GetRevision(), len(ev.GetMessages()))
+		fmt.Fprintf(w.e.stdout, "%s revision %d: %s appended\n", stamp, ev.GetRevision(), countOf(len(ev.GetMessages()), "message"))
 		writeConversation(w.e.stdout, first, ev.GetMessages())
 	case sessiondv1.EventType_EVENT_TYPE_REPLACED:
 		fmt.Fprintf(w.e.stdout, "%s revision %d: messages replaced, now %d ('sessionctl show' prints them)\n", stamp, ev.GetRevision(), s.GetMessageCount())
 	case sessiondv1.EventType_EVENT_TYPE_UPDATED:
-		fmt.Fprintf(w.e.stdout, "%s revision %d: metadata updated (alias %q, title %q, labels %s)\n", stamp, ev.GetRevision(), safeLine(s.GetAlias()), safeLine(s.GetTitle()), safeLine(sortedPairs(s.GetLabels())))
+		labels := "no labels"
+		if len(s.GetLabels()) > 0 {
+			labels = "labels " + safeLine(sortedPairs(s.GetLabels()))
+		}
+		fmt.Fprintf(w.e.stdout, "%s revision %d: metadata updated (alias %q, title %q, %s)\n", stamp, ev.GetRevision(), safeLine(s.GetAlias()), safeLine(s.GetTitle()), labels)
 	case sessiondv1.EventType_EVENT_TYPE_DELETED:
 		fmt.Fprintf(w.e.stdout, "%s revision %d: session deleted\n", stamp, ev.GetRevision())
 	default:
 		fmt.Fprintf(w.e.stdout, "%s revision %d: %s\n", stamp, ev.GetRevision(), strings.ToLower(ev.GetType().String()))
 	}
 	return nil
+}
+
+// countOf is "1 message", "2 messages".
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // reload fetches the session after OUT_OF_RANGE, prints the messages the
@@ -278,7 +290,7 @@ func (w *watcher) reload(ctx context.Context) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(w.e.stdout, "%s reloaded at revision %d, %d messages\n", time.Now().Format("15:04:05"), s.GetRevision(), s.GetMessageCount())
+		fmt.Fprintf(w.e.stdout, "%s reloaded at revision %d, %s\n", time.Now().Format("15:04:05"), s.GetRevision(), countOf(int(s.GetMessageCount()), "message"))
 		writeConversation(w.e.stdout, w.count, missed)
 	}
 	w.count = s.GetMessageCount()

@@ -29,14 +29,14 @@ func TestWatch(t *testing.T) {
 	}
 	waitFor(t, "the appended message", func() bool {
 		out := w.out.String()
-		return strings.Contains(out, "revision 2: 1 messages appended") && strings.Contains(out, "[1]") && strings.Contains(out, "second, appended live")
+		return strings.Contains(out, "revision 2: 1 message appended") && strings.Contains(out, "[1]") && strings.Contains(out, "second, appended live")
 	})
 	if _, err := d.client.UpdateSession(t.Context(), &sessiondv1.UpdateSessionRequest{Ref: ref,
 		Session: &sessiondv1.Session{Title: "new title"}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"title"}}}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the update", func() bool {
-		return strings.Contains(w.out.String(), `metadata updated (alias "live", title "new title"`)
+		return strings.Contains(w.out.String(), `metadata updated (alias "live", title "new title", no labels)`)
 	})
 	if strings.Contains(w.out.String(), "first") {
 		t.Errorf("watch replayed a message from before it started:\n%s", w.out.String())
@@ -117,7 +117,7 @@ func TestWatchReloadsAfterOutOfRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the message after the reload", func() bool {
-		return strings.Contains(w.out.String(), "revision 2: 1 messages appended") && strings.Contains(w.out.String(), "after the reload")
+		return strings.Contains(w.out.String(), "revision 2: 1 message appended") && strings.Contains(w.out.String(), "after the reload")
 	})
 	select {
 	case <-w.done:
@@ -170,7 +170,7 @@ func TestWatchAcrossDaemonRestart(t *testing.T) {
 	appendOne(d2, "2", "after the restart")
 	waitFor(t, "the message after the restart", func() bool {
 		out := w.out.String()
-		return strings.Contains(out, "revision 3: 1 messages appended") && strings.Contains(out, "[1]") && strings.Contains(out, "after the restart")
+		return strings.Contains(out, "revision 3: 1 message appended") && strings.Contains(out, "[1]") && strings.Contains(out, "after the restart")
 	})
 	if n := strings.Count(w.out.String(), "before the restart"); n != 1 {
 		t.Errorf("the message before the restart was printed %d times:\n%s", n, w.out.String())

@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	sessiond-load [--addr 127.0.0.1:7437] [--namespace NS] [--json] MODE [FLAGS]
+//	sessiond-load [--addr 127.0.0.1:7437] [--namespace NS] [--cleanup] [--json] MODE [FLAGS]
 //
 // Modes:
 //
@@ -25,12 +25,20 @@
 //	        of the namespace: time to the first frame and to the last.
 //	load    creates one session of --messages messages, then times
 //	        LoadSession of all of them: messages/s.
-//	fsync   no daemon: appends --size bytes to a file in --dir and
-//	        fdatasyncs, each call; the disk part of the append floor.
-//	soak    starts --sessiond over --dir itself, runs appenders, watchers
+//	fsync   no daemon: appends --size bytes to a file in --dir (default a
+//	        temp folder, removed after) and fdatasyncs, each call; the disk
+//	        part of the append floor.
+//	soak    starts --sessiond over --dir (default a new temp folder) itself,
+//	        runs appenders, watchers
 //	        and stalled readers for --duration, kills it with SIGKILL and
 //	        restarts it every --kill-every, checking that every acknowledged
 //	        append survived; prints the daemon's RSS every --sample.
+//
+// A run writes into a namespace of its own, sessiond-load-TIME-RANDOM (named
+// on stderr), unless --namespace names one, so that it never mixes its
+// sessions with a daemon's real ones; --cleanup deletes the sessions it
+// created when it ends, and soak's temp data dir. Without --cleanup they
+// stay, and the run says where.
 //
 // Every loop is bounded by a count and a duration. The daemon must be on
 // loopback: this tool generates load and must not be aimed at a shared

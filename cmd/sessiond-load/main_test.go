@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -278,9 +279,10 @@ func TestErrors(t *testing.T) {
 		{"too many sessions", []string{"--addr", d.addr, "append", "--clients", "2", "--sessions", "100001"}, true, "--sessions"},
 		{"unknown client", []string{"--addr", d.addr, "append", "--client", "fast"}, true, "--client"},
 		{"negative prefill", []string{"--addr", d.addr, "append", "--prefill", "-1"}, true, "--prefill"},
-		{"fsync without dir", []string{"fsync"}, true, "--dir"},
+		{"list of no namespace", []string{"--addr", d.addr, "list"}, true, "--namespace"},
 		{"stray argument", []string{"--addr", d.addr, "health", "extra"}, true, "extra"},
-		{"refused by the daemon", []string{"--addr", d.addr, "--namespace", "no/slash", "append", "--count", "1"}, false, "create session"},
+		{"bad namespace", []string{"--addr", d.addr, "--namespace", "no/slash", "append", "--count", "1"}, true, "--namespace"},
+		{"refused by the daemon", []string{"--addr", d.addr, "load", "--messages", "1", "--size", "16777216"}, false, "max_message_bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -355,5 +357,57 @@ func TestAppendMetrics(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if err := run(t.Context(), []string{"append", "--metrics", "10.0.0.1:9090"}, &stdout, &stderr); exitCode(err, &stderr) != 2 {
 		t.Errorf("--metrics off loopback: %v, want a usage error", err)
+	}
+}
+
+// TestOwnNamespaceAndCleanup: without --namespace a run writes into a
+// namespace of its own, and --cleanup deletes what it wrote; fsync without
+// --dir measures a temp folder it removes.
+func TestOwnNamespaceAndCleanup(t *testing.T) {
+	d := startDaemon(t)
+	sessionsIn := func(ns string) int64 {
+		n, _ := d.storedMessages(t, ns)
+		return n
+	}
+	runNS := regexp.MustCompile(`writing into namespace (sessiond-load-\d{8}-\d{6}-[0-9a-f]{6})\n`)
+	runOnce := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if err := run(t.Context(), append([]string{"--addr", d.addr}, args...), &stdout, &stderr); err != nil {
+			t.Fatalf("run %v: %v\n%s", args, err, stderr.String())
+		}
+		m := runNS.FindStringSubmatch(stderr.String())
+		if m == nil {
+			t.Fatalf("run %v does not name its namespace:\n%s", args, stderr.String())
+		}
+		return m[1]
+	}
+
+	kept := runOnce("append", "--clients", "2", "--count", "20", "--warmup", "1")
+	again := runOnce("append", "--clients", "2", "--count", "20", "--warmup", "1")
+	if kept == again {
+		t.Fatalf("two runs shared namespace %s", kept)
+	}
+	if a, b, def := sessionsIn(kept), sessionsIn(again), sessionsIn(""); a != 2 || b != 2 || def != 0 {
+		t.Fatalf("after two runs: %d and %d sessions in their namespaces, %d in the default one", a, b, def)
+	}
+	cleaned := runOnce("--cleanup", "load", "--messages", "10", "--repeat", "1")
+	if n := sessionsIn(cleaned); n != 0 || sessionsIn(kept) != 2 {
+		t.Errorf("after load --cleanup: %d sessions left in %s", n, cleaned)
+	}
+	cleaned = runOnce("list", "--populate", "25", "--clients", "4", "--repeat", "1", "--cleanup")
+	if n := sessionsIn(cleaned); n != 0 {
+		t.Errorf("after list --cleanup: %d sessions left in %s", n, cleaned)
+	}
+
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	var rep fsyncReport
+	runJSON(t, &rep, "fsync", "--count", "5", "--warmup", "1")
+	if !strings.HasPrefix(rep.Dir, tmp) || rep.Ops != 5 {
+		t.Errorf("fsync without --dir measured %q (%d ops); want a folder in %s", rep.Dir, rep.Ops, tmp)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("fsync left %d entries in $TMPDIR", len(left))
 	}
 }

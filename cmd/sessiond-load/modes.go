@@ -11,10 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/metrics"
@@ -69,7 +70,52 @@ func createSession(ctx context.Context, c *config, cl sessiondv1.SessionStoreSer
 	if err != nil {
 		return "", fmt.Errorf("create session in namespace %q: %w", c.namespace, err)
 	}
+	c.recordCreated(resp.GetSession().GetId())
 	return resp.GetSession().GetId(), nil
+}
+
+// deleteSessions deletes the sessions ids of the run's namespace, 16 at a
+// time, and reports the first failure.
+func deleteSessions(c *config, ids []string) error {
+	conn, err := dial(c)
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	defer conn.Close()
+	cl := sessiondv1.NewSessionStoreServiceClient(conn)
+	// Its own context: an interrupted run still cleans up after itself.
+	ctx := context.Background()
+	work := make(chan string)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var first error
+			for id := range work {
+				cctx, cancel := context.WithTimeout(ctx, c.timeout)
+				_, err := cl.DeleteSession(cctx, &sessiondv1.DeleteSessionRequest{Ref: idRef(c.namespace, id)})
+				cancel()
+				if err != nil && status.Code(err) != codes.NotFound && first == nil {
+					first = fmt.Errorf("cleanup: delete session %s of namespace %s: %w", id, c.namespace, err)
+				}
+			}
+			errs <- first
+		}()
+	}
+	for _, id := range ids {
+		work <- id
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // --- append ---
@@ -627,7 +673,7 @@ func runFsync(ctx context.Context, c *config, stderr io.Writer) (report, error) 
 		if _, err := f.Write(buf); err != nil {
 			return fmt.Errorf("fsync floor: write: %w", err)
 		}
-		if err := unix.Fdatasync(fd); err != nil {
+		if err := datasync(fd); err != nil {
 			return fmt.Errorf("fsync floor: fdatasync: %w", err)
 		}
 		return nil

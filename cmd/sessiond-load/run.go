@@ -2,14 +2,21 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/sessiond/sessiond/internal/buildinfo"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // The append mode's clients (--client).
@@ -37,6 +44,8 @@ type config struct {
 	batch    int
 	repeat   int
 	dir      string
+	tempDir  bool          // dir was made by this run (no --dir given)
+	cleanup  bool          // --cleanup: remove what the run wrote
 	timeout  time.Duration // per call, so that a hung daemon ends the run
 	metrics  string        // append: the daemon's --metrics-listen address, or ""
 	client   string        // append: clientLean or clientGRPC
@@ -47,6 +56,9 @@ type config struct {
 	stalled   int
 	killEvery time.Duration
 	sample    time.Duration
+
+	createdMu sync.Mutex
+	created   []string // ids of the sessions the run created, for --cleanup
 }
 
 // mode is one kind of measurement.
@@ -116,7 +128,7 @@ var modes = []mode{
 		name: "fsync",
 		help: "no daemon: appends --size bytes to a file in --dir and fdatasyncs, each call",
 		flags: func(fs *flag.FlagSet, c *config) {
-			fs.StringVar(&c.dir, "dir", "", "directory on the filesystem to measure (required)")
+			fs.StringVar(&c.dir, "dir", "", "directory on the filesystem to measure (default: a new temp folder, removed after; $TMPDIR may be tmpfs: give the data dir's filesystem to measure its disk)")
 			fs.DurationVar(&c.duration, "duration", 10*time.Second, "stop after this long")
 			fs.IntVar(&c.count, "count", 1000, "stop after this many appends")
 			fs.IntVar(&c.size, "size", 1024, "bytes per append")
@@ -129,7 +141,7 @@ var modes = []mode{
 		help: "starts sessiond over --dir and runs appenders, watchers and stalled readers for --duration, kill -9 and restart every --kill-every; prints the daemon's RSS over time and fails if an acknowledged append is lost",
 		flags: func(fs *flag.FlagSet, c *config) {
 			fs.StringVar(&c.sessiond, "sessiond", "sessiond", "the sessiond binary to run")
-			fs.StringVar(&c.dir, "dir", "", "data dir for the daemon (required; created if missing)")
+			fs.StringVar(&c.dir, "dir", "", "data dir for the daemon, created if missing (default: a new temp folder, kept for inspection unless --cleanup)")
 			fs.DurationVar(&c.duration, "duration", 10*time.Minute, "stop after this long")
 			fs.IntVar(&c.clients, "clients", 8, "appenders, each on its own session")
 			fs.IntVar(&c.watchers, "watchers", 16, "watches of the appenders' sessions, reconnecting after each restart")
@@ -145,18 +157,28 @@ var modes = []mode{
 // commonFlags are accepted before the mode and after it.
 func commonFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.addr, "addr", c.addr, "sessiond address, host:port on loopback")
-	fs.StringVar(&c.namespace, "namespace", c.namespace, "namespace of the sessions the run creates")
+	fs.StringVar(&c.namespace, "namespace", c.namespace, "namespace of the sessions the run creates (default: a new one per run, sessiond-load-TIME-RANDOM, so that a run never mixes with other sessions)")
+	fs.BoolVar(&c.cleanup, "cleanup", c.cleanup, "remove what the run wrote when it ends: the sessions it created, and the data dir it made")
 	fs.BoolVar(&c.json, "json", c.json, "write the report as one JSON object")
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "deadline of each call")
 }
 
+// version is set at release time with -ldflags "-X main.version=v1.2.3";
+// otherwise buildinfo falls back to what the Go toolchain recorded.
+var version string
+
 // run is the whole command; main only maps its error to an exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c := &config{addr: "127.0.0.1:7437", namespace: "sessiond-load", timeout: 60 * time.Second}
+	c := &config{addr: "127.0.0.1:7437", timeout: 60 * time.Second}
 	global := flag.NewFlagSet("sessiond-load", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
 	commonFlags(global, c)
+	showVersion := global.Bool("version", false, "print the version and exit")
 	if err := parseFlags(global, args, func() { usage(stdout, global) }); err != nil {
+		return err
+	}
+	if *showVersion {
+		_, err := fmt.Fprintln(stdout, "sessiond-load", buildinfo.Version(version))
 		return err
 	}
 	if global.NArg() == 0 {
@@ -192,8 +214,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := c.check(m); err != nil {
 		return err
 	}
+	var err error
+	if c.namespace == "" {
+		if m.name == "list" && c.populate == 0 {
+			return usagef("list without --populate lists an existing namespace: give --namespace")
+		}
+		if c.namespace, err = runNamespace(time.Now()); err != nil {
+			return err
+		}
+	}
+	if m.name != "health" && m.name != "fsync" {
+		fmt.Fprintf(stderr, "sessiond-load: writing into namespace %s\n", c.namespace)
+	}
+	if c.dir == "" && (m.name == "soak" || m.name == "fsync") {
+		if c.dir, err = os.MkdirTemp("", "sessiond-load-"+m.name+"-"); err != nil {
+			return err
+		}
+		c.tempDir = true
+	}
 
 	rep, err := m.run(ctx, c, stderr)
+	if cerr := c.clean(m, stderr); cerr != nil && err == nil {
+		err = cerr
+	}
 	if rep != nil {
 		if werr := write(stdout, c.json, rep); werr != nil && err == nil {
 			err = werr
@@ -238,6 +281,45 @@ func modeNames() string {
 	return strings.Join(names, ", ")
 }
 
+// runNamespace names a run's own namespace: its start time and a random
+// suffix, so that two runs started in the same second differ.
+func runNamespace(now time.Time) (string, error) {
+	var b [3]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return "sessiond-load-" + now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:]), nil
+}
+
+// created records a session the run made, for --cleanup.
+func (c *config) recordCreated(id string) {
+	c.createdMu.Lock()
+	c.created = append(c.created, id)
+	c.createdMu.Unlock()
+}
+
+// clean removes, with --cleanup, what the run wrote: the sessions it created
+// in a running daemon, and the data dir it made. Without --cleanup it says
+// what it left. fsync's temp folder holds nothing once its file is removed,
+// so it goes either way.
+func (c *config) clean(m *mode, stderr io.Writer) error {
+	if c.tempDir && (c.cleanup || m.name == "fsync") {
+		if err := os.RemoveAll(c.dir); err != nil {
+			return fmt.Errorf("cleanup: %w", err)
+		}
+	} else if c.tempDir {
+		fmt.Fprintf(stderr, "sessiond-load: the daemon's data dir %s is kept; --cleanup removes it\n", c.dir)
+	}
+	if !m.daemon || len(c.created) == 0 {
+		return nil
+	}
+	if !c.cleanup {
+		fmt.Fprintf(stderr, "sessiond-load: %d sessions left in namespace %s; --cleanup deletes them at the end of a run\n", len(c.created), c.namespace)
+		return nil
+	}
+	return deleteSessions(c, c.created)
+}
+
 // check refuses values that would make a run unbounded or meaningless, and
 // any address that is not loopback.
 func (c *config) check(m *mode) error {
@@ -277,8 +359,8 @@ func (c *config) check(m *mode) error {
 			return usagef("--messages and --batch must be positive")
 		}
 	case "soak":
-		if c.dir == "" || c.sessiond == "" {
-			return usagef("soak needs --dir, the daemon's data dir, and --sessiond, its binary")
+		if c.sessiond == "" {
+			return usagef("soak needs --sessiond, the daemon's binary")
 		}
 		if c.clients < 1 || c.clients > 256 || c.watchers < 0 || c.watchers > 4096 || c.stalled < 0 || c.stalled > 256 {
 			return usagef("--clients must be 1..256, --watchers 0..4096 and --stalled 0..256")
@@ -286,9 +368,10 @@ func (c *config) check(m *mode) error {
 		if c.duration <= 0 || c.duration > 24*time.Hour || c.killEvery <= 0 || c.sample <= 0 {
 			return usagef("--duration must be within 24h, and --kill-every and --sample positive")
 		}
-	case "fsync":
-		if c.dir == "" {
-			return usagef("fsync needs --dir, a directory on the filesystem to measure")
+	}
+	if c.namespace != "" {
+		if err := storage.ValidateNamespace(c.namespace); err != nil {
+			return usagef("--namespace: %v", err)
 		}
 	}
 	if c.size < 0 || c.size > 16<<20 {

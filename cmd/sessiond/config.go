@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+
 	"github.com/sessiond/sessiond/server"
 	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/file"
@@ -65,12 +68,13 @@ var noEnv = map[string]bool{"version": true}
 var logLevels = []string{"debug", "info", "warn", "error"}
 var logFormats = []string{"json", "console"}
 
-// parseConfig reads the command line over the environment (lookupEnv). A
-// bad value is a usageError; --help prints usage on stdout and returns
-// flag.ErrHelp.
+// parseConfig reads the command line over the environment (lookupEnv). The
+// flags are GNU style (--flag VALUE, --flag=VALUE), as sessionctl's. A bad
+// value is a usageError; --help prints usage on stdout and returns
+// pflag.ErrHelp.
 func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io.Writer) (*config, error) {
 	cfg := &config{limits: storage.DefaultLimits()}
-	fs := flag.NewFlagSet("sessiond", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("sessiond", pflag.ContinueOnError)
 	// Errors are reported once, by main, as usage errors; usage goes to
 	// stdout only when asked for.
 	fs.SetOutput(io.Discard)
@@ -105,31 +109,31 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.StringVar(&cfg.security.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert, reloaded when it changes")
 	fs.StringVar(&cfg.security.tlsClientCA, "tls-client-ca", "", "mutual TLS: refuse clients without a certificate signed by a CA in this PEM `file`")
 	fs.BoolVar(&cfg.security.insecure, "insecure", false, "allow a non-loopback --listen without TLS or without --auth-tokens (logs a warning)")
-	cfg.metrics.addFlags(fs)
+	// metrics.go and http.go declare their flags on a standard FlagSet.
+	more := flag.NewFlagSet("sessiond", flag.ContinueOnError)
+	cfg.metrics.addFlags(more)
+	cfg.http.addFlags(more)
+	fs.AddGoFlagSet(more)
 	fs.Var(&cfg.retention, "retention", "a namespace's default idle time to live, `NS=DURATION` (30d, 12h, 90m, 1d12h; =30d for the default namespace): its sessions without their own expire_after are deleted once not updated for that long; repeatable, or comma-separated")
 	fs.DurationVar(&cfg.retentionInterval, "retention-interval", storage.DefaultSweepInterval, "how often the daemon looks for sessions past their idle time to live and deletes them (1s to 24h)")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
-	cfg.http.addFlags(fs)
 
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *pflag.Flag) {
 		if !noEnv[f.Name] {
 			f.Usage += " (env " + envName(f.Name) + ")"
 		}
 	})
-	// The flag package calls Usage on every parse error, not only on
-	// --help; the usage is printed below, for --help alone, so that a bad
-	// flag gets its error and a one-line hint on stderr (exitCode).
+	// pflag calls Usage on every parse error, not only on --help; the
+	// usage is printed below, for --help alone, so that a bad flag gets its
+	// error and a one-line hint on stderr (exitCode).
 	fs.Usage = func() {}
 	printUsage := func() {
-		fmt.Fprintf(stdout, "Usage: sessiond [flags]\n\nsessiond serves LLM chat sessions over gRPC (sessiond.v1.SessionStoreService,\ngrpc.health.v1, server reflection).\n\nFlags:\n")
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		fmt.Fprintf(stdout, "Usage: sessiond [flags]\n\nsessiond serves LLM chat sessions over gRPC (sessiond.v1.SessionStoreService,\ngrpc.health.v1, server reflection).\n\nFlags:\n%s", fs.FlagUsages())
 	}
 
 	// The environment first, then the command line over it.
 	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *pflag.Flag) {
 		if noEnv[f.Name] || envErr != nil {
 			return
 		}
@@ -142,8 +146,11 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	if envErr != nil {
 		return nil, envErr
 	}
+	if err := singleDashFlag(fs, args); err != nil {
+		return nil, err
+	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			printUsage()
 			return nil, err
 		}
@@ -160,6 +167,24 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	}
 	cfg.postgresMaxConns, cfg.postgresMinConns = int32(maxConns), int32(minConns)
 	return cfg, cfg.check(lookupEnv)
+}
+
+// singleDashFlag refuses a long flag given with one dash (-listen), which
+// pflag would read as the shorthands -l -i -s ..., naming its GNU spelling.
+func singleDashFlag(fs *pflag.FlagSet, args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			return nil
+		}
+		if len(a) < 3 || a[0] != '-' || a[1] == '-' {
+			continue
+		}
+		name, _, _ := strings.Cut(a[1:], "=")
+		if fs.Lookup(name) != nil {
+			return usagef("%s: flags take two dashes: -%s", a, a)
+		}
+	}
+	return nil
 }
 
 // check validates values and fills defaults that depend on the environment.
@@ -218,7 +243,8 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	if err := cfg.http.check(cfg.listen); err != nil {
 		return err
 	}
-	if cfg.dataDir == "" {
+	// Only the file store has a data dir; a PostgreSQL daemon names none.
+	if cfg.dataDir == "" && cfg.storage == "file" {
 		dir, err := defaultDataDir(lookupEnv)
 		if err != nil {
 			return usagef("no --data-dir given and %v", err)
@@ -227,6 +253,28 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	}
 	return nil
 }
+
+// dataDirField is the start-up log's data_dir: only a store that has one
+// (the file store) names it.
+func dataDirField(cfg *config) zap.Field {
+	if cfg.dataDir == "" {
+		return zap.Skip()
+	}
+	return zap.String("data_dir", cfg.dataDir)
+}
+
+// dataDirInUseError is a data dir another daemon holds: one sentence that
+// says what to do, still matching storage.ErrLocked for errors.Is.
+type dataDirInUseError struct {
+	dir string
+	err error
+}
+
+func (e *dataDirInUseError) Error() string {
+	return fmt.Sprintf("data dir %s is in use by another sessiond; stop that daemon first, or give another --data-dir", e.dir)
+}
+
+func (e *dataDirInUseError) Unwrap() error { return e.err }
 
 // defaultDataDir follows the XDG base directory spec: $XDG_DATA_HOME/sessiond
 // when that is an absolute path, else ~/.local/share/sessiond.
@@ -258,6 +306,8 @@ func (r *retentionFlag) String() string {
 	}
 	return strings.Join(parts, ",")
 }
+
+func (r *retentionFlag) Type() string { return "NS=DURATION" }
 
 func (r *retentionFlag) Set(v string) error {
 	if *r == nil {

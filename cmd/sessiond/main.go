@@ -22,11 +22,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/pflag"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
@@ -44,7 +45,7 @@ func main() {
 func exitCode(err error, stderr interface{ Write([]byte) (int, error) }) int {
 	var ue *usageError
 	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, pflag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "sessiond: %v\nRun 'sessiond --help' for usage.\n", err)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"maps"
 	"net"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+
 	"github.com/sessiond/sessiond/internal/syncbuf"
 	"github.com/sessiond/sessiond/storage"
 )
@@ -69,7 +71,7 @@ func TestParseConfig(t *testing.T) {
 				t.Fatalf("from environment: %+v", c)
 			}
 		}},
-		{"flags win over environment", []string{"--listen", "127.0.0.1:1", "-data-dir=/f", "--max-message-bytes", "7"},
+		{"flags win over environment", []string{"--listen", "127.0.0.1:1", "--data-dir=/f", "--max-message-bytes", "7"},
 			map[string]string{"SESSIOND_LISTEN": "127.0.0.1:2", "SESSIOND_DATA_DIR": "/e"}, func(t *testing.T, c *config) {
 				if c.listen != "127.0.0.1:1" || c.dataDir != "/f" || c.limits.MaxMessageBytes != 7 {
 					t.Fatalf("flags over env: %+v", c)
@@ -82,6 +84,11 @@ func TestParseConfig(t *testing.T) {
 					t.Fatalf("retention %v every %v, want %v every %v", c.retention, c.retentionInterval, want, storage.DefaultSweepInterval)
 				}
 			}},
+		{"postgres has no data dir", []string{"--storage", "postgres", "--postgres-dsn", "postgres://h/db"}, nil, func(t *testing.T, c *config) {
+			if c.dataDir != "" || dataDirField(c).Type != zapcore.SkipType {
+				t.Fatalf("a PostgreSQL daemon has data dir %q", c.dataDir)
+			}
+		}},
 		{"version ignores environment", []string{"--version"}, map[string]string{"SESSIOND_VERSION": "false"}, func(t *testing.T, c *config) {
 			if !c.showVersion {
 				t.Fatal("--version not set")
@@ -105,6 +112,8 @@ func TestParseConfig(t *testing.T) {
 		msgHas string
 	}{
 		{"unknown flag", []string{"--nope"}, nil, "nope"},
+		{"one dash", []string{"-data-dir", "/d"}, nil, "flags take two dashes: --data-dir"},
+		{"one dash with a value", []string{"--listen", "127.0.0.1:1", "-log-level=debug"}, nil, "--log-level=debug"},
 		{"positional argument", []string{"serve"}, nil, "serve"},
 		{"unknown storage", []string{"--storage", "s3"}, nil, "file, postgres"},
 		{"postgres without a DSN", []string{"--storage", "postgres"}, nil, "--postgres-dsn"},
@@ -160,10 +169,10 @@ func TestParseConfig(t *testing.T) {
 func TestHelp(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := run(t.Context(), []string{"--help"}, &stdout, &stderr)
-	if !errors.Is(err, flag.ErrHelp) || exitCode(err, &stderr) != 0 {
+	if !errors.Is(err, pflag.ErrHelp) || exitCode(err, &stderr) != 0 {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, want := range []string{"-listen", "SESSIOND_LISTEN", "-data-dir", "SESSIOND_DATA_DIR", "-max-message-bytes", "-shutdown-timeout", "-storage", "-metrics-listen", "SESSIOND_METRICS_LISTEN", "-pprof", "SESSIOND_PPROF"} {
+	for _, want := range []string{"--listen", "SESSIOND_LISTEN", "--data-dir", "SESSIOND_DATA_DIR", "--max-message-bytes", "--shutdown-timeout", "--storage", "--metrics-listen", "SESSIOND_METRICS_LISTEN", "--pprof", "SESSIOND_PPROF", "--http-listen", "--version"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Fatalf("--help output lacks %q:\n%s", want, stdout.String())
 		}
@@ -361,6 +370,10 @@ func TestRunStartupErrors(t *testing.T) {
 		_, err := tryStart(t, "--listen", "127.0.0.1:0", "--data-dir", dir)
 		if !errors.Is(err, storage.ErrLocked) || !strings.Contains(err.Error(), "in use by another sessiond") || exitCode(err, &bytes.Buffer{}) != 1 {
 			t.Fatalf("second daemon on one data dir: %v", err)
+		}
+		// One sentence: the cause is not repeated down the chain.
+		if strings.Count(err.Error(), dir) != 1 || strings.Contains(err.Error(), "store is locked") || !strings.Contains(err.Error(), "--data-dir") {
+			t.Errorf("second daemon on one data dir: %q; want the dir named once and what to do", err)
 		}
 	})
 	t.Run("unusable data dir", func(t *testing.T) {

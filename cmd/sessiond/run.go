@@ -119,7 +119,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 			return nil // stopped while starting: a clean exit
 		}
 		if errors.Is(err, storage.ErrLocked) {
-			return fmt.Errorf("data dir %s is in use by another sessiond: %w", cfg.dataDir, err)
+			return &dataDirInUseError{dir: cfg.dataDir, err: err}
 		}
 		return fmt.Errorf("open %s store in %s: %w", cfg.storage, storeWhere(cfg), err)
 	}
@@ -179,7 +179,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 
 	log.Info("sessiond started", append([]zap.Field{
 		zap.String("addr", lis.display),
-		zap.String("data_dir", cfg.dataDir),
+		dataDirField(cfg),
 		zap.String("store", storeWhere(cfg)),
 		zap.String("storage", cfg.storage),
 		zap.String("version", ver),
