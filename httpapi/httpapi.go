@@ -53,7 +53,10 @@
 // OUT_OF_RANGE; 401 UNAUTHENTICATED; 403 PERMISSION_DENIED; 404 NOT_FOUND;
 // 409 ALREADY_EXISTS, ABORTED; 429 RESOURCE_EXHAUSTED; 500 INTERNAL,
 // DATA_LOSS; 503 UNAVAILABLE; ...) with the body of a google.rpc.Status:
-// {"code": 5, "message": "...", "details": [...]}.
+// {"code": 5, "message": "...", "details": [...]}. A request body is
+// judged from the headers before it is read: 401 without a valid token
+// (WithBearerTokens), 413 over the size limit, 429 while too many large
+// bodies are in flight (WithMaxLargeBodies).
 //
 // # Browsers
 //
@@ -97,12 +100,24 @@ var OpenAPI []byte
 // otherwise.
 const DefaultMaxBodyBytes = 64 << 20
 
+// LargeBodyBytes is the size above which a request body counts as large: a
+// body of unknown length (chunked) counts as large too. The gateway reads a
+// whole body and decodes it before the call, so a large body costs about
+// twice its size in memory until the call ends.
+const LargeBodyBytes = 1 << 20
+
+// DefaultMaxLargeBodies is how many large request bodies are taken in at
+// once unless WithMaxLargeBodies says otherwise.
+const DefaultMaxLargeBodies = 4
+
 // Option configures New.
 type Option func(*options)
 
 type options struct {
 	log          *zap.Logger
 	maxBody      int64
+	maxLarge     int
+	tokens       func(secret string) bool
 	handlers     []mount
 	loopbackOnly bool
 }
@@ -125,6 +140,23 @@ func WithLogger(l *zap.Logger) Option {
 // WithMaxBodyBytes bounds a request body (default DefaultMaxBodyBytes); a
 // larger one is answered 413 with a RESOURCE_EXHAUSTED status.
 func WithMaxBodyBytes(n int64) Option { return func(o *options) { o.maxBody = max(n, 1) } }
+
+// WithMaxLargeBodies bounds how many requests with a large body (over
+// LargeBodyBytes, or of unknown length) are served at once (default
+// DefaultMaxLargeBodies); one more is answered 429 RESOURCE_EXHAUSTED
+// before its body is read. With WithMaxBodyBytes this bounds what request
+// bodies hold in memory at any one time.
+func WithMaxLargeBodies(n int) Option { return func(o *options) { o.maxLarge = max(n, 1) } }
+
+// WithBearerTokens makes the handler check a request's
+// "Authorization: Bearer <token>" header before it reads the request's body:
+// known reports whether a secret is a valid token. A request with a body and
+// no valid token is answered 401 UNAUTHENTICATED with its body unread, so
+// that a caller without a token costs no memory. The service still
+// authorises every call (role, namespace) as it does over gRPC.
+func WithBearerTokens(known func(secret string) bool) Option {
+	return func(o *options) { o.tokens = known }
+}
 
 // WithLoopbackHostsOnly refuses (403) a request whose Host header is not a
 // loopback name or address: for a listener on loopback, so that a web page
@@ -152,13 +184,15 @@ type Handler struct {
 	client       sessiondv1.SessionStoreServiceClient
 	log          *zap.Logger
 	maxBody      int64
+	largeBodies  chan struct{} // a slot per large body in flight
+	tokens       func(secret string) bool
 	loopbackOnly bool
 	cop          *http.CrossOriginProtection
 }
 
 // New returns the handler of every route, calling the service over conn.
 func New(ctx context.Context, conn grpc.ClientConnInterface, opts ...Option) (*Handler, error) {
-	o := options{log: zap.NewNop(), maxBody: DefaultMaxBodyBytes}
+	o := options{log: zap.NewNop(), maxBody: DefaultMaxBodyBytes, maxLarge: DefaultMaxLargeBodies}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -167,6 +201,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts ...Option) (*H
 		client:       sessiondv1.NewSessionStoreServiceClient(conn),
 		log:          o.log,
 		maxBody:      o.maxBody,
+		largeBodies:  make(chan struct{}, o.maxLarge),
+		tokens:       o.tokens,
 		loopbackOnly: o.loopbackOnly,
 		cop:          http.NewCrossOriginProtection(),
 	}
@@ -206,8 +242,15 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts ...Option) (*H
 // cross-origin request that could change data (CSRF: a web page posting to
 // the API behind its user's back; net/http.CrossOriginProtection, from the
 // Sec-Fetch-Site and Origin headers, which browsers set and curl does not),
-// and, with WithLoopbackHostsOnly, a Host that is not a loopback name.
+// and, with WithLoopbackHostsOnly, a Host that is not a loopback name. A
+// request with a body is then checked before a byte of it is read: its
+// token (WithBearerTokens; 401), its declared length (413) and the number
+// of large bodies in flight (429).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		// Answers are JSON: a browser must never sniff them as a page.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+	}
 	if err := h.cop.Check(r); err != nil {
 		h.writeError(w, r, status.Errorf(codes.PermissionDenied, "cross-origin request refused: %v; call the API from its own origin", err))
 		return
@@ -217,10 +260,73 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"Host %q is not a loopback name; this listener serves loopback clients only (use 127.0.0.1, [::1] or localhost)", r.Host))
 		return
 	}
-	if r.Body != nil {
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		release, err := h.admitBody(r)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		defer release()
 		r.Body = http.MaxBytesReader(w, r.Body, h.maxBody)
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// admitBody decides, from the headers alone, whether r's body may be read,
+// and returns what to call once the request is served.
+func (h *Handler) admitBody(r *http.Request) (release func(), err error) {
+	if h.tokens != nil {
+		if err := h.authenticate(r); err != nil {
+			return nil, err
+		}
+	}
+	if r.ContentLength > h.maxBody {
+		return nil, h.tooLarge()
+	}
+	if r.ContentLength > 0 && r.ContentLength <= LargeBodyBytes {
+		return func() {}, nil
+	}
+	select {
+	case h.largeBodies <- struct{}{}:
+		return func() { <-h.largeBodies }, nil
+	default:
+		return nil, status.Errorf(codes.ResourceExhausted,
+			"request body: %d requests with a body over %d bytes (or of unknown length) are in progress, the most this server takes at once; retry later",
+			cap(h.largeBodies), LargeBodyBytes)
+	}
+}
+
+// authenticate checks r's bearer token as the service's Authorizer does,
+// with the same messages.
+func (h *Handler) authenticate(r *http.Request) error {
+	vals := r.Header.Values("Authorization")
+	reason := ""
+	switch {
+	case len(vals) == 0:
+		reason = "no Authorization header"
+	case len(vals) > 1:
+		reason = "more than one Authorization header"
+	default:
+		scheme, secret, ok := strings.Cut(strings.TrimSpace(vals[0]), " ")
+		switch {
+		case !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "":
+			reason = `Authorization is not "Bearer <token>"`
+		case !h.tokens(strings.TrimSpace(secret)):
+			reason = "unknown token"
+		}
+	}
+	if reason == "" {
+		return nil
+	}
+	h.log.Warn("unauthenticated request refused before its body was read",
+		zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("reason", reason), zap.String("peer", r.RemoteAddr))
+	return status.Error(codes.Unauthenticated, reason+`; send "Authorization: Bearer <token>"`)
+}
+
+// tooLarge is the error of a body over the limit: 413 RESOURCE_EXHAUSTED.
+func (h *Handler) tooLarge() error {
+	return &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge,
+		Err: status.Errorf(codes.ResourceExhausted, "request body over the HTTP limit of %d bytes", h.maxBody)}
 }
 
 // writeError answers err as every route does: the HTTP status of its code
@@ -269,8 +375,7 @@ func searchAlias(next http.Handler) http.Handler {
 // would call it a bad argument).
 func (h *Handler) errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "http: request body too large") {
-		err = &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge,
-			Err: status.Errorf(codes.ResourceExhausted, "request body over the HTTP limit of %d bytes", h.maxBody)}
+		err = h.tooLarge()
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }

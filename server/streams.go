@@ -2,8 +2,10 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -177,9 +179,18 @@ func (s *Server) SearchSessions(req *sessiondv1.SearchSessionsRequest, stream gr
 // WatchSession implements SessionStoreService. The response headers are sent
 // once the subscription is live, so a client that waits for them knows every
 // later change will reach it. The stream ends OK after EVENT_TYPE_DELETED,
-// OUT_OF_RANGE when the watcher fell behind the store's bounded buffer (the
+// OUT_OF_RANGE when the watcher fell storage.WatchBuffer events behind (the
 // store drops a slow watcher rather than ever blocking a writer), and
 // UNAVAILABLE when the server drains or the store closes.
+//
+// Events are sent from a goroutine of their own, through a queue of
+// storage.WatchBuffer events: a watcher that stops reading shuts its
+// flow-control window and blocks Send, and the handler must still see its
+// backlog grow. When the queue is full the handler returns OUT_OF_RANGE
+// without waiting for the blocked Send; returning makes grpc-go cancel the
+// stream, which ends that Send. So a stalled watch holds at most
+// storage.WatchBuffer unsent events (shared with the session's other
+// watchers) plus what gRPC has encoded for it, and never outlives a drain.
 func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.ServerStreamingServer[sessiondv1.WatchSessionResponse]) error {
 	ctx := stream.Context()
 	ref, err := refArg("ref", req.GetRef())
@@ -199,21 +210,93 @@ func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.S
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
 		return s.toStatus(mWatch, err)
 	}
+	w := startWatchSender(stream)
 	for {
 		select {
 		case <-ctx.Done():
-			return s.toStatus(mWatch, ctx.Err())
+			return w.stop(s.toStatus(mWatch, ctx.Err()))
 		case <-s.drained:
-			return errDraining
+			return w.stop(errDraining)
+		case <-w.done:
+			return s.toStatus(mWatch, w.err)
 		case ev, ok := <-sub.Events():
 			if !ok {
-				return s.refStatus(mWatch, &ref, sub.Err())
+				if err := sub.Err(); err != nil {
+					return w.stop(s.refStatus(mWatch, &ref, err))
+				}
+				// Ended on purpose (the session was deleted): the events
+				// queued before the end still go out, then the stream
+				// ends OK.
+				close(w.queue)
+				select {
+				case <-w.done:
+					return s.toStatus(mWatch, w.err)
+				case <-ctx.Done():
+					return w.stop(s.toStatus(mWatch, ctx.Err()))
+				case <-s.drained:
+					return w.stop(errDraining)
+				}
 			}
-			if err := stream.Send(eventToProto(ev)); err != nil {
-				return s.toStatus(mWatch, err)
+			select {
+			case w.queue <- ev:
+			default:
+				return w.stop(s.refStatus(mWatch, &ref,
+					fmt.Errorf("watcher has %d events not yet sent (it stopped reading): %w", storage.WatchBuffer, storage.ErrWatchReset)))
 			}
 		}
 	}
+}
+
+// stuckSendGrace is how long a watch that ends waits for its sender's Send
+// in progress to finish before returning anyway: a Send blocked on a shut
+// flow-control window only returns once the handler has returned.
+const stuckSendGrace = 200 * time.Millisecond
+
+// watchSender sends a watch's events from a goroutine of its own.
+type watchSender struct {
+	queue chan storage.Event // closed: send what is queued, then finish
+	quit  chan struct{}      // closed by stop: send nothing more
+	done  chan struct{}      // closed when the goroutine returns
+	err   error              // why Send failed; read after done
+}
+
+func startWatchSender(stream grpc.ServerStreamingServer[sessiondv1.WatchSessionResponse]) *watchSender {
+	w := &watchSender{
+		queue: make(chan storage.Event, storage.WatchBuffer),
+		quit:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	go func() {
+		defer close(w.done)
+		for {
+			select {
+			case <-w.quit:
+				return
+			case ev, ok := <-w.queue:
+				if !ok {
+					return
+				}
+				if err := stream.Send(eventToProto(ev)); err != nil {
+					w.err = err
+					return
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// stop tells the sender to send nothing more, gives a Send in progress
+// stuckSendGrace to finish, and returns err.
+func (w *watchSender) stop(err error) error {
+	close(w.quit)
+	t := time.NewTimer(stuckSendGrace)
+	defer t.Stop()
+	select {
+	case <-w.done:
+	case <-t.C:
+	}
+	return err
 }
 
 var errDraining = status.Error(codes.Unavailable, "server is shutting down; watch again after it restarts")

@@ -152,6 +152,14 @@ func (hs *httpSide) start(ctx context.Context, cfg *config, sec *security, srv *
 	// service then enforces the frame limit itself.
 	maxBody := min(2*cfg.limits.MaxFrameBytes+1<<20, math.MaxInt64/2)
 	hopts := []httpapi.Option{httpapi.WithLogger(log), httpapi.WithMaxBodyBytes(maxBody)}
+	if sec.tokens != nil {
+		// Checked before a body is read, so that a caller without a token
+		// costs no memory; the service authorises the call itself after.
+		hopts = append(hopts, httpapi.WithBearerTokens(func(secret string) bool {
+			_, ok := sec.tokens.Lookup(secret)
+			return ok
+		}))
+	}
 	if hs.lis.loopback && !strings.HasPrefix(hs.lis.display, "unix:") {
 		// Browsers on this machine can reach a loopback port: refuse
 		// names that are not loopback ones (DNS rebinding).
