@@ -410,8 +410,8 @@ func (s *Store) WarmListed(ctx context.Context, enc storage.ListEncoder) (int, e
 		m *storage.Session
 	}
 	size := warmPage
-	if s.testWarmPage > 0 {
-		size = s.testWarmPage
+	if s.hooks != nil && s.hooks.warmPage > 0 {
+		size = s.hooks.warmPage
 	}
 	page := make([]item, 0, size)
 	made := 0

@@ -50,7 +50,7 @@ func listedEncoded(t *testing.T, s *testStore, nss []string, enc storage.ListEnc
 // and the store's Stats count who made them.
 func TestWarmListed(t *testing.T) {
 	s := openStore(t, t.TempDir())
-	s.driver.Store.testWarmPage = 3 // several pages per namespace, and a page boundary inside each
+	s.driver.testHooks().warmPage = 3 // several pages per namespace, and a page boundary inside each
 	ctx := t.Context()
 	nss := []string{"", "a", "b"}
 	var ids []string
@@ -134,7 +134,7 @@ func TestWarmListed(t *testing.T) {
 // nothing left to make. Run with -race.
 func TestWarmListedDuringWrites(t *testing.T) {
 	s := openStore(t, t.TempDir())
-	s.driver.Store.testWarmPage = 4
+	s.driver.testHooks().warmPage = 4
 	ctx := t.Context()
 	nss := []string{"", "w"}
 	var ids []string
