@@ -2,7 +2,6 @@ package file
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -228,7 +227,7 @@ func (c *checker) run(ctx context.Context, progress func(done, total int)) error
 	if err != nil {
 		return fmt.Errorf("file: check %s: %w", c.dir, err)
 	}
-	if !formatReadable(b) {
+	if string(b) != formatVersion {
 		return fmt.Errorf("file: check %s: format %q is not %q; refusing to check", c.dir, strings.TrimSpace(string(b)), strings.TrimSpace(formatVersion))
 	}
 	top, err := os.ReadDir(c.dir)
@@ -710,7 +709,7 @@ func (c *checker) indexes() error {
 		var err error
 		if n == cleanName {
 			var data []byte
-			if data, err = os.ReadFile(p); err == nil && !isLegacyMark(data) {
+			if data, err = os.ReadFile(p); err == nil {
 				_, _, err = decodeMark(data)
 			}
 		} else if seq, ok := parseSeqName(n, dirtyPref); ok && !de.IsDir() {
@@ -726,8 +725,6 @@ func (c *checker) indexes() error {
 				return err
 			}
 			continue
-		} else if _, ok := nsFromFileName(n); ok && !de.IsDir() {
-			err = checkIndexFile(p) // an earlier version's index file
 		} else {
 			if err := c.find(p, KindStray, "not an index file", c.quarantine(p)); err != nil {
 				return err
@@ -772,12 +769,4 @@ func checkIndexFile(p string) error {
 		_, _, _, err = decodeIndex(data)
 	}
 	return err
-}
-
-// isLegacyMark reports whether data is the clean mark of a version before
-// checkpoints: an epoch in hex. Open ignores it (and rescans), so it is not
-// damage.
-func isLegacyMark(data []byte) bool {
-	b, err := hex.DecodeString(strings.TrimSuffix(string(data), "\n"))
-	return err == nil && len(b) == 16
 }

@@ -50,11 +50,6 @@ import (
 //     A torn last dirty record can only be one whose write had not started,
 //     but a damaged last record looks the same, so either costs a full
 //     rescan rather than a guess.
-//
-// The mark keeps the name "clean" of the clean-close mark of earlier
-// versions, which remove it at Open before writing anything: a data dir
-// written by an earlier version can never carry a mark this version would
-// trust for writes it did not record.
 const (
 	cleanName = "clean"
 	dirtyPref = "dirty-"
@@ -398,12 +393,6 @@ func (s *Store) beginWrite(e *entry, kind byte) error {
 	return nil
 }
 
-func (s *Store) hookWrite(e *entry) {
-	if s.testHookWrite != nil {
-		s.testHookWrite(e)
-	}
-}
-
 // distrustCheckpoint removes the checkpoint mark, so that the next Open
 // rescans every session: the way to keep the dirty files' promise when a
 // change cannot be recorded in them. It needs no disk space. The next
@@ -574,8 +563,8 @@ func (s *Store) checkpoint() error {
 		if err := syncDir(folder); err != nil {
 			return ioErr(err)
 		}
-		if s.testHookMark != nil {
-			if err := s.testHookMark(); err != nil {
+		if s.hooks != nil && s.hooks.mark != nil {
+			if err := s.hooks.mark(); err != nil {
 				return err
 			}
 		}
@@ -592,8 +581,8 @@ func (s *Store) checkpoint() error {
 
 // removeStale removes from the index folder what is no longer of use:
 // checkpoint folders other than ckpt's (the current one, 0 for none), dirty
-// files before dirtyFrom, temp files and the index files of earlier
-// versions. Later dirty files are kept: they are in use.
+// files before dirtyFrom, and temp files. Later dirty files are kept: they
+// are in use.
 func (s *Store) removeStale(ckpt, dirtyFrom uint64) {
 	idx := filepath.Join(s.dir, "index")
 	des, err := os.ReadDir(idx)
@@ -611,7 +600,7 @@ func (s *Store) removeStale(ckpt, dirtyFrom uint64) {
 			if n != ckpt {
 				_ = os.RemoveAll(p)
 			}
-		} else if _, ok := nsFromFileName(name); ok || strings.HasPrefix(name, tmpPref) {
+		} else if strings.HasPrefix(name, tmpPref) {
 			_ = os.Remove(p)
 		}
 	}

@@ -176,11 +176,11 @@ func TestCrashDuringCheckpoint(t *testing.T) {
 	}
 	seq := markSeq(t, dir)
 	mustAppend(t, s, a.ID, msg("a-after", "first checkpoint"))
-	s.testHookMark = func() error { return errors.New("crash before the mark") }
+	s.testHooks().mark = func() error { return errors.New("crash before the mark") }
 	if err := s.checkpoint(); err == nil {
 		t.Fatal("checkpoint with a failing mark succeeded")
 	}
-	s.testHookMark = nil
+	s.testHooks().mark = nil
 	if got := markSeq(t, dir); got != seq {
 		t.Fatalf("mark moved to %d after a failed checkpoint; want %d", got, seq)
 	}
@@ -207,8 +207,8 @@ func TestCheckpointDuringWrite(t *testing.T) {
 	}
 	mustAppend(t, s, a.ID, msg("a-1", "recorded as dirty"))
 	var hookErr error
-	s.testHookWrite = func(*entry) {
-		s.testHookWrite = nil
+	s.testHooks().write = func(*entry) {
+		s.testHooks().write = nil
 		hookErr = s.checkpoint()
 	}
 	if _, err := s.Update(t.Context(), storage.UpdateRequest{Ref: storage.Ref{ID: a.ID}, Fields: storage.UpdateAlias, Alias: "a-renamed"}); err != nil {
@@ -497,9 +497,9 @@ func TestCheckUnderstandsCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustAppend(t, s, a.ID, msg("after", "checkpoint"))
-	s.testHookMark = func() error { return errors.New("crash before the mark") }
+	s.testHooks().mark = func() error { return errors.New("crash before the mark") }
 	_ = s.checkpoint() // leaves a newer dirty file and no folder
-	s.testHookMark = nil
+	s.testHooks().mark = nil
 	crashed := crashCopy(t, dir)
 	rep, err := Check(t.Context(), crashed, false, nil)
 	if err != nil || rep.Damaged() {
@@ -526,38 +526,5 @@ func TestCheckUnderstandsCheckpoints(t *testing.T) {
 	}
 	if got, err := loadIDs(t, s2, a.ID); err != nil || len(got) != 3 {
 		t.Errorf("a after repair: %v, %v", got, err)
-	}
-}
-
-// TestLegacyIndex: a data dir last closed by a version before checkpoints
-// (index/clean holding an epoch in hex, index files at the top of index/)
-// is not damaged for Check, and opens by rescanning, which replaces them.
-func TestLegacyIndex(t *testing.T) {
-	dir := t.TempDir()
-	s := open(t, dir)
-	a := mustCreate(t, s, storage.CreateRequest{Alias: "a", Messages: msgs("a", 2)})
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	meta := *a
-	idx := filepath.Join(dir, "index")
-	must(t, os.RemoveAll(idx))
-	must(t, os.Mkdir(idx, dirPerm))
-	epoch := []byte("0123456789abcdef")
-	must(t, os.WriteFile(filepath.Join(idx, "default"), encodeIndex(epoch, "", []*storage.Session{&meta}), filePerm))
-	must(t, os.WriteFile(filepath.Join(idx, cleanName), []byte(fmt.Sprintf("%x\n", epoch)), filePerm))
-	rep, err := Check(t.Context(), dir, false, nil)
-	if err != nil || rep.Damaged() {
-		t.Fatalf("Check of an earlier version's dir = %+v, %v; want nothing found", rep, err)
-	}
-	s2 := openStore(t, dir)
-	if s2.openScanned != 1 {
-		t.Errorf("open scanned %d sessions, want 1", s2.openScanned)
-	}
-	if _, err := os.Stat(filepath.Join(idx, "default")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("earlier version's index file kept: %v", err)
-	}
-	if got, err := loadIDs(t, s2, a.ID); err != nil || len(got) != 2 {
-		t.Errorf("a: %v, %v", got, err)
 	}
 }

@@ -9,7 +9,7 @@
 // # On-disk layout
 //
 //	DIR/
-//	  FORMAT                   "sessiond-file-format 3\n"; Open upgrades "... 1\n" and "... 2\n" in place; anything else is refused
+//	  FORMAT                   "sessiond-file-format 3\n"; a data dir of any other format is refused, by Open and Check
 //	  LOCK                     flock(LOCK_EX) held by the open Store; a second Open fails with ErrLocked
 //	  sessions/
 //	    <uuid>/                one folder per session, named by its lowercase id
@@ -35,8 +35,7 @@
 // is made 0700 at Open, with a warning in the log. Temp files (".tmp-*") are swept at Open,
 // and inside a session's folder whenever the session is scanned or loaded.
 // Checkpoints and dirty files before the mark's are removed once it is
-// durable, or at Open after a crash; so are the index files an earlier
-// version kept at the top of index/. S and T are 16 hex digits.
+// durable, or at Open after a crash. S and T are 16 hex digits.
 //
 // Every file is a sequence of frames:
 //
@@ -72,9 +71,7 @@
 // kind 1, by the journal commit frame itself. Each flush is followed by an
 // end mark, 8 zero bytes, which the next flush overwrites. A batch's
 // records start one byte past an 8-byte boundary, so a journal frame inside
-// one is never read as a batch. (Format 2 segments, which Open still
-// replays, have a header without salt and batches of type 12 that name no
-// segment and hold only the records.)
+// one is never read as a batch. Frame type 12 is not used.
 //
 // # Writes
 //
@@ -179,8 +176,7 @@
 // durable, and a spare's old name cannot come back once the leader writes
 // into it (the sealer synced the folder), so no crash while recycling
 // leaves a segment whose header names another; spares are never read by
-// Open or Check. (A format 2 segment was a new file: anything but zeros
-// after its last valid batch is an incomplete flush.) Inside a damaged batch, each record whose header checksum holds is
+// Open or Check. Inside a damaged batch, each record whose header checksum holds is
 // attributed: its frame is used if intact, and otherwise its session loses
 // that change unless its journal already holds an intact frame at that
 // offset; such a session answers storage.ErrDataLoss, the others are
@@ -308,9 +304,8 @@
 // copies nothing: it writes a journal header and a snapshot of the
 // metadata plus 12 bytes per segment, and syncs the journal it ends. So the
 // bytes written stay about twice the bytes appended at any session size
-// (2.0x for 64 and 160 appends of 1 MiB, and for a session grown by 4 MiB
-// appends to 800 MiB; BenchmarkBigSession measures it), where rewriting the
-// snapshot at each fold cost 10.5x at 64 MiB and 22.5x at 160 MiB. A
+// (BenchmarkBigSession measures the ratio), where rewriting the snapshot
+// at each fold would grow it with the session. A
 // session of S bytes is about S/4 MiB segment files, read in order by its
 // first load, which costs about what reading one whole snapshot did. A
 // save or rewind writes the session whole, once.

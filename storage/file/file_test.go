@@ -84,3 +84,12 @@ func openPortable(ctx context.Context, dir string, opts ...Option) (*testStore, 
 	}
 	return portable(d), nil
 }
+
+// testHooks returns s's test hooks, making them on first use. Set them
+// before the writes they are to see start.
+func (s *Store) testHooks() *testHooks {
+	if s.hooks == nil {
+		s.hooks = &testHooks{}
+	}
+	return s.hooks
+}

@@ -34,8 +34,8 @@ const (
 	typeDirtyHead    byte = 8  // dirty file: checkpoint sequence number (8) + epoch (16)
 	typeDirtyRun     byte = 9  // dirty file: records of kind (1) + session id (16)...
 	typeCkptMark     byte = 10 // checkpoint mark: sequence number (8) + epoch (16)
-	typeWALHead      byte = 11 // WAL segment: sequence number (8), salt (8; absent in format 2)
-	typeWALBatch     byte = 12 // WAL segment of format 2: the records of one flush (see walRec)
+	typeWALHead      byte = 11 // WAL segment: sequence number (8), salt (8)
+	_                byte = 12 // unused
 	typeSnapSegments byte = 13 // snapshot: the segments that hold its messages (see segList)
 	typeWALSegBatch  byte = 14 // WAL segment: its sequence number (8) and salt (8), then the records of one flush
 	typeLast              = typeWALSegBatch

@@ -194,27 +194,17 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// Format version file. Version 2 added segmented snapshots (see segList);
-// version 3 write-ahead log batches that name their segment (typeWALSegBatch),
-// which recycled segments need. A version 1 or 2 data dir is readable as it
-// is (its log's batches too), and Open upgrades it in place by rewriting
-// this file, so that an older sessiond, which would take a segmented
-// snapshot or a version 3 batch for damage, refuses the dir instead.
+// Format version file. A data dir of any other format (a newer sessiond's,
+// or not a sessiond data dir) is refused: reading it as this format could
+// take its files for damage.
 const (
-	formatFile     = "FORMAT"
-	formatVersion  = "sessiond-file-format 3\n"
-	formatVersion2 = "sessiond-file-format 2\n"
-	formatVersion1 = "sessiond-file-format 1\n"
+	formatFile    = "FORMAT"
+	formatVersion = "sessiond-file-format 3\n"
 )
 
-// formatReadable reports whether b is a format this sessiond reads.
-func formatReadable(b []byte) bool {
-	return string(b) == formatVersion || string(b) == formatVersion2 || string(b) == formatVersion1
-}
-
 // checkFormat reads the format version file, writing it into a new data dir
-// and upgrading a version 1 or 2 dir.
-func checkFormat(st *ioStats, dir string, log *zap.Logger) error {
+// (one with no FORMAT yet).
+func checkFormat(st *ioStats, dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, formatFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return writeAtomic(st, filepath.Join(dir, formatFile), []byte(formatVersion))
@@ -222,18 +212,9 @@ func checkFormat(st *ioStats, dir string, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("file: read format of %s: %w", dir, err)
 	}
-	if string(b) != formatVersion && formatReadable(b) {
-		from := strings.TrimSpace(string(b))
-		if err := writeAtomic(st, filepath.Join(dir, formatFile), []byte(formatVersion)); err != nil {
-			return fmt.Errorf("file: upgrade format of %s: %w", dir, err)
-		}
-		log.Info("upgraded the data dir's format; an older sessiond will refuse it",
-			zap.String("dir", dir), zap.String("from", from), zap.String("to", strings.TrimSpace(formatVersion)))
-		return nil
-	}
 	if string(b) != formatVersion {
-		return fmt.Errorf("file: data dir %s has format %q; this sessiond reads only %q, %q and %q (newer sessiond, or not a sessiond data dir)",
-			dir, strings.TrimSpace(string(b)), strings.TrimSpace(formatVersion), strings.TrimSpace(formatVersion2), strings.TrimSpace(formatVersion1))
+		return fmt.Errorf("file: data dir %s has format %q; this sessiond reads only %q (a newer sessiond's data dir, or not a sessiond data dir)",
+			dir, strings.TrimSpace(string(b)), strings.TrimSpace(formatVersion))
 	}
 	return nil
 }

@@ -444,7 +444,7 @@ func (s *Store) journalWrite(j *journal, frame []byte) error {
 	if err := s.journalPut(j, frame); err != nil {
 		return err
 	}
-	if err := s.testHookSync(j); err != nil {
+	if err := s.syncJournal(j); err != nil {
 		j.tail -= int64(len(frame))
 		s.cutJournal(j)
 		return ioErr(fmt.Errorf("journal append: %w", err))
@@ -501,10 +501,10 @@ func (s *Store) journalPut(j *journal, frame []byte) error {
 	return nil
 }
 
-// testHookSync is fdatasync, replaceable by tests that inject faults.
-func (s *Store) testHookSync(j *journal) error {
-	if s.faultSync != nil {
-		if err := s.faultSync(); err != nil {
+// syncJournal fdatasyncs j (after the test hook sync, which can fail it).
+func (s *Store) syncJournal(j *journal) error {
+	if s.hooks != nil && s.hooks.sync != nil {
+		if err := s.hooks.sync(); err != nil {
 			return err
 		}
 	}

@@ -290,7 +290,7 @@ func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 		return err
 	}
 	j := e.j
-	if err := s.testHookSync(j); err != nil {
+	if err := s.syncJournal(j); err != nil {
 		return ioErr(fmt.Errorf("sync journal: %w", err))
 	}
 	s.step("synced")

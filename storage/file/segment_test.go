@@ -150,7 +150,7 @@ func TestCrashDuringFold(t *testing.T) {
 	var crashes []foldCrash
 	renamed := 0
 	var mu sync.Mutex
-	s.stepHook = func(step string) {
+	s.testHooks().step = func(step string) {
 		mu.Lock()
 		defer mu.Unlock()
 		if renamed >= 2 {
@@ -172,7 +172,7 @@ func TestCrashDuringFold(t *testing.T) {
 		mustAppend(t, s, se.ID, m)
 		acked = pending
 	}
-	s.stepHook = nil
+	s.testHooks().step = nil
 	var steps []string
 	for _, c := range crashes {
 		steps = append(steps, c.step)
@@ -432,125 +432,5 @@ func TestSegmentOrphans(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(sdir, n)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s not swept by the load: %v", n, err)
 		}
-	}
-}
-
-// TestFormatUpgrade: a version 1 data dir (whole snapshots only) is
-// checked as it is, upgraded in place by Open, and its sessions then fold
-// into segments.
-func TestFormatUpgrade(t *testing.T) {
-	dir := t.TempDir()
-	s := open(t, dir)
-	se := mustCreate(t, s, storage.CreateRequest{Alias: "old", Messages: msgs("m", 3)})
-	mustAppend(t, s, se.ID, msg("x", "y"))
-	must(t, s.Close())
-	must(t, os.WriteFile(filepath.Join(dir, formatFile), []byte(formatVersion1), filePerm))
-	if rep, err := Check(t.Context(), dir, false, nil); err != nil || rep.Damaged() {
-		t.Fatalf("Check of a version 1 dir = %+v, %v", rep, err)
-	}
-	if b, _ := os.ReadFile(filepath.Join(dir, formatFile)); string(b) != formatVersion1 {
-		t.Fatalf("Check without repair changed FORMAT to %q", b)
-	}
-	s2 := openStore(t, dir, WithFoldThreshold(foldOften))
-	if b, _ := os.ReadFile(filepath.Join(dir, formatFile)); string(b) != formatVersion {
-		t.Fatalf("FORMAT after Open is %q, want %q", b, formatVersion)
-	}
-	want := []string{"m0", "m1", "m2", "x"}
-	for i := range 8 {
-		mustAppend(t, s2, se.ID, kib(fmt.Sprintf("a%d", i)))
-		want = append(want, fmt.Sprintf("a%d", i))
-	}
-	if _, segs := snapshotGen(t, dir, se.ID); segs == nil {
-		t.Fatal("the upgraded dir's session did not fold into segments")
-	}
-	if got, err := loadIDs(t, s2, se.ID); err != nil || !slices.Equal(got, want) {
-		t.Errorf("after upgrade: %v, %v; want %v", got, err, want)
-	}
-}
-
-// TestFoldCompacts: a session whose journal fills with metadata changes
-// (which later ones replace) does not keep them as segments forever: past
-// twice the session's size the fold writes it whole, so its files stay
-// within a few fold thresholds.
-func TestFoldCompacts(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir, WithFoldThreshold(foldOften))
-	se := mustCreate(t, s, storage.CreateRequest{Messages: msgs("m", 2)})
-	var title string
-	whole := 0
-	for i := range 200 {
-		title = fmt.Sprintf("%03d %s", i, strings.Repeat("t", 500))
-		if _, err := s.Update(t.Context(), storage.UpdateRequest{Ref: storage.Ref{ID: se.ID}, Fields: storage.UpdateTitle, Title: title}); err != nil {
-			t.Fatal(err)
-		}
-		if n := len(segmentFiles(t, dir, se.ID)); n > 4 {
-			t.Fatalf("after %d updates the session has %d journal and snapshot files: %v", i+1, n, segmentFiles(t, dir, se.ID))
-		}
-		if gen, segs := snapshotGen(t, dir, se.ID); segs == nil && gen > 1 {
-			whole++
-		}
-	}
-	if whole == 0 {
-		t.Error("200 updates of 500 bytes at a 4 KiB fold threshold never wrote the session whole")
-	}
-	must(t, s.Close())
-	s2 := openStore(t, dir)
-	m, err := s2.Get(t.Context(), storage.Ref{ID: se.ID})
-	if err != nil || m.Title != title {
-		t.Fatalf("after reopen: %v, %v; want the last title", m, err)
-	}
-	if got, err := loadIDs(t, s2, se.ID); err != nil || !slices.Equal(got, []string{"m0", "m1"}) {
-		t.Errorf("messages after reopen: %v, %v", got, err)
-	}
-}
-
-// TestFoldFullDisk grows a session on a small file system until it is
-// full: appends then fail with ErrNoSpace, the folds that fail leave the
-// journal as it was, and every acknowledged message is there after a crash
-// and, once space is freed, after more appends and a clean reopen.
-func TestFoldFullDisk(t *testing.T) {
-	mnt := mountTmpfs(t, 2<<20)
-	dir := filepath.Join(mnt, "data")
-	spare := filepath.Join(mnt, "spare")
-	must(t, os.WriteFile(spare, make([]byte, 256<<10), filePerm))
-	s := open(t, dir, WithFoldThreshold(16<<10))
-	se := mustCreate(t, s, storage.CreateRequest{Messages: msgs("m", 1)})
-	acked := []string{"m0"}
-	var err error
-	for i := 0; err == nil; i++ {
-		if i > 10_000 {
-			t.Fatal("2 MiB file system not full after 10,000 appends of 1 KiB")
-		}
-		m := kib(fmt.Sprintf("a%d", i))
-		_, err = s.Append(t.Context(), storage.AppendRequest{Ref: storage.Ref{ID: se.ID}, Messages: []*sessiondv1.Message{m}})
-		if err == nil {
-			acked = append(acked, m.Id)
-		}
-	}
-	if !errors.Is(err, storage.ErrNoSpace) {
-		t.Fatalf("Append on a full disk = %v, want ErrNoSpace", err)
-	}
-	if _, segs := snapshotGen(t, dir, se.ID); segs == nil || len(segs.journals) < 5 {
-		t.Fatalf("the session did not fold before the disk filled: %+v", segs)
-	}
-	if got, err := loadIDs(t, s, se.ID); err != nil || !slices.Equal(got, acked) {
-		t.Fatalf("on a full disk: %d messages, %v; want the %d acknowledged", len(got), err, len(acked))
-	}
-	crashed := crashCopy(t, dir)
-	s2 := open(t, crashed)
-	if got, err := loadIDs(t, s2, se.ID); err != nil || !slices.Equal(got, acked) {
-		t.Fatalf("after a crash on a full disk: %d messages, %v; want the %d acknowledged", len(got), err, len(acked))
-	}
-	must(t, s2.Close())
-	must(t, os.Remove(spare))
-	for i := range 20 {
-		m := kib(fmt.Sprintf("b%d", i))
-		mustAppend(t, s, se.ID, m)
-		acked = append(acked, m.Id)
-	}
-	must(t, s.Close())
-	s3 := openStore(t, dir)
-	if got, err := loadIDs(t, s3, se.ID); err != nil || !slices.Equal(got, acked) {
-		t.Fatalf("after space was freed and a reopen: %d messages, %v; want the %d acknowledged", len(got), err, len(acked))
 	}
 }

@@ -127,23 +127,7 @@ type Store struct {
 	jfiles journalFiles // bounds the open journal files; see journal.go
 	wal    wal          // the write-ahead log shared by all sessions; see wal.go
 
-	// faultSync, when set by a test, runs before each journal fdatasync and
-	// can fail it.
-	faultSync func() error
-	// stepHook, when set by a test, runs at each durable step of a fold or
-	// rewrite (see foldLocked and newGeneration), naming it: a test copies
-	// the data dir there to see what a crash at that moment leaves.
-	stepHook func(step string)
-	// walStepHook, when set by a test, runs at each step of retiring a
-	// write-ahead log segment and of reusing a spare (see sealSegment and
-	// reuseFile), naming it, as stepHook does for folds.
-	walStepHook func(step string)
-	// testHookWrite, when set by a test, runs after beginWrite, before a
-	// write changes the session's files (e.wmu held).
-	testHookWrite func(e *entry)
-	// testHookMark, when set by a test, runs before a checkpoint writes its
-	// mark, and can fail it (as a crash there would leave it).
-	testHookMark func() error
+	hooks *testHooks // nil but in tests; see hooks.go
 
 	// How Open learnt the sessions' metadata: from the checkpoint, or by
 	// scanning their files. For tests and the log.
@@ -250,7 +234,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	}
 	start := time.Now()
 	privateDir(dir, s.log)
-	if err := checkFormat(&s.stats, dir, s.log); err != nil {
+	if err := checkFormat(&s.stats, dir); err != nil {
 		return nil, err
 	}
 	for _, d := range []string{"sessions", "index"} {
@@ -426,9 +410,9 @@ func (s *Store) sweepSessions() ([]string, error) {
 }
 
 // readDirNames calls each with the name and type (unix.DT_*) of every
-// entry of dir, in the order the file system lists them. It is os.ReadDir without the sort by name and without an
-// allocated DirEntry per entry: with 100,000 sessions those were a fifth of
-// an Open. An error each returns ends the walk.
+// entry of dir, in the order the file system lists them: os.ReadDir
+// without the sort by name and without an allocated DirEntry per entry,
+// which Open would pay per session. An error each returns ends the walk.
 func readDirNames(dir string, each func(name string, typ byte) error) error {
 	f, err := os.Open(dir)
 	if err != nil {
@@ -839,13 +823,6 @@ func (s *Store) nsFor(ns string) *nsIndex {
 		s.ns[ns] = n
 	}
 	return n
-}
-
-// step calls the test hook stepHook, if set.
-func (s *Store) step(name string) {
-	if s.stepHook != nil {
-		s.stepHook(name)
-	}
 }
 
 func (s *Store) sessionDir(id string) string { return filepath.Join(s.dir, "sessions", id) }

@@ -161,14 +161,25 @@ func TestSecondOpenIsLocked(t *testing.T) {
 	_ = s2
 }
 
+// TestFormatVersionRefused: a data dir of any format but this one's (a
+// newer one, or a pre-release one whose files this version does not read)
+// is refused by Open and by Check, naming the format, and left as it was.
 func TestFormatVersionRefused(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, formatFile), []byte("sessiond-file-format 9\n"), filePerm); err != nil {
-		t.Fatal(err)
-	}
-	_, err := Open(t.Context(), dir)
-	if err == nil || !strings.Contains(err.Error(), "sessiond-file-format 9") {
-		t.Fatalf("Open of a format-9 dir = %v, want a refusal naming the format", err)
+	for _, format := range []string{"sessiond-file-format 9\n", "sessiond-file-format 2\n", "sessiond-file-format 1\n"} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, formatFile), []byte(format), filePerm); err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSpace(format)
+		if _, err := Open(t.Context(), dir); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("Open of a %q dir = %v, want a refusal naming the format", name, err)
+		}
+		if _, err := Check(t.Context(), dir, true, nil); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("Check of a %q dir = %v, want a refusal naming the format", name, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, formatFile)); string(b) != format {
+			t.Errorf("FORMAT became %q", b)
+		}
 	}
 }
 
@@ -741,7 +752,7 @@ func TestGroupCommit(t *testing.T) {
 	const writers, each = 16, 20
 	// A slow flush, as on a busy disk, makes the writers queue behind it
 	// however the scheduler runs them, so the test does not depend on timing.
-	s.faultSync = func() error { time.Sleep(2 * time.Millisecond); return nil }
+	s.testHooks().sync = func() error { time.Sleep(2 * time.Millisecond); return nil }
 	before := s.stats.journalSyncs.Load()
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -786,7 +797,7 @@ func TestNoSpace(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)
 	se := mustCreate(t, s, storage.CreateRequest{Messages: msgs("m", 2)})
-	s.faultSync = func() error { return unix.ENOSPC }
+	s.testHooks().sync = func() error { return unix.ENOSPC }
 	_, err := s.Append(t.Context(), storage.AppendRequest{Ref: storage.Ref{ID: se.ID}, Messages: msgs("full", 3)})
 	if !errors.Is(err, storage.ErrNoSpace) {
 		t.Fatalf("Append on a full disk = %v, want ErrNoSpace", err)
@@ -795,7 +806,7 @@ func TestNoSpace(t *testing.T) {
 	if !errors.Is(err, storage.ErrNoSpace) {
 		t.Fatalf("Update on a full disk = %v, want ErrNoSpace", err)
 	}
-	s.faultSync = nil
+	s.testHooks().sync = nil
 	if got, _ := loadIDs(t, s, se.ID); len(got) != 2 {
 		t.Errorf("after refused append: %v", got)
 	}

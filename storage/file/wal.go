@@ -183,46 +183,23 @@ func encodeWALHead(seq, salt uint64) []byte {
 // walHeadLen is the length of a segment's header frame.
 var walHeadLen = len(encodeWALHead(0, 0))
 
-// walIdent is what a segment's batches carry to be its own: in format 3
-// (not legacy) the segment's sequence number and salt, as its header
-// states them. A segment written by format 2 has a header without a salt
-// and batches (typeWALBatch) that name no segment; it is never reused
-// before being retired, so nothing stale follows its batches.
+// walIdent is what a segment's batches carry to be its own: the segment's
+// sequence number and salt, as its header states them.
 type walIdent struct {
-	legacy    bool
 	seq, salt uint64
-}
-
-// recsOff is where the records start in one of the segment's batch
-// payloads.
-func (id walIdent) recsOff() int {
-	if id.legacy {
-		return 1
-	}
-	return walBatchHead
-}
-
-// batchType is the frame type of the segment's batches.
-func (id walIdent) batchType() byte {
-	if id.legacy {
-		return typeWALBatch
-	}
-	return typeWALSegBatch
 }
 
 // batchAt returns the batch of this segment at offset at of data, if there
 // is one. The segment's identity is tested before the checksum, so that a
 // reused segment's stale bytes cost little to pass over.
 func (id walIdent) batchAt(data []byte, at int) ([]byte, int, bool) {
-	if !id.legacy {
-		h := at + frameHeader
-		if h+walBatchHead > len(data) || data[h] != typeWALSegBatch ||
-			binary.LittleEndian.Uint64(data[h+1:]) != id.seq || binary.LittleEndian.Uint64(data[h+9:]) != id.salt {
-			return nil, 0, false
-		}
+	h := at + frameHeader
+	if h+walBatchHead > len(data) || data[h] != typeWALSegBatch ||
+		binary.LittleEndian.Uint64(data[h+1:]) != id.seq || binary.LittleEndian.Uint64(data[h+9:]) != id.salt {
+		return nil, 0, false
 	}
 	p, next, ok := readFrame(data, at)
-	if !ok || p[0] != id.batchType() || len(p) < id.recsOff() {
+	if !ok || p[0] != typeWALSegBatch || len(p) < walBatchHead {
 		return nil, 0, false
 	}
 	return p, next, true
@@ -232,7 +209,6 @@ func (id walIdent) batchAt(data []byte, at int) ([]byte, int, bool) {
 type walRegion struct{ off, end int }
 
 // walScan splits a segment into its header and batches like scanFrames,
-// and returns them with the identity its batches carry,
 // but goes on past damage. A frame that is not a batch of this segment,
 // followed (at an 8-byte boundary) by a batch of this segment, is a
 // damaged region, and scanning resumes at that batch; with no batch of
@@ -240,24 +216,19 @@ type walRegion struct{ off, end int }
 // start one byte past an 8-byte boundary, so an embedded journal frame is
 // never taken for a batch.
 //
-// At the end of the log, a format 3 segment holds the end mark (8 zero
-// bytes) that its last flush wrote, and past it zeros (a new file) or the
-// batches of the file's earlier segment (a reused one), which are not this
-// segment's. Anything but the end mark there is the start of a flush that
-// did not land whole (torn: never acknowledged). A format 2 segment was a
-// new file: anything but zeros to its end is torn. A segment whose header
-// is damaged takes the identity of the first batch found that names its
-// sequence number seq.
-func walScan(data []byte, seq uint64) (id walIdent, frames [][]byte, bad []walRegion, end int, torn bool) {
+// At the end of the log, a segment holds the end mark (8 zero bytes) that
+// its last flush wrote, and past it zeros (a new file) or the batches of
+// the file's earlier segment (a reused one), which are not this segment's.
+// Anything but the end mark there is the start of a flush that did not land
+// whole (torn: never acknowledged). A segment whose header is damaged takes
+// the identity of the first batch found that names its sequence number seq.
+func walScan(data []byte, seq uint64) (frames [][]byte, bad []walRegion, end int, torn bool) {
+	var id walIdent
 	off := 0
-	if p, next, ok := readFrame(data, 0); ok && p[0] == typeWALHead {
+	if p, next, ok := readFrame(data, 0); ok && p[0] == typeWALHead && len(p) == 1+8+8 {
 		r := reader{b: p[1:]}
 		id.seq = r.u64("segment sequence")
-		if len(r.b) >= 8 {
-			id.salt = r.u64("segment salt")
-		} else {
-			id.legacy = true
-		}
+		id.salt = r.u64("segment salt")
 		frames = append(frames, p)
 		off = next
 	} else {
@@ -265,7 +236,7 @@ func walScan(data []byte, seq uint64) (id walIdent, frames [][]byte, bad []walRe
 	}
 	for off < len(data) {
 		if allZero(data[off:]) {
-			return id, frames, bad, off, false
+			return frames, bad, off, false
 		}
 		if p, next, ok := id.batchAt(data, off); ok {
 			frames = append(frames, p)
@@ -279,25 +250,20 @@ func walScan(data []byte, seq uint64) (id walIdent, frames [][]byte, bad []walRe
 			}
 		}
 		if y+frameHeader > len(data) {
-			return id, frames, bad, off, id.legacy || off+walEndMark > len(data) || !allZero(data[off:off+walEndMark])
+			return frames, bad, off, off+walEndMark > len(data) || !allZero(data[off:off+walEndMark])
 		}
 		bad = append(bad, walRegion{off, y})
 		off = y
 	}
-	return id, frames, bad, off, false
+	return frames, bad, off, false
 }
 
-// identify finds the identity of a segment whose header is damaged: a
-// format 2 segment if a format 2 batch is found, else the salt of the first
-// format 3 batch that names the segment's sequence number.
+// identify finds the identity of a segment whose header is damaged: the
+// salt of the first batch that names the segment's sequence number.
 func identify(data []byte, seq uint64) walIdent {
 	for at := 0; at+frameHeader <= len(data); at += 8 {
 		p, _, ok := readFrame(data, at)
-		switch {
-		case !ok:
-		case p[0] == typeWALBatch:
-			return walIdent{legacy: true, seq: seq}
-		case p[0] == typeWALSegBatch && len(p) >= walBatchHead && binary.LittleEndian.Uint64(p[1:]) == seq:
+		if ok && p[0] == typeWALSegBatch && len(p) >= walBatchHead && binary.LittleEndian.Uint64(p[1:]) == seq {
 			return walIdent{seq: seq, salt: binary.LittleEndian.Uint64(p[9:])}
 		}
 	}
@@ -667,13 +633,6 @@ func (s *Store) sealSegment(job sealJob) error {
 	return nil
 }
 
-// walStep calls the test hook walStepHook, if set.
-func (s *Store) walStep(name string) {
-	if s.walStepHook != nil {
-		s.walStepHook(name)
-	}
-}
-
 func fdatasync(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }
 
 // syncFile fdatasyncs the file at path.
@@ -773,7 +732,7 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 		if err != nil {
 			return nil, ioErr(err)
 		}
-		id, frames, bad, end, torn := walScan(data, seg.seq)
+		frames, bad, end, torn := walScan(data, seg.seq)
 		var problems []string
 		if len(frames) == 0 || frames[0][0] != typeWALHead {
 			if len(bad) == 0 && !torn && end == 0 {
@@ -788,7 +747,6 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 		if len(frames) > 0 && frames[0][0] == typeWALHead {
 			frames = frames[1:]
 		}
-		recsOff := id.recsOff()
 		if torn {
 			p.torn[seg.path] = end
 		}
@@ -806,7 +764,7 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 			}
 		}
 		for _, f := range frames {
-			good, lost, clean := parseWALRecs(f[recsOff:])
+			good, lost, clean := parseWALRecs(f[walBatchHead:])
 			add(good, lost)
 			if !clean || len(lost) > 0 {
 				problems = append(problems, "a flush's records do not decode")
@@ -817,8 +775,8 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 			// checksums vouch for, and name the sessions of the rest.
 			var good, lost []walRec
 			clean := false
-			if rg.off+frameHeader+recsOff <= rg.end {
-				good, lost, clean = parseWALRecs(trimZeros(data[rg.off+frameHeader+recsOff : rg.end]))
+			if rg.off+frameHeader+walBatchHead <= rg.end {
+				good, lost, clean = parseWALRecs(trimZeros(data[rg.off+frameHeader+walBatchHead : rg.end]))
 			}
 			add(good, lost)
 			what := fmt.Sprintf("bytes %d-%d are damaged", rg.off, rg.end)

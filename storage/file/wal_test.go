@@ -45,7 +45,7 @@ func TestCrossSessionGroupCommit(t *testing.T) {
 		sessions[i] = mustCreate(t, s, storage.CreateRequest{}).ID
 	}
 	// A slow flush, as on a busy disk, makes writers queue behind it.
-	s.faultSync = func() error { time.Sleep(2 * time.Millisecond); return nil }
+	s.testHooks().sync = func() error { time.Sleep(2 * time.Millisecond); return nil }
 	before := s.stats.journalSyncs.Load()
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -56,7 +56,7 @@ func TestCrossSessionGroupCommit(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	s.faultSync = nil
+	s.testHooks().sync = nil
 	syncs := s.stats.journalSyncs.Load() - before
 	if syncs >= writers*each/2 {
 		t.Errorf("%d appends to %d sessions took %d fdatasyncs; want them to share flushes", writers*each, writers, syncs)
@@ -515,7 +515,7 @@ func TestCrashDuringWALRecycle(t *testing.T) {
 	// append, so nothing else changes the files while a copy is taken:
 	// the leader's steps run inside its append, the sealer's while it waits.
 	var mu sync.Mutex
-	s.walStepHook = func(step string) {
+	s.testHooks().walStep = func(step string) {
 		mu.Lock()
 		defer mu.Unlock()
 		if seen[step] >= 2 {
@@ -544,7 +544,7 @@ func TestCrashDuringWALRecycle(t *testing.T) {
 		}
 	}
 	must(t, s.Close())
-	s.walStepHook = nil
+	s.testHooks().walStep = nil
 	for _, step := range []string{"header", "renamed", "sealed", "kept"} {
 		if seen[step] == 0 {
 			t.Errorf("no crash at step %q (steps seen: %v)", step, seen)
@@ -572,69 +572,6 @@ func TestCrashDuringWALRecycle(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestWALFormat2Upgrade: a version 2 data dir left by a crash, whose log
-// segment (batches that name no segment) holds an acknowledged append its
-// journal lost, opens with the append, upgrades FORMAT, and reuses that
-// segment's file once it is retired, its old batches never read again.
-func TestWALFormat2Upgrade(t *testing.T) {
-	src := t.TempDir()
-	s := open(t, src)
-	se := mustCreate(t, s, storage.CreateRequest{Messages: msgs("m", 2)})
-	mustAppend(t, s, se.ID, msg("a0", "journaled"))
-	e := entryOf(t, s, se.ID)
-	jstart, gen := e.j.tail, e.gen
-	mustAppend(t, s, se.ID, msg("a1", "only in the log"))
-	jend := e.j.tail
-	dir := crashCopy(t, src)
-	jp := journalPath(t, dir, se.ID)
-	jdata, err := os.ReadFile(jp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// As sessiond 2 wrote it: a header without salt, batches of type 12.
-	rec := walRec{kind: walKindFrame, id: se.ID, gen: gen, off: jstart, frame: jdata[jstart:jend]}
-	seg := append(appendFrame(nil, putU64([]byte{typeWALHead}, 7)), appendFrame(nil, appendWALRec([]byte{typeWALBatch}, rec))...)
-	must(t, os.RemoveAll(filepath.Join(dir, walDir)))
-	must(t, os.Mkdir(filepath.Join(dir, walDir), dirPerm))
-	must(t, os.WriteFile(filepath.Join(dir, walDir, seqName(walPref, 7)), seg, filePerm))
-	must(t, os.Truncate(jp, jstart)) // power failure: the journal lost a1
-	must(t, os.WriteFile(filepath.Join(dir, formatFile), []byte(formatVersion2), filePerm))
-
-	if rep, err := Check(t.Context(), dir, false, nil); err != nil || rep.Damaged() {
-		t.Fatalf("Check of the version 2 dir: %+v, %v", rep, err)
-	}
-	s2 := open(t, dir, WithWALSegmentBytes(4<<10))
-	if b, _ := os.ReadFile(filepath.Join(dir, formatFile)); string(b) != formatVersion {
-		t.Fatalf("FORMAT after Open is %q, want %q", b, formatVersion)
-	}
-	want := []string{"m0", "m1", "a0", "a1"}
-	if got, err := loadIDs(t, s2, se.ID); err != nil || !slices.Equal(got, want) {
-		t.Fatalf("after open: %v, %v; want %v", got, err, want)
-	}
-	for {
-		s2.wal.sealMu.Lock()
-		n := len(s2.wal.spares)
-		s2.wal.sealMu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	mustAppend(t, s2, se.ID, msg("b0", "in the reused file"))
-	if r := s2.stats.walRecycled.Load(); r != 1 {
-		t.Fatalf("%d spares reused; want the version 2 segment's file", r)
-	}
-	want = append(want, "b0")
-	crashed := crashCopy(t, dir)
-	if rep, err := Check(t.Context(), crashed, false, nil); err != nil || rep.Damaged() {
-		t.Fatalf("Check after a crash: %+v, %v", rep, err)
-	}
-	s3 := open(t, crashed)
-	if got, err := loadIDs(t, s3, se.ID); err != nil || !slices.Equal(got, want) {
-		t.Errorf("after a crash: %v, %v; want %v", got, err, want)
 	}
 }
 
