@@ -24,6 +24,10 @@ import (
 //   - messages arrive as a Messages batch: already checked, with every id and
 //     created_at filled in (the request's own Messages field is nil).
 //
+// The Store also admits a call only while it is open and the call's context
+// has not ended, and closes the Driver only once the calls it admitted have
+// returned; a Driver need not check either at entry.
+//
 // A Driver still decides what needs the stored state, under its own lock or
 // transaction, using the shared rule functions of this package so that each
 // rule is written once: CheckAppend (which messages are new, then the
