@@ -37,7 +37,7 @@ type Server struct {
 
 	mu    sync.Mutex // guards the fields below
 	gs    *grpc.Server
-	store storage.Store
+	store *storage.Store
 	buf   *bufconn.Listener // nil when stopped, or on TCP
 }
 

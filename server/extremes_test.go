@@ -44,13 +44,13 @@ func TestLoadExtremes(t *testing.T) {
 
 // readOnlyStore fails every write as the file store does once its data
 // dir's filesystem turned read-only.
-type readOnlyStore struct{ storage.Store }
+type readOnlyStore struct{ storage.Driver }
 
-func (readOnlyStore) Create(context.Context, storage.CreateRequest) (*storage.Session, error) {
+func (readOnlyStore) Create(context.Context, storage.CreateRequest, storage.Messages) (*storage.Session, error) {
 	return nil, fmt.Errorf("file: create session: open /data/sessions/x: read-only file system: %w", file.ErrReadOnly)
 }
 
-func (readOnlyStore) Append(context.Context, storage.AppendRequest) (storage.AppendResult, error) {
+func (readOnlyStore) Append(context.Context, storage.AppendRequest, storage.Messages) (storage.AppendResult, error) {
 	return storage.AppendResult{}, fmt.Errorf("file: append: write /data/sessions/x/journal: read-only file system: %w", file.ErrReadOnly)
 }
 
@@ -58,7 +58,7 @@ func (readOnlyStore) Append(context.Context, storage.AppendRequest) (storage.App
 // UNAVAILABLE (they were INTERNAL), reads go on, and the condition is
 // logged once, not once per call.
 func TestReadOnlyDataDir(t *testing.T) {
-	h := newHarness(t, harnessConfig{wrap: func(s storage.Store) storage.Store { return readOnlyStore{s} }})
+	h := newHarness(t, harnessConfig{wrap: func(d storage.Driver) storage.Driver { return readOnlyStore{d} }})
 	for range 50 {
 		_, err := h.client.CreateSession(t.Context(), &sessiondv1.CreateSessionRequest{})
 		wantCode(t, err, codes.Unavailable, "retry later")

@@ -27,7 +27,7 @@ import (
 // harness is a Server on a real file store in a temp dir, served over
 // bufconn to a client with grpc-go's default options (4 MiB receive limit).
 type harness struct {
-	file   storage.Store // the real store, for checks that bypass the server
+	file   *storage.Store // over the file driver unwrapped, for checks that bypass the server
 	srv    *Server
 	gs     *grpc.Server
 	client sessiondv1.SessionStoreServiceClient
@@ -36,8 +36,8 @@ type harness struct {
 }
 
 type harnessConfig struct {
-	wrap     func(storage.Store) storage.Store
-	limits   storage.Limits // zero fields: the defaults
+	wrap     func(storage.Driver) storage.Driver // fault injection: the server's store runs over its result
+	limits   storage.Limits                      // zero fields: the defaults
 	opts     []Option
 	grpcOpts []grpc.ServerOption // after the Server's own, so they win
 }
@@ -49,9 +49,9 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 		t.Fatalf("file.Open: %v", err)
 	}
 	st := storage.New(d, cfg.limits)
-	var store storage.Store = st
+	store := st
 	if cfg.wrap != nil {
-		store = cfg.wrap(st)
+		store = storage.New(cfg.wrap(d), cfg.limits)
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
 	opts := append([]Option{WithLogger(zap.New(core)), WithBackend("file"), WithVersion("v-test")}, cfg.opts...)
@@ -70,6 +70,7 @@ func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	t.Cleanup(func() {
 		_ = conn.Close()
 		gs.Stop()
+		_ = store.Close()
 		_ = st.Close()
 	})
 	return &harness{file: st, srv: srv, gs: gs, client: sessiondv1.NewSessionStoreServiceClient(conn), conn: conn, logs: logs}

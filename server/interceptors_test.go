@@ -112,16 +112,16 @@ func TestRoundDuration(t *testing.T) {
 
 // slowPanicStore panics in Append after a pause, on a session whose alias
 // is "boom".
-type slowPanicStore struct{ storage.Store }
+type slowPanicStore struct{ storage.Driver }
 
 const slowPanicPause = 30 * time.Millisecond
 
-func (s slowPanicStore) Append(ctx context.Context, req storage.AppendRequest) (storage.AppendResult, error) {
+func (s slowPanicStore) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
 	if req.Ref.Alias == "boom" {
 		time.Sleep(slowPanicPause)
 		panic("boom in Append")
 	}
-	return s.Store.Append(ctx, req)
+	return s.Driver.Append(ctx, req, msgs)
 }
 
 // TestCallLogsAtInfo checks the quiet path of the call log (quietUnary): at
@@ -131,7 +131,7 @@ func (s slowPanicStore) Append(ctx context.Context, req storage.AppendRequest) (
 func TestCallLogsAtInfo(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	h := newHarness(t, harnessConfig{
-		wrap: func(s storage.Store) storage.Store { return slowPanicStore{s} },
+		wrap: func(d storage.Driver) storage.Driver { return slowPanicStore{d} },
 		opts: []Option{WithLogger(zap.New(core))},
 	})
 	ctx := t.Context()

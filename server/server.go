@@ -4,7 +4,7 @@
 // nothing of files or SQL (see storage.Store).
 //
 // The request rules (names, ids, roles, messages, counts, and the store's
-// Limits) are storage's, checked once by the portable storage.Store; the
+// Limits) are storage's, checked once by storage.Store; the
 // server checks only what storage cannot see: absent fields, timestamps,
 // page tokens, update-mask paths and the shape of a SaveSession stream.
 // grpc-go refuses a frame over max_frame_bytes (ServerOptions sets its
@@ -41,7 +41,7 @@ import (
 type Server struct {
 	sessiondv1.UnimplementedSessionStoreServiceServer
 
-	store   storage.Store
+	store   *storage.Store
 	log     *zap.Logger
 	limits  storage.Limits
 	version string
@@ -107,7 +107,7 @@ func (s *semaphore) Release() { s.n.Add(-1) }
 
 // New returns a Server over store (made by storage.New), enforcing its
 // limits.
-func New(store storage.Store, opts ...Option) *Server {
+func New(store *storage.Store, opts ...Option) *Server {
 	s := &Server{
 		store:   store,
 		log:     zap.NewNop(),

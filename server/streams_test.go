@@ -321,8 +321,8 @@ func TestListSessionsFramesAreCurrent(t *testing.T) {
 // on through the store.
 func TestListSessionsStopsOnCancel(t *testing.T) {
 	endless := &endlessList{}
-	h := newHarness(t, harnessConfig{wrap: func(s storage.Store) storage.Store {
-		endless.Store = s
+	h := newHarness(t, harnessConfig{wrap: func(d storage.Driver) storage.Driver {
+		endless.Driver = d
 		return endless
 	}})
 	ctx, cancel := context.WithCancel(t.Context())
@@ -353,7 +353,7 @@ const endlessSessions = 1_000_000
 
 // endlessList lists a million made-up sessions.
 type endlessList struct {
-	storage.Store
+	storage.Driver
 	yields atomic.Int64
 }
 
@@ -435,7 +435,7 @@ func TestWatchSession(t *testing.T) {
 // brokerStore serves Watch from a broker the test publishes to directly, so
 // that a test can outrun a watcher deterministically.
 type brokerStore struct {
-	storage.Store
+	storage.Driver
 	broker *storage.Broker
 }
 
@@ -445,7 +445,7 @@ func (b *brokerStore) Watch(ctx context.Context, ref storage.Ref, from uint64) (
 
 func TestWatchSlowWatcher(t *testing.T) {
 	broker := storage.NewBroker()
-	h := newHarness(t, harnessConfig{wrap: func(s storage.Store) storage.Store { return &brokerStore{Store: s, broker: broker} }})
+	h := newHarness(t, harnessConfig{wrap: func(d storage.Driver) storage.Driver { return &brokerStore{Driver: d, broker: broker} }})
 	ctx := t.Context()
 	stream, err := h.client.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: byAlias("any")})
 	if err != nil {
@@ -531,7 +531,7 @@ func TestWatchEndsUnavailable(t *testing.T) {
 
 // panicStore panics in Get and Load (and LoadStream, which LoadSession
 // uses), like a bug in a backend would.
-type panicStore struct{ storage.Store }
+type panicStore struct{ storage.Driver }
 
 func (panicStore) LoadStream(context.Context, storage.Ref, storage.LoadOptions, func(*storage.Session) error, func(*sessiondv1.Message) error) error {
 	panic(errors.New("boom in LoadStream"))
@@ -543,7 +543,7 @@ func (panicStore) Load(context.Context, storage.Ref, storage.LoadOptions) (*stor
 }
 
 func TestPanicRecovery(t *testing.T) {
-	h := newHarness(t, harnessConfig{wrap: func(s storage.Store) storage.Store { return panicStore{s} }})
+	h := newHarness(t, harnessConfig{wrap: func(d storage.Driver) storage.Driver { return panicStore{d} }})
 	ctx := t.Context()
 	s := h.create(t, &sessiondv1.CreateSessionRequest{})
 
@@ -594,7 +594,7 @@ func TestPanicRecovery(t *testing.T) {
 // TestInternalErrorsHideDetail checks that an unexpected error is logged in
 // full and answered INTERNAL without it.
 func TestInternalErrorsHideDetail(t *testing.T) {
-	h := newHarness(t, harnessConfig{wrap: func(s storage.Store) storage.Store { return failStore{s} }})
+	h := newHarness(t, harnessConfig{wrap: func(d storage.Driver) storage.Driver { return failStore{d} }})
 	_, err := h.client.DeleteSession(t.Context(), &sessiondv1.DeleteSessionRequest{Ref: byAlias("x")})
 	wantCode(t, err, codes.Internal, "")
 	if strings.Contains(err.Error(), "/secret/path") {
@@ -606,7 +606,7 @@ func TestInternalErrorsHideDetail(t *testing.T) {
 	}
 }
 
-type failStore struct{ storage.Store }
+type failStore struct{ storage.Driver }
 
 func (failStore) Delete(context.Context, storage.Ref, uint64) error {
 	return fmt.Errorf("open /secret/path: %w", io.ErrUnexpectedEOF)
@@ -617,7 +617,7 @@ func (failStore) Delete(context.Context, storage.Ref, uint64) error {
 // errors (which are logged instead), and a missing session named as the
 // client asked for it.
 func TestErrorMessagesHideBackendDetail(t *testing.T) {
-	h := newHarness(t, harnessConfig{wrap: func(s storage.Store) storage.Store { return detailStore{s} }})
+	h := newHarness(t, harnessConfig{wrap: func(d storage.Driver) storage.Driver { return detailStore{d} }})
 	ctx := t.Context()
 	missing := uuid.NewString()
 	taken := h.create(t, &sessiondv1.CreateSessionRequest{Alias: "taken"})
@@ -676,18 +676,18 @@ func TestErrorMessagesHideBackendDetail(t *testing.T) {
 
 // detailStore answers like a backend whose errors carry paths: Get of alias
 // "damaged" is DATA_LOSS and an append of message "full" is a full disk.
-type detailStore struct{ storage.Store }
+type detailStore struct{ storage.Driver }
 
 func (d detailStore) Get(ctx context.Context, ref storage.Ref) (*storage.Session, error) {
 	if ref.Alias == "damaged" {
 		return nil, fmt.Errorf("file: session x: open /secret/path/snapshot: checksum mismatch: %w", storage.ErrDataLoss)
 	}
-	return d.Store.Get(ctx, ref)
+	return d.Driver.Get(ctx, ref)
 }
 
-func (d detailStore) Append(ctx context.Context, req storage.AppendRequest) (storage.AppendResult, error) {
-	if len(req.Messages) == 1 && req.Messages[0].GetId() == "full" {
+func (d detailStore) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
+	if len(msgs.Prepared) == 1 && msgs.Prepared[0].GetId() == "full" {
 		return storage.AppendResult{}, fmt.Errorf("write /secret/path/journal: no space left on device: %w", storage.ErrNoSpace)
 	}
-	return d.Store.Append(ctx, req)
+	return d.Driver.Append(ctx, req, msgs)
 }

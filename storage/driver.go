@@ -11,7 +11,7 @@ import (
 )
 
 // Driver is what a backend implements: the primitive operations on stored
-// sessions, with none of the request rules. The portable Store that New
+// sessions, with none of the request rules. The Store that New
 // returns checks every argument, applies the Limits and prepares messages
 // before it calls a Driver, so a Driver receives only valid requests:
 //
@@ -23,6 +23,10 @@ import (
 //   - a search query is not empty;
 //   - messages arrive as a Messages batch: already checked, with every id and
 //     created_at filled in (the request's own Messages field is nil).
+//
+// The Store also admits a call only while it is open and the call's context
+// has not ended, and closes the Driver only once the calls it admitted have
+// returned; a Driver need not check either at entry.
 //
 // A Driver still decides what needs the stored state, under its own lock or
 // transaction, using the shared rule functions of this package so that each
@@ -134,7 +138,7 @@ type Driver interface {
 	Close() error
 }
 
-// Messages is a request's batch of messages as the portable Store hands it
+// Messages is a request's batch of messages as the Store hands it
 // to a Driver: checked once, and prepared once.
 type Messages struct {
 	// Prepared are the messages to store, in order: Sent's messages, with a
@@ -143,7 +147,7 @@ type Messages struct {
 	// events, and must not modify them.
 	Prepared []*sessiondv1.Message
 	// Encoded are Prepared's protobuf encodings, one per message, made once
-	// by the portable Store (proto.Marshal). Read only.
+	// by the Store (proto.Marshal). Read only.
 	Encoded [][]byte
 	// Sent are the messages as the client sent them, for comparing a retry
 	// with what is stored (SameMessage ignores a created_at the client left
@@ -322,7 +326,7 @@ func describeNamespace(ns string) string {
 
 // LoadStreamer is implemented by Drivers that can hand out a load's
 // messages one at a time from a consistent snapshot, without decoding them
-// all first (see Store.LoadStream). The portable Store uses it when the
+// all first (see Store.LoadStream). The Store uses it when the
 // Driver has it, and Load otherwise. opts are valid, as for Load.
 type LoadStreamer interface {
 	LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error

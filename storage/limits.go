@@ -6,7 +6,7 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-// Limits are the sizes the portable Store enforces before a request reaches
+// Limits are the sizes the Store enforces before a request reaches
 // a Driver. A request over one fails with a *LimitError (ErrTooLarge) naming
 // the limit by its ServerLimits field name (e.g. "max_title_bytes"), which is
 // also the daemon's flag name with dashes.

@@ -65,7 +65,7 @@ func ParseDays(s string) (time.Duration, error) {
 // watchers get EventDeleted as for any delete. Several daemons on one
 // database may sweep at once: a session another one deleted is skipped.
 type Sweeper struct {
-	Store    Store
+	Store    *Store
 	Defaults map[string]time.Duration // by namespace; "" is the default namespace
 	Interval time.Duration            // between sweeps; DefaultSweepInterval if 0
 	Log      *zap.Logger              // each deletion at info; nil: none

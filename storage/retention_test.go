@@ -47,15 +47,15 @@ func TestParseRetention(t *testing.T) {
 	}
 }
 
-// racedExpired writes to each expired session after Expired found it and
-// before the sweeper deletes it.
+// racedExpired is a Driver that writes to each expired session after
+// Expired found it and before the sweeper deletes it.
 type racedExpired struct {
-	storage.Store
+	storage.Driver
 	t *testing.T
 }
 
 func (s racedExpired) Expired(ctx context.Context, opts storage.ExpiredOptions, yield func(*storage.Session) error) error {
-	return s.Store.Expired(ctx, opts, func(se *storage.Session) error {
+	return s.Driver.Expired(ctx, opts, func(se *storage.Session) error {
 		if _, err := s.Update(ctx, storage.UpdateRequest{Ref: storage.Ref{Namespace: se.Namespace, ID: se.ID},
 			Fields: storage.UpdateTitle, Title: "touched " + se.Title}); err != nil {
 			s.t.Errorf("racing write: %v", err)
@@ -72,6 +72,8 @@ func TestSweeper(t *testing.T) {
 	}
 	st := storage.New(d, storage.Limits{})
 	t.Cleanup(func() { _ = st.Close() })
+	// Shares st's driver; st closes it.
+	raced := storage.New(racedExpired{d, t}, storage.Limits{})
 	own, err := st.Create(ctx, storage.CreateRequest{Namespace: "a", ExpireAfter: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +100,7 @@ func TestSweeper(t *testing.T) {
 
 	// A write between the look and the delete wins; it also restarts the
 	// idle time.
-	if n, err := (&storage.Sweeper{Store: racedExpired{st, t}, Defaults: defaults}).Sweep(ctx); err != nil || n != 0 {
+	if n, err := (&storage.Sweeper{Store: raced, Defaults: defaults}).Sweep(ctx); err != nil || n != 0 {
 		t.Fatalf("sweep racing a write deleted %d (%v), want none", n, err)
 	}
 	time.Sleep(1100 * time.Millisecond)

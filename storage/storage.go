@@ -5,8 +5,11 @@
 //
 // # Layers
 //
-// In the manner of go-cloud's portable blob.Bucket over driver.Bucket, New
-// wraps a backend's Driver in the portable Store. The portable Store checks
+// In the manner of go-cloud's concrete *blob.Bucket over driver.Bucket, the
+// Store is a concrete type over a backend's Driver (New wraps one). The
+// Store owns what every backend would otherwise repeat: it refuses calls
+// after Close and drains those in progress before closing the Driver,
+// returns an ended context's error before the Driver sees the call, checks
 // every request once (names, ids, UTF-8, counts, messages, and the Limits)
 // and prepares messages (ids and created_at filled in); the Driver
 // implements only the primitives, receives only valid requests, and applies
@@ -83,7 +86,6 @@
 package storage
 
 import (
-	"context"
 	"errors"
 	"time"
 
@@ -91,7 +93,7 @@ import (
 )
 
 // Sentinel errors. Drivers wrap them with fmt.Errorf("...: %w", ErrX); the
-// portable Store's argument errors are *FieldError (ErrInvalid) and
+// Store's argument errors are *FieldError (ErrInvalid) and
 // *LimitError (ErrTooLarge).
 var (
 	// ErrNotFound: no session with that id or alias in the namespace.
@@ -200,8 +202,8 @@ type LoadOptions struct {
 	// whose tool calls are open in the session, a synthetic ROLE_TOOL result
 	// per open call (SyntheticResult), placed after the ROLE_TOOL messages
 	// that directly follow the assistant message in the window. Nothing is
-	// stored; Offset, Limit and Tail count stored messages only. The portable
-	// Store adds them; a Driver never sees the flag set.
+	// stored; Offset, Limit and Tail count stored messages only. The Store
+	// adds them; a Driver never sees the flag set.
 	CloseOpenToolCalls bool
 }
 
@@ -363,86 +365,4 @@ type Event struct {
 	Revision uint64
 	Session  *Session
 	Messages []*sessiondv1.Message // for EventAppended only
-}
-
-// Store is a session store: what the server calls. New returns one over a
-// backend's Driver; tests may wrap it. See the package doc for the contracts
-// every method keeps. Every method returns ErrClosed after Close.
-type Store interface {
-	// Create makes a session with revision 1 (or req.Revision). Errors: ErrInvalid,
-	// ErrAliasInUse, ErrAlreadyExists, ErrNoSpace.
-	Create(ctx context.Context, req CreateRequest) (*Session, error)
-
-	// Get returns a session's metadata. Errors: ErrNotFound, ErrDataLoss.
-	Get(ctx context.Context, ref Ref) (*Session, error)
-
-	// Load returns a session's metadata and the messages opts selects, as one
-	// consistent snapshot. Errors: ErrNotFound, ErrInvalid, ErrDataLoss.
-	Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error)
-
-	// LoadStream is Load handing the answer out piece by piece, from the
-	// same consistent snapshot: start gets the metadata, then each gets the
-	// selected messages in order, decoded one at a time, so that a slow
-	// reader holds one message rather than the whole session. It stops at
-	// the first error start or each returns, and returns it. Errors as
-	// Load's.
-	LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error
-
-	// List calls yield for each matching session, newest-updated first, then
-	// by ID; it stops at the first error yield returns and returns it. yield
-	// runs without store locks held, so it may be slow. Errors: ErrInvalid.
-	List(ctx context.Context, opts ListOptions, yield func(*Session) error) error
-
-	// Save replaces a session's messages, title, summary and metadata
-	// atomically (alias and labels are kept). Errors: ErrNotFound,
-	// ErrConflict, ErrInvalid, ErrAliasInUse (CreateIfMissing), ErrNoSpace,
-	// ErrDataLoss.
-	Save(ctx context.Context, req SaveRequest) (*Session, error)
-
-	// Append adds the batch's messages not already stored (see the package
-	// doc), atomically. It fills a missing message id with a new UUID and a
-	// missing created_at with the current time. Errors:
-	// ErrNotFound, ErrConflict, ErrMessageConflict, ErrInvalid, ErrNoSpace,
-	// ErrDataLoss.
-	Append(ctx context.Context, req AppendRequest) (AppendResult, error)
-
-	// Update changes the selected metadata fields. Errors: ErrNotFound,
-	// ErrConflict, ErrAliasInUse, ErrInvalid, ErrNoSpace.
-	Update(ctx context.Context, req UpdateRequest) (*Session, error)
-
-	// Delete removes a session. Errors: ErrNotFound, ErrConflict.
-	Delete(ctx context.Context, ref Ref, expectedRevision uint64) error
-
-	// Fork copies a session into a new one. Errors: ErrNotFound, ErrInvalid
-	// (MessageCount beyond the session), ErrAliasInUse, ErrNoSpace, ErrDataLoss.
-	Fork(ctx context.Context, req ForkRequest) (*Session, error)
-
-	// Rewind keeps a session's first messages. Errors: ErrNotFound,
-	// ErrConflict, ErrInvalid (MessageCount beyond the session), ErrNoSpace,
-	// ErrDataLoss.
-	Rewind(ctx context.Context, req RewindRequest) (*Session, error)
-
-	// Search calls yield for each hit, session by session in list order and
-	// within a session in message order (metadata hit first); it stops at the
-	// first error yield returns. A damaged session is skipped. Errors: ErrInvalid.
-	Search(ctx context.Context, opts SearchOptions, yield func(SearchHit) error) error
-
-	// Watch subscribes to a session's changes after fromRevision (0 = from
-	// now). The subscription's first events replay the kept history after
-	// fromRevision. Errors: ErrNotFound, ErrWatchReset (fromRevision older
-	// than the history kept, or newer than the session).
-	Watch(ctx context.Context, ref Ref, fromRevision uint64) (*Subscription, error)
-
-	// Expired calls yield for each session, in any namespace, that has not
-	// been updated for its idle time to live as of opts.Now: its own
-	// ExpireAfter, else opts.Defaults[namespace]; it stops at the first
-	// error yield returns. Errors: ErrInvalid.
-	Expired(ctx context.Context, opts ExpiredOptions, yield func(*Session) error) error
-
-	// Close releases the store; it waits for writes in progress and ends
-	// every subscription with ErrClosed.
-	Close() error
-
-	// Limits returns the limits the store enforces.
-	Limits() Limits
 }

@@ -28,7 +28,7 @@ import (
 // loopback port.
 type daemon struct {
 	addr  string
-	store storage.Store
+	store *storage.Store
 }
 
 func startDaemon(t *testing.T) *daemon {

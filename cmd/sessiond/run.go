@@ -27,7 +27,7 @@ import (
 )
 
 // backends are the storage backends of this build, by --storage name. Each
-// opens its driver; serve wraps it in the portable store, which checks every
+// opens its driver; serve wraps it in storage.Store, which checks every
 // request and enforces the limits.
 var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error){
 	"file": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error) {

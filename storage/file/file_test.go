@@ -33,7 +33,7 @@ func TestConformance(t *testing.T) {
 // it. The portable Store's methods win (they are the ones tests mean); the
 // file Store's own methods and fields are promoted from one level deeper.
 type testStore struct {
-	storage.Store
+	*storage.Store
 	driver
 }
 

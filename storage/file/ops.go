@@ -70,9 +70,6 @@ func (v *view) storedAt(i int) (*sessiondv1.Message, error) {
 
 // Create makes a session at revision req.Revision.
 func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs storage.Messages) (*storage.Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	t := now(time.Time{})
 	enc := msgs.Encoded
 	created := t
@@ -221,9 +218,6 @@ func (s *Store) createRetry(_ context.Context, e *entry, retry *createRetry) (*s
 
 // Get returns a session's metadata.
 func (s *Store) Get(ctx context.Context, ref storage.Ref) (*storage.Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -285,9 +279,6 @@ func (s *Store) replaceWrite(e *entry, what string, m *storage.Session, msgs [][
 
 // Load returns a session's metadata and the selected messages.
 func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOptions) (*storage.Session, []*sessiondv1.Message, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
 	v, err := s.readView(ref)
 	if err != nil {
 		return nil, nil, err
@@ -310,9 +301,6 @@ var _ storage.LoadStreamer = (*Store)(nil)
 // snapshot of its encoded messages, shared with the cache and other
 // readers), decoding one message at a time as each asks for it.
 func (s *Store) LoadStream(ctx context.Context, ref storage.Ref, opts storage.LoadOptions, start func(*storage.Session) error, each func(*sessiondv1.Message) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	v, err := s.readView(ref)
 	if err != nil {
 		return err
@@ -407,9 +395,6 @@ func (s *Store) walkList(ctx context.Context, opts *storage.ListOptions, each fu
 // in-memory index (no file is read): a walk of every session's metadata,
 // which the sweeper's interval keeps rare.
 func (s *Store) Expired(ctx context.Context, opts storage.ExpiredOptions, yield func(*storage.Session) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	var found []*storage.Session
 	s.mu.RLock()
 	if s.closed {
@@ -452,9 +437,6 @@ func matches(m *storage.Session, o *storage.ListOptions) bool {
 
 // Save replaces a session's messages, title, summary and metadata.
 func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.Messages) (*storage.Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	ref := req.Ref
 	enc := msgs.Encoded
 	if err := s.begin(); err != nil {
@@ -551,9 +533,6 @@ type appendOp struct {
 // commit): the first to get the session's lock writes everyone's records
 // in one frame with one fdatasync.
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
-	if err := ctx.Err(); err != nil {
-		return storage.AppendResult{}, err
-	}
 	ref := req.Ref
 	op := &appendOp{ctx: ctx, ref: ref, exp: req.ExpectedRevision, msgs: msgs}
 	if err := s.begin(); err != nil {
@@ -742,9 +721,6 @@ func (s *Store) maybeFold(e *entry) {
 
 // Update changes the selected metadata fields with one journal record.
 func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage.Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -803,9 +779,6 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 
 // Delete removes a session and its files.
 func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision uint64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -858,9 +831,6 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 
 // Fork copies a session's first messages into a new session.
 func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -898,9 +868,6 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 
 // Rewind keeps a session's first messages.
 func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage.Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	if err := s.begin(); err != nil {
 		return nil, err
 	}
@@ -935,9 +902,6 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 
 // Watch subscribes to a session's changes.
 func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64) (*storage.Subscription, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	var sub *storage.Subscription
 	err := s.withSession(ref, func(e *entry) error {
 		s.mu.RLock()

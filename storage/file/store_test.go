@@ -43,7 +43,7 @@ func open(t *testing.T, dir string, opts ...Option) *testStore {
 	return s
 }
 
-func mustCreate(t *testing.T, s storage.Store, req storage.CreateRequest) *storage.Session {
+func mustCreate(t *testing.T, s *testStore, req storage.CreateRequest) *storage.Session {
 	t.Helper()
 	se, err := s.Create(t.Context(), req)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 
 // openDriver opens a store on dsn and returns the driver too, both closed
 // when the test ends.
-func openDriver(t testing.TB, dsn string, maxConns int32) (*postgres.Store, storage.Store) {
+func openDriver(t testing.TB, dsn string, maxConns int32) (*postgres.Store, *storage.Store) {
 	t.Helper()
 	d, err := postgres.Open(t.Context(), dsn, postgres.Options{MaxConns: maxConns, MinConns: 1})
 	if err != nil {
@@ -34,7 +34,7 @@ func userMsg(id string) *sessiondv1.Message {
 }
 
 // createSessions creates n sessions in namespace "ns" and returns refs.
-func createSessions(t *testing.T, s storage.Store, n int) []storage.Ref {
+func createSessions(t *testing.T, s *storage.Store, n int) []storage.Ref {
 	t.Helper()
 	refs := make([]storage.Ref, n)
 	for i := range refs {
@@ -372,7 +372,7 @@ func lockSession(t *testing.T, dsn string, ref storage.Ref) (commit func()) {
 }
 
 // appendAsync appends one message with id to ref and delivers the result.
-func appendAsync(ctx context.Context, s storage.Store, ref storage.Ref, id string) <-chan error {
+func appendAsync(ctx context.Context, s *storage.Store, ref storage.Ref, id string) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{userMsg(id)}})
@@ -401,7 +401,7 @@ func waitLockWaiters(t *testing.T, dsn string, n int) {
 }
 
 // checkRevisions checks each session's revision.
-func checkRevisions(t *testing.T, s storage.Store, refs []storage.Ref, want ...uint64) {
+func checkRevisions(t *testing.T, s *storage.Store, refs []storage.Ref, want ...uint64) {
 	t.Helper()
 	for i, w := range want {
 		se, err := s.Get(t.Context(), refs[i])

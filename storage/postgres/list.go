@@ -46,7 +46,7 @@ func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*
 // read, with no connection held while yield runs, and returns them.
 func (s *Store) queryYield(ctx context.Context, query func(q querier) ([]*storage.Session, error), yield func(*storage.Session) error) ([]*storage.Session, error) {
 	var got []*storage.Session
-	if err := s.withConn(ctx, func(q querier) error {
+	if err := s.withConn(func(q querier) error {
 		var err error
 		got, err = query(q)
 		return err
@@ -67,8 +67,8 @@ type querier interface {
 }
 
 // withConn runs fn on a pooled connection (no transaction).
-func (s *Store) withConn(ctx context.Context, fn func(q querier) error) error {
-	return s.call(ctx, func() error { return fn(s.pool) })
+func (s *Store) withConn(fn func(q querier) error) error {
+	return s.call(func() error { return fn(s.pool) })
 }
 
 // listWhere builds the filter of a listing; the first argument is the
@@ -130,7 +130,7 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 	q := strings.ToLower(opts.Query)
 	f := searchFilter{text: searchText(opts.Query)}
 	f.pattern = "%" + likeEscape(f.text) + "%"
-	if err := s.call(ctx, func() error {
+	if err := s.call(func() error {
 		return s.pool.QueryRow(ctx, `SELECT numnode(sessiond_trgm_query($1)) > 0`, f.text).Scan(&f.indexed)
 	}); err != nil {
 		return err
@@ -139,7 +139,7 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 	var after *storage.Cursor
 	for {
 		var cands []*storage.Session
-		err := s.withConn(ctx, func(qr querier) error {
+		err := s.withConn(func(qr querier) error {
 			where, args := listWhere(storage.ListOptions{Namespace: opts.Namespace}, after)
 			args = append(args, f.pattern)
 			p := len(args)
@@ -216,7 +216,7 @@ func (s *Store) searchSession(ctx context.Context, m *storage.Session, q string,
 			break
 		}
 	}
-	err := s.withConn(ctx, func(qr querier) error {
+	err := s.withConn(func(qr querier) error {
 		cond, args := f.messages([]any{m.ID})
 		rows, err := qr.Query(ctx, `SELECT pos, body FROM messages m WHERE session_id = $1 AND `+cond+` ORDER BY pos`, args...)
 		if err != nil {

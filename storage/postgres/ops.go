@@ -107,7 +107,7 @@ type wtx struct {
 // wakes the watchers of what it changed. A write that fails changes
 // nothing: the transaction rolls back.
 func (s *Store) withTx(ctx context.Context, fn func(tx *wtx) error) error {
-	return s.call(ctx, func() error {
+	return s.call(func() error {
 		var w *wtx
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			w = &wtx{Tx: tx}
@@ -125,21 +125,18 @@ func (s *Store) withTx(ctx context.Context, fn func(tx *wtx) error) error {
 // withSnapshot runs fn in a read-only repeatable-read transaction: one
 // consistent snapshot.
 func (s *Store) withSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return s.call(ctx, func() error {
+	return s.call(func() error {
 		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 	})
 }
 
-// call runs fn as one call of the store: ErrClosed after Close, ctx's
-// error if it is already done, else fn's error mapped by wrapErr.
-func (s *Store) call(ctx context.Context, fn func() error) error {
+// call runs fn as one call of the store: ErrClosed after Close, else fn's
+// error mapped by wrapErr. An ended context is storage.Store's to refuse.
+func (s *Store) call(fn func() error) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
 	defer s.end()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	return wrapErr(fn())
 }
 
@@ -690,7 +687,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 // event and COMMIT in the other.
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
 	var res storage.AppendResult
-	err := s.call(ctx, func() error {
+	err := s.call(func() error {
 		var ok bool
 		var err error
 		// The one-statement append leaves the tally as it is: only for a

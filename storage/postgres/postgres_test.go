@@ -30,7 +30,7 @@ func TestConformance(t *testing.T) {
 }
 
 // open opens a store on dsn, closed when the test ends.
-func open(t testing.TB, dsn string) storage.Store {
+func open(t testing.TB, dsn string) *storage.Store {
 	t.Helper()
 	d, err := postgres.Open(t.Context(), dsn, postgres.Options{MaxConns: 4, MinConns: 1})
 	if err != nil {

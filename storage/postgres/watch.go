@@ -102,7 +102,7 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 // (0: all), in order.
 func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]storage.Event, error) {
 	var out []storage.Event
-	err := s.withConn(ctx, func(q querier) error {
+	err := s.withConn(func(q querier) error {
 		upper := int64(to)
 		if to == 0 {
 			upper = 1<<63 - 1

@@ -504,64 +504,64 @@ func testInvalidUTF8(t *testing.T, h *harness) {
 	const bad = "bad \xff text"
 	badMsg := []*sessiondv1.Message{{Id: "x", Role: sessiondv1.Role_ROLE_USER, Content: bad}}
 	badArgs := []*sessiondv1.Message{{Id: "y", Role: sessiondv1.Role_ROLE_ASSISTANT, ToolCalls: []*sessiondv1.ToolCall{{Id: "c", Arguments: bad}}}}
-	type call func(ctx context.Context, s storage.Store, ref storage.Ref) error
+	type call func(ctx context.Context, s *storage.Store, ref storage.Ref) error
 	for _, c := range []struct {
 		name string
 		call call
 	}{
-		{"CreateTitle", func(ctx context.Context, s storage.Store, _ storage.Ref) error {
+		{"CreateTitle", func(ctx context.Context, s *storage.Store, _ storage.Ref) error {
 			_, err := s.Create(ctx, storage.CreateRequest{Title: bad})
 			return err
 		}},
-		{"CreateSummary", func(ctx context.Context, s storage.Store, _ storage.Ref) error {
+		{"CreateSummary", func(ctx context.Context, s *storage.Store, _ storage.Ref) error {
 			_, err := s.Create(ctx, storage.CreateRequest{Summary: bad})
 			return err
 		}},
-		{"CreateMetadata", func(ctx context.Context, s storage.Store, _ storage.Ref) error {
+		{"CreateMetadata", func(ctx context.Context, s *storage.Store, _ storage.Ref) error {
 			_, err := s.Create(ctx, storage.CreateRequest{Metadata: map[string]string{"k": bad}})
 			return err
 		}},
-		{"CreateLabels", func(ctx context.Context, s storage.Store, _ storage.Ref) error {
+		{"CreateLabels", func(ctx context.Context, s *storage.Store, _ storage.Ref) error {
 			_, err := s.Create(ctx, storage.CreateRequest{Labels: map[string]string{bad: "v"}})
 			return err
 		}},
-		{"CreateMessage", func(ctx context.Context, s storage.Store, _ storage.Ref) error {
+		{"CreateMessage", func(ctx context.Context, s *storage.Store, _ storage.Ref) error {
 			_, err := s.Create(ctx, storage.CreateRequest{Messages: badMsg})
 			return err
 		}},
-		{"AppendMessage", func(ctx context.Context, s storage.Store, ref storage.Ref) error {
+		{"AppendMessage", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
 			_, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: badMsg})
 			return err
 		}},
-		{"AppendArguments", func(ctx context.Context, s storage.Store, ref storage.Ref) error {
+		{"AppendArguments", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
 			_, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: badArgs})
 			return err
 		}},
-		{"SaveTitle", func(ctx context.Context, s storage.Store, ref storage.Ref) error {
+		{"SaveTitle", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
 			_, err := s.Save(ctx, storage.SaveRequest{Ref: ref, Title: bad})
 			return err
 		}},
-		{"SaveMetadata", func(ctx context.Context, s storage.Store, ref storage.Ref) error {
+		{"SaveMetadata", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
 			_, err := s.Save(ctx, storage.SaveRequest{Ref: ref, Metadata: map[string]string{bad: ""}})
 			return err
 		}},
-		{"SaveMessage", func(ctx context.Context, s storage.Store, ref storage.Ref) error {
+		{"SaveMessage", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
 			_, err := s.Save(ctx, storage.SaveRequest{Ref: ref, Messages: badMsg})
 			return err
 		}},
-		{"UpdateTitle", func(ctx context.Context, s storage.Store, ref storage.Ref) error {
+		{"UpdateTitle", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
 			_, err := s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateTitle, Title: bad})
 			return err
 		}},
-		{"UpdateSummary", func(ctx context.Context, s storage.Store, ref storage.Ref) error {
+		{"UpdateSummary", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
 			_, err := s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateSummary, Summary: bad})
 			return err
 		}},
-		{"UpdateLabels", func(ctx context.Context, s storage.Store, ref storage.Ref) error {
+		{"UpdateLabels", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
 			_, err := s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateLabels, Labels: map[string]string{"k": bad}})
 			return err
 		}},
-		{"ForkTitle", func(ctx context.Context, s storage.Store, ref storage.Ref) error {
+		{"ForkTitle", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
 			_, err := s.Fork(ctx, storage.ForkRequest{Ref: ref, Title: bad})
 			return err
 		}},

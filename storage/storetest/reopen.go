@@ -14,7 +14,7 @@ import (
 // list order.
 type state []snapshot
 
-func takeState(t *testing.T, s storage.Store) state {
+func takeState(t *testing.T, s *storage.Store) state {
 	t.Helper()
 	var out state
 	for _, ns := range namespaces {
@@ -173,7 +173,7 @@ func testSecondOpen(t *testing.T, h *harness) {
 	// The same alias created through both at once: exactly one wins.
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
-	for i, s := range []storage.Store{s1, s2} {
+	for i, s := range []*storage.Store{s1, s2} {
 		wg.Go(func() { _, errs[i] = s.Create(ctx, storage.CreateRequest{Namespace: nsA, Alias: "race"}) })
 	}
 	wg.Wait()

@@ -197,7 +197,7 @@ func testSimulation(t *testing.T, h *harness) {
 }
 
 // simStep runs one random operation (and maybe its retry) and records it.
-func simStep(t *testing.T, s storage.Store, refs []storage.Ref, rng *rand.Rand, w, i int, record func(*simOp)) error {
+func simStep(t *testing.T, s *storage.Store, refs []storage.Ref, rng *rand.Rand, w, i int, record func(*simOp)) error {
 	ctx := t.Context()
 	n := rng.IntN(len(refs))
 	ref := refs[n]

@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite every storage.Store backend
+// Package storetest is the conformance suite every *storage.Store backend
 // runs, in the manner of go-cloud's drivertest: a backend's test file calls
 // RunConformance with a constructor, and the suite checks every rule of the
 // design's "Semantics" and every contract written in package storage.
@@ -115,7 +115,7 @@ type harness struct{ Harness }
 
 // open returns a store on fresh data and registers a check, run before the
 // store is closed, that the store's state is consistent.
-func (h *harness) open(t *testing.T) storage.Store {
+func (h *harness) open(t *testing.T) *storage.Store {
 	t.Helper()
 	s := h.openUnchecked(t)
 	t.Cleanup(func() { checkInvariants(t, s) })
@@ -124,7 +124,7 @@ func (h *harness) open(t *testing.T) storage.Store {
 
 // openUnchecked returns a store on fresh data, for tests that close it
 // themselves.
-func (h *harness) openUnchecked(t *testing.T) storage.Store {
+func (h *harness) openUnchecked(t *testing.T) *storage.Store {
 	t.Helper()
 	s, err := h.openOn(t, h.NewData(t))
 	if err != nil {
@@ -135,7 +135,7 @@ func (h *harness) openUnchecked(t *testing.T) storage.Store {
 
 // openOn opens a store on the data at addr and registers its Close (which
 // may already have happened) as a cleanup.
-func (h *harness) openOn(t *testing.T, addr string) (storage.Store, error) {
+func (h *harness) openOn(t *testing.T, addr string) (*storage.Store, error) {
 	t.Helper()
 	d, err := h.Open(t.Context(), addr)
 	if err != nil {
@@ -151,7 +151,7 @@ func (h *harness) openOn(t *testing.T, addr string) (storage.Store, error) {
 // listed session answers Get and Load alike, its message count matches its
 // messages, its messages have unique ids and a created_at, and its alias
 // resolves to it. It runs in a cleanup, after t.Context() has ended.
-func checkInvariants(t *testing.T, s storage.Store) {
+func checkInvariants(t *testing.T, s *storage.Store) {
 	t.Helper()
 	if t.Failed() {
 		return // the test's own failure says more
@@ -351,7 +351,7 @@ func ids(ms []*sessiondv1.Message) []string {
 }
 
 // create makes a session or fails the test.
-func create(t *testing.T, s storage.Store, req storage.CreateRequest) *storage.Session {
+func create(t *testing.T, s *storage.Store, req storage.CreateRequest) *storage.Session {
 	t.Helper()
 	se, err := s.Create(t.Context(), req)
 	if err != nil {
@@ -360,7 +360,7 @@ func create(t *testing.T, s storage.Store, req storage.CreateRequest) *storage.S
 	return se
 }
 
-func get(t *testing.T, s storage.Store, ref storage.Ref) *storage.Session {
+func get(t *testing.T, s *storage.Store, ref storage.Ref) *storage.Session {
 	t.Helper()
 	se, err := s.Get(t.Context(), ref)
 	if err != nil {
@@ -370,7 +370,7 @@ func get(t *testing.T, s storage.Store, ref storage.Ref) *storage.Session {
 }
 
 // loadAll returns a session and all its messages or fails the test.
-func loadAll(t *testing.T, s storage.Store, ref storage.Ref) (*storage.Session, []*sessiondv1.Message) {
+func loadAll(t *testing.T, s *storage.Store, ref storage.Ref) (*storage.Session, []*sessiondv1.Message) {
 	t.Helper()
 	se, ms, err := s.Load(t.Context(), ref, storage.LoadOptions{})
 	if err != nil {
@@ -379,7 +379,7 @@ func loadAll(t *testing.T, s storage.Store, ref storage.Ref) (*storage.Session, 
 	return se, ms
 }
 
-func appendMsgs(t *testing.T, s storage.Store, ref storage.Ref, ms ...*sessiondv1.Message) storage.AppendResult {
+func appendMsgs(t *testing.T, s *storage.Store, ref storage.Ref, ms ...*sessiondv1.Message) storage.AppendResult {
 	t.Helper()
 	res, err := s.Append(t.Context(), storage.AppendRequest{Ref: ref, Messages: ms})
 	if err != nil {
@@ -394,14 +394,14 @@ type snapshot struct {
 	msgs    []*sessiondv1.Message
 }
 
-func takeSnapshot(t *testing.T, s storage.Store, ref storage.Ref) snapshot {
+func takeSnapshot(t *testing.T, s *storage.Store, ref storage.Ref) snapshot {
 	t.Helper()
 	se, ms := loadAll(t, s, ref)
 	return snapshot{se, ms}
 }
 
 // checkUnchanged fails if the session's state differs from before.
-func checkUnchanged(t *testing.T, what string, s storage.Store, ref storage.Ref, before snapshot) {
+func checkUnchanged(t *testing.T, what string, s *storage.Store, ref storage.Ref, before snapshot) {
 	t.Helper()
 	after := takeSnapshot(t, s, ref)
 	if d := diffSession(before.session, after.session); d != "" {
@@ -413,7 +413,7 @@ func checkUnchanged(t *testing.T, what string, s storage.Store, ref storage.Ref,
 }
 
 // listAll returns every session List yields for opts.
-func listAll(t *testing.T, s storage.Store, opts storage.ListOptions) []*storage.Session {
+func listAll(t *testing.T, s *storage.Store, opts storage.ListOptions) []*storage.Session {
 	t.Helper()
 	var out []*storage.Session
 	err := s.List(t.Context(), opts, func(se *storage.Session) error {
@@ -443,7 +443,7 @@ func sortedIDs(ids ...string) []string {
 }
 
 // searchAll returns every hit Search yields for opts.
-func searchAll(t *testing.T, s storage.Store, opts storage.SearchOptions) []storage.SearchHit {
+func searchAll(t *testing.T, s *storage.Store, opts storage.SearchOptions) []storage.SearchHit {
 	t.Helper()
 	var out []storage.SearchHit
 	err := s.Search(t.Context(), opts, func(h storage.SearchHit) error {

@@ -63,7 +63,7 @@ func checkQuiet(t *testing.T, what string, sub *storage.Subscription) {
 	}
 }
 
-func watch(t *testing.T, s storage.Store, ref storage.Ref, from uint64) *storage.Subscription {
+func watch(t *testing.T, s *storage.Store, ref storage.Ref, from uint64) *storage.Subscription {
 	t.Helper()
 	sub, err := s.Watch(t.Context(), ref, from)
 	if err != nil {
@@ -73,7 +73,7 @@ func watch(t *testing.T, s storage.Store, ref storage.Ref, from uint64) *storage
 	return sub
 }
 
-func checkEvent(t *testing.T, s storage.Store, ev storage.Event, typ storage.EventType, rev uint64) {
+func checkEvent(t *testing.T, s *storage.Store, ev storage.Event, typ storage.EventType, rev uint64) {
 	t.Helper()
 	if ev.Type != typ || ev.Revision != rev {
 		t.Fatalf("got event %v at revision %d, want %v at %d", ev.Type, ev.Revision, typ, rev)
