@@ -204,7 +204,7 @@ reason OVER_LIMIT domain sessiond field=title limit=max_title_bytes max=1024 siz
 
 func TestNodeClient(t *testing.T) {
 	node, missing := exec.LookPath("node")
-	needTool(t, missing, "Node.js 18 or later with npm (apt-get install nodejs npm)")
+	needTool(t, missing, "Node.js 20 or later with npm (apt-get install nodejs npm)")
 
 	ctx := testContext(t, scriptTimeout)
 	buildNodeClient(t, ctx)
