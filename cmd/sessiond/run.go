@@ -137,8 +137,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		server.WithBackend(cfg.storage),
 		server.WithMaxLoads(cfg.maxLoads),
 	)
-	var handlers runningHandlers
-	gs := grpc.NewServer(slices.Concat(handlers.serverOptions(), mx.serverOptions(), srv.ServerOptions(), sec.serverOptions(log), connOptions(cfg))...)
+	gs := grpc.NewServer(slices.Concat(mx.serverOptions(), srv.ServerOptions(), sec.serverOptions(log), connOptions(cfg))...)
 	srv.Register(gs)
 	hs := health.NewServer()
 	drained := make(chan struct{})
@@ -222,10 +221,6 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	defer timer.Stop()
 	select {
 	case <-stopped:
-	case <-handlers.idle(shutdownIdleGrace, stopped):
-		log.Warn("shutdown: every call has returned; closing the connections whose clients stopped reading")
-		gs.Stop()
-		<-stopped
 	case <-timer.C:
 		log.Warn("shutdown timeout: cutting off calls still in flight")
 		gs.Stop()
@@ -236,11 +231,6 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	log.Info("sessiond stopped")
 	return err // nil, or why the HTTP listener failed
 }
-
-// shutdownIdleGrace is how long a shutdown waits, once no handler is
-// running, for the connections to close by themselves before it closes
-// them: time for the last answers to reach clients that still read.
-const shutdownIdleGrace = time.Second
 
 // connOptions bound what connections may hold: calls in progress on each,
 // how long an idle one stays open, and how long a new one may take to send
