@@ -32,7 +32,10 @@ type Store struct {
 	d   Driver
 	lim Limits
 
-	mu     sync.Mutex // guards closed, and orders calls.Add before Close's Wait
+	// mu guards closed and orders every calls.Add before Close's Wait.
+	// Calls share it (RLock), so that concurrent calls do not queue on it;
+	// only Close takes it exclusively.
+	mu     sync.RWMutex
 	closed bool
 	calls  sync.WaitGroup // calls in progress
 
@@ -512,8 +515,8 @@ func (s *Store) Close() error {
 // enter admits a call: ErrClosed once Close has begun, the context's error
 // if it has ended. Every admitted call ends with leave.
 func (s *Store) enter(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if s.closed {
 		return ErrClosed
 	}
