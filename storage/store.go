@@ -157,14 +157,11 @@ func (s *Store) Create(ctx context.Context, req CreateRequest) (*Session, error)
 
 // Get returns a session's metadata. Errors: ErrNotFound, ErrDataLoss.
 func (s *Store) Get(ctx context.Context, ref Ref) (*Session, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	ref, err := ValidateRef(ref)
+	ref, err := s.enterRef(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
+	defer s.leave()
 	return s.d.Get(ctx, ref)
 }
 
@@ -296,14 +293,11 @@ func (s *Store) checkList(opts ListOptions) error {
 // ErrConflict, ErrInvalid, ErrAliasInUse (CreateIfMissing), ErrNoSpace,
 // ErrDataLoss.
 func (s *Store) Save(ctx context.Context, req SaveRequest) (*Session, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	ref, err := ValidateRef(req.Ref)
+	ref, err := s.enterRef(ctx, req.Ref)
 	if err != nil {
 		return nil, err
 	}
+	defer s.leave()
 	req.Ref = ref
 	if err := s.sessionFields(req.Title, req.Summary, req.Metadata, nil); err != nil {
 		return nil, err
@@ -322,14 +316,11 @@ func (s *Store) Save(ctx context.Context, req SaveRequest) (*Session, error) {
 // ErrNotFound, ErrConflict, ErrMessageConflict, ErrInvalid, ErrNoSpace,
 // ErrDataLoss.
 func (s *Store) Append(ctx context.Context, req AppendRequest) (AppendResult, error) {
-	if err := s.enter(ctx); err != nil {
-		return AppendResult{}, err
-	}
-	defer s.leave()
-	ref, err := ValidateRef(req.Ref)
+	ref, err := s.enterRef(ctx, req.Ref)
 	if err != nil {
 		return AppendResult{}, err
 	}
+	defer s.leave()
 	req.Ref = ref
 	if len(req.Messages) == 0 {
 		return AppendResult{}, Invalid("messages", "is empty; an append needs at least one")
@@ -360,14 +351,11 @@ func CheckUpdateFields(f UpdateField) error {
 // Update changes the selected metadata fields. Errors: ErrNotFound,
 // ErrConflict, ErrAliasInUse, ErrInvalid, ErrNoSpace.
 func (s *Store) Update(ctx context.Context, req UpdateRequest) (*Session, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	ref, err := ValidateRef(req.Ref)
+	ref, err := s.enterRef(ctx, req.Ref)
 	if err != nil {
 		return nil, err
 	}
+	defer s.leave()
 	req.Ref = ref
 	if err := CheckUpdateFields(req.Fields); err != nil {
 		return nil, err
@@ -389,28 +377,22 @@ func (s *Store) Update(ctx context.Context, req UpdateRequest) (*Session, error)
 
 // Delete removes a session. Errors: ErrNotFound, ErrConflict.
 func (s *Store) Delete(ctx context.Context, ref Ref, expectedRevision uint64) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	ref, err := ValidateRef(ref)
+	ref, err := s.enterRef(ctx, ref)
 	if err != nil {
 		return err
 	}
+	defer s.leave()
 	return s.d.Delete(ctx, ref, expectedRevision)
 }
 
 // Fork copies a session into a new one. Errors: ErrNotFound, ErrInvalid
 // (MessageCount beyond the session), ErrAliasInUse, ErrNoSpace, ErrDataLoss.
 func (s *Store) Fork(ctx context.Context, req ForkRequest) (*Session, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	ref, err := ValidateRef(req.Ref)
+	ref, err := s.enterRef(ctx, req.Ref)
 	if err != nil {
 		return nil, err
 	}
+	defer s.leave()
 	req.Ref = ref
 	if err := firstErr(notNegative("message_count", req.MessageCount), optionalAlias("", req.Alias),
 		s.lim.CheckTitle("title", req.Title)); err != nil {
@@ -423,14 +405,11 @@ func (s *Store) Fork(ctx context.Context, req ForkRequest) (*Session, error) {
 // ErrConflict, ErrInvalid (MessageCount beyond the session), ErrNoSpace,
 // ErrDataLoss.
 func (s *Store) Rewind(ctx context.Context, req RewindRequest) (*Session, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	ref, err := ValidateRef(req.Ref)
+	ref, err := s.enterRef(ctx, req.Ref)
 	if err != nil {
 		return nil, err
 	}
+	defer s.leave()
 	req.Ref = ref
 	if err := notNegative("message_count", req.MessageCount); err != nil {
 		return nil, err
@@ -461,14 +440,11 @@ func (s *Store) Search(ctx context.Context, opts SearchOptions, yield func(Searc
 // fromRevision. Errors: ErrNotFound, ErrWatchReset (fromRevision older
 // than the history kept, or newer than the session).
 func (s *Store) Watch(ctx context.Context, ref Ref, fromRevision uint64) (*Subscription, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	ref, err := ValidateRef(ref)
+	ref, err := s.enterRef(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
+	defer s.leave()
 	return s.d.Watch(ctx, ref, fromRevision)
 }
 
@@ -528,6 +504,20 @@ func (s *Store) enter(ctx context.Context) error {
 }
 
 func (s *Store) leave() { s.calls.Done() }
+
+// enterRef is enter, then ValidateRef of ref: on success the caller must
+// call leave.
+func (s *Store) enterRef(ctx context.Context, ref Ref) (Ref, error) {
+	if err := s.enter(ctx); err != nil {
+		return Ref{}, err
+	}
+	ref, err := ValidateRef(ref)
+	if err != nil {
+		s.leave()
+		return Ref{}, err
+	}
+	return ref, nil
+}
 
 // Limits returns the limits the store enforces.
 func (s *Store) Limits() Limits { return s.lim }
