@@ -43,6 +43,9 @@ type Session struct {
 	Models []string
 	// ExpireAfter is the session's idle time to live (0: none of its own).
 	ExpireAfter time.Duration
+	// TitleDerived is set when no title was given and Title is the first
+	// line of the first user message.
+	TitleDerived bool
 	// PageToken is set by List: pass it as ListOptions.PageToken to resume
 	// just after this session.
 	PageToken string
@@ -67,6 +70,7 @@ func sessionFromProto(p *sessiondv1.Session) *Session {
 		Namespace:    p.GetNamespace(),
 		Alias:        p.GetAlias(),
 		Title:        p.GetTitle(),
+		TitleDerived: p.GetTitleDerived(),
 		Summary:      p.GetSummary(),
 		Revision:     p.GetRevision(),
 		MessageCount: p.GetMessageCount(),

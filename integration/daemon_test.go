@@ -1110,7 +1110,8 @@ func TestErrorCodes(t *testing.T) {
 
 	// None of the refusals changed the session.
 	sess, msgs := mustLoad(t, ctx, c, &sessiondv1.LoadSessionRequest{Ref: byID("", id)})
-	if sess.GetRevision() != 1 || sess.GetAlias() != "taken" || sess.GetTitle() != "" {
+	// (The title is the one derived from the first user message.)
+	if sess.GetRevision() != 1 || sess.GetAlias() != "taken" || sess.GetTitle() != "hello" || !sess.GetTitleDerived() {
 		t.Errorf("session changed by refused calls: %v", sess)
 	}
 	if diff := protoDiff(user("m1", "hello"), msgs); diff != "" {

@@ -706,8 +706,12 @@ func TestViewerBareSessionAndFirstMessageHit(t *testing.T) {
 	if want := "h1,dl.facts,div.labels,p.open-calls"; strings.Join(header.Sections, ",") != want {
 		t.Errorf("header sections %q, want %s", header.Sections, want)
 	}
-	checkInert(t, b, "(untitled) · sessiond", "(untitled)", id)
+	// No title was given: the first user message titles it.
+	checkInert(t, b, "Where do zebras sleep? · sessiond", "Where do zebras sleep?", id)
 	b.screenshot(t, "viewer-bare-session.png")
+
+	b.run(t, "open the list", chromedp.Navigate(base+"/ui/?namespace="+viewerNS))
+	b.waitFor(t, "the derived title, marked", `[...document.querySelectorAll('td.title.derived a')].some((a) => a.textContent === 'Where do zebras sleep?')`)
 
 	b.run(t, "search the first message", chromedp.Navigate(base+"/ui/?namespace="+viewerNS+"&q=zebras"))
 	b.waitFor(t, "the hit", `document.querySelectorAll('table.sessions tbody tr').length === 1`)

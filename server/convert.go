@@ -72,6 +72,7 @@ func sessionToProto(s *storage.Session) *sessiondv1.Session {
 		Usage:           usageToProto(s.Tally),
 		Models:          s.Models,
 		ExpireAfter:     durationToProto(s.ExpireAfter),
+		TitleDerived:    s.TitleDerived,
 	}
 }
 

@@ -20,7 +20,7 @@ type StoredAtFunc func(i int) (*sessiondv1.Message, error)
 func SameCreate(cur *Session, req CreateRequest, msgs Messages, storedAt StoredAtFunc) (bool, error) {
 	p := req.Parent
 	same := cur.Namespace == req.Namespace && cur.Revision == max(req.Revision, 1) && cur.Alias == req.Alias &&
-		cur.Title == req.Title && cur.Summary == req.Summary &&
+		cur.Title == req.Title && cur.TitleDerived == req.TitleDerived && cur.Summary == req.Summary &&
 		maps.Equal(cur.Metadata, req.Metadata) && maps.Equal(cur.Labels, req.Labels) &&
 		(p == nil) == (cur.Parent == nil) && (p == nil || *p == *cur.Parent) &&
 		(req.CreatedAt.IsZero() || req.CreatedAt.Equal(cur.CreatedAt)) && cur.ExpireAfter == req.ExpireAfter &&
@@ -36,7 +36,7 @@ func SameCreate(cur *Session, req CreateRequest, msgs Messages, storedAt StoredA
 // checking the expected revision. storedAt is called only when the metadata
 // matches.
 func SameSave(cur *Session, req SaveRequest, msgs Messages, storedAt StoredAtFunc) (bool, error) {
-	if cur.Title != req.Title || cur.Summary != req.Summary || !maps.Equal(cur.Metadata, req.Metadata) ||
+	if cur.Title != req.Title || cur.TitleDerived != req.TitleDerived || cur.Summary != req.Summary || !maps.Equal(cur.Metadata, req.Metadata) ||
 		cur.MessageCount != int64(len(msgs.Sent)) {
 		return false, nil
 	}
@@ -67,8 +67,8 @@ func ApplyUpdate(cur *Session, req UpdateRequest) (next *Session, changed bool) 
 	if req.Fields&UpdateAlias != 0 && n.Alias != req.Alias {
 		n.Alias, changed = req.Alias, true
 	}
-	if req.Fields&UpdateTitle != 0 && n.Title != req.Title {
-		n.Title, changed = req.Title, true
+	if req.Fields&UpdateTitle != 0 && (n.Title != req.Title || n.TitleDerived) {
+		n.Title, n.TitleDerived, changed = req.Title, false, true
 	}
 	if req.Fields&UpdateSummary != 0 && n.Summary != req.Summary {
 		n.Summary, changed = req.Summary, true

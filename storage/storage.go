@@ -160,6 +160,9 @@ type Session struct {
 	// ExpireAfter is the session's idle time to live (0: none of its own;
 	// the daemon may apply a namespace default).
 	ExpireAfter time.Duration
+	// TitleDerived is set when Title was taken from the session's first
+	// user message (DeriveTitle) rather than given by a client.
+	TitleDerived bool
 }
 
 // CreateRequest creates a session.
@@ -187,6 +190,9 @@ type CreateRequest struct {
 	Revision uint64
 	// ExpireAfter is the idle time to live (0: none); see ValidateExpireAfter.
 	ExpireAfter time.Duration
+	// TitleDerived is set by New's Create, never by callers: Title was
+	// empty and was derived from Messages (see DeriveTitle).
+	TitleDerived bool
 }
 
 // MaxStartRevision bounds CreateRequest.Revision, leaving room for any
@@ -253,6 +259,9 @@ type SaveRequest struct {
 	// CreateIfMissing creates the session (with Ref's ID or Alias) when it
 	// does not exist; the new session has revision 1.
 	CreateIfMissing bool
+	// TitleDerived is set by New's Save, never by callers: Title was
+	// empty and was derived from Messages (see DeriveTitle).
+	TitleDerived bool
 }
 
 // AppendRequest appends messages to a session.

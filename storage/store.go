@@ -152,6 +152,7 @@ func (s *Store) Create(ctx context.Context, req CreateRequest) (*Session, error)
 		return nil, err
 	}
 	req.Messages = nil
+	req.Title, req.TitleDerived = titleOf(req.Title, msgs.Prepared)
 	return s.d.Create(ctx, req, msgs)
 }
 
@@ -307,6 +308,7 @@ func (s *Store) Save(ctx context.Context, req SaveRequest) (*Session, error) {
 		return nil, err
 	}
 	req.Messages = nil
+	req.Title, req.TitleDerived = titleOf(req.Title, msgs.Prepared)
 	return s.d.Save(ctx, req, msgs)
 }
 

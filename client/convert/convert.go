@@ -426,7 +426,7 @@ func model(f Format, s *sessiondv1.Session, o ExportOptions, ws *warnings) strin
 // about metadata that is not a parameter kept for f.
 func sessionDrops(f Format, s *sessiondv1.Session, ws *warnings) {
 	not := "not held by " + string(f) + "; dropped"
-	if s.GetTitle() != "" {
+	if s.GetTitle() != "" && !s.GetTitleDerived() { // a derived title comes back from the first user message
 		ws.add("session.title", -1, "%s", not)
 	}
 	if s.GetSummary() != "" {

@@ -205,7 +205,7 @@ func (im *importer) create(ctx context.Context) error {
 		Namespace: ns,
 		Id:        id,
 		Alias:     s.GetAlias(),
-		Title:     s.GetTitle(),
+		Title:     givenTitle(s),
 		Summary:   s.GetSummary(),
 		Metadata:  metadata,
 		Labels:    s.GetLabels(),
@@ -291,4 +291,14 @@ func splitBatches(msgs []*sessiondv1.Message, max int) [][]*sessiondv1.Message {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// givenTitle is the title an export holds that a client gave: a title
+// derived from the first user message is left for the import to derive
+// again, so that it stays marked as derived.
+func givenTitle(s *sessiondv1.Session) string {
+	if s.GetTitleDerived() {
+		return ""
+	}
+	return s.GetTitle()
 }

@@ -175,7 +175,11 @@ func writeHeader(w io.Writer, s *sessiondv1.Session) {
 	line("id", s.GetId())
 	line("alias", s.GetAlias())
 	line("namespace", s.GetNamespace())
-	line("title", s.GetTitle())
+	if s.GetTitleDerived() {
+		line("title", s.GetTitle()+" (from the first user message)")
+	} else {
+		line("title", s.GetTitle())
+	}
 	line("created", fmtTime(s.GetCreatedAt()))
 	line("updated", fmtTime(s.GetUpdatedAt()))
 	line("revision", fmt.Sprint(s.GetRevision()))

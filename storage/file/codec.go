@@ -29,7 +29,7 @@ func metaToProto(m *storage.Session) *sessiondv1.Session {
 		CreatedAt: timestamppb.New(m.CreatedAt), UpdatedAt: timestamppb.New(m.UpdatedAt),
 		Revision: m.Revision, MessageCount: m.MessageCount,
 		Metadata: m.Metadata, Labels: m.Labels,
-		OpenToolCallIds: m.OpenToolCallIDs, Models: m.Models,
+		OpenToolCallIds: m.OpenToolCallIDs, Models: m.Models, TitleDerived: m.TitleDerived,
 	}
 	if m.Parent != nil {
 		p.Parent = &sessiondv1.ForkOrigin{SessionId: m.Parent.SessionID, MessageCount: m.Parent.MessageCount}
@@ -50,15 +50,36 @@ func metaToProto(m *storage.Session) *sessiondv1.Session {
 // tallyStored adds the encoded messages msgs of session id, already stored,
 // to t (storage.Tally.AddStored).
 func tallyStored(id string, t storage.Tally, msgs [][]byte) (storage.Tally, error) {
+	dec, err := decodeStored(id, msgs)
+	if err != nil {
+		return t, err
+	}
+	return t.AddStored(dec), nil
+}
+
+// addStored replays an append of the encoded messages msgs, already
+// stored, onto m's tally and title, as the append did (Tally.AddStored,
+// storage.DeriveTitle).
+func addStored(m *storage.Session, msgs [][]byte) error {
+	dec, err := decodeStored(m.ID, msgs)
+	if err != nil {
+		return err
+	}
+	m.Tally = m.Tally.AddStored(dec)
+	storage.DeriveTitle(m, dec)
+	return nil
+}
+
+func decodeStored(id string, msgs [][]byte) ([]*sessiondv1.Message, error) {
 	dec := make([]*sessiondv1.Message, len(msgs))
 	for i, b := range msgs {
 		m := new(sessiondv1.Message)
 		if err := proto.Unmarshal(b, m); err != nil {
-			return t, fmt.Errorf("stored message of session %s: %v: %w", id, err, errCorrupt)
+			return nil, fmt.Errorf("stored message of session %s: %v: %w", id, err, errCorrupt)
 		}
 		dec[i] = m
 	}
-	return t.AddStored(dec), nil
+	return dec, nil
 }
 
 func marshalMeta(m *storage.Session) []byte {

@@ -20,7 +20,7 @@ const (
 	fSessCreated, fSessUpdated, fSessRevision, fSessMsgs = 5, 6, 7, 8
 	fSessSummary, fSessMetadata, fSessLabels, fSessPar   = 9, 10, 11, 12
 	fSessMessages, fSessOpenTools, fSessUsage, fSessMods = 13, 14, 15, 16
-	fSessExpire                                          = 17
+	fSessExpire, fSessTitleDerived                       = 17, 18
 )
 
 // decodeMeta decodes an encoded sessiond.v1.Session (as marshalMeta
@@ -48,6 +48,10 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 			case fSessMsgs:
 				v, n := protowire.ConsumeVarint(b)
 				m.MessageCount = int64(v)
+				return n
+			case fSessTitleDerived:
+				v, n := protowire.ConsumeVarint(b)
+				m.TitleDerived = v != 0
 				return n
 			}
 		}

@@ -30,7 +30,7 @@ func metaFromProto(p *sessiondv1.Session) *storage.Session {
 		ID: p.GetId(), Namespace: p.GetNamespace(), Alias: p.GetAlias(), Title: p.GetTitle(), Summary: p.GetSummary(),
 		CreatedAt: p.GetCreatedAt().AsTime(), UpdatedAt: p.GetUpdatedAt().AsTime(),
 		Revision: p.GetRevision(), MessageCount: p.GetMessageCount(),
-		Metadata: p.GetMetadata(), Labels: p.GetLabels(),
+		Metadata: p.GetMetadata(), Labels: p.GetLabels(), TitleDerived: p.GetTitleDerived(),
 	}
 	if p.Parent != nil {
 		m.Parent = &storage.ForkOrigin{SessionID: p.Parent.GetSessionId(), MessageCount: p.Parent.GetMessageCount()}

@@ -31,7 +31,7 @@ func now(prev time.Time) time.Time {
 
 func metaEqual(a, b *storage.Session) bool {
 	pa, pb := a.Parent, b.Parent
-	return a.ID == b.ID && a.Namespace == b.Namespace && a.Alias == b.Alias && a.Title == b.Title &&
+	return a.ID == b.ID && a.Namespace == b.Namespace && a.Alias == b.Alias && a.Title == b.Title && a.TitleDerived == b.TitleDerived &&
 		a.Summary == b.Summary && a.CreatedAt.Equal(b.CreatedAt) && a.UpdatedAt.Equal(b.UpdatedAt) &&
 		a.Revision == b.Revision && a.MessageCount == b.MessageCount &&
 		storage.SameTally(a.Tally, b.Tally) && a.ExpireAfter == b.ExpireAfter &&
@@ -80,7 +80,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 		}
 	}
 	meta := &storage.Session{
-		ID: req.ID, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, Summary: req.Summary,
+		ID: req.ID, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, TitleDerived: req.TitleDerived, Summary: req.Summary,
 		CreatedAt: created, UpdatedAt: t, Revision: max(req.Revision, 1), MessageCount: int64(len(enc)),
 		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels), Tally: msgs.Tally, ExpireAfter: req.ExpireAfter,
 	}
@@ -457,7 +457,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 				return err
 			}
 			m := cloneMeta(v.meta)
-			m.Title, m.Summary, m.Metadata, m.Tally = req.Title, req.Summary, maps.Clone(req.Metadata), msgs.Tally
+			m.Title, m.TitleDerived, m.Summary, m.Metadata, m.Tally = req.Title, req.TitleDerived, req.Summary, maps.Clone(req.Metadata), msgs.Tally
 			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(enc)), m.Revision+1, now(v.meta.UpdatedAt)
 			if err := s.replaceWrite(e, "save", m, enc); err != nil {
 				return err
@@ -473,7 +473,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 		}
 		t := now(time.Time{})
 		meta := &storage.Session{
-			ID: ref.ID, Namespace: ref.Namespace, Alias: ref.Alias, Title: req.Title, Summary: req.Summary,
+			ID: ref.ID, Namespace: ref.Namespace, Alias: ref.Alias, Title: req.Title, TitleDerived: req.TitleDerived, Summary: req.Summary,
 			CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: int64(len(enc)), Metadata: maps.Clone(req.Metadata),
 			Tally: msgs.Tally,
 		}
@@ -635,6 +635,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		}
 		enc := fresh.Encoded
 		meta.Tally = fresh.Tally
+		storage.DeriveTitle(&meta, fresh.Prepared)
 		meta.Revision++
 		meta.MessageCount += int64(len(enc))
 		meta.UpdatedAt = now(meta.UpdatedAt)
@@ -853,14 +854,14 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 	t := now(time.Time{})
 	src := v.meta
 	m := &storage.Session{
-		Namespace: src.Namespace, Alias: req.Alias, Title: src.Title, Summary: src.Summary,
+		Namespace: src.Namespace, Alias: req.Alias, Title: src.Title, TitleDerived: src.TitleDerived, Summary: src.Summary,
 		CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: n,
 		Metadata: maps.Clone(src.Metadata), Labels: maps.Clone(src.Labels),
 		Parent: &storage.ForkOrigin{SessionID: src.ID, MessageCount: n},
 		Tally:  tally, ExpireAfter: src.ExpireAfter,
 	}
 	if req.Title != "" {
-		m.Title = req.Title
+		m.Title, m.TitleDerived = req.Title, false
 	}
 	msgs := append([][]byte(nil), v.msgs[:n]...)
 	return s.create(ctx, m, msgs, nil, false)

@@ -39,7 +39,7 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 			return err
 		}
 		meta := cloneMeta(v.meta)
-		for _, f := range []string{v.meta.Title, v.meta.Alias, v.meta.Summary} {
+		for _, f := range []string{v.meta.GivenTitle(), v.meta.Alias, v.meta.Summary} {
 			if snip, ok := storage.Snippet(f, q); ok {
 				if err := emit(storage.SearchHit{Session: meta, MessageIndex: -1, Snippet: snip}); err != nil {
 					return stopOK(err)

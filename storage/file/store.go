@@ -616,8 +616,7 @@ func replayWith(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc 
 			m.Revision, m.UpdatedAt = rec.rev, rec.updatedAt
 			m.MessageCount += int64(len(rec.msgs))
 			if tally {
-				var err error
-				if m.Tally, err = tallyStored(id, m.Tally, rec.msgs); err != nil {
+				if err := addStored(&m, rec.msgs); err != nil {
 					return nil, nil, err
 				}
 			}

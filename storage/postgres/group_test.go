@@ -34,11 +34,14 @@ func userMsg(id string) *sessiondv1.Message {
 }
 
 // createSessions creates n sessions in namespace "ns" and returns refs.
+// They have titles, so that every append of user messages is a
+// one-statement append (an untitled session's first user message takes
+// the general path, which derives its title).
 func createSessions(t *testing.T, s *storage.Store, n int) []storage.Ref {
 	t.Helper()
 	refs := make([]storage.Ref, n)
 	for i := range refs {
-		se, err := s.Create(t.Context(), storage.CreateRequest{Namespace: "ns"})
+		se, err := s.Create(t.Context(), storage.CreateRequest{Namespace: "ns", Title: "group commit"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -210,7 +210,7 @@ const maxIndexedSearch = 65536
 // hits (damaged sessions are skipped, as documented).
 func (s *Store) searchSession(ctx context.Context, m *storage.Session, q string, f searchFilter) ([]storage.SearchHit, error) {
 	var out []storage.SearchHit
-	for _, fld := range []string{m.Title, m.Alias, m.Summary} {
+	for _, fld := range []string{m.GivenTitle(), m.Alias, m.Summary} {
 		if snip, ok := storage.Snippet(fld, q); ok {
 			out = append(out, storage.SearchHit{Session: clone(m), MessageIndex: -1, Snippet: snip})
 			break

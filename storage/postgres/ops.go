@@ -187,7 +187,7 @@ func labelPairs(labels map[string]string) [][]byte {
 // write beside its id: alias (NULL for none), meta, label pairs, search text.
 func sessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string, err error) {
 	meta, err = encodeMeta(m)
-	return aliasCol(m), meta, labelPairs(m.Labels), searchText(m.Title, m.Alias, m.Summary), err
+	return aliasCol(m), meta, labelPairs(m.Labels), searchText(m.GivenTitle(), m.Alias, m.Summary), err
 }
 
 // aliasCol is m's alias column: NULL for none.
@@ -199,15 +199,16 @@ func aliasCol(m *storage.Session) any {
 }
 
 // encodeTally is the tally column of m: a sessiond.v1.Session proto holding
-// only open_tool_call_ids, usage and models, or NULL (nil) for a session
-// whose tally is unknown (written before schema version 3).
+// only open_tool_call_ids, usage, models and title_derived (what the
+// messages decided), or NULL (nil) for a session whose tally is unknown
+// (written before schema version 3).
 func encodeTally(m *storage.Session) ([]byte, error) {
 	if m.Unknown {
 		return nil, nil
 	}
 	u := m.Usage
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&sessiondv1.Session{
-		OpenToolCallIds: m.OpenToolCallIDs, Models: m.Models,
+		OpenToolCallIds: m.OpenToolCallIDs, Models: m.Models, TitleDerived: m.TitleDerived,
 		Usage: &sessiondv1.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
 			CachedInputTokens: u.CachedInputTokens, ReasoningTokens: u.ReasoningTokens},
 	})
@@ -229,7 +230,7 @@ func decodeTally(b []byte, m *storage.Session) error {
 		return err
 	}
 	u := p.GetUsage()
-	m.OpenToolCallIDs, m.Models = p.GetOpenToolCallIds(), p.GetModels()
+	m.OpenToolCallIDs, m.Models, m.TitleDerived = p.GetOpenToolCallIds(), p.GetModels(), p.GetTitleDerived()
 	m.Usage = storage.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
 		CachedInputTokens: u.GetCachedInputTokens(), ReasoningTokens: u.GetReasoningTokens()}
 	return nil
@@ -274,6 +275,12 @@ func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 // when only its messages changed, as in Append and Rewind; bumpArgs makes
 // the arguments.
 const bumpSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6 WHERE id = $1`
+
+// bumpTitledSession is bumpSession for an append that also derived the
+// session's title (storage.DeriveTitle), which meta holds; meta_search
+// holds only a title a client gave.
+const bumpTitledSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6,
+	meta = $7 WHERE id = $1`
 
 func bumpArgs(m *storage.Session) ([]any, error) {
 	tally, err := encodeTally(m)
@@ -479,7 +486,7 @@ func clone(m *storage.Session) *storage.Session {
 func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs storage.Messages) (*storage.Session, error) {
 	t := now(time.Time{})
 	m := &storage.Session{
-		ID: req.ID, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, Summary: req.Summary,
+		ID: req.ID, Namespace: req.Namespace, Alias: req.Alias, Title: req.Title, TitleDerived: req.TitleDerived, Summary: req.Summary,
 		CreatedAt: t, UpdatedAt: t, Revision: max(req.Revision, 1), MessageCount: int64(len(msgs.Prepared)),
 		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels), Tally: msgs.Tally, ExpireAfter: req.ExpireAfter,
 	}
@@ -620,7 +627,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 				}
 				t := now(time.Time{})
 				m := &storage.Session{
-					ID: req.Ref.ID, Namespace: req.Ref.Namespace, Alias: req.Ref.Alias, Title: req.Title, Summary: req.Summary,
+					ID: req.Ref.ID, Namespace: req.Ref.Namespace, Alias: req.Ref.Alias, Title: req.Title, TitleDerived: req.TitleDerived, Summary: req.Summary,
 					CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: int64(len(msgs.Prepared)), Metadata: maps.Clone(req.Metadata),
 					Tally: msgs.Tally,
 				}
@@ -644,7 +651,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 				return err
 			}
 			m := clone(cur)
-			m.Title, m.Summary, m.Metadata, m.Tally = req.Title, req.Summary, maps.Clone(req.Metadata), msgs.Tally
+			m.Title, m.TitleDerived, m.Summary, m.Metadata, m.Tally = req.Title, req.TitleDerived, req.Summary, maps.Clone(req.Metadata), msgs.Tally
 			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(msgs.Prepared)), m.Revision+1, now(cur.UpdatedAt)
 			if err := keepEventMessages(ctx, tx, m.ID, 0); err != nil {
 				return err
@@ -729,7 +736,10 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 // $2 id or alias, $3 expected revision (0: any), $4 the batch's size, $5
 // now (Unix ns), $6 the ids the client set, $7-$9 the messages' ids,
 // encodings and search texts, $10 the append event type, $11 the history
-// kept (historyEvents). It returns the session's id, new revision and
+// kept (historyEvents), $12 whether the batch would title an untitled
+// session (storage.TitleFrom; the general path then derives the title,
+// since the row's meta says the title is empty when its second byte,
+// the title's length, is 0). It returns the session's id, new revision and
 // message count, all an append answers (scanAppended); no row: the append
 // is not plainly new (or the session does not exist).
 //
@@ -749,6 +759,7 @@ const appendFastSQL = `WITH s AS (
 	UPDATE sessions SET revision = revision + 1, message_count = message_count + $4,
 		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END
 	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint)
+		AND NOT ($12::boolean AND get_byte(meta, 1) = 0)
 		AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = ANY($6::text[]))
 	RETURNING id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns
 ), m AS (
@@ -789,7 +800,7 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 	m, err := s.runFast(&fastAppend{
 		ctx: ctx, q: q, key: req.Ref.Namespace + "\x00" + ref, next: make(chan []*fastAppend, 1),
 		args: []any{req.Ref.Namespace, ref, int64(req.ExpectedRevision), n, time.Now().UnixNano(), msgs.SentIDs(),
-			ids, bodies, texts, int16(storage.EventAppended), int64(historyEvents)},
+			ids, bodies, texts, int16(storage.EventAppended), int64(historyEvents), storage.TitleFrom(msgs.Prepared) != ""},
 	})
 	if m == nil || err != nil {
 		return res, false, err
@@ -880,7 +891,18 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 	if err != nil {
 		return storage.AppendResult{}, err
 	}
-	b.Queue(bumpSession, bump...)
+	if storage.DeriveTitle(m, fresh.Prepared) {
+		meta, err := encodeMeta(m)
+		if err != nil {
+			return storage.AppendResult{}, err
+		}
+		if bump, err = bumpArgs(m); err != nil {
+			return storage.AppendResult{}, err
+		}
+		b.Queue(bumpTitledSession, append(bump, meta)...)
+	} else {
+		b.Queue(bumpSession, bump...)
+	}
 	if err := queueEvent(b, w, storage.EventAppended, m, len(fresh.Prepared)); err != nil {
 		return storage.AppendResult{}, err
 	}
@@ -962,14 +984,14 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 		}
 		t := now(time.Time{})
 		m := &storage.Session{
-			ID: uuid.Must(uuid.NewV7()).String(), Namespace: src.Namespace, Alias: req.Alias, Title: src.Title, Summary: src.Summary,
+			ID: uuid.Must(uuid.NewV7()).String(), Namespace: src.Namespace, Alias: req.Alias, Title: src.Title, TitleDerived: src.TitleDerived, Summary: src.Summary,
 			CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: n,
 			Metadata: maps.Clone(src.Metadata), Labels: maps.Clone(src.Labels),
 			Parent: &storage.ForkOrigin{SessionID: src.ID, MessageCount: n},
 			Tally:  storage.Recount(kept), ExpireAfter: src.ExpireAfter,
 		}
 		if req.Title != "" {
-			m.Title = req.Title
+			m.Title, m.TitleDerived = req.Title, false
 		}
 		out, err = s.insertNew(ctx, tx, m, func() error {
 			_, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search)

@@ -192,7 +192,7 @@ func (s *memStore) Create(_ context.Context, req storage.CreateRequest, msgs sto
 			created = now
 		}
 		se := &memSession{msgs: msgs.Prepared, meta: storage.Session{
-			ID: id, Namespace: req.Namespace, Title: req.Title, Summary: req.Summary,
+			ID: id, Namespace: req.Namespace, Title: req.Title, TitleDerived: req.TitleDerived, Summary: req.Summary,
 			CreatedAt: created, UpdatedAt: now, Revision: max(req.Revision, 1), MessageCount: int64(len(msgs.Prepared)),
 			Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels), Tally: msgs.Tally, ExpireAfter: req.ExpireAfter,
 		}}
@@ -306,7 +306,7 @@ func (s *memStore) Save(_ context.Context, req storage.SaveRequest, msgs storage
 			}
 			now := s.now()
 			se = &memSession{msgs: msgs.Prepared, meta: storage.Session{
-				ID: id, Namespace: ref.Namespace, Title: req.Title, Summary: req.Summary,
+				ID: id, Namespace: ref.Namespace, Title: req.Title, TitleDerived: req.TitleDerived, Summary: req.Summary,
 				CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: int64(len(msgs.Prepared)), Metadata: maps.Clone(req.Metadata),
 				Tally: msgs.Tally,
 			}}
@@ -324,7 +324,7 @@ func (s *memStore) Save(_ context.Context, req storage.SaveRequest, msgs storage
 		if err := storage.CheckRevision(se.meta.ID, req.ExpectedRevision, se.meta.Revision); err != nil {
 			return err
 		}
-		se.meta.Title, se.meta.Summary, se.meta.Metadata, se.msgs = req.Title, req.Summary, maps.Clone(req.Metadata), msgs.Prepared
+		se.meta.Title, se.meta.TitleDerived, se.meta.Summary, se.meta.Metadata, se.msgs = req.Title, req.TitleDerived, req.Summary, maps.Clone(req.Metadata), msgs.Prepared
 		se.meta.Tally = msgs.Tally
 		s.bump(se, storage.EventReplaced, nil)
 		out = copyMeta(&se.meta)
@@ -352,6 +352,7 @@ func (s *memStore) Append(_ context.Context, req storage.AppendRequest, msgs sto
 		}
 		if len(fresh.Prepared) > 0 {
 			se.meta.Tally = fresh.Tally
+			storage.DeriveTitle(&se.meta, fresh.Prepared)
 			se.msgs = append(se.msgs[:len(se.msgs):len(se.msgs)], fresh.Prepared...)
 			s.bump(se, storage.EventAppended, fresh.Prepared)
 		}
@@ -426,12 +427,12 @@ func (s *memStore) Fork(_ context.Context, req storage.ForkRequest) (*storage.Se
 			return storage.AliasInUse(src.meta.Namespace, req.Alias)
 		}
 		now := s.now()
-		title := req.Title
+		title, derived := req.Title, false
 		if title == "" {
-			title = src.meta.Title
+			title, derived = src.meta.Title, src.meta.TitleDerived
 		}
 		se := &memSession{msgs: src.msgs[:n:n], meta: storage.Session{
-			ID: uuid.Must(uuid.NewV7()).String(), Namespace: src.meta.Namespace, Title: title, Summary: src.meta.Summary,
+			ID: uuid.Must(uuid.NewV7()).String(), Namespace: src.meta.Namespace, Title: title, TitleDerived: derived, Summary: src.meta.Summary,
 			CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: n,
 			Metadata: maps.Clone(src.meta.Metadata), Labels: maps.Clone(src.meta.Labels),
 			Parent: &storage.ForkOrigin{SessionID: src.meta.ID, MessageCount: n},
@@ -479,7 +480,7 @@ func (s *memStore) Search(ctx context.Context, opts storage.SearchOptions, yield
 		if err != nil {
 			return err
 		}
-		for _, f := range []string{meta.Title, meta.Alias, meta.Summary} {
+		for _, f := range []string{meta.GivenTitle(), meta.Alias, meta.Summary} {
 			if strings.Contains(strings.ToLower(f), q) {
 				hits = append(hits, storage.SearchHit{Session: meta, MessageIndex: -1, Snippet: f})
 				break

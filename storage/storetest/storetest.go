@@ -97,6 +97,7 @@ func RunConformance(t *testing.T, h Harness) {
 		{"Watch", testWatch},
 		{"Fidelity", testFidelity},
 		{"Tally", testTally},
+		{"Titles", testTitles},
 		{"Aliasing", testAliasing},
 		{"Closed", testClosed},
 		{"Reopen", testReopen},

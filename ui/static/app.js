@@ -460,7 +460,11 @@ function sessionTable(sessions, ns) {
     return h(
       'tr',
       { dataset: { id: field(s, 'id') } },
-      h('td', { class: 'title' }, h('a', { href: sessionURL(field(s, 'id'), ns), title: field(s, 'id'), text: field(s, 'title') || '(untitled)' })),
+      h('td', { class: field(s, 'title_derived') ? 'title derived' : 'title' }, h('a', {
+        href: sessionURL(field(s, 'id'), ns),
+        title: field(s, 'title_derived') ? 'from the first user message · ' + field(s, 'id') : field(s, 'id'),
+        text: field(s, 'title') || '(untitled)',
+      })),
       h('td', { class: 'alias', text: field(s, 'alias') || '' }),
       h('td', { class: 'num', text: String(field(s, 'message_count') || 0) }),
       h('td', { class: 'models' }, models.map((m) => h('span', { class: 'model', text: m }))),

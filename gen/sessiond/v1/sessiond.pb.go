@@ -756,7 +756,13 @@ type Session struct {
 	// The idle time to live: a session not updated for this long is deleted
 	// by the daemon. Unset (or zero) keeps the session until it is deleted,
 	// unless the daemon sets a default for the namespace.
-	ExpireAfter   *durationpb.Duration `protobuf:"bytes,17,opt,name=expire_after,json=expireAfter,proto3" json:"expire_after,omitempty"`
+	ExpireAfter *durationpb.Duration `protobuf:"bytes,17,opt,name=expire_after,json=expireAfter,proto3" json:"expire_after,omitempty"`
+	// Set when no client gave the session a title and sessiond took it from
+	// the first line of its first user message (its content or first text
+	// part, cut at a word boundary). A title given by a create, save or
+	// update replaces it; an update that clears the title leaves the session
+	// untitled until its next user message.
+	TitleDerived  bool `protobuf:"varint,18,opt,name=title_derived,json=titleDerived,proto3" json:"title_derived,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -908,6 +914,13 @@ func (x *Session) GetExpireAfter() *durationpb.Duration {
 		return x.ExpireAfter
 	}
 	return nil
+}
+
+func (x *Session) GetTitleDerived() bool {
+	if x != nil {
+		return x.TitleDerived
+	}
+	return false
 }
 
 // SessionRef names one session, by id or by alias, within a namespace.
@@ -2977,7 +2990,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"ForkOrigin\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
-	"\rmessage_count\x18\x02 \x01(\x03R\fmessageCount\"\xb6\x06\n" +
+	"\rmessage_count\x18\x02 \x01(\x03R\fmessageCount\"\xdb\x06\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
@@ -2998,7 +3011,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x12open_tool_call_ids\x18\x0e \x03(\tR\x0fopenToolCallIds\x12(\n" +
 	"\x05usage\x18\x0f \x01(\v2\x12.sessiond.v1.UsageR\x05usage\x12\x16\n" +
 	"\x06models\x18\x10 \x03(\tR\x06models\x12<\n" +
-	"\fexpire_after\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\vexpireAfter\x1a;\n" +
+	"\fexpire_after\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\vexpireAfter\x12#\n" +
+	"\rtitle_derived\x18\x12 \x01(\bR\ftitleDerived\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +

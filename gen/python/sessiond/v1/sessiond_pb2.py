@@ -23,7 +23,7 @@ DESCRIPTOR = _descriptor.FileDescriptor(
   name='sessiond/v1/sessiond.proto',
   package='sessiond.v1',
   syntax='proto3',
-  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"k\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x03\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x03\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\xb3\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x12\r\n\x05model\x18\x0b \x01(\t\x12!\n\x05usage\x18\x0c \x01(\x0b\x32\x12.sessiond.v1.Usage\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xf9\x04\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x1a\n\x12open_tool_call_ids\x18\x0e \x03(\t\x12!\n\x05usage\x18\x0f \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\x0e\n\x06models\x18\x10 \x03(\t\x12/\n\x0c\x65xpire_after\x18\x11 \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\x8a\x04\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x12/\n\x0c\x65xpire_after\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x86\x01\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\x12\x1d\n\x15\x63lose_open_tool_calls\x18\x05 \x01(\x08\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xc4\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"Y\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x16\n\x0e\x61ppended_count\x18\x03 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\x9d\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x16\n\x14GetServerInfoRequest\"\x8d\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits\x12\'\n\x05token\x18\x04 \x01(\x0b\x32\x18.sessiond.v1.TokenAccess\"U\n\x0bTokenAccess\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x16\n\x0e\x61ll_namespaces\x18\x04 \x01(\x08*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x89\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x32\xfc\x08\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
+  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"k\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x03\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x03\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\xb3\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x12\r\n\x05model\x18\x0b \x01(\t\x12!\n\x05usage\x18\x0c \x01(\x0b\x32\x12.sessiond.v1.Usage\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\x90\x05\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x1a\n\x12open_tool_call_ids\x18\x0e \x03(\t\x12!\n\x05usage\x18\x0f \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\x0e\n\x06models\x18\x10 \x03(\t\x12/\n\x0c\x65xpire_after\x18\x11 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rtitle_derived\x18\x12 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\x8a\x04\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x12/\n\x0c\x65xpire_after\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x86\x01\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\x12\x1d\n\x15\x63lose_open_tool_calls\x18\x05 \x01(\x08\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xc4\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"Y\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x16\n\x0e\x61ppended_count\x18\x03 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\x9d\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x16\n\x14GetServerInfoRequest\"\x8d\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits\x12\'\n\x05token\x18\x04 \x01(\x0b\x32\x18.sessiond.v1.TokenAccess\"U\n\x0bTokenAccess\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x16\n\x0e\x61ll_namespaces\x18\x04 \x01(\x08*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x89\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x32\xfc\x08\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
   ,
   dependencies=[google_dot_protobuf_dot_duration__pb2.DESCRIPTOR,google_dot_protobuf_dot_field__mask__pb2.DESCRIPTOR,google_dot_protobuf_dot_timestamp__pb2.DESCRIPTOR,])
 
@@ -56,8 +56,8 @@ _ROLE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=5317,
-  serialized_end=5412,
+  serialized_start=5340,
+  serialized_end=5435,
 )
 _sym_db.RegisterEnumDescriptor(_ROLE)
 
@@ -91,8 +91,8 @@ _EVENTTYPE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=5415,
-  serialized_end=5552,
+  serialized_start=5438,
+  serialized_end=5575,
 )
 _sym_db.RegisterEnumDescriptor(_EVENTTYPE)
 
@@ -584,8 +584,8 @@ _SESSION_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1569,
-  serialized_end=1614,
+  serialized_start=1592,
+  serialized_end=1637,
 )
 
 _SESSION = _descriptor.Descriptor(
@@ -714,6 +714,13 @@ _SESSION = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='title_derived', full_name='sessiond.v1.Session.title_derived', index=17,
+      number=18, type=8, cpp_type=7, label=1,
+      has_default_value=False, default_value=False,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -727,7 +734,7 @@ _SESSION = _descriptor.Descriptor(
   oneofs=[
   ],
   serialized_start=981,
-  serialized_end=1614,
+  serialized_end=1637,
 )
 
 
@@ -774,8 +781,8 @@ _SESSIONREF = _descriptor.Descriptor(
       name='key', full_name='sessiond.v1.SessionRef.key',
       index=0, containing_type=None, fields=[]),
   ],
-  serialized_start=1616,
-  serialized_end=1685,
+  serialized_start=1639,
+  serialized_end=1708,
 )
 
 
@@ -854,8 +861,8 @@ _SERVERLIMITS = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1688,
-  serialized_end=1914,
+  serialized_start=1711,
+  serialized_end=1937,
 )
 
 
@@ -929,8 +936,8 @@ _CREATESESSIONREQUEST_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1569,
-  serialized_end=1614,
+  serialized_start=1592,
+  serialized_end=1637,
 )
 
 _CREATESESSIONREQUEST = _descriptor.Descriptor(
@@ -1036,8 +1043,8 @@ _CREATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1917,
-  serialized_end=2439,
+  serialized_start=1940,
+  serialized_end=2462,
 )
 
 
@@ -1067,8 +1074,8 @@ _CREATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2441,
-  serialized_end=2503,
+  serialized_start=2464,
+  serialized_end=2526,
 )
 
 
@@ -1098,8 +1105,8 @@ _GETSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2505,
-  serialized_end=2562,
+  serialized_start=2528,
+  serialized_end=2585,
 )
 
 
@@ -1129,8 +1136,8 @@ _GETSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2564,
-  serialized_end=2623,
+  serialized_start=2587,
+  serialized_end=2646,
 )
 
 
@@ -1188,8 +1195,8 @@ _LOADSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2626,
-  serialized_end=2760,
+  serialized_start=2649,
+  serialized_end=2783,
 )
 
 
@@ -1226,8 +1233,8 @@ _LOADSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2762,
-  serialized_end=2862,
+  serialized_start=2785,
+  serialized_end=2885,
 )
 
 
@@ -1264,8 +1271,8 @@ _LISTSESSIONSREQUEST_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1569,
-  serialized_end=1614,
+  serialized_start=1592,
+  serialized_end=1637,
 )
 
 _LISTSESSIONSREQUEST = _descriptor.Descriptor(
@@ -1343,8 +1350,8 @@ _LISTSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2865,
-  serialized_end=3189,
+  serialized_start=2888,
+  serialized_end=3212,
 )
 
 
@@ -1381,8 +1388,8 @@ _LISTSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3191,
-  serialized_end=3277,
+  serialized_start=3214,
+  serialized_end=3300,
 )
 
 
@@ -1484,8 +1491,8 @@ _SAVESESSIONHEADER = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3280,
-  serialized_end=3536,
+  serialized_start=3303,
+  serialized_end=3559,
 )
 
 
@@ -1522,8 +1529,8 @@ _SAVESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3538,
-  serialized_end=3646,
+  serialized_start=3561,
+  serialized_end=3669,
 )
 
 
@@ -1553,8 +1560,8 @@ _SAVESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3648,
-  serialized_end=3708,
+  serialized_start=3671,
+  serialized_end=3731,
 )
 
 
@@ -1598,8 +1605,8 @@ _APPENDMESSAGESREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3711,
-  serialized_end=3839,
+  serialized_start=3734,
+  serialized_end=3862,
 )
 
 
@@ -1643,8 +1650,8 @@ _APPENDMESSAGESRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3841,
-  serialized_end=3930,
+  serialized_start=3864,
+  serialized_end=3953,
 )
 
 
@@ -1695,8 +1702,8 @@ _UPDATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3933,
-  serialized_end=4108,
+  serialized_start=3956,
+  serialized_end=4131,
 )
 
 
@@ -1726,8 +1733,8 @@ _UPDATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4110,
-  serialized_end=4172,
+  serialized_start=4133,
+  serialized_end=4195,
 )
 
 
@@ -1764,8 +1771,8 @@ _DELETESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4174,
-  serialized_end=4261,
+  serialized_start=4197,
+  serialized_end=4284,
 )
 
 
@@ -1788,8 +1795,8 @@ _DELETESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4263,
-  serialized_end=4286,
+  serialized_start=4286,
+  serialized_end=4309,
 )
 
 
@@ -1840,8 +1847,8 @@ _FORKSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4288,
-  serialized_end=4399,
+  serialized_start=4311,
+  serialized_end=4422,
 )
 
 
@@ -1871,8 +1878,8 @@ _FORKSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4401,
-  serialized_end=4461,
+  serialized_start=4424,
+  serialized_end=4484,
 )
 
 
@@ -1916,8 +1923,8 @@ _REWINDSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4463,
-  serialized_end=4573,
+  serialized_start=4486,
+  serialized_end=4596,
 )
 
 
@@ -1947,8 +1954,8 @@ _REWINDSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4575,
-  serialized_end=4637,
+  serialized_start=4598,
+  serialized_end=4660,
 )
 
 
@@ -1992,8 +1999,8 @@ _SEARCHSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4639,
-  serialized_end=4711,
+  serialized_start=4662,
+  serialized_end=4734,
 )
 
 
@@ -2037,8 +2044,8 @@ _SEARCHSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4713,
-  serialized_end=4816,
+  serialized_start=4736,
+  serialized_end=4839,
 )
 
 
@@ -2075,8 +2082,8 @@ _WATCHSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4818,
-  serialized_end=4900,
+  serialized_start=4841,
+  serialized_end=4923,
 )
 
 
@@ -2127,8 +2134,8 @@ _WATCHSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4903,
-  serialized_end=5060,
+  serialized_start=4926,
+  serialized_end=5083,
 )
 
 
@@ -2151,8 +2158,8 @@ _GETSERVERINFOREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5062,
-  serialized_end=5084,
+  serialized_start=5085,
+  serialized_end=5107,
 )
 
 
@@ -2203,8 +2210,8 @@ _GETSERVERINFORESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5087,
-  serialized_end=5228,
+  serialized_start=5110,
+  serialized_end=5251,
 )
 
 
@@ -2255,8 +2262,8 @@ _TOKENACCESS = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5230,
-  serialized_end=5315,
+  serialized_start=5253,
+  serialized_end=5338,
 )
 
 _CONTENTPART.fields_by_name['blob'].message_type = _BLOB
@@ -2724,8 +2731,8 @@ _SESSIONSTORESERVICE = _descriptor.ServiceDescriptor(
   file=DESCRIPTOR,
   index=0,
   options=None,
-  serialized_start=5555,
-  serialized_end=6703,
+  serialized_start=5578,
+  serialized_end=6726,
   methods=[
   _descriptor.MethodDescriptor(
     name='CreateSession',
