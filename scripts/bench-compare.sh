@@ -560,8 +560,12 @@ path, clients, size, nlist, nload, wclients, wsessions, nlong = sys.argv[1:]
 vals = collections.defaultdict(dict)
 for line in open(path):
     r, k, v = line.rstrip("\n").split("\t")
-    if not math.isnan(float(v)):
-        vals[k][int(r)] = float(v)
+    try:
+        x = float(v)
+    except ValueError:  # a run whose output had no figure (its row shows "-")
+        continue
+    if not math.isnan(x):
+        vals[k][int(r)] = x
 rounds = sorted({r for d in vals.values() for r in d})
 med = {k: statistics.median(d.values()) for k, d in vals.items()}
 
