@@ -35,6 +35,8 @@ type conn struct {
 	log    *slog.Logger
 	mu     sync.Mutex // guards closed
 	closed bool
+	// appends is the AppendStream that handles' appends share.
+	appends appendStream
 }
 
 type dialOptions struct {

@@ -60,13 +60,15 @@ const (
 	rpcList   rpc = "ListSessions"
 	rpcSave   rpc = "SaveSession"
 	rpcAppend rpc = "AppendMessages"
-	rpcUpdate rpc = "UpdateSession"
-	rpcDelete rpc = "DeleteSession"
-	rpcFork   rpc = "ForkSession"
-	rpcRewind rpc = "RewindSession"
-	rpcSearch rpc = "SearchSessions"
-	rpcWatch  rpc = "WatchSession"
-	rpcInfo   rpc = "GetServerInfo"
+	// rpcAppendStream is an append sent over AppendStream.
+	rpcAppendStream rpc = "AppendStream"
+	rpcUpdate       rpc = "UpdateSession"
+	rpcDelete       rpc = "DeleteSession"
+	rpcFork         rpc = "ForkSession"
+	rpcRewind       rpc = "RewindSession"
+	rpcSearch       rpc = "SearchSessions"
+	rpcWatch        rpc = "WatchSession"
+	rpcInfo         rpc = "GetServerInfo"
 )
 
 // sentinelFor maps a gRPC code back to a sentinel. The meaning of a code
@@ -77,7 +79,7 @@ func sentinelFor(op rpc, code codes.Code) error {
 	case codes.NotFound:
 		return ErrNotFound
 	case codes.AlreadyExists:
-		if op == rpcAppend {
+		if op == rpcAppend || op == rpcAppendStream {
 			return ErrMessageConflict
 		}
 		return ErrAliasInUse

@@ -158,6 +158,10 @@ type Handle struct {
 	// Fork) so that the stored prefix and the revision change in one order.
 	// It is taken before mu, never after.
 	saveMu sync.Mutex
+	// appended: the handle has sent an append (saveMu guards it). Its
+	// later ones go over the connection's AppendStream, which a handle
+	// that writes once never opens.
+	appended bool
 
 	mu       sync.Mutex // guards everything below
 	id       string
@@ -792,7 +796,12 @@ func (h *Handle) send(ctx context.Context, w *write) error {
 	)
 	if w.append != nil {
 		var res AppendResult
-		res, err = h.c.append(ctx, w.append)
+		if h.appended {
+			res, err = h.c.appendStreamed(ctx, w.append)
+		} else {
+			res, err = h.c.append(ctx, w.append)
+		}
+		h.appended = true
 		rev = res.Revision
 	} else {
 		sess, err = h.c.update(ctx, w.update)

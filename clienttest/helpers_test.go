@@ -53,12 +53,12 @@ func needDaemon(t *testing.T) string {
 }
 
 // recorder is a server interceptor that counts calls and, when told, lets
-// an AppendMessages land and then answers DEADLINE_EXCEEDED, as when the
-// answer is lost to a client timeout.
+// an append (AppendMessages or one of an AppendStream) land and then answers
+// DEADLINE_EXCEEDED, as when the answer is lost to a client timeout.
 type recorder struct {
 	mu         sync.Mutex
 	calls      map[string]int
-	appendSize []int // messages per AppendMessages that reached the server
+	appendSize []int // messages per append that reached the server
 	loseAppend int   // the next loseAppend appends land but answer an error
 }
 
@@ -91,8 +91,45 @@ func (r *recorder) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 	r.mu.Lock()
 	r.calls[path.Base(info.FullMethod)]++
 	r.mu.Unlock()
-	return handler(srv, ss)
+	return handler(srv, &recordedStream{ServerStream: ss, r: r})
 }
+
+// recordedStream counts the appends of an AppendStream (as "streamed
+// append") with their sizes, as the unary interceptor does AppendMessages,
+// and loses answers the same way: the append lands, its answer says
+// DEADLINE_EXCEEDED.
+type recordedStream struct {
+	grpc.ServerStream
+	r *recorder
+}
+
+func (s *recordedStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if a, ok := m.(*sessiondv1.AppendStreamRequest); ok && err == nil {
+		s.r.mu.Lock()
+		s.r.calls[streamedAppend]++
+		s.r.appendSize = append(s.r.appendSize, len(a.GetAppend().GetMessages()))
+		s.r.mu.Unlock()
+	}
+	return err
+}
+
+func (s *recordedStream) SendMsg(m any) error {
+	if resp, ok := m.(*sessiondv1.AppendStreamResponse); ok && resp.GetStatus() == nil {
+		s.r.mu.Lock()
+		if s.r.loseAppend > 0 {
+			s.r.loseAppend--
+			m = &sessiondv1.AppendStreamResponse{Tag: resp.GetTag(), Status: &sessiondv1.AppendStatus{
+				Code: int32(codes.DeadlineExceeded), Message: "injected: the append landed but its answer was lost"}}
+		}
+		s.r.mu.Unlock()
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+// streamedAppend counts, in recorder.calls, the appends sent over
+// AppendStream.
+const streamedAppend = "streamed append"
 
 // loseNext makes the next n AppendMessages land but answer
 // DEADLINE_EXCEEDED.
@@ -110,7 +147,7 @@ func (r *recorder) count(method string) int {
 
 // writes counts the RPCs that change sessions.
 func (r *recorder) writes() int {
-	return r.count("AppendMessages") + r.count("SaveSession") + r.count("UpdateSession") + r.count("RewindSession")
+	return r.count("AppendMessages") + r.count(streamedAppend) + r.count("SaveSession") + r.count("UpdateSession") + r.count("RewindSession")
 }
 
 func (r *recorder) sizes() []int {

@@ -17,7 +17,7 @@ import (
 
 // claudeStoreTestCount is how many tests clients/node/test/store.test.js
 // holds; every one must run and pass.
-const claudeStoreTestCount = 22
+const claudeStoreTestCount = 23
 
 // needClaudeSDK installs the Node.js client's packages when the Claude
 // Agent SDK (a dev dependency the store's tests use) is missing, and builds

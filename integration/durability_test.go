@@ -361,10 +361,53 @@ func contentFor(id string, seq int) string {
 // cycle left without an answer, as a client SDK does: a retry must land
 // exactly once whether or not the first attempt did.
 func appendLoop(ctx context.Context, c sessiondv1.SessionStoreServiceClient, ref *sessiondv1.SessionRef, client int, seq *int, log *writeLog, stop <-chan struct{}, rng *rand.Rand, acks *atomic.Int64) (err error) {
+	return appendLoopVia(ctx, unaryAppend(c), ref, client, seq, log, stop, rng, acks)
+}
+
+// appender sends one append and returns its error.
+type appender func(ctx context.Context, req *sessiondv1.AppendMessagesRequest) error
+
+func unaryAppend(c sessiondv1.SessionStoreServiceClient) appender {
+	return func(ctx context.Context, req *sessiondv1.AppendMessagesRequest) error {
+		_, err := c.AppendMessages(ctx, req)
+		return err
+	}
+}
+
+// streamAppend sends each append over one AppendStream call (on
+// streamCtx), opened by the first, and waits for its answer: a per-request
+// status is returned as a status error, and a broken stream fails the
+// append.
+func streamAppend(streamCtx context.Context, c sessiondv1.SessionStoreServiceClient) appender {
+	var st grpc.BidiStreamingClient[sessiondv1.AppendStreamRequest, sessiondv1.AppendStreamResponse]
+	return func(ctx context.Context, req *sessiondv1.AppendMessagesRequest) error {
+		if st == nil {
+			var err error
+			if st, err = c.AppendStream(streamCtx); err != nil {
+				return err
+			}
+		}
+		if err := st.Send(&sessiondv1.AppendStreamRequest{Append: req}); err != nil {
+			_, err = st.Recv() // the status the stream ended with
+			return err
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		if s := resp.GetStatus(); s != nil {
+			return status.Error(codes.Code(s.GetCode()), s.GetMessage())
+		}
+		return nil
+	}
+}
+
+// appendLoopVia is appendLoop with appends sent by send.
+func appendLoopVia(ctx context.Context, appendOne appender, ref *sessiondv1.SessionRef, client int, seq *int, log *writeLog, stop <-chan struct{}, rng *rand.Rand, acks *atomic.Int64) (err error) {
 	send := func(batch []*sessiondv1.Message) error {
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_, err := c.AppendMessages(callCtx, &sessiondv1.AppendMessagesRequest{Ref: ref, Messages: batch})
+		err := appendOne(callCtx, &sessiondv1.AppendMessagesRequest{Ref: ref, Messages: batch})
 		if err != nil {
 			log.pending = batch
 			for _, m := range batch {
@@ -463,6 +506,16 @@ func verifyWrites(t *testing.T, ctx context.Context, c sessiondv1.SessionStoreSe
 	return res
 }
 
+// streamedAcks counts the acknowledged writes of the streaming clients
+// (the second half of logs).
+func streamedAcks(logs []*writeLog) int {
+	n := 0
+	for _, l := range logs[len(logs)/2:] {
+		n += len(l.acked)
+	}
+	return n
+}
+
 // createSessions creates n empty sessions aliased prefix-0, prefix-1, ...
 // and returns their ids.
 func createSessions(t *testing.T, ctx context.Context, c sessiondv1.SessionStoreServiceClient, prefix string, n int) []string {
@@ -533,13 +586,14 @@ func TestSIGTERMDuringWrites(t *testing.T) {
 }
 
 // TestKill9DuringConcurrentWrites kills the daemon with SIGKILL at random
-// moments while 8 clients append to 4 sessions, restarts it, and checks
+// moments while 8 clients append to 4 sessions with AppendMessages calls
+// and 8 more to 4 other sessions over AppendStream, restarts it, and checks
 // after every restart that every acknowledged message is present exactly
 // once, every session loads, and a message whose append failed is present
 // at most once. Clients retry their unanswered batch after each restart.
 func TestKill9DuringConcurrentWrites(t *testing.T) {
 	const (
-		sessions          = 4
+		sessions          = 8 // the first half written unary, the second streamed
 		clientsPerSession = 2
 		minCycles         = 20
 		budget            = 40 * time.Second // more cycles while time allows
@@ -596,8 +650,12 @@ func TestKill9DuringConcurrentWrites(t *testing.T) {
 			}
 			conns = append(conns, cc)
 			crng := rand.New(rand.NewPCG(rng.Uint64(), uint64(ci)))
+			send := unaryAppend(sessiondv1.NewSessionStoreServiceClient(cc))
+			if ci >= len(logs)/2 {
+				send = streamAppend(ctx, sessiondv1.NewSessionStoreServiceClient(cc))
+			}
 			wg.Go(func() {
-				err := appendLoop(ctx, sessiondv1.NewSessionStoreServiceClient(cc), byID("", ids[ci/clientsPerSession]), ci, &seqs[ci], logs[ci], stop, crng, &acks)
+				err := appendLoopVia(ctx, send, byID("", ids[ci/clientsPerSession]), ci, &seqs[ci], logs[ci], stop, crng, &acks)
 				if err != nil && status.Code(err) != codes.Unavailable && status.Code(err) != codes.Canceled {
 					// Only a dead daemon may fail a write here.
 					t.Errorf("client %d: append failed with %v", ci, err)
@@ -621,8 +679,8 @@ func TestKill9DuringConcurrentWrites(t *testing.T) {
 	total.unackedIn = res.unackedIn
 	total.lost += res.lost
 	total.duplicated += res.duplicated
-	t.Logf("kill -9: %d cycles in %v (kills up to %v after start, %d more during start-up), %d clients on %d sessions: %d acknowledged writes checked, %d lost, %d duplicated; %d unacknowledged writes landed (allowed once)",
-		cycles, time.Since(start).Round(time.Millisecond), maxKillAt, startKills, len(logs), sessions, total.checked, total.lost, total.duplicated, total.unackedIn)
+	t.Logf("kill -9: %d cycles in %v (kills up to %v after start, %d more during start-up), %d clients on %d sessions (half streamed): %d acknowledged writes checked (%d streamed), %d lost, %d duplicated; %d unacknowledged writes landed (allowed once)",
+		cycles, time.Since(start).Round(time.Millisecond), maxKillAt, startKills, len(logs), sessions, total.checked, streamedAcks(logs), total.lost, total.duplicated, total.unackedIn)
 	if total.checked < cycles {
 		t.Errorf("only %d acknowledged writes in %d cycles: the test checked too little", total.checked, cycles)
 	}

@@ -42,6 +42,8 @@ var pythonSDKTests = []string{
 	"test_spool_that_replaces_is_kept_aside",
 	"test_lost_answer_then_another_writer",
 	"test_damaged_spool_is_kept_aside",
+	"test_later_appends_share_a_stream",
+	"test_append_stream_falls_back_to_unary",
 	"test_crc32c",
 	"test_round_trip",
 	"test_token_and_tls",

@@ -9,7 +9,9 @@
 # 2,000-message session against a 10-message one, then listing
 # 100,000 sessions, start-up with them on disk (after a clean stop, and after
 # kill -9 under write load, beside an empty daemon's), and loading a 10,000-message
-# session. Each throughput and latency measurement runs ROUNDS times,
+# session. sessiond's appends are measured both as AppendMessages calls
+# (unary) and over AppendStream (streamed: one stream per client, one
+# append in flight). Each throughput and latency measurement runs ROUNDS times,
 # interleaved (the order of the four stores rotates each round); the table
 # shows every round, the medians and the ratios the targets are stated in.
 # Around each 16-client run it reads the machine's busy CPU time from
@@ -50,8 +52,9 @@
 #                  16-client workload, every round, and the table compares the
 #                  daemons' CPU per append
 #   SYSTEMS        the 16-client systems each round runs, a space-separated
-#                  subset of "sessiond_many redis_many pg_many
-#                  sessiond_pg_many baseline_many" (default: all that apply)
+#                  subset of "sessiond_many sessiond_stream_many redis_many
+#                  pg_many sessiond_pg_many baseline_many" (default: all
+#                  that apply)
 #   WIDE=0         skip the 64-client runs
 #   PG_ONLY=1      of the rounds, run only raw pgbench INSERTs and sessiond
 #                  on PostgreSQL (CLIENTS clients; the rows of the others
@@ -309,6 +312,21 @@ sessiond_one() {
 	local r=$1 out
 	out=$("$LOAD" --json --addr "$SD" --namespace "one-$r" append --client grpc --clients 1 --count 2000 --duration 4s --size "$SIZE")
 	record "$r" sessiond_1c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+	out=$("$LOAD" --json --addr "$SD" --namespace "ones-$r" append --rpc stream --client grpc --clients 1 --count 2000 --duration 4s --size "$SIZE")
+	record "$r" sessiond_stream_1c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+}
+
+# The 16-client run of sessiond_many, streamed.
+sessiond_stream_many() {
+	local r=$1 out before after
+	before=$(cpu_mark "$SD_PID")
+	out=$("$LOAD" --json --addr "$SD" --namespace "manys-$r" append --rpc stream --clients "$CLIENTS" --sessions "$CLIENTS" \
+		--count 10000000 --duration "${DURATION}s" --size "$SIZE" "${flush_metrics[@]}")
+	after=$(cpu_mark "$SD_PID")
+	record_cpu "$r" sessiond_stream "$before" "$after" "$(json "d['ops']" <<<"$out")" "$SD_PID"
+	record "$r" sessiond_stream_ops "$(json "d['ops_per_sec']" <<<"$out")"
+	record "$r" sessiond_stream_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+	record "$r" sessiond_stream_16c_batch "$(json "d.get('daemon_metrics', {}).get('appends_per_flush', 'nan')" <<<"$out")"
 }
 
 sessiond_many() {
@@ -348,6 +366,14 @@ sessiond_wide() {
 	record "$r" sessiond_wide_ops "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" sessiond_wide_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
 	record "$r" sessiond_wide_batch "$(json "d.get('daemon_metrics', {}).get('appends_per_flush', 'nan')" <<<"$out")"
+}
+
+sessiond_stream_wide() {
+	local r=$1 out
+	out=$("$LOAD" --json --addr "$SD" --namespace "wides-$r" append --rpc stream --clients "$WIDE_CLIENTS" --sessions "$WIDE_SESSIONS" \
+		--count 10000000 --duration "${DURATION}s" --size "$SIZE" --warmup 1)
+	record "$r" sessiond_stream_wide_ops "$(json "d['ops_per_sec']" <<<"$out")"
+	record "$r" sessiond_stream_wide_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
 }
 
 redis_wide_n=20000
@@ -437,8 +463,8 @@ pg_many() {
 	record "$r" pg_1c_avg_ms "$(awk '/^latency average = /{print $4}' <<<"$out")"
 }
 
-systems=(sessiond_many redis_many pg_many sessiond_pg_many)
-wide=(sessiond_wide redis_wide pg_wide)
+systems=(sessiond_many sessiond_stream_many redis_many pg_many sessiond_pg_many)
+wide=(sessiond_wide sessiond_stream_wide redis_wide pg_wide)
 if [[ $PG_ONLY == 1 ]]; then
 	systems=(pg_many sessiond_pg_many)
 fi
@@ -534,8 +560,12 @@ path, clients, size, nlist, nload, wclients, wsessions, nlong = sys.argv[1:]
 vals = collections.defaultdict(dict)
 for line in open(path):
     r, k, v = line.rstrip("\n").split("\t")
-    if not math.isnan(float(v)):
-        vals[k][int(r)] = float(v)
+    try:
+        x = float(v)
+    except ValueError:  # a run whose output had no figure (its row shows "-")
+        continue
+    if not math.isnan(x):
+        vals[k][int(r)] = x
 rounds = sorted({r for d in vals.values() for r in d})
 med = {k: statistics.median(d.values()) for k, d in vals.items()}
 
@@ -551,31 +581,39 @@ print("|" + "---|" * (len(rounds) + 2))
 row(f"disk append {size} B + fdatasync p50 (ms)", "fsync_p50_ms")
 row("gRPC health round trip p50 (ms)", "health_p50_ms")
 row(f"sessiond append, 1 client, p50 (ms)", "sessiond_1c_p50_ms")
+row(f"sessiond streamed append, 1 client, p50 (ms)", "sessiond_stream_1c_p50_ms")
 row("Redis RPUSH, 1 client, p50 (ms)", "redis_1c_p50_ms")
 row("PostgreSQL INSERT, 1 client, mean (ms)", "pg_1c_avg_ms")
 row(f"sessiond appends/s, {clients} clients on {clients} sessions", "sessiond_ops", "{:.0f}")
 row(f"sessiond appends/s, {clients} clients on {clients} sessions, grpc-go client", "sessiond_grpc_ops", "{:.0f}")
+row(f"sessiond streamed appends/s, {clients} clients on {clients} sessions", "sessiond_stream_ops", "{:.0f}")
 row(f"Redis appendfsync always RPUSH/s, {clients} clients on {clients} keys", "redis_ops", "{:.0f}")
 row(f"PostgreSQL synchronous_commit on INSERT/s, {clients} clients", "pg_ops", "{:.0f}")
 row(f"sessiond on PostgreSQL appends/s, {clients} clients on {clients} sessions", "sessiond_pg_ops", "{:.0f}")
 row(f"sessiond append p50 at {clients} clients (ms)", "sessiond_16c_p50_ms")
+row(f"sessiond streamed append p50 at {clients} clients (ms)", "sessiond_stream_16c_p50_ms")
 row(f"Redis RPUSH p50 at {clients} clients (ms)", "redis_16c_p50_ms")
 row(f"PostgreSQL mean latency at {clients} clients (ms)", "pg_16c_avg_ms")
 row(f"sessiond on PostgreSQL append p50 at {clients} clients (ms)", "sessiond_pg_16c_p50_ms")
 row(f"sessiond mean appends per flush, {clients} clients", "sessiond_16c_batch", "{:.1f}")
+row(f"sessiond mean appends per flush, {clients} clients, streamed", "sessiond_stream_16c_batch", "{:.1f}")
 row(f"CPU per append, whole machine, {clients} clients: sessiond (us)", "sessiond_cpu_us", "{:.0f}")
+row(f"CPU per append, whole machine, {clients} clients: sessiond streamed (us)", "sessiond_stream_cpu_us", "{:.0f}")
 row(f"CPU per RPUSH, whole machine, {clients} clients: Redis (us)", "redis_cpu_us", "{:.0f}")
 row(f"CPU per INSERT, whole machine, {clients} clients: PostgreSQL (us)", "pg_cpu_us", "{:.0f}")
 row(f"CPU per append, whole machine, {clients} clients: sessiond on PostgreSQL (us)", "sessiond_pg_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: sessiond (us)", "sessiond_daemon_cpu_us", "{:.0f}")
+row(f"CPU per append, the daemon alone, {clients} clients: sessiond streamed (us)", "sessiond_stream_daemon_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: sessiond on PostgreSQL (us)", "sessiond_pg_daemon_cpu_us", "{:.0f}")
 row(f"baseline sessiond appends/s, {clients} clients on {clients} sessions", "baseline_ops", "{:.0f}")
 row(f"CPU per append, whole machine, {clients} clients: baseline sessiond (us)", "baseline_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond (us)", "baseline_daemon_cpu_us", "{:.0f}")
 row(f"sessiond appends/s, {wclients} clients on {wsessions} sessions", "sessiond_wide_ops", "{:.0f}")
+row(f"sessiond streamed appends/s, {wclients} clients on {wsessions} sessions", "sessiond_stream_wide_ops", "{:.0f}")
 row(f"Redis appendfsync always RPUSH/s, {wclients} clients on {wsessions} keys", "redis_wide_ops", "{:.0f}")
 row(f"PostgreSQL synchronous_commit on INSERT/s, {wclients} clients on {wsessions} sessions", "pg_wide_ops", "{:.0f}")
 row(f"sessiond append p50 at {wclients} clients (ms)", "sessiond_wide_p50_ms")
+row(f"sessiond streamed append p50 at {wclients} clients (ms)", "sessiond_stream_wide_p50_ms")
 row(f"sessiond mean appends per flush, {wclients} clients", "sessiond_wide_batch", "{:.1f}")
 row("sessiond append, 1 client, p50, session of 10 messages (ms)", "sessiond_len10_p50_ms")
 row(f"sessiond append, 1 client, p50, session of {nlong} messages (ms)", f"sessiond_len{nlong}_p50_ms")
@@ -604,6 +642,18 @@ for other, key, need in (("Redis", "redis_ops", 1.0), ("PostgreSQL", "pg_ops", 2
 for other, key, need in (("Redis", "redis_wide_ops", 1.0), ("PostgreSQL", "pg_wide_ops", 2.0)):
     q = get("sessiond_wide_ops") / get(key)
     print(f"| {wclients} clients on {wsessions} sessions: appends/s >= {need:.1f} x {other} | {get('sessiond_wide_ops'):.0f} vs {get(key):.0f} = {q:.2f} x | {'yes' if q >= need else 'NO'} |")
+if "sessiond_stream_ops" in med:
+    ratio = get("sessiond_stream_1c_p50_ms") / floor
+    print(f"| 1-client streamed append p50 <= 1.2 x floor ({floor:.3f} ms) | {get('sessiond_stream_1c_p50_ms'):.3f} ms = {ratio:.2f} x | {'yes' if ratio <= 1.2 else 'NO'} |")
+    for label, key, other, okey, need in (
+            (f"{clients} clients on {clients} sessions: streamed", "sessiond_stream_ops", "Redis", "redis_ops", 1.0),
+            (f"{clients} clients on {clients} sessions: unary", "sessiond_ops", "Redis", "redis_ops", 0.75),
+            (f"{clients} clients on {clients} sessions: streamed", "sessiond_stream_ops", "PostgreSQL", "pg_ops", 2.0),
+            (f"{wclients} clients on {wsessions} sessions: streamed", "sessiond_stream_wide_ops", "Redis", "redis_wide_ops", 1.0)):
+        q = get(key) / get(okey)
+        print(f"| {label} appends/s >= {need:.2f} x {other} | {get(key):.0f} vs {get(okey):.0f} = {q:.2f} x | {'yes' if q >= need else 'NO'} |")
+    q = get("sessiond_stream_daemon_cpu_us") / get("sessiond_daemon_cpu_us")
+    print(f"| daemon CPU per append, {clients} clients: streamed <= 0.6 x unary | {get('sessiond_stream_daemon_cpu_us'):.0f} vs {get('sessiond_daemon_cpu_us'):.0f} us = {q:.2f} x | {'yes' if q <= 0.6 else 'NO'} |")
 q = get(f"sessiond_len{nlong}_p50_ms") / get("sessiond_len10_p50_ms")
 print(f"| append p50 at {nlong} messages <= 1.2 x at 10 | {get(f'sessiond_len{nlong}_p50_ms'):.3f} vs {get('sessiond_len10_p50_ms'):.3f} ms = {q:.2f} x | {'yes' if q <= 1.2 else 'NO'} |")
 q = get("sessiond_pg_ops") / get("pg_ops")

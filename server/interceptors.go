@@ -82,6 +82,8 @@ func requestSession(m any) (ns, id, alias string, ok bool) {
 			return "", "", "", false
 		}
 		ref = h.GetRef()
+	case *sessiondv1.AppendStreamRequest:
+		ref = r.GetAppend().GetRef()
 	case *sessiondv1.CreateSessionRequest:
 		return r.GetNamespace(), r.GetId(), r.GetAlias(), true
 	case interface{ GetRef() *sessiondv1.SessionRef }:

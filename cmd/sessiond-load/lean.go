@@ -56,6 +56,13 @@ type leanConn struct {
 	req  []byte // the gRPC message being sent: 5-byte prefix + proto
 	resp []byte // the answer's gRPC message
 
+	// An AppendStream call (--rpc stream) keeps one stream open: streaming
+	// says it is; pending holds its bytes received not yet answered;
+	// strRecvd counts DATA bytes since its last window update.
+	streaming bool
+	pending   []byte
+	strRecvd  int64
+
 	stop func() bool // unregisters the close on the dial context's end
 }
 
@@ -337,4 +344,146 @@ func decodeGRPCMessage(s string) string {
 		b = append(b, s[i])
 	}
 	return string(b)
+}
+
+// appendStreamed is one append over an AppendStream call that stays open
+// on l (--rpc stream): the first opens it with HEADERS; each then sends its
+// request as DATA and reads the one answer. A per-request status is
+// returned as a status error, as a unary call's grpc-status would be.
+func (l *leanConn) appendStreamed(ctx context.Context, req *sessiondv1.AppendStreamRequest, resp *sessiondv1.AppendStreamResponse) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := l.streamCall(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	if err := proto.Unmarshal(l.resp, resp); err != nil {
+		return fmt.Errorf("decode AppendStreamResponse: %w", err)
+	}
+	if st := resp.GetStatus(); st != nil {
+		return status.Error(codes.Code(st.GetCode()), st.GetMessage())
+	}
+	return nil
+}
+
+// streamCall sends m on the open stream (opening it first) and reads the
+// next answer's message into l.resp.
+func (l *leanConn) streamCall(m proto.Message) error {
+	_ = l.conn.SetDeadline(time.Now().Add(l.callTTL))
+	if !l.streaming {
+		if err := l.openStream(); err != nil {
+			return err
+		}
+	}
+	var err error
+	l.req, err = proto.MarshalOptions{}.MarshalAppend(append(l.req[:0], 0, 0, 0, 0, 0), m)
+	if err != nil {
+		return fmt.Errorf("encode request: %w", err)
+	}
+	binary.BigEndian.PutUint32(l.req[1:5], uint32(len(l.req)-5))
+	if err := l.writeData(l.req, false); err != nil {
+		return err
+	}
+	if err := l.bw.Flush(); err != nil {
+		return err
+	}
+	return l.readStreamed()
+}
+
+// openStream starts the stream: HEADERS without a deadline (the stream
+// lives as long as the run), and no END_STREAM.
+func (l *leanConn) openStream() error {
+	l.stream += 2
+	if l.stream == 2 {
+		l.stream = 1
+	}
+	l.strWin = l.initWin
+	l.hbuf.Reset()
+	for _, f := range [...]hpack.HeaderField{
+		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: l.path}, {Name: ":authority", Value: l.host},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "user-agent", Value: "sessiond-load"},
+		{Name: "te", Value: "trailers"},
+	} {
+		if err := l.henc.WriteField(f); err != nil {
+			return err
+		}
+	}
+	if err := l.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: l.stream, BlockFragment: l.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		return err
+	}
+	l.streaming, l.pending = true, l.pending[:0]
+	return nil
+}
+
+// writeData sends data on the current stream within the server's windows.
+func (l *leanConn) writeData(data []byte, end bool) error {
+	for {
+		n := min(int64(len(data)), int64(l.maxFrame), l.connWin, l.strWin)
+		if n <= 0 && len(data) > 0 {
+			if err := l.bw.Flush(); err != nil {
+				return err
+			}
+			if _, err := l.readFrame(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := l.fr.WriteData(l.stream, end && int(n) == len(data), data[:n]); err != nil {
+			return err
+		}
+		l.connWin -= n
+		l.strWin -= n
+		if data = data[n:]; len(data) == 0 {
+			return nil
+		}
+	}
+}
+
+// readStreamed reads frames until the stream's next gRPC message is whole,
+// and moves it into l.resp. The stream's receive window is given back as
+// answers arrive, as the connection's is in readFrame.
+func (l *leanConn) readStreamed() error {
+	for {
+		if len(l.pending) >= 5 {
+			n := int(binary.BigEndian.Uint32(l.pending[1:5]))
+			if len(l.pending) >= 5+n {
+				l.resp = append(l.resp[:0], l.pending[5:5+n]...)
+				l.pending = append(l.pending[:0], l.pending[5+n:]...)
+				return nil
+			}
+		}
+		f, err := l.readFrame()
+		if err != nil {
+			return err
+		}
+		if f == nil || f.Header().StreamID != l.stream {
+			continue
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				l.streaming = false
+				if err := l.grpcStatus(f); err != nil {
+					return err
+				}
+				return errors.New("daemon ended the stream before answering")
+			}
+		case *http2.DataFrame:
+			l.pending = append(l.pending, f.Data()...)
+			if l.strRecvd += int64(f.Length); l.strRecvd > leanStreamWin/2 {
+				if err := l.fr.WriteWindowUpdate(l.stream, uint32(l.strRecvd)); err != nil {
+					return err
+				}
+				l.strRecvd = 0
+			}
+		case *http2.RSTStreamFrame:
+			l.streaming = false
+			return fmt.Errorf("daemon reset the stream: %v", f.ErrCode)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -189,6 +190,25 @@ func TestModes(t *testing.T) {
 		}
 	})
 
+	// --rpc stream: each client's appends over one AppendStream, with
+	// both clients; big messages cross the lean client's send windows.
+	// The counts are checked as for unary calls.
+	for _, tt := range []struct {
+		client string
+		count  int
+		size   string
+	}{{clientLean, 200, "64"}, {clientGRPC, 30, "64"}, {clientLean, 6, "200000"}} {
+		t.Run("append over AppendStream with "+tt.client+" client, "+tt.size+" B", func(t *testing.T) {
+			ns := "st-" + tt.client + "-" + tt.size
+			var rep appendReport
+			runJSON(t, &rep, "--addr", d.addr, "--namespace", ns, "append", "--rpc", "stream", "--client", tt.client,
+				"--clients", "3", "--sessions", "2", "--count", strconv.Itoa(tt.count), "--duration", "1m", "--size", tt.size, "--warmup", "1")
+			if _, msgs := d.storedMessages(t, ns); rep.Ops != int64(tt.count) || rep.Stored != int64(tt.count+3) || msgs != rep.Stored || rep.RPC != "stream" {
+				t.Errorf("report %+v, store %d messages; want %d appends, %d stored", rep, msgs, tt.count, tt.count+3)
+			}
+		})
+	}
+
 	t.Run("health", func(t *testing.T) {
 		var rep healthReport
 		runJSON(t, &rep, "--addr", d.addr, "health", "--count", "50", "--warmup", "5")
@@ -278,6 +298,7 @@ func TestErrors(t *testing.T) {
 		{"unbounded duration", []string{"--addr", d.addr, "health", "--duration", "0s"}, true, "--duration"},
 		{"too many sessions", []string{"--addr", d.addr, "append", "--clients", "2", "--sessions", "100001"}, true, "--sessions"},
 		{"unknown client", []string{"--addr", d.addr, "append", "--client", "fast"}, true, "--client"},
+		{"unknown rpc", []string{"--addr", d.addr, "append", "--rpc", "bidi"}, true, "--rpc"},
 		{"negative prefill", []string{"--addr", d.addr, "append", "--prefill", "-1"}, true, "--prefill"},
 		{"list of no namespace", []string{"--addr", d.addr, "list"}, true, "--namespace"},
 		{"stray argument", []string{"--addr", d.addr, "health", "extra"}, true, "extra"},

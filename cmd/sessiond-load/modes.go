@@ -122,6 +122,7 @@ func deleteSessions(c *config, ids []string) error {
 
 type appendReport struct {
 	Mode      string    `json:"mode"`
+	RPC       string    `json:"rpc"`
 	Clients   int       `json:"clients"`
 	Sessions  int       `json:"sessions"`
 	Size      int       `json:"size"`
@@ -140,7 +141,7 @@ type appendReport struct {
 
 func (r *appendReport) rows() [][2]string {
 	rows := [][2]string{
-		{"mode", r.Mode},
+		{"mode", r.Mode + " (" + r.RPC + ")"},
 		{"clients / sessions", fmt.Sprintf("%d / %d", r.Clients, r.Sessions)},
 		{"message size", fmt.Sprintf("%d B", r.Size)},
 		{"appends acknowledged", strconv.FormatInt(r.Ops, 10)},
@@ -203,6 +204,11 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		_, err := clients[client].AppendMessages(cctx, appendReq(client, seq))
 		return err
 	}
+	if c.rpc == rpcStream && c.client == clientGRPC {
+		if appendOne, err = streamAppender(ctx, c, clients, appendReq); err != nil {
+			return nil, err
+		}
+	}
 	var lean []*leanConn
 	if c.client == clientLean {
 		lean = make([]*leanConn, c.clients)
@@ -213,14 +219,24 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 				}
 			}
 		}()
+		method := sessiondv1.SessionStoreService_AppendMessages_FullMethodName
+		if c.rpc == rpcStream {
+			method = sessiondv1.SessionStoreService_AppendStream_FullMethodName
+		}
 		for i := range lean {
-			if lean[i], err = dialLean(ctx, c, sessiondv1.SessionStoreService_AppendMessages_FullMethodName); err != nil {
+			if lean[i], err = dialLean(ctx, c, method); err != nil {
 				return nil, err
 			}
 		}
 		resps := make([]sessiondv1.AppendMessagesResponse, c.clients)
 		appendOne = func(ctx context.Context, client, seq int) error {
 			return lean[client].appendMessages(ctx, appendReq(client, seq), &resps[client])
+		}
+		if c.rpc == rpcStream {
+			sresps := make([]sessiondv1.AppendStreamResponse, c.clients)
+			appendOne = func(ctx context.Context, client, seq int) error {
+				return lean[client].appendStreamed(ctx, &sessiondv1.AppendStreamRequest{Append: appendReq(client, seq)}, &sresps[client])
+			}
 		}
 	}
 
@@ -291,7 +307,7 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		all = append(all, l...)
 	}
 	rep := &appendReport{
-		Mode: "append", Clients: c.clients, Sessions: c.sessions, Size: c.size,
+		Mode: "append", RPC: c.rpc, Clients: c.clients, Sessions: c.sessions, Size: c.size,
 		Ops: acked.Load(), Errors: failed.Load(), Warmup: int64(c.clients * c.warmup),
 		Seconds: elapsed.Seconds(), OpsPerSec: float64(acked.Load()) / elapsed.Seconds(),
 		Latency: summarize(all), Prefill: c.prefill,
@@ -321,6 +337,39 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		return rep, fmt.Errorf("sessions hold %d messages, but %d appends were acknowledged (+%d warm-up, +%d before the run)", rep.Stored, rep.Ops, rep.Warmup, pre)
 	}
 	return rep, ctx.Err()
+}
+
+// streamAppender returns grpc-go's appendOne for --rpc stream: client i's
+// appends go over one AppendStream call on its connection, one in flight,
+// each answered before the next is sent. The calls end with ctx.
+func streamAppender(ctx context.Context, c *config, clients []sessiondv1.SessionStoreServiceClient,
+	appendReq func(client, seq int) *sessiondv1.AppendMessagesRequest) (func(context.Context, int, int) error, error) {
+	streams := make([]grpc.BidiStreamingClient[sessiondv1.AppendStreamRequest, sessiondv1.AppendStreamResponse], len(clients))
+	for i, cl := range clients {
+		st, err := cl.AppendStream(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("open AppendStream: %w", err)
+		}
+		streams[i] = st
+	}
+	return func(ctx context.Context, client, seq int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		st := streams[client]
+		if err := st.Send(&sessiondv1.AppendStreamRequest{Append: appendReq(client, seq)}); err != nil {
+			_, err = st.Recv() // the status the stream ended with
+			return err
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		if s := resp.GetStatus(); s != nil {
+			return status.Error(codes.Code(s.GetCode()), s.GetMessage())
+		}
+		return nil
+	}, nil
 }
 
 // --- health ---

@@ -25,6 +25,12 @@ const (
 	clientGRPC = "grpc"
 )
 
+// The append mode's RPCs (--rpc).
+const (
+	rpcUnary  = "unary"
+	rpcStream = "stream"
+)
+
 // config is the command line of one run. Each mode registers only the flags
 // it reads.
 type config struct {
@@ -49,6 +55,7 @@ type config struct {
 	timeout  time.Duration // per call, so that a hung daemon ends the run
 	metrics  string        // append: the daemon's --metrics-listen address, or ""
 	client   string        // append: clientLean or clientGRPC
+	rpc      string        // append: rpcUnary or rpcStream
 
 	// soak
 	sessiond  string
@@ -87,6 +94,7 @@ var modes = []mode{
 			fs.IntVar(&c.count, "count", 100000, "stop after this many appends in all")
 			fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
 			fs.IntVar(&c.warmup, "warmup", 5, "untimed appends per client before the run")
+			fs.StringVar(&c.rpc, "rpc", rpcUnary, "how appends are sent: "+rpcUnary+" (an AppendMessages call each) or "+rpcStream+" (each client's over one AppendStream call, one in flight)")
 			fs.StringVar(&c.client, "client", clientLean, "the appends' gRPC client: "+clientLean+" (a minimal one, one call at a time per connection, like redis-benchmark's) or "+clientGRPC+" (grpc-go's)")
 			fs.StringVar(&c.metrics, "metrics", "", "the daemon's --metrics-listen `host:port` (loopback): also report its flushes over the timed run (appends per flush, mean flush and handling time)")
 			fs.IntVar(&c.prefill, "prefill", 0, "messages (of --size bytes) each session holds before the run: the cost of appending to long sessions")
@@ -349,6 +357,9 @@ func (c *config) check(m *mode) error {
 		}
 		if c.client != clientLean && c.client != clientGRPC {
 			return usagef("--client must be %s or %s (got %q)", clientLean, clientGRPC, c.client)
+		}
+		if c.rpc != rpcUnary && c.rpc != rpcStream {
+			return usagef("--rpc must be %s or %s (got %q)", rpcUnary, rpcStream, c.rpc)
 		}
 	case "list":
 		if c.populate < 0 || c.clients < 1 || c.clients > 1024 {

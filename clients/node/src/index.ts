@@ -142,7 +142,7 @@ export class SessiondSession implements Session {
     const created_at = { seconds: String(Math.floor(now / 1000)), nanos: (now % 1000) * 1e6 };
     const messages = items.map((item, i) => ({ ...encodeItem(item, randomUUID(), `items[${i}]`), created_at }));
     const ref = await this.ref();
-    await this.retrying('AppendMessages', { ref, messages });
+    await this.conn.append({ ref, messages });
   }
 
   /**

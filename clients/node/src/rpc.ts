@@ -51,6 +51,9 @@ export interface StoredSession {
   open_tool_call_ids: string[];
 }
 
+// Rejects the appends waiting on a stream the daemon does not have.
+const NO_APPEND_STREAM = new Error('the daemon has no AppendStream');
+
 // The proto is loaded once, from the copy `npm run build` puts beside dist/.
 let serviceCtor: grpc.ServiceClientConstructor | undefined;
 function service(): grpc.ServiceClientConstructor {
@@ -101,7 +104,85 @@ export class Connection {
   }
 
   close(): void {
+    this.appendCall?.cancel();
     this.client.close();
+  }
+
+  // The AppendStream this connection's appends after its first share (see
+  // append); the appends waiting for their answers, in request order; and
+  // whether the daemon lacks AppendStream.
+  private appendCall: grpc.ClientDuplexStream<object, any> | undefined;
+  private appendWaiting: { resolve: (resp: any) => void; reject: (err: Error) => void }[] = [];
+  private appendsSent = 0;
+  private noAppendStream = false;
+
+  /**
+   * AppendMessages, retried while the daemon is unreachable. The first
+   * append of a connection is a unary call (a program that writes once
+   * opens no stream); later ones go over one AppendStream, pipelined, with
+   * the same answers and errors. A daemon that answers UNIMPLEMENTED gets
+   * unary calls from then on.
+   */
+  append(req: object): Promise<any> {
+    if (this.appendsSent++ === 0 || this.noAppendStream) return this.retrying('AppendMessages', req);
+    return this.withRetry(async () => {
+      try {
+        return await this.appendStreamed(req);
+      } catch (err) {
+        if (err === NO_APPEND_STREAM) return this.unary('AppendMessages', req);
+        throw err;
+      }
+    });
+  }
+
+  /** One append over the stream, opened when there is none. */
+  private appendStreamed(req: object): Promise<any> {
+    if (!this.appendCall) this.openAppendStream();
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        // The answer, when it comes, is dropped; a retry with the same
+        // message ids stores nothing twice.
+        reject(new SessiondError('AppendStream', grpc.status.DEADLINE_EXCEEDED, `no answer within ${this.timeoutMs} ms`));
+      }, this.timeoutMs);
+      this.appendWaiting.push({
+        resolve: (resp) => { clearTimeout(timer); resolve(resp); },
+        reject: (err) => { clearTimeout(timer); reject(err); },
+      });
+      this.appendCall!.write({ append: req });
+    });
+  }
+
+  private openAppendStream(): void {
+    const call: grpc.ClientDuplexStream<object, any> = this.client.AppendStream(this.metadata());
+    this.appendCall = call;
+    let failed = false;
+    const fail = (err: Error) => {
+      if (failed) return;
+      failed = true;
+      if (this.appendCall === call) this.appendCall = undefined;
+      const waiting = this.appendWaiting;
+      this.appendWaiting = [];
+      for (const w of waiting) w.reject(err);
+    };
+    call.on('data', (resp: any) => {
+      const w = this.appendWaiting.shift();
+      if (!w) {
+        call.cancel();
+        fail(new SessiondError('AppendStream', grpc.status.INTERNAL, 'the daemon answered an append that was not sent'));
+        return;
+      }
+      if (resp.status) w.reject(new SessiondError('AppendMessages', resp.status.code, resp.status.message));
+      else w.resolve(resp.result);
+    });
+    call.on('error', (err: grpc.ServiceError) => {
+      if (err.code === grpc.status.UNIMPLEMENTED) {
+        this.noAppendStream = true;
+        fail(NO_APPEND_STREAM);
+        return;
+      }
+      fail(new SessiondError('AppendStream', err.code ?? grpc.status.UNKNOWN, err.details || err.message));
+    });
+    call.on('end', () => fail(new SessiondError('AppendStream', grpc.status.UNAVAILABLE, 'the daemon ended the stream')));
   }
 
   private metadata(): grpc.Metadata {

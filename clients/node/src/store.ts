@@ -141,7 +141,7 @@ export class SessiondSessionStore implements SessionStore {
       const open = new Set(session.open_tool_call_ids);
       const messages = pending.flatMap((p) => encodeEntry(p.entry, p.id, open, usage.get(p.id)));
       try {
-        await this.conn.retrying('AppendMessages', { ref, messages });
+        await this.conn.append({ ref, messages });
         break;
       } catch (err) {
         if (!(err instanceof SessiondError) || attempt >= MAX_CONFLICT_RETRIES) throw err;

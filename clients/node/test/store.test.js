@@ -297,6 +297,44 @@ test('racing appends from two stores lose no entry and no fold', async () => {
   assert.deepStrictEqual(summ.data, (await foldSessionSummary(undefined, KEY, loaded)).data);
 });
 
+test('appends after the first share one AppendStream; a daemon without it gets AppendMessages', async () => {
+  const store = fresh();
+  for (let i = 0; i < 4; i++) await store.append(KEY, [e({ uuid: `s${i}`, n: i })]);
+  assert.ok(store.conn.appendCall, 'no AppendStream is open after four appends');
+  assert.deepStrictEqual((await store.load(KEY)).map((x) => x.uuid), ['s0', 's1', 's2', 's3']);
+
+  // A daemon without AppendStream: a server forwarding the calls a store
+  // makes to the real daemon, and nothing else (so AppendStream is
+  // UNIMPLEMENTED).
+  const protoLoader = require('@grpc/proto-loader');
+  const def = protoLoader.loadSync('sessiond/v1/sessiond.proto', {
+    includeDirs: [path.join(__dirname, '..', 'proto')], keepCase: true, longs: String, enums: String, defaults: true, oneofs: true,
+  });
+  const svc = grpc.loadPackageDefinition(def).sessiond.v1.SessionStoreService;
+  const upstream = new svc(address, grpc.credentials.createInsecure());
+  const forward = (method) => (call, cb) => upstream[method](call.request, cb);
+  const server = new grpc.Server();
+  server.addService(svc.service, {
+    ...Object.fromEntries(['GetSession', 'CreateSession', 'AppendMessages', 'UpdateSession'].map((m) => [m, forward(m)])),
+    LoadSession: (call) => {
+      const up = upstream.LoadSession(call.request);
+      up.on('data', (frame) => call.write(frame));
+      up.on('end', () => call.end());
+      up.on('error', (err) => call.destroy(err));
+    },
+  });
+  const port = await new Promise((resolve, reject) =>
+    server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+  test.after(() => { server.forceShutdown(); upstream.close(); });
+  const namespace = `claude-${randomUUID()}`;
+  const old = fresh({ address: `127.0.0.1:${port}`, namespace });
+  const oldKey = { projectKey: 'proj', sessionId: 'old' };
+  for (let i = 0; i < 4; i++) await old.append(oldKey, [e({ uuid: `o${i}`, n: i })]);
+  assert.equal(old.conn.noAppendStream, true);
+  const direct = fresh({ namespace });
+  assert.deepStrictEqual((await direct.load(oldKey)).map((x) => x.uuid), ['o0', 'o1', 'o2', 'o3']);
+});
+
 test('the key is checked, naming the field', async () => {
   const store = fresh();
   await assert.rejects(store.append({ projectKey: '', sessionId: 's' }, []), /append: key.projectKey must be a non-empty string/);

@@ -15,6 +15,7 @@ from sessiond.v1 import sessiond_pb2 as pb
 from sessiond.v1 import sessiond_pb2_grpc as pb_grpc
 
 from ._ids import new_id
+from ._stream import AppendStream, Unsupported
 from .errors import AliasInUse, Closed, Invalid, NotFound, SessiondError, from_rpc_error
 
 if TYPE_CHECKING:
@@ -138,6 +139,7 @@ class Client:
         self.rpc = pb_grpc.SessionStoreServiceStub(self._channel)
         self._closed = False
         self._lock = threading.Lock()
+        self._appends: Optional[AppendStream] = None  # guarded by _lock
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -216,6 +218,23 @@ class Client:
     def append(self, req: pb.AppendMessagesRequest, timeout: Optional[float] = None) -> pb.AppendMessagesResponse:
         """AppendMessages with a ready request (a Handle builds it)."""
         return self._call("AppendMessages", self.rpc.AppendMessages, req, timeout)
+
+    def append_streamed(self, req: pb.AppendMessagesRequest,
+                        timeout: Optional[float] = None) -> pb.AppendMessagesResponse:
+        """As append, over the AppendStream this client keeps open for it
+        (opened by the first call, shared by every thread, reopened after a
+        failure), or with AppendMessages against a daemon without
+        AppendStream. A handle sends its appends after the first this way."""
+        if self._closed:
+            raise Closed("AppendStream: client closed")
+        with self._lock:
+            if self._appends is None:
+                self._appends = AppendStream(self)
+            stream = self._appends
+        try:
+            return stream.append(req, timeout or self.timeout)
+        except Unsupported:
+            return self.append(req, timeout)
 
     def save(self, header: pb.SaveSessionHeader, messages: Sequence[pb.Message],
              timeout: Optional[float] = None) -> pb.Session:

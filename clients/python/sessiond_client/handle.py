@@ -166,6 +166,9 @@ class Handle:
         self._close_mu = threading.Lock()
         self._save_mu = threading.Lock()
         self._mu = threading.Lock()
+        # An append has been sent (_save_mu guards it): later ones go over
+        # the client's AppendStream.
+        self._appended = False
 
         self._id = session.id
         self._alias = session.alias
@@ -447,7 +450,13 @@ class Handle:
         session: Optional[pb.Session] = None
         try:
             if isinstance(w.request, pb.AppendMessagesRequest):
-                rev = self._c.append(w.request, timeout=timeout).revision
+                # The first append is a unary call; later ones share the
+                # client's AppendStream (a handle that writes once opens none).
+                if self._appended:
+                    rev = self._c.append_streamed(w.request, timeout=timeout).revision
+                else:
+                    self._appended = True
+                    rev = self._c.append(w.request, timeout=timeout).revision
             else:
                 session = self._c.update(w.request, timeout=timeout)
                 rev = session.revision

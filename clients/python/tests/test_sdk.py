@@ -13,11 +13,13 @@ import sys
 import threading
 import time
 import unittest
+from concurrent import futures
 from typing import Any, Callable, List
 
 import grpc
 
 from sessiond.v1 import sessiond_pb2 as pb
+from sessiond.v1 import sessiond_pb2_grpc as pb_grpc
 
 import sessiond_client as sc
 from sessiond_client import _spool
@@ -343,6 +345,79 @@ class HandleTest(DaemonTest):
         h.save()
         self.assertEqual([m.content for m in self.stored(direct, h.id)], ["q1", "other", "q2"])
         h.close()
+
+    def test_later_appends_share_a_stream(self) -> None:
+        # A handle's first append is a unary call; later ones, of every
+        # handle of the client and from several threads, go over one
+        # AppendStream; a streamed append's error is typed as the unary one's.
+        c = self.client()
+        handles = [c.new() for _ in range(4)]
+        errors: List[BaseException] = []
+
+        def write(i: int, h: sc.Handle) -> None:
+            try:
+                for k in range(5):
+                    h.append(user("%d-%d" % (i, k)))
+                    h.save()
+            except BaseException as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=write, args=(i, h)) for i, h in enumerate(handles)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        stream = c._appends
+        self.assertIsNotNone(stream, "no AppendStream was opened")
+        self.assertFalse(stream.unsupported)
+        for i, h in enumerate(handles):
+            self.assertEqual([m.content for m in self.stored(c, h.id)], ["%d-%d" % (i, k) for k in range(5)])
+            self.assertEqual(h.revision, 6)
+        # Another writer: the handle's next streamed append is a Conflict.
+        h = handles[0]
+        c.append(pb.AppendMessagesRequest(ref=c.ref(id=h.id), messages=[
+            pb.Message(id=sc.new_id(), role=pb.ROLE_USER, content="other")]))
+        h.append(user("late"))
+        with self.assertRaises(sc.Conflict):
+            h.save()
+        # A message id stored with other content is MessageConflict, as
+        # from AppendMessages; an invalid message is Invalid, with the field
+        # named from the details.
+        mid = self.stored(c, h.id)[0].id
+        with self.assertRaises(sc.MessageConflict):
+            c.append_streamed(pb.AppendMessagesRequest(ref=c.ref(id=h.id), messages=[
+                pb.Message(id=mid, role=pb.ROLE_USER, content="not 0-0")]))
+        with self.assertRaises(sc.Invalid) as ctx:
+            c.append_streamed(pb.AppendMessagesRequest(ref=c.ref(id=h.id), messages=[
+                pb.Message(id=sc.new_id(), content="no role")]))
+        self.assertEqual(ctx.exception.field, "messages[0].role")
+
+    def test_append_stream_falls_back_to_unary(self) -> None:
+        # A daemon without AppendStream (UNIMPLEMENTED): a server that
+        # forwards the other calls a handle makes to the real daemon.
+        upstream = pb_grpc.SessionStoreServiceStub(grpc.insecure_channel(self.daemon.addr))
+
+        class Old(pb_grpc.SessionStoreServiceServicer):
+            def CreateSession(self, req: Any, ctx: Any) -> Any:
+                return upstream.CreateSession(req)
+
+            def AppendMessages(self, req: Any, ctx: Any) -> Any:
+                return upstream.AppendMessages(req)
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_SessionStoreServiceServicer_to_server(Old(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.addCleanup(server.stop, None)
+        c = sc.Client("127.0.0.1:%d" % port, timeout=10)
+        self.addCleanup(c.close)
+        h = c.new()
+        for k in range(4):
+            h.append(user(str(k)))
+            h.save()
+        self.assertTrue(c._appends is not None and c._appends.unsupported)
+        self.assertEqual([m.content for m in self.stored(self.client(), h.id)], ["0", "1", "2", "3"])
 
     def test_damaged_spool_is_kept_aside(self) -> None:
         c = self.client()

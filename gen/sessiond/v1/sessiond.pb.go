@@ -24,6 +24,7 @@ package sessiondv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	anypb "google.golang.org/protobuf/types/known/anypb"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -2941,11 +2942,218 @@ func (x *TokenAccess) GetAllNamespaces() bool {
 	return false
 }
 
+// One append of an AppendStream call.
+//
+// Use AppendStream for a client that keeps writing (an agent appending turn
+// after turn, a load of many sessions): the call's setup (headers, a stream
+// on the connection, its goroutines) is paid once, not per append. Use
+// AppendMessages for a single append, or through a proxy that does not pass
+// bidirectional streams; a client that finds AppendStream UNIMPLEMENTED (an
+// older daemon) falls back to it.
+//
+// A client may send up to 64 requests before reading a response
+// (pipelining); the daemon reads no further request until the oldest is
+// answered. Requests naming different sessions run concurrently and share
+// the store's flushes; requests naming a session the same way (the same id,
+// or the same alias) run in request order. Responses always come in request
+// order. Each append is checked, authorised (by the namespace it names) and
+// stored exactly as an AppendMessages call, and is as idempotent: a request
+// whose response was lost with the stream can be sent again on a new one.
+// The stream itself ends only when the client closes its side (OK, after
+// every request is answered), the call is cancelled, or the daemon shuts
+// down (UNAVAILABLE, after answering every request it read).
+type AppendStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The append, with the fields and rules of AppendMessages.
+	Append *AppendMessagesRequest `protobuf:"bytes,1,opt,name=append,proto3" json:"append,omitempty"`
+	// Any number the client chooses, echoed in the response: the daemon does
+	// not read it.
+	Tag           uint64 `protobuf:"varint,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamRequest) Reset() {
+	*x = AppendStreamRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamRequest) ProtoMessage() {}
+
+func (x *AppendStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamRequest.ProtoReflect.Descriptor instead.
+func (*AppendStreamRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *AppendStreamRequest) GetAppend() *AppendMessagesRequest {
+	if x != nil {
+		return x.Append
+	}
+	return nil
+}
+
+func (x *AppendStreamRequest) GetTag() uint64 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+// The answer to one AppendStreamRequest.
+type AppendStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's tag.
+	Tag uint64 `protobuf:"varint,1,opt,name=tag,proto3" json:"tag,omitempty"`
+	// What AppendMessages would have answered, when the append succeeded.
+	Result *AppendMessagesResponse `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	// Why the append failed, when it did (result is unset then).
+	Status        *AppendStatus `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStreamResponse) Reset() {
+	*x = AppendStreamResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStreamResponse) ProtoMessage() {}
+
+func (x *AppendStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStreamResponse.ProtoReflect.Descriptor instead.
+func (*AppendStreamResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *AppendStreamResponse) GetTag() uint64 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+func (x *AppendStreamResponse) GetResult() *AppendMessagesResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *AppendStreamResponse) GetStatus() *AppendStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// The error of one append: the code, message and details AppendMessages
+// would have failed with (google.rpc.BadRequest naming the field, ErrorInfo
+// for a limit). It has the fields and numbers of google.rpc.Status, so its
+// bytes decode as one. Field names in its details are those of
+// AppendMessagesRequest ("ref", "messages[0].id").
+type AppendStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gRPC status code (never 0).
+	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// The error message.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// The google.rpc error details.
+	Details       []*anypb.Any `protobuf:"bytes,3,rep,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendStatus) Reset() {
+	*x = AppendStatus{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendStatus) ProtoMessage() {}
+
+func (x *AppendStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendStatus.ProtoReflect.Descriptor instead.
+func (*AppendStatus) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *AppendStatus) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *AppendStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AppendStatus) GetDetails() []*anypb.Any {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
 var File_sessiond_v1_sessiond_proto protoreflect.FileDescriptor
 
 const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\n" +
-	"\x1asessiond/v1/sessiond.proto\x12\vsessiond.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n" +
+	"\x1asessiond/v1/sessiond.proto\x12\vsessiond.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -3162,7 +3370,18 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x03 \x03(\tR\n" +
 	"namespaces\x12%\n" +
-	"\x0eall_namespaces\x18\x04 \x01(\bR\rallNamespaces*_\n" +
+	"\x0eall_namespaces\x18\x04 \x01(\bR\rallNamespaces\"c\n" +
+	"\x13AppendStreamRequest\x12:\n" +
+	"\x06append\x18\x01 \x01(\v2\".sessiond.v1.AppendMessagesRequestR\x06append\x12\x10\n" +
+	"\x03tag\x18\x02 \x01(\x04R\x03tag\"\x98\x01\n" +
+	"\x14AppendStreamResponse\x12\x10\n" +
+	"\x03tag\x18\x01 \x01(\x04R\x03tag\x12;\n" +
+	"\x06result\x18\x02 \x01(\v2#.sessiond.v1.AppendMessagesResponseR\x06result\x121\n" +
+	"\x06status\x18\x03 \x01(\v2\x19.sessiond.v1.AppendStatusR\x06status\"l\n" +
+	"\fAppendStatus\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
+	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails*_\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
@@ -3174,7 +3393,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x13EVENT_TYPE_APPENDED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_REPLACED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_UPDATED\x10\x03\x12\x16\n" +
-	"\x12EVENT_TYPE_DELETED\x10\x042\xfc\b\n" +
+	"\x12EVENT_TYPE_DELETED\x10\x042\xd5\t\n" +
 	"\x13SessionStoreService\x12V\n" +
 	"\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n" +
 	"\n" +
@@ -3189,7 +3408,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n" +
 	"\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n" +
 	"\fWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n" +
-	"\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3"
+	"\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponse\x12W\n" +
+	"\fAppendStream\x12 .sessiond.v1.AppendStreamRequest\x1a!.sessiond.v1.AppendStreamResponse(\x010\x01B9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3"
 
 var (
 	file_sessiond_v1_sessiond_proto_rawDescOnce sync.Once
@@ -3204,7 +3424,7 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 }
 
 var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(Role)(0),                      // 0: sessiond.v1.Role
 	(EventType)(0),                 // 1: sessiond.v1.EventType
@@ -3246,52 +3466,56 @@ var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(*GetServerInfoRequest)(nil),   // 37: sessiond.v1.GetServerInfoRequest
 	(*GetServerInfoResponse)(nil),  // 38: sessiond.v1.GetServerInfoResponse
 	(*TokenAccess)(nil),            // 39: sessiond.v1.TokenAccess
-	nil,                            // 40: sessiond.v1.Message.MetadataEntry
-	nil,                            // 41: sessiond.v1.Session.MetadataEntry
-	nil,                            // 42: sessiond.v1.Session.LabelsEntry
-	nil,                            // 43: sessiond.v1.CreateSessionRequest.MetadataEntry
-	nil,                            // 44: sessiond.v1.CreateSessionRequest.LabelsEntry
-	nil,                            // 45: sessiond.v1.ListSessionsRequest.LabelsEntry
-	nil,                            // 46: sessiond.v1.SaveSessionHeader.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 48: google.protobuf.Duration
-	(*fieldmaskpb.FieldMask)(nil),  // 49: google.protobuf.FieldMask
+	(*AppendStreamRequest)(nil),    // 40: sessiond.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),   // 41: sessiond.v1.AppendStreamResponse
+	(*AppendStatus)(nil),           // 42: sessiond.v1.AppendStatus
+	nil,                            // 43: sessiond.v1.Message.MetadataEntry
+	nil,                            // 44: sessiond.v1.Session.MetadataEntry
+	nil,                            // 45: sessiond.v1.Session.LabelsEntry
+	nil,                            // 46: sessiond.v1.CreateSessionRequest.MetadataEntry
+	nil,                            // 47: sessiond.v1.CreateSessionRequest.LabelsEntry
+	nil,                            // 48: sessiond.v1.ListSessionsRequest.LabelsEntry
+	nil,                            // 49: sessiond.v1.SaveSessionHeader.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 51: google.protobuf.Duration
+	(*fieldmaskpb.FieldMask)(nil),  // 52: google.protobuf.FieldMask
+	(*anypb.Any)(nil),              // 53: google.protobuf.Any
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	5,  // 0: sessiond.v1.ContentPart.blob:type_name -> sessiond.v1.Blob
 	0,  // 1: sessiond.v1.Message.role:type_name -> sessiond.v1.Role
 	6,  // 2: sessiond.v1.Message.parts:type_name -> sessiond.v1.ContentPart
 	2,  // 3: sessiond.v1.Message.tool_calls:type_name -> sessiond.v1.ToolCall
-	47, // 4: sessiond.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	40, // 5: sessiond.v1.Message.metadata:type_name -> sessiond.v1.Message.MetadataEntry
+	50, // 4: sessiond.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	43, // 5: sessiond.v1.Message.metadata:type_name -> sessiond.v1.Message.MetadataEntry
 	3,  // 6: sessiond.v1.Message.reasoning:type_name -> sessiond.v1.Reasoning
 	4,  // 7: sessiond.v1.Message.usage:type_name -> sessiond.v1.Usage
-	47, // 8: sessiond.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	47, // 9: sessiond.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	41, // 10: sessiond.v1.Session.metadata:type_name -> sessiond.v1.Session.MetadataEntry
-	42, // 11: sessiond.v1.Session.labels:type_name -> sessiond.v1.Session.LabelsEntry
+	50, // 8: sessiond.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	50, // 9: sessiond.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	44, // 10: sessiond.v1.Session.metadata:type_name -> sessiond.v1.Session.MetadataEntry
+	45, // 11: sessiond.v1.Session.labels:type_name -> sessiond.v1.Session.LabelsEntry
 	8,  // 12: sessiond.v1.Session.parent:type_name -> sessiond.v1.ForkOrigin
 	7,  // 13: sessiond.v1.Session.messages:type_name -> sessiond.v1.Message
 	4,  // 14: sessiond.v1.Session.usage:type_name -> sessiond.v1.Usage
-	48, // 15: sessiond.v1.Session.expire_after:type_name -> google.protobuf.Duration
-	43, // 16: sessiond.v1.CreateSessionRequest.metadata:type_name -> sessiond.v1.CreateSessionRequest.MetadataEntry
-	44, // 17: sessiond.v1.CreateSessionRequest.labels:type_name -> sessiond.v1.CreateSessionRequest.LabelsEntry
+	51, // 15: sessiond.v1.Session.expire_after:type_name -> google.protobuf.Duration
+	46, // 16: sessiond.v1.CreateSessionRequest.metadata:type_name -> sessiond.v1.CreateSessionRequest.MetadataEntry
+	47, // 17: sessiond.v1.CreateSessionRequest.labels:type_name -> sessiond.v1.CreateSessionRequest.LabelsEntry
 	7,  // 18: sessiond.v1.CreateSessionRequest.messages:type_name -> sessiond.v1.Message
-	47, // 19: sessiond.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
+	50, // 19: sessiond.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
 	8,  // 20: sessiond.v1.CreateSessionRequest.parent:type_name -> sessiond.v1.ForkOrigin
-	48, // 21: sessiond.v1.CreateSessionRequest.expire_after:type_name -> google.protobuf.Duration
+	51, // 21: sessiond.v1.CreateSessionRequest.expire_after:type_name -> google.protobuf.Duration
 	9,  // 22: sessiond.v1.CreateSessionResponse.session:type_name -> sessiond.v1.Session
 	10, // 23: sessiond.v1.GetSessionRequest.ref:type_name -> sessiond.v1.SessionRef
 	9,  // 24: sessiond.v1.GetSessionResponse.session:type_name -> sessiond.v1.Session
 	10, // 25: sessiond.v1.LoadSessionRequest.ref:type_name -> sessiond.v1.SessionRef
 	9,  // 26: sessiond.v1.LoadSessionResponse.session:type_name -> sessiond.v1.Session
 	7,  // 27: sessiond.v1.LoadSessionResponse.messages:type_name -> sessiond.v1.Message
-	45, // 28: sessiond.v1.ListSessionsRequest.labels:type_name -> sessiond.v1.ListSessionsRequest.LabelsEntry
-	47, // 29: sessiond.v1.ListSessionsRequest.updated_after:type_name -> google.protobuf.Timestamp
-	47, // 30: sessiond.v1.ListSessionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	48, // 28: sessiond.v1.ListSessionsRequest.labels:type_name -> sessiond.v1.ListSessionsRequest.LabelsEntry
+	50, // 29: sessiond.v1.ListSessionsRequest.updated_after:type_name -> google.protobuf.Timestamp
+	50, // 30: sessiond.v1.ListSessionsRequest.updated_before:type_name -> google.protobuf.Timestamp
 	9,  // 31: sessiond.v1.ListSessionsResponse.session:type_name -> sessiond.v1.Session
 	10, // 32: sessiond.v1.SaveSessionHeader.ref:type_name -> sessiond.v1.SessionRef
-	46, // 33: sessiond.v1.SaveSessionHeader.metadata:type_name -> sessiond.v1.SaveSessionHeader.MetadataEntry
+	49, // 33: sessiond.v1.SaveSessionHeader.metadata:type_name -> sessiond.v1.SaveSessionHeader.MetadataEntry
 	20, // 34: sessiond.v1.SaveSessionRequest.header:type_name -> sessiond.v1.SaveSessionHeader
 	7,  // 35: sessiond.v1.SaveSessionRequest.messages:type_name -> sessiond.v1.Message
 	9,  // 36: sessiond.v1.SaveSessionResponse.session:type_name -> sessiond.v1.Session
@@ -3299,7 +3523,7 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	7,  // 38: sessiond.v1.AppendMessagesRequest.messages:type_name -> sessiond.v1.Message
 	10, // 39: sessiond.v1.UpdateSessionRequest.ref:type_name -> sessiond.v1.SessionRef
 	9,  // 40: sessiond.v1.UpdateSessionRequest.session:type_name -> sessiond.v1.Session
-	49, // 41: sessiond.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	52, // 41: sessiond.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
 	9,  // 42: sessiond.v1.UpdateSessionResponse.session:type_name -> sessiond.v1.Session
 	10, // 43: sessiond.v1.DeleteSessionRequest.ref:type_name -> sessiond.v1.SessionRef
 	10, // 44: sessiond.v1.ForkSessionRequest.ref:type_name -> sessiond.v1.SessionRef
@@ -3313,37 +3537,43 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	9,  // 52: sessiond.v1.WatchSessionResponse.session:type_name -> sessiond.v1.Session
 	11, // 53: sessiond.v1.GetServerInfoResponse.limits:type_name -> sessiond.v1.ServerLimits
 	39, // 54: sessiond.v1.GetServerInfoResponse.token:type_name -> sessiond.v1.TokenAccess
-	12, // 55: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
-	14, // 56: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	16, // 57: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
-	18, // 58: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	21, // 59: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
-	23, // 60: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
-	25, // 61: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
-	27, // 62: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
-	29, // 63: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
-	31, // 64: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
-	33, // 65: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
-	35, // 66: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
-	37, // 67: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
-	13, // 68: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
-	15, // 69: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
-	17, // 70: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
-	19, // 71: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	22, // 72: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
-	24, // 73: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
-	26, // 74: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
-	28, // 75: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
-	30, // 76: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
-	32, // 77: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
-	34, // 78: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
-	36, // 79: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
-	38, // 80: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
-	68, // [68:81] is the sub-list for method output_type
-	55, // [55:68] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	23, // 55: sessiond.v1.AppendStreamRequest.append:type_name -> sessiond.v1.AppendMessagesRequest
+	24, // 56: sessiond.v1.AppendStreamResponse.result:type_name -> sessiond.v1.AppendMessagesResponse
+	42, // 57: sessiond.v1.AppendStreamResponse.status:type_name -> sessiond.v1.AppendStatus
+	53, // 58: sessiond.v1.AppendStatus.details:type_name -> google.protobuf.Any
+	12, // 59: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
+	14, // 60: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	16, // 61: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
+	18, // 62: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	21, // 63: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
+	23, // 64: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
+	25, // 65: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
+	27, // 66: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
+	29, // 67: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
+	31, // 68: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
+	33, // 69: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
+	35, // 70: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
+	37, // 71: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
+	40, // 72: sessiond.v1.SessionStoreService.AppendStream:input_type -> sessiond.v1.AppendStreamRequest
+	13, // 73: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
+	15, // 74: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
+	17, // 75: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
+	19, // 76: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	22, // 77: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
+	24, // 78: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
+	26, // 79: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
+	28, // 80: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
+	30, // 81: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
+	32, // 82: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
+	34, // 83: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
+	36, // 84: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
+	38, // 85: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
+	41, // 86: sessiond.v1.SessionStoreService.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	73, // [73:87] is the sub-list for method output_type
+	59, // [59:73] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -3366,7 +3596,7 @@ func file_sessiond_v1_sessiond_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,6 +47,7 @@ const (
 	SessionStoreService_SearchSessions_FullMethodName = "/sessiond.v1.SessionStoreService/SearchSessions"
 	SessionStoreService_WatchSession_FullMethodName   = "/sessiond.v1.SessionStoreService/WatchSession"
 	SessionStoreService_GetServerInfo_FullMethodName  = "/sessiond.v1.SessionStoreService/GetServerInfo"
+	SessionStoreService_AppendStream_FullMethodName   = "/sessiond.v1.SessionStoreService/AppendStream"
 )
 
 // SessionStoreServiceClient is the client API for SessionStoreService service.
@@ -86,6 +87,11 @@ type SessionStoreServiceClient interface {
 	WatchSession(ctx context.Context, in *WatchSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSessionResponse], error)
 	// Returns the daemon's version, backend and limits.
 	GetServerInfo(ctx context.Context, in *GetServerInfoRequest, opts ...grpc.CallOption) (*GetServerInfoResponse, error)
+	// Appends over one long-lived stream: each request is an AppendMessages
+	// request, each response answers one request, in request order, with what
+	// AppendMessages would have answered. A failed append is answered with its
+	// status and the stream goes on. See AppendStreamRequest.
+	AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse], error)
 }
 
 type sessionStoreServiceClient struct {
@@ -265,6 +271,19 @@ func (c *sessionStoreServiceClient) GetServerInfo(ctx context.Context, in *GetSe
 	return out, nil
 }
 
+func (c *sessionStoreServiceClient) AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SessionStoreService_ServiceDesc.Streams[5], SessionStoreService_AppendStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AppendStreamRequest, AppendStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionStoreService_AppendStreamClient = grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse]
+
 // SessionStoreServiceServer is the server API for SessionStoreService service.
 // All implementations must embed UnimplementedSessionStoreServiceServer
 // for forward compatibility.
@@ -302,6 +321,11 @@ type SessionStoreServiceServer interface {
 	WatchSession(*WatchSessionRequest, grpc.ServerStreamingServer[WatchSessionResponse]) error
 	// Returns the daemon's version, backend and limits.
 	GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error)
+	// Appends over one long-lived stream: each request is an AppendMessages
+	// request, each response answers one request, in request order, with what
+	// AppendMessages would have answered. A failed append is answered with its
+	// status and the stream goes on. See AppendStreamRequest.
+	AppendStream(grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]) error
 	mustEmbedUnimplementedSessionStoreServiceServer()
 }
 
@@ -350,6 +374,9 @@ func (UnimplementedSessionStoreServiceServer) WatchSession(*WatchSessionRequest,
 }
 func (UnimplementedSessionStoreServiceServer) GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetServerInfo not implemented")
+}
+func (UnimplementedSessionStoreServiceServer) AppendStream(grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method AppendStream not implemented")
 }
 func (UnimplementedSessionStoreServiceServer) mustEmbedUnimplementedSessionStoreServiceServer() {}
 func (UnimplementedSessionStoreServiceServer) testEmbeddedByValue()                             {}
@@ -567,6 +594,13 @@ func _SessionStoreService_GetServerInfo_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionStoreService_AppendStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SessionStoreServiceServer).AppendStream(&grpc.GenericServerStream[AppendStreamRequest, AppendStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionStoreService_AppendStreamServer = grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]
+
 // SessionStoreService_ServiceDesc is the grpc.ServiceDesc for SessionStoreService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -632,6 +666,12 @@ var SessionStoreService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "WatchSession",
 			Handler:       _SessionStoreService_WatchSession_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "AppendStream",
+			Handler:       _SessionStoreService_AppendStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "sessiond/v1/sessiond.proto",

@@ -83,6 +83,11 @@ class SessionStoreServiceStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.GetServerInfoRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.GetServerInfoResponse.FromString,
         )
+    self.AppendStream = channel.stream_stream(
+        '/sessiond.v1.SessionStoreService/AppendStream',
+        request_serializer=sessiond_dot_v1_dot_sessiond__pb2.AppendStreamRequest.SerializeToString,
+        response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.AppendStreamResponse.FromString,
+        )
 
 
 class SessionStoreServiceServicer(object):
@@ -185,6 +190,16 @@ class SessionStoreServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def AppendStream(self, request_iterator, context):
+    """Appends over one long-lived stream: each request is an AppendMessages
+    request, each response answers one request, in request order, with what
+    AppendMessages would have answered. A failed append is answered with its
+    status and the stream goes on. See AppendStreamRequest.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionStoreServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -252,6 +267,11 @@ def add_SessionStoreServiceServicer_to_server(servicer, server):
           servicer.GetServerInfo,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.GetServerInfoRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.GetServerInfoResponse.SerializeToString,
+      ),
+      'AppendStream': grpc.stream_stream_rpc_method_handler(
+          servicer.AppendStream,
+          request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.AppendStreamRequest.FromString,
+          response_serializer=sessiond_dot_v1_dot_sessiond__pb2.AppendStreamResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(
