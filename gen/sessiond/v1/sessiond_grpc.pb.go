@@ -47,6 +47,7 @@ const (
 	SessionStoreService_SearchSessions_FullMethodName = "/sessiond.v1.SessionStoreService/SearchSessions"
 	SessionStoreService_WatchSession_FullMethodName   = "/sessiond.v1.SessionStoreService/WatchSession"
 	SessionStoreService_GetServerInfo_FullMethodName  = "/sessiond.v1.SessionStoreService/GetServerInfo"
+	SessionStoreService_CompactSession_FullMethodName = "/sessiond.v1.SessionStoreService/CompactSession"
 )
 
 // SessionStoreServiceClient is the client API for SessionStoreService service.
@@ -86,6 +87,10 @@ type SessionStoreServiceClient interface {
 	WatchSession(ctx context.Context, in *WatchSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSessionResponse], error)
 	// Returns the daemon's version, backend and limits.
 	GetServerInfo(ctx context.Context, in *GetServerInfoRequest, opts ...grpc.CallOption) (*GetServerInfoResponse, error)
+	// Stores a compaction: a summary standing for the messages up to and
+	// including through_message_id, which LOAD_VIEW_CONTEXT sends in their
+	// place. The messages themselves are kept.
+	CompactSession(ctx context.Context, in *CompactSessionRequest, opts ...grpc.CallOption) (*CompactSessionResponse, error)
 }
 
 type sessionStoreServiceClient struct {
@@ -265,6 +270,16 @@ func (c *sessionStoreServiceClient) GetServerInfo(ctx context.Context, in *GetSe
 	return out, nil
 }
 
+func (c *sessionStoreServiceClient) CompactSession(ctx context.Context, in *CompactSessionRequest, opts ...grpc.CallOption) (*CompactSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompactSessionResponse)
+	err := c.cc.Invoke(ctx, SessionStoreService_CompactSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionStoreServiceServer is the server API for SessionStoreService service.
 // All implementations must embed UnimplementedSessionStoreServiceServer
 // for forward compatibility.
@@ -302,6 +317,10 @@ type SessionStoreServiceServer interface {
 	WatchSession(*WatchSessionRequest, grpc.ServerStreamingServer[WatchSessionResponse]) error
 	// Returns the daemon's version, backend and limits.
 	GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error)
+	// Stores a compaction: a summary standing for the messages up to and
+	// including through_message_id, which LOAD_VIEW_CONTEXT sends in their
+	// place. The messages themselves are kept.
+	CompactSession(context.Context, *CompactSessionRequest) (*CompactSessionResponse, error)
 	mustEmbedUnimplementedSessionStoreServiceServer()
 }
 
@@ -350,6 +369,9 @@ func (UnimplementedSessionStoreServiceServer) WatchSession(*WatchSessionRequest,
 }
 func (UnimplementedSessionStoreServiceServer) GetServerInfo(context.Context, *GetServerInfoRequest) (*GetServerInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetServerInfo not implemented")
+}
+func (UnimplementedSessionStoreServiceServer) CompactSession(context.Context, *CompactSessionRequest) (*CompactSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompactSession not implemented")
 }
 func (UnimplementedSessionStoreServiceServer) mustEmbedUnimplementedSessionStoreServiceServer() {}
 func (UnimplementedSessionStoreServiceServer) testEmbeddedByValue()                             {}
@@ -567,6 +589,24 @@ func _SessionStoreService_GetServerInfo_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionStoreService_CompactSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompactSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionStoreServiceServer).CompactSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionStoreService_CompactSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionStoreServiceServer).CompactSession(ctx, req.(*CompactSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SessionStoreService_ServiceDesc is the grpc.ServiceDesc for SessionStoreService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -605,6 +645,10 @@ var SessionStoreService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetServerInfo",
 			Handler:    _SessionStoreService_GetServerInfo_Handler,
+		},
+		{
+			MethodName: "CompactSession",
+			Handler:    _SessionStoreService_CompactSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
