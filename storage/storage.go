@@ -160,6 +160,9 @@ type Session struct {
 	// ExpireAfter is the session's idle time to live (0: none of its own;
 	// the daemon may apply a namespace default).
 	ExpireAfter time.Duration
+	// Compaction is the latest compaction's range (nil: none). It is
+	// never modified in place, so copies of a Session may share it.
+	Compaction *Compaction
 }
 
 // CreateRequest creates a session.
@@ -205,6 +208,10 @@ type LoadOptions struct {
 	// stored; Offset, Limit and Tail count stored messages only. The Store
 	// adds them; a Driver never sees the flag set.
 	CloseOpenToolCalls bool
+	// View selects the messages Offset, Limit and Tail count within:
+	// ViewFull every stored message, ViewContext the latest compaction's
+	// summary, then the messages after its range (see ContextWindow).
+	View LoadView
 }
 
 // Window returns the range [from, to) of a session of n messages that o
@@ -353,10 +360,11 @@ type EventType uint8
 
 // The kinds of change.
 const (
-	EventAppended EventType = iota + 1 // Messages holds the appended messages
-	EventReplaced                      // save or rewind: reload the messages
-	EventUpdated                       // metadata changed
-	EventDeleted                       // the last event of a subscription
+	EventAppended  EventType = iota + 1 // Messages holds the appended messages
+	EventReplaced                       // save or rewind: reload the messages
+	EventUpdated                        // metadata changed
+	EventDeleted                        // the last event of a subscription
+	EventCompacted                      // a compaction was stored; the messages are unchanged
 )
 
 // Event is one change to a session. Session is its metadata after the change.
