@@ -48,8 +48,8 @@ func (s *Store) Compact(ctx context.Context, req storage.CompactRequest, summary
 		m.Revision, m.UpdatedAt = cur.Revision+1, now(cur.UpdatedAt)
 		m.Compaction = &storage.Compaction{ThroughCount: pos + 1, ThroughID: req.ThroughMessageID, Revision: m.Revision,
 			CreatedAt: m.UpdatedAt, SummaryID: summary.Prepared[0].GetId()}
-		_, err = tx.Exec(ctx, `INSERT INTO compactions (session_id, revision, through_count, through_id, created_ns, summary_id, summary)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`, m.ID, int64(m.Revision), pos+1, req.ThroughMessageID,
+		_, err = tx.Exec(ctx, `INSERT INTO compactions (session_id, seq, revision, through_count, through_id, created_ns, summary_id, summary)
+			VALUES ($1, (SELECT coalesce(max(seq), 0) + 1 FROM compactions WHERE session_id = $1), $2, $3, $4, $5, $6, $7)`, m.ID, int64(m.Revision), pos+1, req.ThroughMessageID,
 			m.UpdatedAt.UnixNano(), m.Compaction.SummaryID, summary.Encoded[0])
 		if err != nil {
 			return err
@@ -66,8 +66,7 @@ func (s *Store) Compact(ctx context.Context, req storage.CompactRequest, summary
 // readSummary reads the summary of se's latest compaction.
 func readSummary(ctx context.Context, tx pgx.Tx, se *storage.Session) (*sessiondv1.Message, error) {
 	var body []byte
-	err := tx.QueryRow(ctx, `SELECT summary FROM compactions WHERE session_id = $1 AND revision = $2`,
-		se.ID, int64(se.Compaction.Revision)).Scan(&body)
+	err := tx.QueryRow(ctx, `SELECT summary FROM compactions WHERE session_id = $1 ORDER BY seq DESC LIMIT 1`, se.ID).Scan(&body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("postgres: session %s lacks the summary of its compaction at revision %d: %w", se.ID, se.Compaction.Revision, storage.ErrDataLoss)
 	}
@@ -85,7 +84,7 @@ func latestCompaction(ctx context.Context, tx pgx.Tx, id string, count int64) (*
 		rev, nsec int64
 	)
 	err := tx.QueryRow(ctx, `SELECT revision, through_count, through_id, created_ns, summary_id FROM compactions
-		WHERE session_id = $1 AND through_count <= $2 ORDER BY revision DESC LIMIT 1`, id, count).
+		WHERE session_id = $1 AND through_count <= $2 ORDER BY seq DESC LIMIT 1`, id, count).
 		Scan(&rev, &c.ThroughCount, &c.ThroughID, &nsec, &c.SummaryID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil

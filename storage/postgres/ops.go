@@ -991,8 +991,8 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 			if err != nil || m.Compaction == nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, `INSERT INTO compactions (session_id, revision, through_count, through_id, created_ns, summary_id, summary)
-				SELECT $1, revision, through_count, through_id, created_ns, summary_id, summary FROM compactions
+			_, err = tx.Exec(ctx, `INSERT INTO compactions (session_id, seq, revision, through_count, through_id, created_ns, summary_id, summary)
+				SELECT $1, seq, revision, through_count, through_id, created_ns, summary_id, summary FROM compactions
 				WHERE session_id = $2 AND through_count <= $3`, m.ID, src.ID, n)
 			return err
 		})
@@ -1032,12 +1032,15 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		m := clone(cur)
 		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, cur.Revision+1, now(cur.UpdatedAt)
 		m.Tally = storage.Recount(kept)
-		if cur.Compaction != nil && cur.Compaction.ThroughCount > req.MessageCount {
-			// The compactions reaching past the kept messages go; the
-			// latest of the others, if any, is the session's now.
+		if cur.Compaction != nil {
+			// The compactions reaching past the kept messages go, the
+			// latest's or earlier ones'.
 			if _, err := tx.Exec(ctx, `DELETE FROM compactions WHERE session_id = $1 AND through_count > $2`, cur.ID, req.MessageCount); err != nil {
 				return err
 			}
+		}
+		if cur.Compaction != nil && cur.Compaction.ThroughCount > req.MessageCount {
+			// The latest of the others, if any, is the session's now.
 			if m.Compaction, err = latestCompaction(ctx, tx, cur.ID, req.MessageCount); err != nil {
 				return err
 			}

@@ -6,11 +6,12 @@
 -- answers read no row of this table; a load of the context view reads one.
 CREATE TABLE compactions (
 	session_id    uuid   NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-	revision      bigint NOT NULL,  -- the session's revision the compaction made (the source's, in a fork)
+	seq           bigint NOT NULL,  -- the order the compactions were made in: the latest has the highest
+	revision      bigint NOT NULL,  -- the revision the compaction made (a fork's copies keep the source's)
 	through_count bigint NOT NULL,
 	through_id    text   NOT NULL,
 	created_ns    bigint NOT NULL,
 	summary_id    text   NOT NULL,
 	summary       bytea  NOT NULL,
-	PRIMARY KEY (session_id, revision)
+	PRIMARY KEY (session_id, seq)
 );
