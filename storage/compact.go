@@ -16,7 +16,7 @@ import (
 type Compaction struct {
 	ThroughCount int64  // the range is the session's first ThroughCount messages
 	ThroughID    string // the id of the range's last message
-	Revision     uint64 // the session's revision the compaction made
+	Revision     uint64 // the revision the compaction made (a fork's copies keep the source's)
 	CreatedAt    time.Time
 	SummaryID    string // the summary message's id
 }

@@ -3161,7 +3161,8 @@ type Compaction struct {
 	ThroughMessageCount int64 `protobuf:"varint,1,opt,name=through_message_count,json=throughMessageCount,proto3" json:"through_message_count,omitempty"`
 	// The id of the range's last message.
 	ThroughMessageId string `protobuf:"bytes,2,opt,name=through_message_id,json=throughMessageId,proto3" json:"through_message_id,omitempty"`
-	// The session's revision the compaction made.
+	// The revision the compaction made; a fork's copies of its source's
+	// compactions keep the source's revision.
 	Revision uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	// When it was stored.
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
