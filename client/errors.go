@@ -54,19 +54,20 @@ type rpc string
 
 // The RPCs, as error messages name them.
 const (
-	rpcCreate rpc = "CreateSession"
-	rpcGet    rpc = "GetSession"
-	rpcLoad   rpc = "LoadSession"
-	rpcList   rpc = "ListSessions"
-	rpcSave   rpc = "SaveSession"
-	rpcAppend rpc = "AppendMessages"
-	rpcUpdate rpc = "UpdateSession"
-	rpcDelete rpc = "DeleteSession"
-	rpcFork   rpc = "ForkSession"
-	rpcRewind rpc = "RewindSession"
-	rpcSearch rpc = "SearchSessions"
-	rpcWatch  rpc = "WatchSession"
-	rpcInfo   rpc = "GetServerInfo"
+	rpcCreate  rpc = "CreateSession"
+	rpcGet     rpc = "GetSession"
+	rpcLoad    rpc = "LoadSession"
+	rpcList    rpc = "ListSessions"
+	rpcSave    rpc = "SaveSession"
+	rpcAppend  rpc = "AppendMessages"
+	rpcUpdate  rpc = "UpdateSession"
+	rpcDelete  rpc = "DeleteSession"
+	rpcFork    rpc = "ForkSession"
+	rpcRewind  rpc = "RewindSession"
+	rpcSearch  rpc = "SearchSessions"
+	rpcWatch   rpc = "WatchSession"
+	rpcInfo    rpc = "GetServerInfo"
+	rpcCompact rpc = "CompactSession"
 )
 
 // sentinelFor maps a gRPC code back to a sentinel. The meaning of a code
