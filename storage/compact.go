@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -218,15 +217,4 @@ func unindexed(field string, err error) error {
 		return &c
 	}
 	return err
-}
-
-// String names the view as the API does.
-func (v LoadView) String() string {
-	switch v {
-	case ViewFull:
-		return "full"
-	case ViewContext:
-		return "context"
-	}
-	return fmt.Sprintf("LoadView(%d)", uint8(v))
 }
