@@ -69,6 +69,7 @@ const (
 	rpcSearch       rpc = "SearchSessions"
 	rpcWatch        rpc = "WatchSession"
 	rpcInfo         rpc = "GetServerInfo"
+	rpcCompact      rpc = "CompactSession"
 )
 
 // sentinelFor maps a gRPC code back to a sentinel. The meaning of a code

@@ -46,6 +46,12 @@ type Session struct {
 	// TitleDerived is set when no title was given and Title is the first
 	// line of the first user message.
 	TitleDerived bool
+	// ContextMessageCount is how many messages the context view
+	// (ViewContext) holds: MessageCount without a compaction.
+	ContextMessageCount int64
+	// Compaction is the latest compaction's range (see Client.Compact);
+	// nil when the session has none.
+	Compaction *sessiondv1.Compaction
 	// PageToken is set by List: pass it as ListOptions.PageToken to resume
 	// just after this session.
 	PageToken string
@@ -92,6 +98,10 @@ func sessionFromProto(p *sessiondv1.Session) *Session {
 	}
 	if p.ExpireAfter != nil {
 		s.ExpireAfter = p.ExpireAfter.AsDuration()
+	}
+	s.ContextMessageCount = p.GetContextMessageCount()
+	if p.Compaction != nil {
+		s.Compaction = proto.CloneOf(p.Compaction)
 	}
 	return s
 }
@@ -175,7 +185,21 @@ type LoadOptions struct {
 	// answers, so that the history is one a model API accepts. The daemon
 	// stores nothing; Offset and Limit count stored messages.
 	CloseOpenToolCalls bool
+	// View selects the messages: ViewFull (the zero value's meaning) every
+	// stored message, ViewContext what to send a model (the latest
+	// compaction's summary, then the messages after its range). Offset,
+	// Limit and Tail count within the view.
+	View LoadView
 }
+
+// LoadView selects the messages a load returns (LoadOptions.View).
+type LoadView = sessiondv1.LoadView
+
+// The views of a session's messages.
+const (
+	ViewFull    = sessiondv1.LoadView_LOAD_VIEW_FULL
+	ViewContext = sessiondv1.LoadView_LOAD_VIEW_CONTEXT
+)
 
 // Load returns a session's metadata and the messages o selects.
 func (c *Client) Load(ctx context.Context, r Ref, o LoadOptions) (*Session, []*sessiondv1.Message, error) {
@@ -219,7 +243,7 @@ func (c *Client) load(ctx context.Context, r Ref, o LoadOptions, onSession func(
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream if the caller stops early
 	stream, err := c.conn.rpc.LoadSession(ctx, &sessiondv1.LoadSessionRequest{
-		Ref: c.ref(r), Offset: o.Offset, Limit: o.Limit, Tail: o.Tail, CloseOpenToolCalls: o.CloseOpenToolCalls,
+		Ref: c.ref(r), Offset: o.Offset, Limit: o.Limit, Tail: o.Tail, CloseOpenToolCalls: o.CloseOpenToolCalls, View: o.View,
 	})
 	if err != nil {
 		return mapError(ctx, rpcLoad, err)

@@ -173,6 +173,11 @@ var sessionRPCs = []struct {
 		_, err := sessiondv1.NewSessionStoreServiceClient(cc).RewindSession(ctx, &sessiondv1.RewindSessionRequest{Ref: byID(ns, f.id), MessageCount: 1})
 		return err
 	}},
+	{"CompactSession", true, func(ctx context.Context, cc *grpc.ClientConn, ns string, f fixture) error {
+		_, err := sessiondv1.NewSessionStoreServiceClient(cc).CompactSession(ctx, &sessiondv1.CompactSessionRequest{Ref: byID(ns, f.id),
+			ThroughMessageId: "u1", Summary: textMsg("s1", sessiondv1.Role_ROLE_SYSTEM, "probe summary")})
+		return err
+	}},
 	{"SearchSessions", false, func(ctx context.Context, cc *grpc.ClientConn, ns string, f fixture) error {
 		return firstRecv(sessiondv1.NewSessionStoreServiceClient(cc).SearchSessions(ctx, &sessiondv1.SearchSessionsRequest{Namespace: ns, Query: "probe"}))
 	}},
@@ -346,7 +351,7 @@ func TestCrossNamespace(t *testing.T) {
 	missing := uuid.Must(uuid.NewV7()).String()
 	asA := withToken(ctx, toks.writeA)
 
-	byRef := []string{"GetSession", "LoadSession", "AppendMessages", "UpdateSession", "DeleteSession", "ForkSession", "RewindSession", "WatchSession", "SaveSession"}
+	byRef := []string{"GetSession", "LoadSession", "AppendMessages", "UpdateSession", "DeleteSession", "ForkSession", "RewindSession", "WatchSession", "SaveSession", "CompactSession"}
 	for _, rpc := range sessionRPCs {
 		if !strings.Contains(strings.Join(byRef, " "), rpc.name) {
 			continue

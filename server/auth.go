@@ -72,6 +72,7 @@ var methodRules = map[string]methodRule{
 	servicePrefix + "ForkSession":    {role: auth.RoleWrite, namespaced: true},
 	servicePrefix + "RewindSession":  {role: auth.RoleWrite, namespaced: true},
 	servicePrefix + "AppendStream":   {role: auth.RoleWrite, namespaced: true},
+	servicePrefix + "CompactSession": {role: auth.RoleWrite, namespaced: true},
 }
 
 // openPrefixes are services anyone may call; tokenOnlyPrefixes need a valid

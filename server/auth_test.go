@@ -60,6 +60,7 @@ func TestRequestNamespace(t *testing.T) {
 		&sessiondv1.SearchSessionsRequest{Namespace: "b"},
 		&sessiondv1.WatchSessionRequest{Ref: ref},
 		&sessiondv1.AppendStreamRequest{Append: &sessiondv1.AppendMessagesRequest{Ref: ref}},
+		&sessiondv1.CompactSessionRequest{Ref: ref},
 	} {
 		if ns, ok := requestNamespace(m); !ok || ns != "b" {
 			t.Errorf("requestNamespace(%T) = %q, %v", m, ns, ok)

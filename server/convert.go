@@ -73,6 +73,41 @@ func sessionToProto(s *storage.Session) *sessiondv1.Session {
 		Models:          s.Models,
 		ExpireAfter:     durationToProto(s.ExpireAfter),
 		TitleDerived:    s.TitleDerived,
+		// Compactions.
+		ContextMessageCount: s.ContextMessageCount(),
+		Compaction:          compactionToProto(s.Compaction),
+	}
+}
+
+func compactionToProto(c *storage.Compaction) *sessiondv1.Compaction {
+	if c == nil {
+		return nil
+	}
+	return &sessiondv1.Compaction{ThroughMessageCount: c.ThroughCount, ThroughMessageId: c.ThroughID,
+		Revision: c.Revision, CreatedAt: timeToProto(c.CreatedAt), SummaryMessageId: c.SummaryID}
+}
+
+// loadViews maps the API's views to storage's; a value missing here is one
+// this daemon does not know, which validLoad refuses.
+var loadViews = map[sessiondv1.LoadView]storage.LoadView{
+	sessiondv1.LoadView_LOAD_VIEW_UNSPECIFIED: storage.ViewFull,
+	sessiondv1.LoadView_LOAD_VIEW_FULL:        storage.ViewFull,
+	sessiondv1.LoadView_LOAD_VIEW_CONTEXT:     storage.ViewContext,
+}
+
+func loadViewFromProto(v sessiondv1.LoadView) storage.LoadView {
+	if lv, ok := loadViews[v]; ok {
+		return lv
+	}
+	return storage.LoadView(255)
+}
+
+func compactFromProto(r *sessiondv1.CompactSessionRequest) storage.CompactRequest {
+	return storage.CompactRequest{
+		Ref:              refFromProto(r.GetRef()),
+		ThroughMessageID: r.GetThroughMessageId(),
+		Summary:          r.GetSummary(),
+		ExpectedRevision: r.GetExpectedRevision(),
 	}
 }
 
@@ -119,7 +154,8 @@ func createFromProto(r *sessiondv1.CreateSessionRequest) storage.CreateRequest {
 }
 
 func loadOptionsFromProto(r *sessiondv1.LoadSessionRequest) storage.LoadOptions {
-	return storage.LoadOptions{Offset: r.GetOffset(), Limit: r.GetLimit(), Tail: r.GetTail(), CloseOpenToolCalls: r.GetCloseOpenToolCalls()}
+	return storage.LoadOptions{Offset: r.GetOffset(), Limit: r.GetLimit(), Tail: r.GetTail(), CloseOpenToolCalls: r.GetCloseOpenToolCalls(),
+		View: loadViewFromProto(r.GetView())}
 }
 
 func listOptionsFromProto(r *sessiondv1.ListSessionsRequest, after *storage.Cursor) storage.ListOptions {
@@ -219,10 +255,11 @@ func searchHitToProto(h storage.SearchHit) *sessiondv1.SearchSessionsResponse {
 }
 
 var eventTypes = map[storage.EventType]sessiondv1.EventType{
-	storage.EventAppended: sessiondv1.EventType_EVENT_TYPE_APPENDED,
-	storage.EventReplaced: sessiondv1.EventType_EVENT_TYPE_REPLACED,
-	storage.EventUpdated:  sessiondv1.EventType_EVENT_TYPE_UPDATED,
-	storage.EventDeleted:  sessiondv1.EventType_EVENT_TYPE_DELETED,
+	storage.EventAppended:  sessiondv1.EventType_EVENT_TYPE_APPENDED,
+	storage.EventReplaced:  sessiondv1.EventType_EVENT_TYPE_REPLACED,
+	storage.EventUpdated:   sessiondv1.EventType_EVENT_TYPE_UPDATED,
+	storage.EventDeleted:   sessiondv1.EventType_EVENT_TYPE_DELETED,
+	storage.EventCompacted: sessiondv1.EventType_EVENT_TYPE_COMPACTED,
 }
 
 func eventToProto(ev storage.Event) *sessiondv1.WatchSessionResponse {

@@ -24,6 +24,7 @@ func TestSessionToProto(t *testing.T) {
 		Tally: storage.Tally{OpenToolCallIDs: []string{"c2", "c1"}, Usage: storage.Usage{InputTokens: 10, OutputTokens: 5, CachedInputTokens: 4, ReasoningTokens: 1},
 			Models: []string{"m-new", "m-old"}},
 		ExpireAfter: 90 * time.Minute,
+		Compaction:  &storage.Compaction{ThroughCount: 2, ThroughID: "m2", Revision: 6, CreatedAt: updated, SummaryID: "sum"},
 	}
 	want := &sessiondv1.Session{
 		Id: in.ID, Namespace: "ns", Alias: "a", Title: "t", Summary: "s",
@@ -34,6 +35,10 @@ func TestSessionToProto(t *testing.T) {
 		Usage:           &sessiondv1.Usage{InputTokens: 10, OutputTokens: 5, CachedInputTokens: 4, ReasoningTokens: 1},
 		Models:          []string{"m-new", "m-old"},
 		ExpireAfter:     durationpb.New(90 * time.Minute),
+		// The summary and the message after the compacted range.
+		ContextMessageCount: 2,
+		Compaction: &sessiondv1.Compaction{ThroughMessageCount: 2, ThroughMessageId: "m2", Revision: 6,
+			CreatedAt: timestamppb.New(updated), SummaryMessageId: "sum"},
 	}
 	if diff := cmp.Diff(want, sessionToProto(in), protocmp.Transform()); diff != "" {
 		t.Fatalf("sessionToProto (-want +got):\n%s", diff)

@@ -66,8 +66,10 @@ type Driver interface {
 	Get(ctx context.Context, ref Ref) (*Session, error)
 
 	// Load returns the metadata and the messages opts selects (see
-	// LoadOptions.Window, which does the arithmetic without overflow) as one
-	// snapshot; an offset beyond the session is an empty answer. Errors:
+	// LoadOptions.Window, which does the arithmetic without overflow, and
+	// ContextWindow for ViewContext, whose first message is the latest
+	// compaction's summary) as one snapshot; an offset beyond the session
+	// is an empty answer. Errors:
 	// ErrNotFound, ErrDataLoss.
 	Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error)
 
@@ -136,6 +138,18 @@ type Driver interface {
 	// Close releases the backend; it waits for writes in progress and ends
 	// every subscription with ErrClosed.
 	Close() error
+
+	// Compact stores a compaction: summary.Prepared[0] (encoded as
+	// summary.Encoded[0]) stands for the messages up to and including
+	// req.ThroughMessageID. Under the session's lock it finds that
+	// message's index (ThroughNotFound if none) and calls CheckCompact,
+	// which decides the no-op, the expected revision and the tool-call
+	// boundary; then it appends the compaction to the session's list,
+	// bumps the revision and publishes EventCompacted. Load's ViewContext
+	// uses the latest of the list; Fork and Rewind keep KeepCompactions of
+	// it; Save clears it. Errors: ErrNotFound, ErrInvalid, ErrConflict,
+	// ErrNoSpace, ErrDataLoss.
+	Compact(ctx context.Context, req CompactRequest, summary Messages) (*Session, error)
 }
 
 // Messages is a request's batch of messages as the Store hands it

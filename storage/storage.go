@@ -163,6 +163,9 @@ type Session struct {
 	// TitleDerived is set when Title was taken from the session's first
 	// user message (DeriveTitle) rather than given by a client.
 	TitleDerived bool
+	// Compaction is the latest compaction's range (nil: none). It is
+	// never modified in place, so copies of a Session may share it.
+	Compaction *Compaction
 }
 
 // CreateRequest creates a session.
@@ -211,6 +214,10 @@ type LoadOptions struct {
 	// stored; Offset, Limit and Tail count stored messages only. The Store
 	// adds them; a Driver never sees the flag set.
 	CloseOpenToolCalls bool
+	// View selects the messages Offset, Limit and Tail count within:
+	// ViewFull every stored message, ViewContext the latest compaction's
+	// summary, then the messages after its range (see ContextWindow).
+	View LoadView
 }
 
 // Window returns the range [from, to) of a session of n messages that o
@@ -362,10 +369,11 @@ type EventType uint8
 
 // The kinds of change.
 const (
-	EventAppended EventType = iota + 1 // Messages holds the appended messages
-	EventReplaced                      // save or rewind: reload the messages
-	EventUpdated                       // metadata changed
-	EventDeleted                       // the last event of a subscription
+	EventAppended  EventType = iota + 1 // Messages holds the appended messages
+	EventReplaced                       // save or rewind: reload the messages
+	EventUpdated                        // metadata changed
+	EventDeleted                        // the last event of a subscription
+	EventCompacted                      // a compaction was stored; the messages are unchanged
 )
 
 // Event is one change to a session. Session is its metadata after the change.

@@ -266,6 +266,9 @@ func validLoad(ref Ref, opts LoadOptions) (Ref, error) {
 	if err == nil && opts.Tail && opts.Offset != 0 {
 		err = Invalid("offset", "is %d with tail set; tail counts from the end, so offset must be 0", opts.Offset)
 	}
+	if err == nil && opts.View > ViewContext {
+		err = Invalid("view", "is %d, which is no view this daemon knows", opts.View)
+	}
 	return ref, err
 }
 

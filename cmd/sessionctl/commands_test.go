@@ -40,6 +40,8 @@ func TestUsageErrors(t *testing.T) {
 		{"show bad alias", []string{"show", "not/an alias"}},
 		{"show two args", []string{"show", "a", "b"}},
 		{"show negative tail", []string{"show", "a", "--tail", "-1"}},
+		{"show bad view", []string{"show", "a", "--view", "summary"}},
+		{"export jsonl context view", []string{"export", "a", "--view", "context"}},
 		{"rm no arg", []string{"rm", "--yes"}},
 		{"rename missing alias", []string{"rename", "a"}},
 		{"rename uuid-shaped alias", []string{"rename", "a", uuid.NewString()}},

@@ -38,7 +38,7 @@ func protoJSON(m proto.Message) (json.RawMessage, error) {
 
 func exportCmd(e *env) *cobra.Command {
 	var all bool
-	var output, format, model string
+	var output, format, model, view string
 	var maxTokens int64
 	cmd := &cobra.Command{
 		Use:   "export ID|ALIAS | --all",
@@ -55,7 +55,10 @@ another tool sends to a model. What the format cannot hold (metadata,
 usage, reasoning signatures, blobs of a kind it has no block for...) is
 named on stderr, one warning per field; the README has the mapping. A tool
 call left unanswered gets the daemon's synthetic "interrupted" result
-(close_open_tool_calls), as a model API refuses the history without it.`,
+(close_open_tool_calls), as a model API refuses the history without it.
+With --view context such a format holds what to send a model after a
+compaction: the latest compaction's summary, then the messages after it.
+JSON lines and Markdown always hold every message.`,
 		Args:              rangeArgs(0, 1),
 		ValidArgsFunction: e.completeSessions,
 		RunE: func(cmd *cobra.Command, pos []string) error {
@@ -78,6 +81,13 @@ call left unanswered gets the daemon's synthetic "interrupted" result
 			case maxTokens < 0:
 				return usageErrorf("export: --max-tokens must not be negative")
 			}
+			lv, err := parseView("export", view)
+			if err != nil {
+				return err
+			}
+			if lv == sessiondv1.LoadView_LOAD_VIEW_CONTEXT && !conversation {
+				return usageErrorf("export: --view context goes with --format openai-chat, openai-responses or anthropic; jsonl and markdown hold every message")
+			}
 			var single *sessionArg
 			if !all {
 				sa, err := e.parseSessionArg(pos[0])
@@ -87,7 +97,7 @@ call left unanswered gets the daemon's synthetic "interrupted" result
 				single = &sa
 			}
 			if conversation {
-				return e.exportConversation(cmd.Context(), *single, output, f, convert.ExportOptions{Model: model, MaxTokens: maxTokens})
+				return e.exportConversation(cmd.Context(), *single, output, f, lv, convert.ExportOptions{Model: model, MaxTokens: maxTokens})
 			}
 			return e.export(cmd.Context(), single, output, markdown)
 		},
@@ -98,6 +108,7 @@ call left unanswered gets the daemon's synthetic "interrupted" result
 	f.StringVar(&format, "format", "jsonl", "jsonl (for import), markdown (for people), openai-chat, openai-responses or anthropic")
 	f.StringVar(&model, "model", "", "the request's model for a conversation format (default: the session's newest)")
 	f.Int64Var(&maxTokens, "max-tokens", 0, "the request's output token limit for a conversation format (anthropic requires one)")
+	f.StringVar(&view, "view", "full", "full, or context for a conversation format: the latest compaction's summary, then the messages after it")
 	return cmd
 }
 

@@ -53,8 +53,8 @@ func (e *env) warn(op string, f convert.Format, ws []convert.Warning) {
 // the daemon to close open tool calls (close_open_tool_calls): a model API
 // refuses a history with a call left unanswered, and these formats are
 // what is sent to one.
-func (e *env) exportConversation(ctx context.Context, sa sessionArg, output string, f convert.Format, o convert.ExportOptions) error {
-	sess, msgs, err := e.loadSession(ctx, "export", &sessiondv1.LoadSessionRequest{Ref: sa.ref, CloseOpenToolCalls: true})
+func (e *env) exportConversation(ctx context.Context, sa sessionArg, output string, f convert.Format, view sessiondv1.LoadView, o convert.ExportOptions) error {
+	sess, msgs, err := e.loadSession(ctx, "export", &sessiondv1.LoadSessionRequest{Ref: sa.ref, CloseOpenToolCalls: true, View: view})
 	if err != nil {
 		return err
 	}

@@ -184,6 +184,10 @@ func writeHeader(w io.Writer, s *sessiondv1.Session) {
 	line("updated", fmtTime(s.GetUpdatedAt()))
 	line("revision", fmt.Sprint(s.GetRevision()))
 	line("messages", fmt.Sprint(s.GetMessageCount()))
+	if c := s.GetCompaction(); c != nil {
+		line("compacted", fmt.Sprintf("the first %d messages (through %s) at revision %d; the context view holds %d",
+			c.GetThroughMessageCount(), c.GetThroughMessageId(), c.GetRevision(), s.GetContextMessageCount()))
+	}
 	if u := s.GetUsage(); u != nil {
 		line("usage", fmtUsage(u))
 	}

@@ -221,6 +221,7 @@ func (e *env) loadSession(ctx context.Context, op string, req *sessiondv1.LoadSe
 
 func showCmd(e *env) *cobra.Command {
 	var tail int64
+	var view string
 	cmd := &cobra.Command{
 		Use:               "show ID|ALIAS",
 		Short:             "show a session's header and conversation",
@@ -230,11 +231,15 @@ func showCmd(e *env) *cobra.Command {
 			if tail < 0 {
 				return usageErrorf("show: --tail must not be negative")
 			}
+			lv, err := parseView("show", view)
+			if err != nil {
+				return err
+			}
 			sa, err := e.parseSessionArg(pos[0])
 			if err != nil {
 				return err
 			}
-			req := &sessiondv1.LoadSessionRequest{Ref: sa.ref}
+			req := &sessiondv1.LoadSessionRequest{Ref: sa.ref, View: lv}
 			if tail > 0 {
 				req.Limit, req.Tail = tail, true
 			}
@@ -248,7 +253,12 @@ func showCmd(e *env) *cobra.Command {
 			}
 			w := bufio.NewWriter(e.stdout)
 			writeHeader(w, sess)
-			first := max(sess.GetMessageCount()-int64(len(msgs)), 0)
+			total := sess.GetMessageCount()
+			if c := sess.GetCompaction(); lv == sessiondv1.LoadView_LOAD_VIEW_CONTEXT && c != nil {
+				total = sess.GetContextMessageCount()
+				fmt.Fprintf(w, "\n(context view: message 0 is the summary standing for the first %d messages)\n", c.GetThroughMessageCount())
+			}
+			first := max(total-int64(len(msgs)), 0)
 			if first > 0 {
 				fmt.Fprintf(w, "\n(%d earlier messages not shown)\n", first)
 			}
@@ -257,7 +267,19 @@ func showCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().Int64Var(&tail, "tail", 0, "show only the last N messages (0: all)")
+	cmd.Flags().StringVar(&view, "view", "full", "full (every message) or context (the latest compaction's summary, then the messages after it)")
 	return cmd
+}
+
+// parseView reads a --view flag: full or context.
+func parseView(op, v string) (sessiondv1.LoadView, error) {
+	switch v {
+	case "full", "":
+		return sessiondv1.LoadView_LOAD_VIEW_FULL, nil
+	case "context":
+		return sessiondv1.LoadView_LOAD_VIEW_CONTEXT, nil
+	}
+	return 0, usageErrorf("%s: --view %q: want full or context", op, v)
 }
 
 // confirm asks the person at the terminal whether to go on with what

@@ -182,7 +182,7 @@ func bigFixture(b *testing.B) string {
 							errs <- err
 							return
 						}
-						if err := os.WriteFile(filepath.Join(d, snapshotName), encodeSnapshot(1, meta, m), filePerm); err != nil {
+						if err := os.WriteFile(filepath.Join(d, snapshotName), encodeSnapshot(1, meta, m, nil), filePerm); err != nil {
 							errs <- err
 							return
 						}

@@ -319,7 +319,7 @@ func (c *checker) session(id string) error {
 	if err != nil {
 		return corrupt(snap, err)
 	}
-	gen, meta, segs, msgs, err := decodeSnapshot(data)
+	gen, meta, segs, msgs, cs, err := decodeSnapshot(data)
 	if err == nil && meta.ID != id {
 		err = fmt.Errorf("snapshot holds session %s", meta.ID)
 	}
@@ -349,7 +349,7 @@ func (c *checker) session(id string) error {
 		}
 	}
 	if segs != nil {
-		if msgs, err = readSegments(dir, id, gen, meta, segs, true); err != nil {
+		if msgs, cs, err = readSegments(dir, id, gen, meta, segs, true); err != nil {
 			var se *segmentError
 			if errors.As(err, &se) {
 				return corrupt(filepath.Join(dir, se.name), err)
@@ -370,7 +370,7 @@ func (c *checker) session(id string) error {
 	}
 	jc, err := decodeJournal(jdata)
 	if err == nil {
-		meta, msgs, err = replay(meta, msgs, gen, id, jc, true)
+		meta, msgs, _, err = replay(meta, msgs, cs, gen, id, jc, true)
 	}
 	if lerr := c.lost[id]; err == nil && lerr != nil {
 		err = lerr
@@ -447,7 +447,7 @@ func (c *checker) salvage(id, dir string) (string, error) {
 				continue
 			}
 			inline = append(inline, run...)
-		case p[0] == typeSnapEnd:
+		case p[0] == typeSnapEnd, p[0] == typeSnapCompactions:
 		default:
 			sv.lost++
 		}
@@ -520,6 +520,7 @@ func (c *checker) salvage(id, dir string) (string, error) {
 	if m.Tally, err = tallyStored(id, storage.Tally{}, msgs); err != nil {
 		return "", err
 	}
+	m.Compaction = nil // compactions are not salvaged: the messages are what matters
 	m.UpdatedAt = time.Now().UTC()
 	if !sv.updated.IsZero() && sv.updated.After(m.UpdatedAt) {
 		m.UpdatedAt = sv.updated
@@ -537,7 +538,7 @@ func (c *checker) salvage(id, dir string) (string, error) {
 	if err := writeFileSync(&st, jpath, encodeJournalHead(gen, id)); err != nil {
 		return "", err
 	}
-	if err := writeAtomic(&st, filepath.Join(dir, snapshotName), encodeSnapshot(gen, &m, msgs)); err != nil {
+	if err := writeAtomic(&st, filepath.Join(dir, snapshotName), encodeSnapshot(gen, &m, msgs, nil)); err != nil {
 		_ = os.Remove(jpath)
 		return "", err
 	}

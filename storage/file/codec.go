@@ -17,8 +17,9 @@ import (
 
 // Record kinds inside a journal commit frame.
 const (
-	recAppend byte = 1 // rev (8) + updated_at unix ns (8) + uvarint n + n × (uvarint len + message proto)
-	recMeta   byte = 2 // rev (8) + uvarint len + Session proto: the whole metadata after the change
+	recAppend  byte = 1 // rev (8) + updated_at unix ns (8) + uvarint n + n × (uvarint len + message proto)
+	recMeta    byte = 2 // rev (8) + uvarint len + Session proto: the whole metadata after the change
+	recCompact byte = 5 // rev (8) + a compaction (appendCompaction), made at that revision
 )
 
 // metaToProto encodes session metadata for disk: the API's Session message is
@@ -44,7 +45,52 @@ func metaToProto(m *storage.Session) *sessiondv1.Session {
 	if m.ExpireAfter > 0 {
 		p.ExpireAfter = durationpb.New(m.ExpireAfter)
 	}
+	if c := m.Compaction; c != nil {
+		p.Compaction = &sessiondv1.Compaction{ThroughMessageCount: c.ThroughCount, ThroughMessageId: c.ThroughID,
+			Revision: c.Revision, CreatedAt: timestamppb.New(c.CreatedAt), SummaryMessageId: c.SummaryID}
+	}
 	return p
+}
+
+func sameCompaction(a, b *storage.Compaction) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ThroughCount == b.ThroughCount && a.ThroughID == b.ThroughID && a.Revision == b.Revision &&
+		a.CreatedAt.Equal(b.CreatedAt) && a.SummaryID == b.SummaryID
+}
+
+func compactionFromProto(c *sessiondv1.Compaction) *storage.Compaction {
+	return &storage.Compaction{ThroughCount: c.GetThroughMessageCount(), ThroughID: c.GetThroughMessageId(),
+		Revision: c.GetRevision(), CreatedAt: c.GetCreatedAt().AsTime(), SummaryID: c.GetSummaryMessageId()}
+}
+
+// appendCompaction encodes a compaction: through count (8), revision (8),
+// created_at unix ns (8), then the through id, the summary's id and the
+// summary message, each uvarint-length-prefixed.
+func appendCompaction(p []byte, c *storage.StoredCompaction) []byte {
+	p = putU64(p, uint64(c.ThroughCount))
+	p = putU64(p, c.Revision)
+	p = putU64(p, uint64(c.CreatedAt.UnixNano()))
+	p = putBytes(p, []byte(c.ThroughID))
+	p = putBytes(p, []byte(c.SummaryID))
+	return putBytes(p, c.Summary)
+}
+
+// readCompaction decodes what appendCompaction wrote; the summary aliases
+// r's bytes.
+func readCompaction(r *reader) *storage.StoredCompaction {
+	c := &storage.StoredCompaction{}
+	c.ThroughCount = int64(r.u64("compaction range"))
+	c.Revision = r.u64("compaction revision")
+	c.CreatedAt = time.Unix(0, int64(r.u64("compaction time"))).UTC()
+	c.ThroughID = string(r.bytes("compaction through id"))
+	c.SummaryID = string(r.bytes("compaction summary id"))
+	c.Summary = r.bytes("compaction summary")
+	if r.err == nil && (c.ThroughCount <= 0 || c.SummaryID == "") {
+		r.fail("compaction")
+	}
+	return c
 }
 
 // tallyStored adds the encoded messages msgs of session id, already stored,
@@ -195,10 +241,11 @@ func idString(b []byte) string {
 //
 //	frame typeSnapHeader: gen, id, metadata
 //	frames typeSnapMsgs:  the messages in order, runs of about snapRun bytes
+//	frame typeSnapCompactions: the compactions, oldest first, when there are any
 //	frame typeSnapEnd:    the message count, which must match
 const snapRun = 256 << 10
 
-func encodeSnapshot(gen uint64, meta *storage.Session, msgs [][]byte) []byte {
+func encodeSnapshot(gen uint64, meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction) []byte {
 	size := 64
 	for _, m := range msgs {
 		size += len(m) + 10
@@ -220,8 +267,36 @@ func encodeSnapshot(gen uint64, meta *storage.Session, msgs [][]byte) []byte {
 	if len(run) > 1 {
 		out = appendFrame(out, run)
 	}
+	if len(cs) > 0 {
+		p := binary.AppendUvarint([]byte{typeSnapCompactions}, uint64(len(cs)))
+		for i := range cs {
+			p = appendCompaction(p, &cs[i])
+		}
+		out = appendFrame(out, p)
+	}
 	out = appendFrame(out, putU64([]byte{typeSnapEnd}, uint64(len(msgs))))
 	return out
+}
+
+// decodeSnapCompactions decodes a typeSnapCompactions frame (its payload,
+// type byte first). The summaries alias p.
+func decodeSnapCompactions(p []byte) ([]storage.StoredCompaction, error) {
+	r := reader{b: p[1:]}
+	n := r.uvarint("compaction count")
+	if n == 0 || n > uint64(len(r.b)) {
+		r.fail("compaction count")
+	}
+	var cs []storage.StoredCompaction
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		cs = append(cs, *readCompaction(&r))
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("compactions frame")
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return cs, nil
 }
 
 // decodeSnapshotHeader reads the first frame of a snapshot.
@@ -249,47 +324,54 @@ func decodeSnapshotHeader(data []byte) (gen uint64, meta *storage.Session, next 
 // decodeSnapshot checks and decodes a whole snapshot. A segmented snapshot
 // (see segList) returns its list and no messages: the segments hold them.
 // The message slices alias data.
-func decodeSnapshot(data []byte) (gen uint64, meta *storage.Session, segs *segList, msgs [][]byte, err error) {
+func decodeSnapshot(data []byte) (gen uint64, meta *storage.Session, segs *segList, msgs [][]byte, cs []storage.StoredCompaction, err error) {
 	gen, meta, off, err := decodeSnapshotHeader(data)
 	if err != nil {
-		return 0, nil, nil, nil, err
+		return 0, nil, nil, nil, nil, err
 	}
 	for first := true; ; first = false {
 		p, next, ok := readFrame(data, off)
 		if !ok {
-			return 0, nil, nil, nil, fmt.Errorf("snapshot frame at offset %d: %w", off, errCorrupt)
+			return 0, nil, nil, nil, nil, fmt.Errorf("snapshot frame at offset %d: %w", off, errCorrupt)
 		}
 		off = next
 		switch {
 		case p[0] == typeSnapSegments && first:
 			if segs, err = decodeSegList(p, gen); err != nil {
-				return 0, nil, nil, nil, err
+				return 0, nil, nil, nil, nil, err
 			}
 		case p[0] == typeSnapMsgs && segs == nil:
 			run, err := decodeSnapRun(p)
 			if err != nil {
-				return 0, nil, nil, nil, err
+				return 0, nil, nil, nil, nil, err
 			}
 			msgs = append(msgs, run...)
+		case p[0] == typeSnapCompactions && segs == nil && cs == nil:
+			if cs, err = decodeSnapCompactions(p); err != nil {
+				return 0, nil, nil, nil, nil, err
+			}
 		case p[0] == typeSnapEnd:
 			r := reader{b: p[1:]}
 			n := r.u64("snapshot message count")
 			if r.err != nil || len(r.b) != 0 {
-				return 0, nil, nil, nil, fmt.Errorf("snapshot end frame: %w", errCorrupt)
+				return 0, nil, nil, nil, nil, fmt.Errorf("snapshot end frame: %w", errCorrupt)
 			}
 			held := uint64(len(msgs))
 			if segs != nil {
 				held = n // the segments' count is checked when they are read
 			}
+			if segs == nil && !sameCompaction(storage.LatestCompaction(cs), meta.Compaction) {
+				return 0, nil, nil, nil, nil, fmt.Errorf("snapshot's compactions do not end with its header's: %w", errCorrupt)
+			}
 			if n != held || int64(n) != meta.MessageCount {
-				return 0, nil, nil, nil, fmt.Errorf("snapshot holds %d messages, end frame says %d, header %d: %w", len(msgs), n, meta.MessageCount, errCorrupt)
+				return 0, nil, nil, nil, nil, fmt.Errorf("snapshot holds %d messages, end frame says %d, header %d: %w", len(msgs), n, meta.MessageCount, errCorrupt)
 			}
 			if off != len(data) {
-				return 0, nil, nil, nil, fmt.Errorf("snapshot has %d bytes after its end frame: %w", len(data)-off, errCorrupt)
+				return 0, nil, nil, nil, nil, fmt.Errorf("snapshot has %d bytes after its end frame: %w", len(data)-off, errCorrupt)
 			}
-			return gen, meta, segs, msgs, nil
+			return gen, meta, segs, msgs, cs, nil
 		default:
-			return 0, nil, nil, nil, fmt.Errorf("snapshot frame type %d at offset %d: %w", p[0], off, errCorrupt)
+			return 0, nil, nil, nil, nil, fmt.Errorf("snapshot frame type %d at offset %d: %w", p[0], off, errCorrupt)
 		}
 	}
 }
@@ -317,11 +399,12 @@ func encodeJournalHead(gen uint64, id string) []byte {
 
 // record is one change in a journal commit frame.
 type record struct {
-	kind      byte
-	rev       uint64
-	updatedAt time.Time
-	msgs      [][]byte         // recAppend
-	meta      *storage.Session // recMeta
+	kind       byte
+	rev        uint64
+	updatedAt  time.Time
+	msgs       [][]byte                  // recAppend
+	meta       *storage.Session          // recMeta
+	compaction *storage.StoredCompaction // recCompact
 }
 
 func appendRecord(p []byte, rec record) []byte {
@@ -336,6 +419,8 @@ func appendRecord(p []byte, rec record) []byte {
 		}
 	case recMeta:
 		p = putBytes(p, marshalMeta(rec.meta))
+	case recCompact:
+		p = appendCompaction(p, rec.compaction)
 	}
 	return p
 }
@@ -385,6 +470,12 @@ func decodeCommit(f []byte) ([]record, error) {
 				}
 				rec.meta = m
 			}
+		case recCompact:
+			rec.compaction = readCompaction(&r)
+			if r.err == nil && rec.compaction.Revision != rec.rev {
+				r.fail("compaction record revision")
+			}
+			rec.updatedAt = rec.compaction.CreatedAt
 		default:
 			r.fail("record kind")
 		}

@@ -49,15 +49,22 @@
 // the first load of the session recounts from its messages),
 // message frames (type 2: a run of uvarint-length-prefixed sessiond.v1.Message
 // encodings, each exactly as the client's message was marshalled, unknown
-// fields included), and an end frame (type 3: the message count). A
+// fields included), when the session has compactions a compactions frame
+// (type 17: their count, then each one's range, revision, time, summary id
+// and summary message, oldest first), and an end frame (type 3: the
+// message count). A segmented snapshot gets its compactions by replaying
+// its segments. A
 // segmented snapshot has, between its header and end frames, one segment
 // list frame (type 13: base generation B, then the length and CRC-32C of
 // snap-<B> and of each journal from journal-<B> to journal-<G-1>) and no
 // message frames. A journal
 // starts with a header frame (type 4: generation, session id) followed by
 // commit frames (type 5), one per flush, each holding the records of every
-// change in that flush: an append (kind 1: revision, updated_at, messages) or
-// a metadata change (kind 2: revision, the whole metadata). Replaying checks
+// change in that flush: an append (kind 1: revision, updated_at, messages),
+// a metadata change (kind 2: revision, the whole metadata) or a compaction
+// (kind 5: revision, then the compaction as in the compactions frame; the
+// metadata's compaction field holds the latest one's range, never a
+// summary). Replaying checks
 // that revisions follow one another. An index file is a header frame (type 6:
 // epoch, entry count, namespace) and runs of Session protos (type 7). A
 // dirty file is a header frame (type 8: sequence number, epoch) and frames
@@ -71,7 +78,7 @@
 // kind 1, by the journal commit frame itself. Each flush is followed by an
 // end mark, 8 zero bytes, which the next flush overwrites. A batch's
 // records start one byte past an 8-byte boundary, so a journal frame inside
-// one is never read as a batch. Frame type 12 is not used.
+// one is never read as a batch. Frame types 12, 15 and 16 are not used.
 //
 // # Writes
 //

@@ -38,7 +38,11 @@ const (
 	_                byte = 12 // unused
 	typeSnapSegments byte = 13 // snapshot: the segments that hold its messages (see segList)
 	typeWALSegBatch  byte = 14 // WAL segment: its sequence number (8) and salt (8), then the records of one flush
-	typeLast              = typeWALSegBatch
+	_                byte = 15 // unused
+	_                byte = 16 // unused
+	// snapshot: uvarint count, then the session's compactions, oldest first (see appendCompaction)
+	typeSnapCompactions byte = 17
+	typeLast                 = typeSnapCompactions
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

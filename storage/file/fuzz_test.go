@@ -105,16 +105,16 @@ func FuzzJournalDamage(f *testing.F) {
 // a byte changed or cut short decodes to an error or to exactly its content.
 func FuzzDecodeSnapshot(f *testing.F) {
 	meta, ms := fuzzMeta(), fuzzMsgs()
-	snap := encodeSnapshot(7, meta, ms)
+	snap := encodeSnapshot(7, meta, ms, nil)
 	f.Add(snap, uint16(0), byte(0), uint16(0))
 	f.Add(snap, uint16(40), byte(4), uint16(0))
 	f.Add([]byte{}, uint16(0), byte(0), uint16(3))
 	f.Fuzz(func(t *testing.T, raw []byte, pos uint16, xor byte, cut uint16) {
-		_, _, _, _, _ = decodeSnapshot(raw) // must not panic
+		_, _, _, _, _, _ = decodeSnapshot(raw) // must not panic
 		data := append([]byte(nil), snap...)
 		data[int(pos)%len(data)] ^= xor
 		data = data[:len(data)-int(cut)%len(data)]
-		gen, m, _, got, err := decodeSnapshot(data)
+		gen, m, _, got, _, err := decodeSnapshot(data)
 		if err != nil {
 			return
 		}
@@ -177,7 +177,7 @@ func FuzzDecodeSegmentedSnapshot(f *testing.F) {
 		data := append([]byte(nil), snap...)
 		data[int(pos)%len(data)] ^= xor
 		data = data[:len(data)-int(cut)%len(data)]
-		gen, m, got, msgs, err := decodeSnapshot(data)
+		gen, m, got, msgs, _, err := decodeSnapshot(data)
 		if err != nil {
 			return
 		}

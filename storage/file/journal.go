@@ -281,7 +281,7 @@ func (s *Store) loadLocked(e *entry) error {
 		known = e.meta.Revision
 	}
 	s.mu.RUnlock()
-	meta, msgs, gen, segs, j, err := s.readSession(e.id, known)
+	meta, msgs, cs, gen, segs, j, err := s.readSession(e.id, known)
 	if err != nil {
 		if errors.Is(err, errCorrupt) {
 			err = damage(e.id, err)
@@ -302,7 +302,7 @@ func (s *Store) loadLocked(e *entry) error {
 		return err
 	}
 	e.j, e.gen, e.segs, e.ids = j, gen, segs, ids
-	e.view.Store(newView(meta, msgs))
+	e.view.Store(newView(meta, msgs, cs))
 	s.mu.RLock()
 	same := e.meta != nil && metaEqual(e.meta, meta)
 	s.mu.RUnlock()
@@ -361,9 +361,9 @@ func messageID(b []byte) (string, error) {
 // known is the revision the store last knew the session at (0 if none):
 // files that hold less lost acknowledged changes (a truncated journal looks
 // like a crash's torn tail on its own).
-func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte, uint64, *segList, *journal, error) {
-	fail := func(err error) (*storage.Session, [][]byte, uint64, *segList, *journal, error) {
-		return nil, nil, 0, nil, nil, err
+func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte, []storage.StoredCompaction, uint64, *segList, *journal, error) {
+	fail := func(err error) (*storage.Session, [][]byte, []storage.StoredCompaction, uint64, *segList, *journal, error) {
+		return nil, nil, nil, 0, nil, nil, err
 	}
 	dir := s.sessionDir(id)
 	data, err := os.ReadFile(filepath.Join(dir, snapshotName))
@@ -373,7 +373,7 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		}
 		return fail(err)
 	}
-	gen, meta, segs, msgs, err := decodeSnapshot(data)
+	gen, meta, segs, msgs, cs, err := decodeSnapshot(data)
 	if err != nil {
 		return fail(err)
 	}
@@ -392,7 +392,7 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		}
 	}
 	if segs != nil {
-		if msgs, err = readSegments(dir, id, gen, meta, segs, false); err != nil {
+		if msgs, cs, err = readSegments(dir, id, gen, meta, segs, false); err != nil {
 			return fail(err)
 		}
 	}
@@ -416,7 +416,7 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		return fail(err)
 	}
 	msgs = msgs[:len(msgs):len(msgs)]
-	meta, msgs, err = replay(meta, msgs, gen, id, jc, true)
+	meta, msgs, cs, err = replay(meta, msgs, cs, gen, id, jc, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -435,7 +435,7 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		}
 		j.alloc = j.tail
 	}
-	return meta, msgs, gen, segs, j, nil
+	return meta, msgs, cs, gen, segs, j, nil
 }
 
 // journalWrite appends one frame to the journal and makes it durable with
@@ -517,9 +517,9 @@ func (s *Store) syncJournal(j *journal) error {
 // segments. A crash anywhere leaves the old or the new state. A save or
 // rewind replaces the session's content, so it writes it whole; a fold
 // appends (foldLocked). Caller holds e.wmu and has loaded e.
-func (s *Store) rewriteLocked(e *entry, meta *storage.Session, msgs [][]byte) error {
+func (s *Store) rewriteLocked(e *entry, meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction) error {
 	old, segs := e.gen, e.segs
-	if err := s.newGeneration(e, encodeSnapshot(old+1, meta, msgs), nil); err != nil {
+	if err := s.newGeneration(e, encodeSnapshot(old+1, meta, msgs, cs), nil); err != nil {
 		return err
 	}
 	// The new snapshot holds everything. (A crash before the removals
@@ -576,7 +576,7 @@ func (s *Store) newGeneration(e *entry, snap []byte, segs *segList) error {
 
 // createFiles makes a new session folder atomically: built under a temp
 // name, fsynced, renamed into place, parent fsynced.
-func (s *Store) createFiles(meta *storage.Session, msgs [][]byte) (*journal, error) {
+func (s *Store) createFiles(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction) (*journal, error) {
 	root := filepath.Join(s.dir, "sessions")
 	tmp := filepath.Join(root, tmpPref+meta.ID+"-"+randSuffix())
 	if err := os.Mkdir(tmp, dirPerm); err != nil {
@@ -590,7 +590,7 @@ func (s *Store) createFiles(meta *storage.Session, msgs [][]byte) (*journal, err
 	if err := writeFileSync(&s.stats, filepath.Join(tmp, journalName(1)), head); err != nil {
 		return fail(err)
 	}
-	if err := writeFileSync(&s.stats, filepath.Join(tmp, snapshotName), encodeSnapshot(1, meta, msgs)); err != nil {
+	if err := writeFileSync(&s.stats, filepath.Join(tmp, snapshotName), encodeSnapshot(1, meta, msgs, cs)); err != nil {
 		return fail(err)
 	}
 	if err := syncDir(tmp); err != nil {

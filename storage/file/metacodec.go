@@ -21,6 +21,7 @@ const (
 	fSessSummary, fSessMetadata, fSessLabels, fSessPar   = 9, 10, 11, 12
 	fSessMessages, fSessOpenTools, fSessUsage, fSessMods = 13, 14, 15, 16
 	fSessExpire, fSessTitleDerived                       = 17, 18
+	fSessCompaction                                      = 20
 )
 
 // decodeMeta decodes an encoded sessiond.v1.Session (as marshalMeta
@@ -36,6 +37,7 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 		hasUsage, hasExpire      bool
 		tools, models            []string
 		parent                   *storage.ForkOrigin
+		compaction               *sessiondv1.Compaction
 		err                      error
 	)
 	werr := walkFields(b, func(num protowire.Number, typ protowire.Type, b []byte) int {
@@ -61,6 +63,21 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 			m.Metadata = map[string]string{}
 		} else if num == fSessLabels && m.Labels == nil {
 			m.Labels = map[string]string{}
+		}
+		if num == fSessCompaction && typ == protowire.BytesType {
+			// Rare (compacted sessions only): decoded as proto.Unmarshal
+			// would, merging repeated occurrences.
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return n
+			}
+			if compaction == nil {
+				compaction = &sessiondv1.Compaction{}
+			}
+			if (proto.UnmarshalOptions{Merge: true}).Unmarshal(v, compaction) != nil {
+				return -1
+			}
+			return n
 		}
 		if typ != protowire.BytesType || num < fSessID || num > fSessExpire || num == fSessRevision || num == fSessMsgs {
 			return 0
@@ -136,6 +153,9 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 	}
 	if hasExpire {
 		m.ExpireAfter = (&durationpb.Duration{Seconds: expire[0], Nanos: int32(expire[1])}).AsDuration()
+	}
+	if compaction != nil {
+		m.Compaction = compactionFromProto(compaction)
 	}
 	return m, nil
 }

@@ -45,6 +45,9 @@ func metaFromProto(p *sessiondv1.Session) *storage.Session {
 	if d := p.GetExpireAfter(); d != nil {
 		m.ExpireAfter = d.AsDuration()
 	}
+	if c := p.GetCompaction(); c != nil {
+		m.Compaction = compactionFromProto(c)
+	}
 	return m
 }
 
@@ -81,6 +84,10 @@ func randomMeta(r *rand.Rand) *storage.Session {
 	}
 	if r.IntN(2) == 0 {
 		m.ExpireAfter = time.Duration(r.Int64N(1 << 50))
+	}
+	if r.IntN(3) == 0 {
+		m.Compaction = &storage.Compaction{ThroughCount: r.Int64N(100), ThroughID: str(), Revision: r.Uint64(),
+			CreatedAt: time.Unix(r.Int64N(1<<34), r.Int64N(1e9)).UTC(), SummaryID: str()}
 	}
 	return m
 }

@@ -92,7 +92,7 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 		return nil, err
 	}
 	defer s.writes.Done()
-	return s.create(ctx, meta, enc, &createRetry{req, msgs}, req.ID != "")
+	return s.create(ctx, meta, enc, nil, &createRetry{req, msgs}, req.ID != "")
 }
 
 // createRetry is a create with a client-chosen id, to compare with the
@@ -108,7 +108,7 @@ type createRetry struct {
 // With fixedID, meta.ID is the caller's and a taken id is ErrAlreadyExists
 // (or, when retry is set and matches, the existing session); otherwise a
 // fresh UUIDv7 is drawn.
-func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte, retry *createRetry, fixedID bool) (*storage.Session, error) {
+func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte, cs []storage.StoredCompaction, retry *createRetry, fixedID bool) (*storage.Session, error) {
 	ids, err := indexIDs(enc)
 	if err != nil {
 		return nil, fmt.Errorf("file: create session: %w", err)
@@ -157,7 +157,7 @@ func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte,
 		}
 		s.mu.Unlock()
 
-		j, err := s.createFiles(meta, enc)
+		j, err := s.createFiles(meta, enc, cs)
 		if err != nil {
 			s.mu.Lock()
 			e.gone = true
@@ -170,7 +170,7 @@ func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte,
 			return nil, fmt.Errorf("file: create session %s: %w", meta.ID, err)
 		}
 		e.j, e.gen, e.ids = j, 1, ids
-		e.view.Store(newView(meta, enc[:len(enc):len(enc)]))
+		e.view.Store(newView(meta, enc[:len(enc):len(enc)], cs))
 		s.setMeta(e, meta)
 		s.touch(e)
 		s.unlock(e)
@@ -266,11 +266,11 @@ func (s *Store) withLoaded(ref storage.Ref, fn func(e *entry, v *view) error) er
 // replaceWrite records e as changed, makes m and msgs its new state, and
 // tells watchers. what names the operation for errors. Caller holds e.wmu
 // and has loaded e.
-func (s *Store) replaceWrite(e *entry, what string, m *storage.Session, msgs [][]byte) error {
+func (s *Store) replaceWrite(e *entry, what string, m *storage.Session, msgs [][]byte, cs []storage.StoredCompaction) error {
 	if err := s.beginWrite(e, dirtyWrite); err != nil {
 		return fmt.Errorf("file: %s session %s: %w", what, e.id, err)
 	}
-	if err := s.replaceLocked(e, m, msgs); err != nil {
+	if err := s.replaceLocked(e, m, msgs, cs); err != nil {
 		return fmt.Errorf("file: %s session %s: %w", what, e.id, err)
 	}
 	s.broker.Publish(e.id, storage.Event{Type: storage.EventReplaced, Revision: m.Revision, Session: cloneMeta(m)})
@@ -283,14 +283,14 @@ func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOpti
 	if err != nil {
 		return nil, nil, err
 	}
-	from, to := opts.Window(int64(len(v.msgs)))
-	out := make([]*sessiondv1.Message, 0, to-from)
-	for _, b := range v.msgs[from:to] {
-		m, err := unmarshalMessage(v.meta.ID, b)
-		if err != nil {
-			return nil, nil, err
-		}
+	summary, from, to := v.bounds(opts)
+	out := make([]*sessiondv1.Message, 0, to-from+int64(len(summary)))
+	err = v.window(opts, func(m *sessiondv1.Message) error {
 		out = append(out, m)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	return cloneMeta(v.meta), out, nil
 }
@@ -308,7 +308,39 @@ func (s *Store) LoadStream(ctx context.Context, ref storage.Ref, opts storage.Lo
 	if err := start(cloneMeta(v.meta)); err != nil {
 		return err
 	}
-	from, to := opts.Window(int64(len(v.msgs)))
+	return v.window(opts, each)
+}
+
+// bounds returns the encoded summary that starts the window opts selects
+// (nil if none) and the range of v.msgs that follows.
+func (v *view) bounds(opts storage.LoadOptions) (summary []byte, from, to int64) {
+	n := int64(len(v.msgs))
+	if opts.View != storage.ViewContext || len(v.cs) == 0 {
+		from, to = opts.Window(n)
+		return nil, from, to
+	}
+	latest := v.cs[len(v.cs)-1]
+	withSummary, from, to := opts.ContextWindow(n, latest.ThroughCount)
+	if withSummary {
+		summary = latest.Summary
+	}
+	return summary, from, to
+}
+
+// window calls each with the messages of v that opts selects, in order,
+// decoding one at a time: in the context view, the latest compaction's
+// summary first when the window starts there.
+func (v *view) window(opts storage.LoadOptions, each func(*sessiondv1.Message) error) error {
+	summary, from, to := v.bounds(opts)
+	if summary != nil {
+		m, err := unmarshalMessage(v.meta.ID, summary)
+		if err != nil {
+			return err
+		}
+		if err := each(m); err != nil {
+			return err
+		}
+	}
 	for _, b := range v.msgs[from:to] {
 		m, err := unmarshalMessage(v.meta.ID, b)
 		if err != nil {
@@ -459,7 +491,8 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 			m := cloneMeta(v.meta)
 			m.Title, m.TitleDerived, m.Summary, m.Metadata, m.Tally = req.Title, req.TitleDerived, req.Summary, maps.Clone(req.Metadata), msgs.Tally
 			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(enc)), m.Revision+1, now(v.meta.UpdatedAt)
-			if err := s.replaceWrite(e, "save", m, enc); err != nil {
+			m.Compaction = nil // the compactions' ranges went with the messages
+			if err := s.replaceWrite(e, "save", m, enc, nil); err != nil {
 				return err
 			}
 			out = cloneMeta(m)
@@ -480,7 +513,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 		if req.ExpectedRevision != 0 {
 			return nil, fmt.Errorf("save with expected revision %d creates nothing: %w", req.ExpectedRevision, storage.ErrConflict)
 		}
-		out, err = s.create(ctx, meta, enc, nil, ref.ID != "")
+		out, err = s.create(ctx, meta, enc, nil, nil, ref.ID != "")
 		if err == nil {
 			return out, nil
 		}
@@ -495,9 +528,9 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 
 // replaceLocked writes a whole new state (save, rewind, fold) and publishes
 // it to readers. Caller holds e.wmu and has loaded e.
-func (s *Store) replaceLocked(e *entry, m *storage.Session, msgs [][]byte) error {
+func (s *Store) replaceLocked(e *entry, m *storage.Session, msgs [][]byte, cs []storage.StoredCompaction) error {
 	msgs = msgs[:len(msgs):len(msgs)] // later appends must not write into a reader's array
-	if err := s.rewriteLocked(e, m, msgs); err != nil {
+	if err := s.rewriteLocked(e, m, msgs, cs); err != nil {
 		return err
 	}
 	ids, err := indexIDs(msgs)
@@ -505,7 +538,7 @@ func (s *Store) replaceLocked(e *entry, m *storage.Session, msgs [][]byte) error
 		return damage(e.id, err)
 	}
 	e.ids = ids
-	e.view.Store(newView(m, msgs))
+	e.view.Store(newView(m, msgs, cs))
 	s.setMeta(e, m)
 	s.touch(e)
 	return nil
@@ -672,7 +705,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	}
 	maps.Copy(e.ids, added)
 	final := meta
-	e.view.Store(&view{meta: &final, msgs: msgs, size: v.size + msgsSize(msgs[len(v.msgs):])})
+	e.view.Store(&view{meta: &final, msgs: msgs, size: v.size + msgsSize(msgs[len(v.msgs):]), cs: v.cs})
 	s.setMeta(e, &final)
 	for _, c := range changes {
 		m := c.meta
@@ -712,7 +745,7 @@ func (s *Store) maybeFold(e *entry) {
 	v := e.view.Load()
 	fold := func() error { return s.foldLocked(e, v.meta) }
 	if e.segs != nil && e.segs.bytes()+e.j.tail > 2*v.size+s.opts.foldBytes {
-		fold = func() error { return s.replaceLocked(e, v.meta, v.msgs) }
+		fold = func() error { return s.replaceLocked(e, v.meta, v.msgs, v.cs) }
 	}
 	if err := fold(); err != nil {
 		// The journal still holds everything; folding is only an optimisation.
@@ -768,7 +801,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 			unreserve()
 			return fmt.Errorf("file: update session %s: %w", e.id, err)
 		}
-		e.view.Store(&view{meta: m, msgs: v.msgs, size: v.size})
+		e.view.Store(&view{meta: m, msgs: v.msgs, size: v.size, cs: v.cs})
 		s.setMeta(e, m)
 		s.broker.Publish(e.id, storage.Event{Type: storage.EventUpdated, Revision: m.Revision, Session: cloneMeta(m)})
 		out = cloneMeta(m)
@@ -863,8 +896,10 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 	if req.Title != "" {
 		m.Title, m.TitleDerived = req.Title, false
 	}
+	cs := storage.KeepCompactions(v.cs, n)
+	m.Compaction = storage.LatestCompaction(cs)
 	msgs := append([][]byte(nil), v.msgs[:n]...)
-	return s.create(ctx, m, msgs, nil, false)
+	return s.create(ctx, m, msgs, cs, nil, false)
 }
 
 // Rewind keeps a session's first messages.
@@ -892,7 +927,9 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		m := cloneMeta(v.meta)
 		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, m.Revision+1, now(v.meta.UpdatedAt)
 		m.Tally = tally
-		if err := s.replaceWrite(e, "rewind", m, v.msgs[:req.MessageCount]); err != nil {
+		cs := storage.KeepCompactions(v.cs, req.MessageCount)
+		m.Compaction = storage.LatestCompaction(cs)
+		if err := s.replaceWrite(e, "rewind", m, v.msgs[:req.MessageCount], cs); err != nil {
 			return err
 		}
 		out = cloneMeta(m)

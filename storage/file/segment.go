@@ -180,16 +180,16 @@ func (e *segmentError) Unwrap() error { return e.err }
 // the snapshot's metadata; verify checks the segments' checksums too (see
 // readSegment). The message slices alias the files' data. An error about
 // one file is a *segmentError.
-func readSegments(dir, id string, gen uint64, meta *storage.Session, l *segList, verify bool) ([][]byte, error) {
-	fail := func(name string, err error) ([][]byte, error) {
-		return nil, &segmentError{name: name, err: err}
+func readSegments(dir, id string, gen uint64, meta *storage.Session, l *segList, verify bool) ([][]byte, []storage.StoredCompaction, error) {
+	fail := func(name string, err error) ([][]byte, []storage.StoredCompaction, error) {
+		return nil, nil, &segmentError{name: name, err: err}
 	}
 	name := snapName(l.base)
 	data, err := readSegment(filepath.Join(dir, name), l.baseRef, verify)
 	if err != nil {
 		return fail(name, err)
 	}
-	bgen, m, inner, msgs, err := decodeSnapshot(data)
+	bgen, m, inner, msgs, cs, err := decodeSnapshot(data)
 	switch {
 	case err != nil:
 		return fail(name, err)
@@ -211,17 +211,18 @@ func readSegments(dir, id string, gen uint64, meta *storage.Session, l *segList,
 		if err == nil {
 			// The header holds the tallies: counting them again per segment
 			// would decode every message of the session.
-			m, msgs, err = replayWith(m, msgs, g, id, jc, true, false)
+			m, msgs, cs, err = replayWith(m, msgs, cs, g, id, jc, true, false)
 		}
 		if err != nil {
 			return fail(name, err)
 		}
 	}
-	if m.Revision != meta.Revision || m.MessageCount != meta.MessageCount || int64(len(msgs)) != meta.MessageCount {
+	if m.Revision != meta.Revision || m.MessageCount != meta.MessageCount || int64(len(msgs)) != meta.MessageCount ||
+		!sameCompaction(storage.LatestCompaction(cs), meta.Compaction) {
 		return fail(snapshotName, fmt.Errorf("segments end at revision %d with %d messages, the snapshot of generation %d says revision %d with %d: %w",
 			m.Revision, len(msgs), gen, meta.Revision, meta.MessageCount, errCorrupt))
 	}
-	return msgs, nil
+	return msgs, cs, nil
 }
 
 // sessionFileKept reports whether name, a file in the folder of a session

@@ -181,10 +181,13 @@ type view struct {
 	meta *storage.Session
 	msgs [][]byte // protobuf-encoded messages
 	size int64    // msgsSize(msgs): kept so that touch costs no walk over msgs
+	// cs are the session's compactions, oldest first (meta.Compaction is
+	// the last's range); never modified in place.
+	cs []storage.StoredCompaction
 }
 
-func newView(meta *storage.Session, msgs [][]byte) *view {
-	return &view{meta: meta, msgs: msgs, size: msgsSize(msgs)}
+func newView(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction) *view {
+	return &view{meta: meta, msgs: msgs, size: msgsSize(msgs), cs: cs}
 }
 
 // msgsSize is what msgs count against the cache budget.
@@ -587,29 +590,29 @@ func scanSession(dir, id string, buf *[]byte) (*storage.Session, error) {
 	if err != nil {
 		return meta, err
 	}
-	m, _, err := replay(meta, nil, gen, id, jc, false)
+	m, _, _, err := replay(meta, nil, nil, gen, id, jc, false)
 	if err != nil {
 		return meta, err
 	}
 	return m, nil
 }
 
-// replay applies a journal to a snapshot's state. With msgs false it only
-// tracks metadata.
-func replay(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *journalContent, withMsgs bool) (*storage.Session, [][]byte, error) {
-	return replayWith(meta, msgs, gen, id, jc, withMsgs, true)
+// replay applies a journal to a snapshot's state. With withMsgs false it
+// only tracks metadata (and returns no messages or compactions).
+func replay(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction, gen uint64, id string, jc *journalContent, withMsgs bool) (*storage.Session, [][]byte, []storage.StoredCompaction, error) {
+	return replayWith(meta, msgs, cs, gen, id, jc, withMsgs, true)
 }
 
 // replayWith is replay, keeping the tallies only if tally is set (the
 // others then stay as in meta).
-func replayWith(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc *journalContent, withMsgs, tally bool) (*storage.Session, [][]byte, error) {
+func replayWith(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction, gen uint64, id string, jc *journalContent, withMsgs, tally bool) (*storage.Session, [][]byte, []storage.StoredCompaction, error) {
 	if jc.gen != gen || jc.id != id {
-		return nil, nil, fmt.Errorf("journal is for generation %d of %s, snapshot is generation %d of %s: %w", jc.gen, jc.id, gen, id, errCorrupt)
+		return nil, nil, nil, fmt.Errorf("journal is for generation %d of %s, snapshot is generation %d of %s: %w", jc.gen, jc.id, gen, id, errCorrupt)
 	}
 	m := *meta
 	for _, rec := range jc.records {
 		if rec.rev != m.Revision+1 {
-			return nil, nil, fmt.Errorf("journal record has revision %d after %d: %w", rec.rev, m.Revision, errCorrupt)
+			return nil, nil, nil, fmt.Errorf("journal record has revision %d after %d: %w", rec.rev, m.Revision, errCorrupt)
 		}
 		switch rec.kind {
 		case recAppend:
@@ -617,7 +620,7 @@ func replayWith(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc 
 			m.MessageCount += int64(len(rec.msgs))
 			if tally {
 				if err := addStored(&m, rec.msgs); err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 			}
 			if withMsgs {
@@ -625,12 +628,23 @@ func replayWith(meta *storage.Session, msgs [][]byte, gen uint64, id string, jc 
 			}
 		case recMeta:
 			if rec.meta.ID != id || rec.meta.Revision != rec.rev || rec.meta.MessageCount != m.MessageCount {
-				return nil, nil, fmt.Errorf("journal metadata record does not fit the session: %w", errCorrupt)
+				return nil, nil, nil, fmt.Errorf("journal metadata record does not fit the session: %w", errCorrupt)
 			}
 			m = *rec.meta
+		case recCompact:
+			c := rec.compaction
+			if c.ThroughCount > m.MessageCount {
+				return nil, nil, nil, fmt.Errorf("journal compaction record covers %d of %d messages: %w", c.ThroughCount, m.MessageCount, errCorrupt)
+			}
+			m.Revision, m.UpdatedAt = rec.rev, rec.updatedAt
+			latest := c.Compaction
+			m.Compaction = &latest
+			if withMsgs {
+				cs = append(cs[:len(cs):len(cs)], *c)
+			}
 		}
 	}
-	return &m, msgs, nil
+	return &m, msgs, cs, nil
 }
 
 // Close waits for writes in progress, ends every subscription, writes a

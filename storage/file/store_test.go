@@ -913,7 +913,7 @@ func snapshotGen(t *testing.T, dir, id string) (uint64, *segList) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen, _, segs, _, err := decodeSnapshot(data)
+	gen, _, segs, _, _, err := decodeSnapshot(data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,10 +31,10 @@ func TestTallyOfOldMetadata(t *testing.T) {
 	path := filepath.Join(dir, "sessions", se.ID, snapshotName)
 	data, err := os.ReadFile(path)
 	must(t, err)
-	gen, meta, _, msgs, err := decodeSnapshot(data)
+	gen, meta, _, msgs, cs, err := decodeSnapshot(data)
 	must(t, err)
 	meta.Tally = storage.Tally{Unknown: true}
-	must(t, os.WriteFile(path, encodeSnapshot(gen, meta, msgs), 0o600))
+	must(t, os.WriteFile(path, encodeSnapshot(gen, meta, msgs, cs), 0o600))
 	must(t, os.RemoveAll(filepath.Join(dir, "index")))
 
 	s = open(t, dir)

@@ -595,6 +595,10 @@ func (s *Store) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOpti
 		if out, err = getSession(ctx, tx, ref, ""); err != nil {
 			return err
 		}
+		if opts.View == storage.ViewContext && out.Compaction != nil {
+			msgs, err = loadContext(ctx, tx, out, opts)
+			return err
+		}
 		from, limit := opts.Offset, opts.Limit
 		if opts.Tail && limit > 0 {
 			from = max(0, out.MessageCount-limit)
@@ -659,6 +663,11 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, m.ID); err != nil {
 				return err
 			}
+			// The compactions' ranges went with the messages.
+			if _, err := tx.Exec(ctx, `DELETE FROM compactions WHERE session_id = $1`, m.ID); err != nil {
+				return err
+			}
+			m.Compaction = nil
 			if err := insertMessages(ctx, tx, m.ID, 0, msgs.Prepared, msgs.Encoded); err != nil {
 				return err
 			}
@@ -993,9 +1002,20 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 		if req.Title != "" {
 			m.Title, m.TitleDerived = req.Title, false
 		}
+		if src.Compaction != nil {
+			if m.Compaction, err = latestCompaction(ctx, tx, src.ID, n); err != nil {
+				return err
+			}
+		}
 		out, err = s.insertNew(ctx, tx, m, func() error {
 			_, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search)
 				SELECT $1, pos, msg_id, body, search FROM messages WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
+			if err != nil || m.Compaction == nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO compactions (session_id, seq, revision, through_count, through_id, created_ns, summary_id, summary)
+				SELECT $1, seq, revision, through_count, through_id, created_ns, summary_id, summary FROM compactions
+				WHERE session_id = $2 AND through_count <= $3`, m.ID, src.ID, n)
 			return err
 		})
 		return err
@@ -1034,6 +1054,24 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		m := clone(cur)
 		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, cur.Revision+1, now(cur.UpdatedAt)
 		m.Tally = storage.Recount(kept)
+		if cur.Compaction != nil {
+			// The compactions reaching past the kept messages go, the
+			// latest's or earlier ones'.
+			if _, err := tx.Exec(ctx, `DELETE FROM compactions WHERE session_id = $1 AND through_count > $2`, cur.ID, req.MessageCount); err != nil {
+				return err
+			}
+		}
+		if cur.Compaction != nil && cur.Compaction.ThroughCount > req.MessageCount {
+			// The latest of the others, if any, is the session's now.
+			if m.Compaction, err = latestCompaction(ctx, tx, cur.ID, req.MessageCount); err != nil {
+				return err
+			}
+			if err := updateSession(ctx, tx, m); err != nil {
+				return err
+			}
+			out = clone(m)
+			return addEvent(ctx, tx, storage.EventReplaced, m)
+		}
 		bump, err := bumpArgs(m)
 		if err != nil {
 			return err

@@ -270,7 +270,17 @@ func uniqueViolation(err error, constraint string) bool {
 // and its keys and values, the label pair count and its keys and values,
 // and, if the session is a fork, its parent's id with the parent's message
 // count as a uvarint.
-const metaFormat = 1
+//
+// Format 2, written only for a session with a compaction so that a daemon
+// that knows format 1 only still reads every other session, is format 1
+// with a presence byte (bit 0: parent, bit 1: compaction) after the label
+// pairs, then the parent as in format 1 if present, then the latest
+// compaction's range: through count, through id, revision, created_at in
+// Unix nanoseconds and summary id (counts as uvarints, ids as strings).
+const (
+	metaFormat           = 1
+	metaFormatCompaction = 2
+)
 
 func encodeMeta(m *storage.Session) ([]byte, error) {
 	n := 16 + len(m.Title) + len(m.Summary)
@@ -282,6 +292,10 @@ func encodeMeta(m *storage.Session) ([]byte, error) {
 	}
 	b := make([]byte, 1, n)
 	b[0] = metaFormat
+	c := m.Compaction
+	if c != nil {
+		b[0] = metaFormatCompaction
+	}
 	str := func(v string) { b = append(binary.AppendUvarint(b, uint64(len(v))), v...) }
 	str(m.Title)
 	str(m.Summary)
@@ -292,18 +306,33 @@ func encodeMeta(m *storage.Session) ([]byte, error) {
 			str(v)
 		}
 	}
+	if c != nil {
+		var present byte = 2
+		if m.Parent != nil {
+			present |= 1
+		}
+		b = append(b, present)
+	}
 	if m.Parent != nil {
 		str(m.Parent.SessionID)
 		b = binary.AppendUvarint(b, uint64(m.Parent.MessageCount))
+	}
+	if c != nil {
+		b = binary.AppendUvarint(b, uint64(c.ThroughCount))
+		str(c.ThroughID)
+		b = binary.AppendUvarint(b, c.Revision)
+		b = binary.AppendUvarint(b, uint64(c.CreatedAt.UnixNano()))
+		str(c.SummaryID)
 	}
 	return b, nil
 }
 
 // decodeMeta fills m's fields from encodeMeta's bytes.
 func decodeMeta(b []byte, m *storage.Session) error {
-	if len(b) == 0 || b[0] != metaFormat {
+	if len(b) == 0 || b[0] != metaFormat && b[0] != metaFormatCompaction {
 		return errors.New("unknown metadata format")
 	}
+	format := b[0]
 	b = b[1:]
 	bad := false
 	uv := func() uint64 {
@@ -339,10 +368,25 @@ func decodeMeta(b []byte, m *storage.Session) error {
 	}
 	m.Title, m.Summary = str(), str()
 	m.Metadata, m.Labels = pairs(), pairs()
-	if len(b) > 0 && !bad {
+	parent := len(b) > 0
+	var present byte
+	if format == metaFormatCompaction && !bad && len(b) > 0 {
+		present, b = b[0], b[1:]
+		parent = present&1 != 0
+	}
+	if parent && !bad {
 		p := &storage.ForkOrigin{SessionID: str()}
 		p.MessageCount = int64(uv())
 		m.Parent = p
+	}
+	if present&2 != 0 && !bad {
+		c := &storage.Compaction{ThroughCount: int64(uv()), ThroughID: str()}
+		c.Revision = uv()
+		c.CreatedAt = time.Unix(0, int64(uv())).UTC()
+		c.SummaryID = str()
+		m.Compaction = c
+	} else if format == metaFormatCompaction {
+		bad = true
 	}
 	if bad || len(b) > 0 {
 		return errors.New("truncated or trailing bytes")

@@ -70,8 +70,14 @@ type memStore struct {
 }
 
 type memSession struct {
-	meta storage.Session
-	msgs []*sessiondv1.Message
+	meta        storage.Session
+	msgs        []*sessiondv1.Message
+	compactions []storage.StoredCompaction // oldest first; meta.Compaction is the last's range
+}
+
+func (se *memSession) setCompactions(cs []storage.StoredCompaction) {
+	se.compactions = cs
+	se.meta.Compaction = storage.LatestCompaction(cs)
 }
 
 var _ storage.Driver = (*memStore)(nil)
@@ -229,8 +235,21 @@ func (s *memStore) Load(_ context.Context, ref storage.Ref, opts storage.LoadOpt
 		if err != nil {
 			return err
 		}
-		from, to := opts.Window(int64(len(se.msgs)))
-		out, ms = copyMeta(&se.meta), cloneMsgs(se.msgs[from:to])
+		out = copyMeta(&se.meta)
+		if opts.View != storage.ViewContext || se.meta.Compaction == nil {
+			from, to := opts.Window(int64(len(se.msgs)))
+			ms = cloneMsgs(se.msgs[from:to])
+			return nil
+		}
+		summary, from, to := opts.ContextWindow(int64(len(se.msgs)), se.meta.Compaction.ThroughCount)
+		if summary {
+			m := new(sessiondv1.Message)
+			if err := proto.Unmarshal(se.compactions[len(se.compactions)-1].Summary, m); err != nil {
+				return err
+			}
+			ms = append(ms, m)
+		}
+		ms = append(ms, cloneMsgs(se.msgs[from:to])...)
 		return nil
 	})
 	return out, ms, err
@@ -326,6 +345,7 @@ func (s *memStore) Save(_ context.Context, req storage.SaveRequest, msgs storage
 		}
 		se.meta.Title, se.meta.TitleDerived, se.meta.Summary, se.meta.Metadata, se.msgs = req.Title, req.TitleDerived, req.Summary, maps.Clone(req.Metadata), msgs.Prepared
 		se.meta.Tally = msgs.Tally
+		se.setCompactions(nil)
 		s.bump(se, storage.EventReplaced, nil)
 		out = copyMeta(&se.meta)
 		return nil
@@ -438,6 +458,7 @@ func (s *memStore) Fork(_ context.Context, req storage.ForkRequest) (*storage.Se
 			Parent: &storage.ForkOrigin{SessionID: src.meta.ID, MessageCount: n},
 			Tally:  storage.Recount(src.msgs[:n]), ExpireAfter: src.meta.ExpireAfter,
 		}}
+		se.setCompactions(storage.KeepCompactions(src.compactions, n))
 		s.sessions[se.meta.ID] = se
 		s.setAlias(se, req.Alias)
 		out = copyMeta(&se.meta)
@@ -465,6 +486,7 @@ func (s *memStore) Rewind(_ context.Context, req storage.RewindRequest) (*storag
 		}
 		se.msgs = se.msgs[:req.MessageCount:req.MessageCount]
 		se.meta.Tally = storage.Recount(se.msgs)
+		se.setCompactions(storage.KeepCompactions(se.compactions, req.MessageCount))
 		s.bump(se, storage.EventReplaced, nil)
 		out = copyMeta(&se.meta)
 		return nil
@@ -554,4 +576,37 @@ func (s *memStore) Close() error {
 	s.open = slices.DeleteFunc(s.open, func(o *memStore) bool { return o == s })
 	s.broker.Close()
 	return nil
+}
+
+func (s *memStore) Compact(_ context.Context, req storage.CompactRequest, summary storage.Messages) (*storage.Session, error) {
+	var out *storage.Session
+	err := s.locked(func() error {
+		se, err := s.find(req.Ref)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(se.msgs, func(m *sessiondv1.Message) bool { return m.GetId() == req.ThroughMessageID })
+		if i < 0 {
+			return storage.ThroughNotFound(se.meta.ID, req.ThroughMessageID)
+		}
+		noop, err := storage.CheckCompact(&se.meta, req, int64(i), func() (*sessiondv1.Message, error) {
+			m := new(sessiondv1.Message)
+			return m, proto.Unmarshal(se.compactions[len(se.compactions)-1].Summary, m)
+		}, se.msgs[i+1:])
+		if err != nil {
+			return err
+		}
+		if !noop {
+			now := s.now()
+			c := storage.StoredCompaction{Compaction: storage.Compaction{
+				ThroughCount: int64(i) + 1, ThroughID: req.ThroughMessageID, Revision: se.meta.Revision + 1,
+				CreatedAt: now, SummaryID: summary.Prepared[0].GetId(),
+			}, Summary: summary.Encoded[0]}
+			se.setCompactions(append(se.compactions[:len(se.compactions):len(se.compactions)], c))
+			s.bump(se, storage.EventCompacted, nil)
+		}
+		out = copyMeta(&se.meta)
+		return nil
+	})
+	return out, err
 }

@@ -103,6 +103,7 @@ func RunConformance(t *testing.T, h Harness) {
 		{"Reopen", testReopen},
 		{"SecondOpen", testSecondOpen},
 		{"Simulation", testSimulation},
+		{"Compact", testCompact},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
@@ -199,6 +200,9 @@ func checkInvariants(t *testing.T, s *storage.Store) {
 			}
 			if int64(len(msgs)) != loaded.MessageCount {
 				t.Errorf("invariants: session %s has MessageCount %d but Load returned %d messages", se.ID, loaded.MessageCount, len(msgs))
+			}
+			if _, view, err := s.Load(ctx, ref, storage.LoadOptions{View: storage.ViewContext}); err != nil || int64(len(view)) != loaded.ContextMessageCount() {
+				t.Errorf("invariants: session %s has ContextMessageCount %d but its context view holds %d messages (%v)", se.ID, loaded.ContextMessageCount(), len(view), err)
 			}
 			if want := storage.Recount(msgs); !loaded.Unknown && !storage.SameTally(loaded.Tally, want) {
 				t.Errorf("invariants: session %s has tally %+v, but its messages say %+v", se.ID, loaded.Tally, want)

@@ -115,6 +115,9 @@ const (
 	EventType_EVENT_TYPE_UPDATED EventType = 3
 	// The session was deleted; the last event of a stream.
 	EventType_EVENT_TYPE_DELETED EventType = 4
+	// A compaction was stored (CompactSession): the messages are unchanged,
+	// the context view now starts with the new summary.
+	EventType_EVENT_TYPE_COMPACTED EventType = 8
 )
 
 // Enum value maps for EventType.
@@ -125,6 +128,7 @@ var (
 		2: "EVENT_TYPE_REPLACED",
 		3: "EVENT_TYPE_UPDATED",
 		4: "EVENT_TYPE_DELETED",
+		8: "EVENT_TYPE_COMPACTED",
 	}
 	EventType_value = map[string]int32{
 		"EVENT_TYPE_UNSPECIFIED": 0,
@@ -132,6 +136,7 @@ var (
 		"EVENT_TYPE_REPLACED":    2,
 		"EVENT_TYPE_UPDATED":     3,
 		"EVENT_TYPE_DELETED":     4,
+		"EVENT_TYPE_COMPACTED":   8,
 	}
 )
 
@@ -160,6 +165,60 @@ func (x EventType) Number() protoreflect.EnumNumber {
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{1}
+}
+
+// Which messages LoadSession sends.
+type LoadView int32
+
+const (
+	// The same as LOAD_VIEW_FULL.
+	LoadView_LOAD_VIEW_UNSPECIFIED LoadView = 0
+	// Every stored message.
+	LoadView_LOAD_VIEW_FULL LoadView = 1
+	// What to send a model: the latest compaction's summary, then the
+	// messages after its range; every message when there is no compaction.
+	LoadView_LOAD_VIEW_CONTEXT LoadView = 2
+)
+
+// Enum value maps for LoadView.
+var (
+	LoadView_name = map[int32]string{
+		0: "LOAD_VIEW_UNSPECIFIED",
+		1: "LOAD_VIEW_FULL",
+		2: "LOAD_VIEW_CONTEXT",
+	}
+	LoadView_value = map[string]int32{
+		"LOAD_VIEW_UNSPECIFIED": 0,
+		"LOAD_VIEW_FULL":        1,
+		"LOAD_VIEW_CONTEXT":     2,
+	}
+)
+
+func (x LoadView) Enum() *LoadView {
+	p := new(LoadView)
+	*p = x
+	return p
+}
+
+func (x LoadView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LoadView) Descriptor() protoreflect.EnumDescriptor {
+	return file_sessiond_v1_sessiond_proto_enumTypes[2].Descriptor()
+}
+
+func (LoadView) Type() protoreflect.EnumType {
+	return &file_sessiond_v1_sessiond_proto_enumTypes[2]
+}
+
+func (x LoadView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LoadView.Descriptor instead.
+func (LoadView) EnumDescriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{2}
 }
 
 // ToolCall is a request by the assistant to run a tool.
@@ -763,7 +822,13 @@ type Session struct {
 	// part, cut at a word boundary). A title given by a create, save or
 	// update replaces it; an update that clears the title leaves the session
 	// untitled until its next user message.
-	TitleDerived  bool `protobuf:"varint,18,opt,name=title_derived,json=titleDerived,proto3" json:"title_derived,omitempty"`
+	TitleDerived bool `protobuf:"varint,18,opt,name=title_derived,json=titleDerived,proto3" json:"title_derived,omitempty"`
+	// How many messages LoadSession's LOAD_VIEW_CONTEXT holds: message_count
+	// when the session has no compaction, else 1 (the latest compaction's
+	// summary) plus the messages after its range.
+	ContextMessageCount int64 `protobuf:"varint,19,opt,name=context_message_count,json=contextMessageCount,proto3" json:"context_message_count,omitempty"`
+	// The latest compaction's range; unset when the session has none.
+	Compaction    *Compaction `protobuf:"bytes,20,opt,name=compaction,proto3" json:"compaction,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -922,6 +987,20 @@ func (x *Session) GetTitleDerived() bool {
 		return x.TitleDerived
 	}
 	return false
+}
+
+func (x *Session) GetContextMessageCount() int64 {
+	if x != nil {
+		return x.ContextMessageCount
+	}
+	return 0
+}
+
+func (x *Session) GetCompaction() *Compaction {
+	if x != nil {
+		return x.Compaction
+	}
+	return nil
 }
 
 // SessionRef names one session, by id or by alias, within a namespace.
@@ -1434,8 +1513,13 @@ type LoadSessionRequest struct {
 	// was interrupted, so that the history is one a model API accepts. Nothing
 	// is stored; the synthetic results are not counted in message_count.
 	CloseOpenToolCalls bool `protobuf:"varint,5,opt,name=close_open_tool_calls,json=closeOpenToolCalls,proto3" json:"close_open_tool_calls,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Which messages to send: LOAD_VIEW_FULL (the default) every stored
+	// message, LOAD_VIEW_CONTEXT what to send a model (the latest
+	// compaction's summary, then the messages after its range). offset,
+	// limit and tail count within the chosen view.
+	View          LoadView `protobuf:"varint,6,opt,name=view,proto3,enum=sessiond.v1.LoadView" json:"view,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LoadSessionRequest) Reset() {
@@ -1501,6 +1585,13 @@ func (x *LoadSessionRequest) GetCloseOpenToolCalls() bool {
 		return x.CloseOpenToolCalls
 	}
 	return false
+}
+
+func (x *LoadSessionRequest) GetView() LoadView {
+	if x != nil {
+		return x.View
+	}
+	return LoadView_LOAD_VIEW_UNSPECIFIED
 }
 
 // One frame of LoadSession. The first frame carries the session (metadata
@@ -3149,6 +3240,224 @@ func (x *AppendStatus) GetDetails() []*anypb.Any {
 	return nil
 }
 
+// The request of CompactSession. A compaction is a record over a range of
+// the session's messages, never a rewrite: LoadSession with
+// LOAD_VIEW_CONTEXT sends the latest compaction's summary followed by the
+// messages after its range, while LOAD_VIEW_FULL, search, usage totals and
+// export keep seeing every message. A later compaction replaces an earlier
+// one in the context view, whatever their ranges. ForkSession keeps the
+// compactions whose range lies within the copied messages; RewindSession
+// removes those whose range reaches past the kept messages; SaveSession,
+// which replaces every message, removes them all.
+type CompactSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which session.
+	Ref *SessionRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// The id of the last message the summary stands for. The range may not
+	// separate a tool call from its result: every tool call made in the range
+	// must be answered in the range, else INVALID_ARGUMENT naming this field.
+	ThroughMessageId string `protobuf:"bytes,2,opt,name=through_message_id,json=throughMessageId,proto3" json:"through_message_id,omitempty"`
+	// The summary, sent in the range's place: typically a system or user
+	// message holding the summary text, or a provider's opaque compaction
+	// item as a part. Checked like an appended message (role required, within
+	// max_message_bytes); id and created_at are filled in when unset. It may
+	// not be a ROLE_TOOL message with a tool_call_id, nor make tool calls.
+	Summary *Message `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	// If non-zero, the session's revision must equal it (else ABORTED), so a
+	// summary computed from a stale read never hides messages written since.
+	ExpectedRevision uint64 `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CompactSessionRequest) Reset() {
+	*x = CompactSessionRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactSessionRequest) ProtoMessage() {}
+
+func (x *CompactSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactSessionRequest.ProtoReflect.Descriptor instead.
+func (*CompactSessionRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CompactSessionRequest) GetRef() *SessionRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *CompactSessionRequest) GetThroughMessageId() string {
+	if x != nil {
+		return x.ThroughMessageId
+	}
+	return ""
+}
+
+func (x *CompactSessionRequest) GetSummary() *Message {
+	if x != nil {
+		return x.Summary
+	}
+	return nil
+}
+
+func (x *CompactSessionRequest) GetExpectedRevision() uint64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+// The response of CompactSession.
+type CompactSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session after the compaction, metadata only.
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompactSessionResponse) Reset() {
+	*x = CompactSessionResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactSessionResponse) ProtoMessage() {}
+
+func (x *CompactSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactSessionResponse.ProtoReflect.Descriptor instead.
+func (*CompactSessionResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CompactSessionResponse) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+// Compaction describes a stored compaction's range (CompactSession).
+type Compaction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many messages the range holds: the session's first
+	// through_message_count messages.
+	ThroughMessageCount int64 `protobuf:"varint,1,opt,name=through_message_count,json=throughMessageCount,proto3" json:"through_message_count,omitempty"`
+	// The id of the range's last message.
+	ThroughMessageId string `protobuf:"bytes,2,opt,name=through_message_id,json=throughMessageId,proto3" json:"through_message_id,omitempty"`
+	// The revision the compaction made; a fork's copies of its source's
+	// compactions keep the source's revision.
+	Revision uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// When it was stored.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The summary message's id.
+	SummaryMessageId string `protobuf:"bytes,5,opt,name=summary_message_id,json=summaryMessageId,proto3" json:"summary_message_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Compaction) Reset() {
+	*x = Compaction{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Compaction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Compaction) ProtoMessage() {}
+
+func (x *Compaction) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Compaction.ProtoReflect.Descriptor instead.
+func (*Compaction) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *Compaction) GetThroughMessageCount() int64 {
+	if x != nil {
+		return x.ThroughMessageCount
+	}
+	return 0
+}
+
+func (x *Compaction) GetThroughMessageId() string {
+	if x != nil {
+		return x.ThroughMessageId
+	}
+	return ""
+}
+
+func (x *Compaction) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Compaction) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Compaction) GetSummaryMessageId() string {
+	if x != nil {
+		return x.SummaryMessageId
+	}
+	return ""
+}
+
 var File_sessiond_v1_sessiond_proto protoreflect.FileDescriptor
 
 const file_sessiond_v1_sessiond_proto_rawDesc = "" +
@@ -3198,7 +3507,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"ForkOrigin\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12#\n" +
-	"\rmessage_count\x18\x02 \x01(\x03R\fmessageCount\"\xdb\x06\n" +
+	"\rmessage_count\x18\x02 \x01(\x03R\fmessageCount\"\xc8\a\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
@@ -3220,7 +3529,11 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x05usage\x18\x0f \x01(\v2\x12.sessiond.v1.UsageR\x05usage\x12\x16\n" +
 	"\x06models\x18\x10 \x03(\tR\x06models\x12<\n" +
 	"\fexpire_after\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\vexpireAfter\x12#\n" +
-	"\rtitle_derived\x18\x12 \x01(\bR\ftitleDerived\x1a;\n" +
+	"\rtitle_derived\x18\x12 \x01(\bR\ftitleDerived\x122\n" +
+	"\x15context_message_count\x18\x13 \x01(\x03R\x13contextMessageCount\x127\n" +
+	"\n" +
+	"compaction\x18\x14 \x01(\v2\x17.sessiond.v1.CompactionR\n" +
+	"compaction\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -3268,13 +3581,14 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x11GetSessionRequest\x12)\n" +
 	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\"D\n" +
 	"\x12GetSessionResponse\x12.\n" +
-	"\asession\x18\x01 \x01(\v2\x14.sessiond.v1.SessionR\asession\"\xb4\x01\n" +
+	"\asession\x18\x01 \x01(\v2\x14.sessiond.v1.SessionR\asession\"\xdf\x01\n" +
 	"\x12LoadSessionRequest\x12)\n" +
 	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x12\n" +
 	"\x04tail\x18\x04 \x01(\bR\x04tail\x121\n" +
-	"\x15close_open_tool_calls\x18\x05 \x01(\bR\x12closeOpenToolCalls\"w\n" +
+	"\x15close_open_tool_calls\x18\x05 \x01(\bR\x12closeOpenToolCalls\x12)\n" +
+	"\x04view\x18\x06 \x01(\x0e2\x15.sessiond.v1.LoadViewR\x04view\"w\n" +
 	"\x13LoadSessionResponse\x12.\n" +
 	"\asession\x18\x01 \x01(\v2\x14.sessiond.v1.SessionR\asession\x120\n" +
 	"\bmessages\x18\x02 \x03(\v2\x14.sessiond.v1.MessageR\bmessages\"\xa6\x03\n" +
@@ -3381,19 +3695,40 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\fAppendStatus\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
-	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails*_\n" +
+	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails\"\xcd\x01\n" +
+	"\x15CompactSessionRequest\x12)\n" +
+	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\x12,\n" +
+	"\x12through_message_id\x18\x02 \x01(\tR\x10throughMessageId\x12.\n" +
+	"\asummary\x18\x03 \x01(\v2\x14.sessiond.v1.MessageR\asummary\x12+\n" +
+	"\x11expected_revision\x18\x04 \x01(\x04R\x10expectedRevision\"H\n" +
+	"\x16CompactSessionResponse\x12.\n" +
+	"\asession\x18\x01 \x01(\v2\x14.sessiond.v1.SessionR\asession\"\xf3\x01\n" +
+	"\n" +
+	"Compaction\x122\n" +
+	"\x15through_message_count\x18\x01 \x01(\x03R\x13throughMessageCount\x12,\n" +
+	"\x12through_message_id\x18\x02 \x01(\tR\x10throughMessageId\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12,\n" +
+	"\x12summary_message_id\x18\x05 \x01(\tR\x10summaryMessageId*_\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
 	"\tROLE_USER\x10\x02\x12\x12\n" +
 	"\x0eROLE_ASSISTANT\x10\x03\x12\r\n" +
-	"\tROLE_TOOL\x10\x04*\x89\x01\n" +
+	"\tROLE_TOOL\x10\x04*\xa3\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_APPENDED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_REPLACED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_UPDATED\x10\x03\x12\x16\n" +
-	"\x12EVENT_TYPE_DELETED\x10\x042\xd5\t\n" +
+	"\x12EVENT_TYPE_DELETED\x10\x04\x12\x18\n" +
+	"\x14EVENT_TYPE_COMPACTED\x10\b*P\n" +
+	"\bLoadView\x12\x19\n" +
+	"\x15LOAD_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eLOAD_VIEW_FULL\x10\x01\x12\x15\n" +
+	"\x11LOAD_VIEW_CONTEXT\x10\x022\xb0\n" +
+	"\n" +
 	"\x13SessionStoreService\x12V\n" +
 	"\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n" +
 	"\n" +
@@ -3409,7 +3744,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n" +
 	"\fWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n" +
 	"\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponse\x12W\n" +
-	"\fAppendStream\x12 .sessiond.v1.AppendStreamRequest\x1a!.sessiond.v1.AppendStreamResponse(\x010\x01B9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3"
+	"\fAppendStream\x12 .sessiond.v1.AppendStreamRequest\x1a!.sessiond.v1.AppendStreamResponse(\x010\x01\x12Y\n" +
+	"\x0eCompactSession\x12\".sessiond.v1.CompactSessionRequest\x1a#.sessiond.v1.CompactSessionResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3"
 
 var (
 	file_sessiond_v1_sessiond_proto_rawDescOnce sync.Once
@@ -3423,157 +3759,169 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 	return file_sessiond_v1_sessiond_proto_rawDescData
 }
 
-var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(Role)(0),                      // 0: sessiond.v1.Role
 	(EventType)(0),                 // 1: sessiond.v1.EventType
-	(*ToolCall)(nil),               // 2: sessiond.v1.ToolCall
-	(*Reasoning)(nil),              // 3: sessiond.v1.Reasoning
-	(*Usage)(nil),                  // 4: sessiond.v1.Usage
-	(*Blob)(nil),                   // 5: sessiond.v1.Blob
-	(*ContentPart)(nil),            // 6: sessiond.v1.ContentPart
-	(*Message)(nil),                // 7: sessiond.v1.Message
-	(*ForkOrigin)(nil),             // 8: sessiond.v1.ForkOrigin
-	(*Session)(nil),                // 9: sessiond.v1.Session
-	(*SessionRef)(nil),             // 10: sessiond.v1.SessionRef
-	(*ServerLimits)(nil),           // 11: sessiond.v1.ServerLimits
-	(*CreateSessionRequest)(nil),   // 12: sessiond.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),  // 13: sessiond.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),      // 14: sessiond.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),     // 15: sessiond.v1.GetSessionResponse
-	(*LoadSessionRequest)(nil),     // 16: sessiond.v1.LoadSessionRequest
-	(*LoadSessionResponse)(nil),    // 17: sessiond.v1.LoadSessionResponse
-	(*ListSessionsRequest)(nil),    // 18: sessiond.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),   // 19: sessiond.v1.ListSessionsResponse
-	(*SaveSessionHeader)(nil),      // 20: sessiond.v1.SaveSessionHeader
-	(*SaveSessionRequest)(nil),     // 21: sessiond.v1.SaveSessionRequest
-	(*SaveSessionResponse)(nil),    // 22: sessiond.v1.SaveSessionResponse
-	(*AppendMessagesRequest)(nil),  // 23: sessiond.v1.AppendMessagesRequest
-	(*AppendMessagesResponse)(nil), // 24: sessiond.v1.AppendMessagesResponse
-	(*UpdateSessionRequest)(nil),   // 25: sessiond.v1.UpdateSessionRequest
-	(*UpdateSessionResponse)(nil),  // 26: sessiond.v1.UpdateSessionResponse
-	(*DeleteSessionRequest)(nil),   // 27: sessiond.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),  // 28: sessiond.v1.DeleteSessionResponse
-	(*ForkSessionRequest)(nil),     // 29: sessiond.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),    // 30: sessiond.v1.ForkSessionResponse
-	(*RewindSessionRequest)(nil),   // 31: sessiond.v1.RewindSessionRequest
-	(*RewindSessionResponse)(nil),  // 32: sessiond.v1.RewindSessionResponse
-	(*SearchSessionsRequest)(nil),  // 33: sessiond.v1.SearchSessionsRequest
-	(*SearchSessionsResponse)(nil), // 34: sessiond.v1.SearchSessionsResponse
-	(*WatchSessionRequest)(nil),    // 35: sessiond.v1.WatchSessionRequest
-	(*WatchSessionResponse)(nil),   // 36: sessiond.v1.WatchSessionResponse
-	(*GetServerInfoRequest)(nil),   // 37: sessiond.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil),  // 38: sessiond.v1.GetServerInfoResponse
-	(*TokenAccess)(nil),            // 39: sessiond.v1.TokenAccess
-	(*AppendStreamRequest)(nil),    // 40: sessiond.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),   // 41: sessiond.v1.AppendStreamResponse
-	(*AppendStatus)(nil),           // 42: sessiond.v1.AppendStatus
-	nil,                            // 43: sessiond.v1.Message.MetadataEntry
-	nil,                            // 44: sessiond.v1.Session.MetadataEntry
-	nil,                            // 45: sessiond.v1.Session.LabelsEntry
-	nil,                            // 46: sessiond.v1.CreateSessionRequest.MetadataEntry
-	nil,                            // 47: sessiond.v1.CreateSessionRequest.LabelsEntry
-	nil,                            // 48: sessiond.v1.ListSessionsRequest.LabelsEntry
-	nil,                            // 49: sessiond.v1.SaveSessionHeader.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 51: google.protobuf.Duration
-	(*fieldmaskpb.FieldMask)(nil),  // 52: google.protobuf.FieldMask
-	(*anypb.Any)(nil),              // 53: google.protobuf.Any
+	(LoadView)(0),                  // 2: sessiond.v1.LoadView
+	(*ToolCall)(nil),               // 3: sessiond.v1.ToolCall
+	(*Reasoning)(nil),              // 4: sessiond.v1.Reasoning
+	(*Usage)(nil),                  // 5: sessiond.v1.Usage
+	(*Blob)(nil),                   // 6: sessiond.v1.Blob
+	(*ContentPart)(nil),            // 7: sessiond.v1.ContentPart
+	(*Message)(nil),                // 8: sessiond.v1.Message
+	(*ForkOrigin)(nil),             // 9: sessiond.v1.ForkOrigin
+	(*Session)(nil),                // 10: sessiond.v1.Session
+	(*SessionRef)(nil),             // 11: sessiond.v1.SessionRef
+	(*ServerLimits)(nil),           // 12: sessiond.v1.ServerLimits
+	(*CreateSessionRequest)(nil),   // 13: sessiond.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),  // 14: sessiond.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),      // 15: sessiond.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),     // 16: sessiond.v1.GetSessionResponse
+	(*LoadSessionRequest)(nil),     // 17: sessiond.v1.LoadSessionRequest
+	(*LoadSessionResponse)(nil),    // 18: sessiond.v1.LoadSessionResponse
+	(*ListSessionsRequest)(nil),    // 19: sessiond.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),   // 20: sessiond.v1.ListSessionsResponse
+	(*SaveSessionHeader)(nil),      // 21: sessiond.v1.SaveSessionHeader
+	(*SaveSessionRequest)(nil),     // 22: sessiond.v1.SaveSessionRequest
+	(*SaveSessionResponse)(nil),    // 23: sessiond.v1.SaveSessionResponse
+	(*AppendMessagesRequest)(nil),  // 24: sessiond.v1.AppendMessagesRequest
+	(*AppendMessagesResponse)(nil), // 25: sessiond.v1.AppendMessagesResponse
+	(*UpdateSessionRequest)(nil),   // 26: sessiond.v1.UpdateSessionRequest
+	(*UpdateSessionResponse)(nil),  // 27: sessiond.v1.UpdateSessionResponse
+	(*DeleteSessionRequest)(nil),   // 28: sessiond.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),  // 29: sessiond.v1.DeleteSessionResponse
+	(*ForkSessionRequest)(nil),     // 30: sessiond.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),    // 31: sessiond.v1.ForkSessionResponse
+	(*RewindSessionRequest)(nil),   // 32: sessiond.v1.RewindSessionRequest
+	(*RewindSessionResponse)(nil),  // 33: sessiond.v1.RewindSessionResponse
+	(*SearchSessionsRequest)(nil),  // 34: sessiond.v1.SearchSessionsRequest
+	(*SearchSessionsResponse)(nil), // 35: sessiond.v1.SearchSessionsResponse
+	(*WatchSessionRequest)(nil),    // 36: sessiond.v1.WatchSessionRequest
+	(*WatchSessionResponse)(nil),   // 37: sessiond.v1.WatchSessionResponse
+	(*GetServerInfoRequest)(nil),   // 38: sessiond.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),  // 39: sessiond.v1.GetServerInfoResponse
+	(*TokenAccess)(nil),            // 40: sessiond.v1.TokenAccess
+	(*AppendStreamRequest)(nil),    // 41: sessiond.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),   // 42: sessiond.v1.AppendStreamResponse
+	(*AppendStatus)(nil),           // 43: sessiond.v1.AppendStatus
+	(*CompactSessionRequest)(nil),  // 44: sessiond.v1.CompactSessionRequest
+	(*CompactSessionResponse)(nil), // 45: sessiond.v1.CompactSessionResponse
+	(*Compaction)(nil),             // 46: sessiond.v1.Compaction
+	nil,                            // 47: sessiond.v1.Message.MetadataEntry
+	nil,                            // 48: sessiond.v1.Session.MetadataEntry
+	nil,                            // 49: sessiond.v1.Session.LabelsEntry
+	nil,                            // 50: sessiond.v1.CreateSessionRequest.MetadataEntry
+	nil,                            // 51: sessiond.v1.CreateSessionRequest.LabelsEntry
+	nil,                            // 52: sessiond.v1.ListSessionsRequest.LabelsEntry
+	nil,                            // 53: sessiond.v1.SaveSessionHeader.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 54: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 55: google.protobuf.Duration
+	(*fieldmaskpb.FieldMask)(nil),  // 56: google.protobuf.FieldMask
+	(*anypb.Any)(nil),              // 57: google.protobuf.Any
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
-	5,  // 0: sessiond.v1.ContentPart.blob:type_name -> sessiond.v1.Blob
+	6,  // 0: sessiond.v1.ContentPart.blob:type_name -> sessiond.v1.Blob
 	0,  // 1: sessiond.v1.Message.role:type_name -> sessiond.v1.Role
-	6,  // 2: sessiond.v1.Message.parts:type_name -> sessiond.v1.ContentPart
-	2,  // 3: sessiond.v1.Message.tool_calls:type_name -> sessiond.v1.ToolCall
-	50, // 4: sessiond.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	43, // 5: sessiond.v1.Message.metadata:type_name -> sessiond.v1.Message.MetadataEntry
-	3,  // 6: sessiond.v1.Message.reasoning:type_name -> sessiond.v1.Reasoning
-	4,  // 7: sessiond.v1.Message.usage:type_name -> sessiond.v1.Usage
-	50, // 8: sessiond.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	50, // 9: sessiond.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	44, // 10: sessiond.v1.Session.metadata:type_name -> sessiond.v1.Session.MetadataEntry
-	45, // 11: sessiond.v1.Session.labels:type_name -> sessiond.v1.Session.LabelsEntry
-	8,  // 12: sessiond.v1.Session.parent:type_name -> sessiond.v1.ForkOrigin
-	7,  // 13: sessiond.v1.Session.messages:type_name -> sessiond.v1.Message
-	4,  // 14: sessiond.v1.Session.usage:type_name -> sessiond.v1.Usage
-	51, // 15: sessiond.v1.Session.expire_after:type_name -> google.protobuf.Duration
-	46, // 16: sessiond.v1.CreateSessionRequest.metadata:type_name -> sessiond.v1.CreateSessionRequest.MetadataEntry
-	47, // 17: sessiond.v1.CreateSessionRequest.labels:type_name -> sessiond.v1.CreateSessionRequest.LabelsEntry
-	7,  // 18: sessiond.v1.CreateSessionRequest.messages:type_name -> sessiond.v1.Message
-	50, // 19: sessiond.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 20: sessiond.v1.CreateSessionRequest.parent:type_name -> sessiond.v1.ForkOrigin
-	51, // 21: sessiond.v1.CreateSessionRequest.expire_after:type_name -> google.protobuf.Duration
-	9,  // 22: sessiond.v1.CreateSessionResponse.session:type_name -> sessiond.v1.Session
-	10, // 23: sessiond.v1.GetSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	9,  // 24: sessiond.v1.GetSessionResponse.session:type_name -> sessiond.v1.Session
-	10, // 25: sessiond.v1.LoadSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	9,  // 26: sessiond.v1.LoadSessionResponse.session:type_name -> sessiond.v1.Session
-	7,  // 27: sessiond.v1.LoadSessionResponse.messages:type_name -> sessiond.v1.Message
-	48, // 28: sessiond.v1.ListSessionsRequest.labels:type_name -> sessiond.v1.ListSessionsRequest.LabelsEntry
-	50, // 29: sessiond.v1.ListSessionsRequest.updated_after:type_name -> google.protobuf.Timestamp
-	50, // 30: sessiond.v1.ListSessionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	9,  // 31: sessiond.v1.ListSessionsResponse.session:type_name -> sessiond.v1.Session
-	10, // 32: sessiond.v1.SaveSessionHeader.ref:type_name -> sessiond.v1.SessionRef
-	49, // 33: sessiond.v1.SaveSessionHeader.metadata:type_name -> sessiond.v1.SaveSessionHeader.MetadataEntry
-	20, // 34: sessiond.v1.SaveSessionRequest.header:type_name -> sessiond.v1.SaveSessionHeader
-	7,  // 35: sessiond.v1.SaveSessionRequest.messages:type_name -> sessiond.v1.Message
-	9,  // 36: sessiond.v1.SaveSessionResponse.session:type_name -> sessiond.v1.Session
-	10, // 37: sessiond.v1.AppendMessagesRequest.ref:type_name -> sessiond.v1.SessionRef
-	7,  // 38: sessiond.v1.AppendMessagesRequest.messages:type_name -> sessiond.v1.Message
-	10, // 39: sessiond.v1.UpdateSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	9,  // 40: sessiond.v1.UpdateSessionRequest.session:type_name -> sessiond.v1.Session
-	52, // 41: sessiond.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
-	9,  // 42: sessiond.v1.UpdateSessionResponse.session:type_name -> sessiond.v1.Session
-	10, // 43: sessiond.v1.DeleteSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	10, // 44: sessiond.v1.ForkSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	9,  // 45: sessiond.v1.ForkSessionResponse.session:type_name -> sessiond.v1.Session
-	10, // 46: sessiond.v1.RewindSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	9,  // 47: sessiond.v1.RewindSessionResponse.session:type_name -> sessiond.v1.Session
-	9,  // 48: sessiond.v1.SearchSessionsResponse.session:type_name -> sessiond.v1.Session
-	10, // 49: sessiond.v1.WatchSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	1,  // 50: sessiond.v1.WatchSessionResponse.type:type_name -> sessiond.v1.EventType
-	7,  // 51: sessiond.v1.WatchSessionResponse.messages:type_name -> sessiond.v1.Message
-	9,  // 52: sessiond.v1.WatchSessionResponse.session:type_name -> sessiond.v1.Session
-	11, // 53: sessiond.v1.GetServerInfoResponse.limits:type_name -> sessiond.v1.ServerLimits
-	39, // 54: sessiond.v1.GetServerInfoResponse.token:type_name -> sessiond.v1.TokenAccess
-	23, // 55: sessiond.v1.AppendStreamRequest.append:type_name -> sessiond.v1.AppendMessagesRequest
-	24, // 56: sessiond.v1.AppendStreamResponse.result:type_name -> sessiond.v1.AppendMessagesResponse
-	42, // 57: sessiond.v1.AppendStreamResponse.status:type_name -> sessiond.v1.AppendStatus
-	53, // 58: sessiond.v1.AppendStatus.details:type_name -> google.protobuf.Any
-	12, // 59: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
-	14, // 60: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	16, // 61: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
-	18, // 62: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	21, // 63: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
-	23, // 64: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
-	25, // 65: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
-	27, // 66: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
-	29, // 67: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
-	31, // 68: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
-	33, // 69: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
-	35, // 70: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
-	37, // 71: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
-	40, // 72: sessiond.v1.SessionStoreService.AppendStream:input_type -> sessiond.v1.AppendStreamRequest
-	13, // 73: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
-	15, // 74: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
-	17, // 75: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
-	19, // 76: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	22, // 77: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
-	24, // 78: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
-	26, // 79: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
-	28, // 80: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
-	30, // 81: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
-	32, // 82: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
-	34, // 83: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
-	36, // 84: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
-	38, // 85: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
-	41, // 86: sessiond.v1.SessionStoreService.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	73, // [73:87] is the sub-list for method output_type
-	59, // [59:73] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	7,  // 2: sessiond.v1.Message.parts:type_name -> sessiond.v1.ContentPart
+	3,  // 3: sessiond.v1.Message.tool_calls:type_name -> sessiond.v1.ToolCall
+	54, // 4: sessiond.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	47, // 5: sessiond.v1.Message.metadata:type_name -> sessiond.v1.Message.MetadataEntry
+	4,  // 6: sessiond.v1.Message.reasoning:type_name -> sessiond.v1.Reasoning
+	5,  // 7: sessiond.v1.Message.usage:type_name -> sessiond.v1.Usage
+	54, // 8: sessiond.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	54, // 9: sessiond.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	48, // 10: sessiond.v1.Session.metadata:type_name -> sessiond.v1.Session.MetadataEntry
+	49, // 11: sessiond.v1.Session.labels:type_name -> sessiond.v1.Session.LabelsEntry
+	9,  // 12: sessiond.v1.Session.parent:type_name -> sessiond.v1.ForkOrigin
+	8,  // 13: sessiond.v1.Session.messages:type_name -> sessiond.v1.Message
+	5,  // 14: sessiond.v1.Session.usage:type_name -> sessiond.v1.Usage
+	55, // 15: sessiond.v1.Session.expire_after:type_name -> google.protobuf.Duration
+	46, // 16: sessiond.v1.Session.compaction:type_name -> sessiond.v1.Compaction
+	50, // 17: sessiond.v1.CreateSessionRequest.metadata:type_name -> sessiond.v1.CreateSessionRequest.MetadataEntry
+	51, // 18: sessiond.v1.CreateSessionRequest.labels:type_name -> sessiond.v1.CreateSessionRequest.LabelsEntry
+	8,  // 19: sessiond.v1.CreateSessionRequest.messages:type_name -> sessiond.v1.Message
+	54, // 20: sessiond.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 21: sessiond.v1.CreateSessionRequest.parent:type_name -> sessiond.v1.ForkOrigin
+	55, // 22: sessiond.v1.CreateSessionRequest.expire_after:type_name -> google.protobuf.Duration
+	10, // 23: sessiond.v1.CreateSessionResponse.session:type_name -> sessiond.v1.Session
+	11, // 24: sessiond.v1.GetSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	10, // 25: sessiond.v1.GetSessionResponse.session:type_name -> sessiond.v1.Session
+	11, // 26: sessiond.v1.LoadSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	2,  // 27: sessiond.v1.LoadSessionRequest.view:type_name -> sessiond.v1.LoadView
+	10, // 28: sessiond.v1.LoadSessionResponse.session:type_name -> sessiond.v1.Session
+	8,  // 29: sessiond.v1.LoadSessionResponse.messages:type_name -> sessiond.v1.Message
+	52, // 30: sessiond.v1.ListSessionsRequest.labels:type_name -> sessiond.v1.ListSessionsRequest.LabelsEntry
+	54, // 31: sessiond.v1.ListSessionsRequest.updated_after:type_name -> google.protobuf.Timestamp
+	54, // 32: sessiond.v1.ListSessionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	10, // 33: sessiond.v1.ListSessionsResponse.session:type_name -> sessiond.v1.Session
+	11, // 34: sessiond.v1.SaveSessionHeader.ref:type_name -> sessiond.v1.SessionRef
+	53, // 35: sessiond.v1.SaveSessionHeader.metadata:type_name -> sessiond.v1.SaveSessionHeader.MetadataEntry
+	21, // 36: sessiond.v1.SaveSessionRequest.header:type_name -> sessiond.v1.SaveSessionHeader
+	8,  // 37: sessiond.v1.SaveSessionRequest.messages:type_name -> sessiond.v1.Message
+	10, // 38: sessiond.v1.SaveSessionResponse.session:type_name -> sessiond.v1.Session
+	11, // 39: sessiond.v1.AppendMessagesRequest.ref:type_name -> sessiond.v1.SessionRef
+	8,  // 40: sessiond.v1.AppendMessagesRequest.messages:type_name -> sessiond.v1.Message
+	11, // 41: sessiond.v1.UpdateSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	10, // 42: sessiond.v1.UpdateSessionRequest.session:type_name -> sessiond.v1.Session
+	56, // 43: sessiond.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	10, // 44: sessiond.v1.UpdateSessionResponse.session:type_name -> sessiond.v1.Session
+	11, // 45: sessiond.v1.DeleteSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	11, // 46: sessiond.v1.ForkSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	10, // 47: sessiond.v1.ForkSessionResponse.session:type_name -> sessiond.v1.Session
+	11, // 48: sessiond.v1.RewindSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	10, // 49: sessiond.v1.RewindSessionResponse.session:type_name -> sessiond.v1.Session
+	10, // 50: sessiond.v1.SearchSessionsResponse.session:type_name -> sessiond.v1.Session
+	11, // 51: sessiond.v1.WatchSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	1,  // 52: sessiond.v1.WatchSessionResponse.type:type_name -> sessiond.v1.EventType
+	8,  // 53: sessiond.v1.WatchSessionResponse.messages:type_name -> sessiond.v1.Message
+	10, // 54: sessiond.v1.WatchSessionResponse.session:type_name -> sessiond.v1.Session
+	12, // 55: sessiond.v1.GetServerInfoResponse.limits:type_name -> sessiond.v1.ServerLimits
+	40, // 56: sessiond.v1.GetServerInfoResponse.token:type_name -> sessiond.v1.TokenAccess
+	24, // 57: sessiond.v1.AppendStreamRequest.append:type_name -> sessiond.v1.AppendMessagesRequest
+	25, // 58: sessiond.v1.AppendStreamResponse.result:type_name -> sessiond.v1.AppendMessagesResponse
+	43, // 59: sessiond.v1.AppendStreamResponse.status:type_name -> sessiond.v1.AppendStatus
+	57, // 60: sessiond.v1.AppendStatus.details:type_name -> google.protobuf.Any
+	11, // 61: sessiond.v1.CompactSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	8,  // 62: sessiond.v1.CompactSessionRequest.summary:type_name -> sessiond.v1.Message
+	10, // 63: sessiond.v1.CompactSessionResponse.session:type_name -> sessiond.v1.Session
+	54, // 64: sessiond.v1.Compaction.created_at:type_name -> google.protobuf.Timestamp
+	13, // 65: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
+	15, // 66: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	17, // 67: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
+	19, // 68: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	22, // 69: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
+	24, // 70: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
+	26, // 71: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
+	28, // 72: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
+	30, // 73: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
+	32, // 74: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
+	34, // 75: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
+	36, // 76: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
+	38, // 77: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
+	41, // 78: sessiond.v1.SessionStoreService.AppendStream:input_type -> sessiond.v1.AppendStreamRequest
+	44, // 79: sessiond.v1.SessionStoreService.CompactSession:input_type -> sessiond.v1.CompactSessionRequest
+	14, // 80: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
+	16, // 81: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
+	18, // 82: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
+	20, // 83: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	23, // 84: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
+	25, // 85: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
+	27, // 86: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
+	29, // 87: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
+	31, // 88: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
+	33, // 89: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
+	35, // 90: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
+	37, // 91: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
+	39, // 92: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
+	42, // 93: sessiond.v1.SessionStoreService.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	45, // 94: sessiond.v1.SessionStoreService.CompactSession:output_type -> sessiond.v1.CompactSessionResponse
+	80, // [80:95] is the sub-list for method output_type
+	65, // [65:80] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -3595,8 +3943,8 @@ func file_sessiond_v1_sessiond_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   48,
+			NumEnums:      3,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,7 @@ const (
 	SessionStoreService_WatchSession_FullMethodName   = "/sessiond.v1.SessionStoreService/WatchSession"
 	SessionStoreService_GetServerInfo_FullMethodName  = "/sessiond.v1.SessionStoreService/GetServerInfo"
 	SessionStoreService_AppendStream_FullMethodName   = "/sessiond.v1.SessionStoreService/AppendStream"
+	SessionStoreService_CompactSession_FullMethodName = "/sessiond.v1.SessionStoreService/CompactSession"
 )
 
 // SessionStoreServiceClient is the client API for SessionStoreService service.
@@ -92,6 +93,10 @@ type SessionStoreServiceClient interface {
 	// AppendMessages would have answered. A failed append is answered with its
 	// status and the stream goes on. See AppendStreamRequest.
 	AppendStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse], error)
+	// Stores a compaction: a summary standing for the messages up to and
+	// including through_message_id, which LOAD_VIEW_CONTEXT sends in their
+	// place. The messages themselves are kept.
+	CompactSession(ctx context.Context, in *CompactSessionRequest, opts ...grpc.CallOption) (*CompactSessionResponse, error)
 }
 
 type sessionStoreServiceClient struct {
@@ -284,6 +289,16 @@ func (c *sessionStoreServiceClient) AppendStream(ctx context.Context, opts ...gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SessionStoreService_AppendStreamClient = grpc.BidiStreamingClient[AppendStreamRequest, AppendStreamResponse]
 
+func (c *sessionStoreServiceClient) CompactSession(ctx context.Context, in *CompactSessionRequest, opts ...grpc.CallOption) (*CompactSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompactSessionResponse)
+	err := c.cc.Invoke(ctx, SessionStoreService_CompactSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionStoreServiceServer is the server API for SessionStoreService service.
 // All implementations must embed UnimplementedSessionStoreServiceServer
 // for forward compatibility.
@@ -326,6 +341,10 @@ type SessionStoreServiceServer interface {
 	// AppendMessages would have answered. A failed append is answered with its
 	// status and the stream goes on. See AppendStreamRequest.
 	AppendStream(grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]) error
+	// Stores a compaction: a summary standing for the messages up to and
+	// including through_message_id, which LOAD_VIEW_CONTEXT sends in their
+	// place. The messages themselves are kept.
+	CompactSession(context.Context, *CompactSessionRequest) (*CompactSessionResponse, error)
 	mustEmbedUnimplementedSessionStoreServiceServer()
 }
 
@@ -377,6 +396,9 @@ func (UnimplementedSessionStoreServiceServer) GetServerInfo(context.Context, *Ge
 }
 func (UnimplementedSessionStoreServiceServer) AppendStream(grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method AppendStream not implemented")
+}
+func (UnimplementedSessionStoreServiceServer) CompactSession(context.Context, *CompactSessionRequest) (*CompactSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompactSession not implemented")
 }
 func (UnimplementedSessionStoreServiceServer) mustEmbedUnimplementedSessionStoreServiceServer() {}
 func (UnimplementedSessionStoreServiceServer) testEmbeddedByValue()                             {}
@@ -601,6 +623,24 @@ func _SessionStoreService_AppendStream_Handler(srv interface{}, stream grpc.Serv
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SessionStoreService_AppendStreamServer = grpc.BidiStreamingServer[AppendStreamRequest, AppendStreamResponse]
 
+func _SessionStoreService_CompactSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompactSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionStoreServiceServer).CompactSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionStoreService_CompactSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionStoreServiceServer).CompactSession(ctx, req.(*CompactSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SessionStoreService_ServiceDesc is the grpc.ServiceDesc for SessionStoreService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -639,6 +679,10 @@ var SessionStoreService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetServerInfo",
 			Handler:    _SessionStoreService_GetServerInfo_Handler,
+		},
+		{
+			MethodName: "CompactSession",
+			Handler:    _SessionStoreService_CompactSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

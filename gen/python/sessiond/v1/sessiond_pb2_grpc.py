@@ -88,6 +88,11 @@ class SessionStoreServiceStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.AppendStreamRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.AppendStreamResponse.FromString,
         )
+    self.CompactSession = channel.unary_unary(
+        '/sessiond.v1.SessionStoreService/CompactSession',
+        request_serializer=sessiond_dot_v1_dot_sessiond__pb2.CompactSessionRequest.SerializeToString,
+        response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.CompactSessionResponse.FromString,
+        )
 
 
 class SessionStoreServiceServicer(object):
@@ -200,6 +205,15 @@ class SessionStoreServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def CompactSession(self, request, context):
+    """Stores a compaction: a summary standing for the messages up to and
+    including through_message_id, which LOAD_VIEW_CONTEXT sends in their
+    place. The messages themselves are kept.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionStoreServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -272,6 +286,11 @@ def add_SessionStoreServiceServicer_to_server(servicer, server):
           servicer.AppendStream,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.AppendStreamRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.AppendStreamResponse.SerializeToString,
+      ),
+      'CompactSession': grpc.unary_unary_rpc_method_handler(
+          servicer.CompactSession,
+          request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.CompactSessionRequest.FromString,
+          response_serializer=sessiond_dot_v1_dot_sessiond__pb2.CompactSessionResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(

@@ -1,0 +1,67 @@
+package file
+
+import (
+	"context"
+	"fmt"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+// Compact stores a compaction with one journal record (recCompact). The
+// messages are untouched: the record only adds to the session's list of
+// compactions, which the next snapshot of the session carries whole.
+func (s *Store) Compact(ctx context.Context, req storage.CompactRequest, summary storage.Messages) (*storage.Session, error) {
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.writes.Done()
+	var out *storage.Session
+	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
+		i, ok := e.ids[req.ThroughMessageID]
+		if !ok {
+			return storage.ThroughNotFound(e.id, req.ThroughMessageID)
+		}
+		after := make([]*sessiondv1.Message, 0, len(v.msgs)-i-1)
+		for _, b := range v.msgs[i+1:] {
+			m, err := unmarshalMessage(e.id, b)
+			if err != nil {
+				return err
+			}
+			after = append(after, m)
+		}
+		noop, err := storage.CheckCompact(v.meta, req, int64(i), func() (*sessiondv1.Message, error) {
+			return unmarshalMessage(e.id, v.cs[len(v.cs)-1].Summary)
+		}, after)
+		if err != nil {
+			return err
+		}
+		if noop {
+			out = cloneMeta(v.meta)
+			return nil
+		}
+		if err := s.beginWrite(e, dirtyWrite); err != nil {
+			return fmt.Errorf("file: compact session %s: %w", e.id, err)
+		}
+		m := cloneMeta(v.meta)
+		m.Revision++
+		m.UpdatedAt = now(v.meta.UpdatedAt)
+		c := storage.StoredCompaction{Compaction: storage.Compaction{
+			ThroughCount: int64(i) + 1, ThroughID: req.ThroughMessageID, Revision: m.Revision,
+			CreatedAt: m.UpdatedAt, SummaryID: summary.Prepared[0].GetId(),
+		}, Summary: summary.Encoded[0]}
+		latest := c.Compaction
+		m.Compaction = &latest
+		rec := record{kind: recCompact, rev: m.Revision, updatedAt: m.UpdatedAt, compaction: &c}
+		if err := s.writeJournal(e, encodeCommit([]record{rec}), 0); err != nil {
+			return fmt.Errorf("file: compact session %s: %w", e.id, err)
+		}
+		e.view.Store(&view{meta: m, msgs: v.msgs, size: v.size, cs: append(v.cs[:len(v.cs):len(v.cs)], c)})
+		s.setMeta(e, m)
+		s.broker.Publish(e.id, storage.Event{Type: storage.EventCompacted, Revision: m.Revision, Session: cloneMeta(m)})
+		out = cloneMeta(m)
+		s.maybeFold(e)
+		return nil
+	})
+	return out, err
+}
