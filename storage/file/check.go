@@ -392,7 +392,8 @@ func (c *checker) session(id string) error {
 	if jc.torn {
 		end := int64(jc.end)
 		return c.find(jpath, KindTruncated,
-			fmt.Sprintf("incomplete last record after byte %d of %d (a crash during an append); trimming keeps everything acknowledged", end, len(jdata)),
+			fmt.Sprintf("incomplete last record after byte %d of %d (a write a crash cut short); trimming keeps every record before byte %d and drops that one change, "+
+				"which the write-ahead log does not hold either: it was never acknowledged, unless the log lost it too (a damaged log segment, reported on its own)", end, len(jdata), end),
 			func() error { return truncateSync(jpath, end) })
 	}
 	return nil

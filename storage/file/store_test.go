@@ -868,6 +868,11 @@ func TestCheck(t *testing.T) {
 		if f.Repaired {
 			t.Errorf("check without repair repaired %+v", f)
 		}
+		// The torn record's finding says what trimming keeps and what it
+		// drops, never that it keeps everything acknowledged.
+		if keeps := fmt.Sprintf("keeps every record before byte %d and drops that one change", tailB); f.Kind == KindTruncated && !strings.Contains(f.Detail, keeps) {
+			t.Errorf("torn record finding %q does not say %q", f.Detail, keeps)
+		}
 	}
 	want := map[FindingKind]int{KindTruncated: 1, KindStray: 1, KindOrphan: 1, KindIndex: 1}
 	if diff := cmp.Diff(want, kinds); diff != "" {
