@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -74,6 +75,12 @@ func (s *spareFD) refuse(l net.Listener) bool {
 	}
 	_ = s.f.Close()
 	s.f = nil
+	// The connection accept(2) could not take is waiting; should its client
+	// have gone meanwhile, the next one is not to be refused for it.
+	if d, ok := l.(interface{ SetDeadline(time.Time) error }); ok {
+		_ = d.SetDeadline(time.Now().Add(100 * time.Millisecond))
+		defer func() { _ = d.SetDeadline(time.Time{}) }()
+	}
 	c, err := l.Accept()
 	if err == nil {
 		_ = c.Close()
