@@ -102,7 +102,7 @@ func (s *Server) publicMessage(method string, sentinel error, ref *storage.Ref, 
 		return "the store is closed; the daemon is shutting down"
 	case storage.ErrUnavailable:
 		s.cond.Log(s.log, zapcore.WarnLevel, "unavailable", "store unavailable", s.errFields(method, ref, err)...)
-		return "the daemon's storage cannot serve this now (database unreachable, no file descriptor left or a read-only data dir; its log says which); retry later (appends with message ids are safe to retry)"
+		return "the daemon's storage cannot serve this now (database unreachable, no file descriptor left, a read-only data dir or a failing disk; its log says which); retry later (appends with message ids are safe to retry)"
 	}
 	return err.Error()
 }

@@ -139,14 +139,14 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 // flow-control windows (StreamWindow, ConnWindow). grpc-go's own codec
 // decodes requests: bytes no generated client sends (a string field
 // holding invalid UTF-8, say) are its INTERNAL "error unmarshalling
-// request".
+// request", which the daemon logs (requestCodec).
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	maxRecv := s.limits.MaxFrameBytes
 	if maxRecv > math.MaxInt32 {
 		maxRecv = math.MaxInt32
 	}
 	unary, stream := s.interceptors()
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), unary, stream,
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(int(maxRecv)), unary, stream, s.codecOption(),
 		grpc.NumStreamWorkers(StreamWorkers),
 		grpc.InitialWindowSize(StreamWindow), grpc.InitialConnWindowSize(ConnWindow)}
 }

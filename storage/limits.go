@@ -15,7 +15,7 @@ type Limits struct {
 	MaxFrameBytes    int64 // one encoded request frame (the server's gRPC receive limit)
 	MaxTitleBytes    int64
 	MaxSummaryBytes  int64
-	MaxMapEntries    int64 // entries of a session's metadata or labels
+	MaxMapEntries    int64 // entries of a session's metadata or labels, or of a message's metadata
 	MaxMapKeyBytes   int64
 	MaxMapValueBytes int64
 	// MaxSessionBytes bounds the encoded messages of one Save (and of one
@@ -92,8 +92,9 @@ func (l Limits) CheckSummary(field, s string) error {
 
 // CheckMap checks a session's metadata or labels: at most max_map_entries
 // entries; keys non-empty, valid UTF-8 and at most max_map_key_bytes; values
-// valid UTF-8 and at most max_map_value_bytes. A message's own metadata is
-// bounded by max_message_bytes instead: it is part of the message's
+// valid UTF-8 and at most max_map_value_bytes. A message's own metadata has
+// at most max_map_entries entries too (PrepareMessages), and its keys and
+// values are bounded by max_message_bytes: they are part of the message's
 // encoding, which is stored as it came.
 func (l Limits) CheckMap(field string, m map[string]string) error {
 	if int64(len(m)) > l.MaxMapEntries {

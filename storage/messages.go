@@ -15,8 +15,9 @@ import (
 // PrepareMessages checks msgs the way every write does and prepares them
 // to store, looking at, measuring and encoding each message once: each
 // keeps msgcheck's rules (not null, a known role, only valid UTF-8 strings,
-// valid ids, a valid created_at), is encoded within max_message_bytes, and
-// repeats no id of the batch. A message without an id gets a new UUID and
+// valid ids, a valid created_at), has at most max_map_entries metadata
+// entries, is encoded within max_message_bytes, and repeats no id of the
+// batch. A message without an id gets a new UUID and
 // one without created_at gets now, in a copy: the caller's messages are not
 // modified, and the others are used as they are (the caller must not
 // modify them afterwards). It returns the messages to store and their
@@ -50,6 +51,9 @@ func (l Limits) PrepareMessages(field string, msgs []*sessiondv1.Message, now ti
 		if f := msgcheck.Fields("", m); f != nil {
 			f.Field = at(i) + f.Field
 			return nil, nil, fromFault(f)
+		}
+		if n := int64(len(m.GetMetadata())); n > l.MaxMapEntries {
+			return nil, nil, &LimitError{Field: at(i) + ".metadata", Limit: "max_map_entries", Size: n, Max: l.MaxMapEntries}
 		}
 		if id := m.GetId(); id != "" && seen != nil {
 			if j, dup := seen[id]; dup {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,29 @@ func TestSameMessage(t *testing.T) {
 		if !proto.Equal(in, c.incoming) {
 			t.Errorf("%s: SameMessage changed the incoming message", c.name)
 		}
+	}
+}
+
+// TestMessageMetadataEntries: a message's metadata has at most
+// max_map_entries entries, as a session's does; the error names the
+// message's field and the limit.
+func TestMessageMetadataEntries(t *testing.T) {
+	l := DefaultLimits()
+	meta := func(n int64) map[string]string {
+		m := make(map[string]string, n)
+		for i := range n {
+			m[fmt.Sprint("k", i)] = "v"
+		}
+		return m
+	}
+	ok := &sessiondv1.Message{Id: "a", Role: sessiondv1.Role_ROLE_USER, Metadata: meta(l.MaxMapEntries)}
+	if _, _, err := l.PrepareMessages("messages", []*sessiondv1.Message{ok}, time.Now(), false); err != nil {
+		t.Fatalf("%d metadata entries: %v, want accepted", l.MaxMapEntries, err)
+	}
+	over := &sessiondv1.Message{Id: "b", Role: sessiondv1.Role_ROLE_USER, Metadata: meta(10000)}
+	_, _, err := l.PrepareMessages("messages", []*sessiondv1.Message{ok, over}, time.Now(), false)
+	var le *LimitError
+	if !errors.As(err, &le) || le.Field != "messages[1].metadata" || le.Limit != "max_map_entries" || le.Size != 10000 || le.Max != l.MaxMapEntries {
+		t.Fatalf("10,000 metadata entries: %v, want a LimitError on messages[1].metadata, max_map_entries", err)
 	}
 }

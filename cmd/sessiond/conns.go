@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/sys/unix"
 
 	"github.com/sessiond/sessiond/internal/ratelog"
 )
@@ -27,12 +26,12 @@ const (
 // connections can never starve the store of descriptors; at least 16,
 // at most autoConnsLimit.
 func autoMaxConnections(maxOpenJournals int) int {
-	var rl unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<20 {
+	nofile := nofileLimit()
+	if nofile == 0 {
 		return autoConnsLimit
 	}
-	store := min(uint64(maxOpenJournals), rl.Cur/2)
-	free := int64(rl.Cur) - int64(store) - fdReserveMin
+	store := min(uint64(maxOpenJournals), nofile/2)
+	free := int64(nofile) - int64(store) - fdReserveMin
 	return int(min(max(free/2, 16), autoConnsLimit))
 }
 
@@ -46,19 +45,25 @@ type limitListener struct {
 	log    *zap.Logger
 	active atomic.Int64
 	cond   *ratelog.Limiter
+	spare  *spareFD
 }
 
 // refusalLogEvery spaces the log lines of refused connections.
 const refusalLogEvery = 10 * time.Second
 
 func newLimitListener(l net.Listener, max int, log *zap.Logger) *limitListener {
-	return &limitListener{Listener: l, max: int64(max), log: log, cond: ratelog.New(refusalLogEvery)}
+	return &limitListener{Listener: l, max: int64(max), log: log, cond: ratelog.New(refusalLogEvery), spare: newSpareFD()}
 }
 
 // Accept returns the next connection within the cap.
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
+		if isOutOfFDs(err) && l.spare.refuse(l.Listener) {
+			l.cond.Log(l.log, zapcore.WarnLevel, "descriptors", "no file descriptor left: refusing new connections",
+				zap.String("hint", "raise ulimit -n, or lower --max-connections or --max-open-journals"))
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

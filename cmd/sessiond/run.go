@@ -35,6 +35,7 @@ var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger
 		if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
+		cfg.maxOpenJournals = clampOpenJournals(cfg.maxOpenJournals, log)
 		return file.Open(ctx, cfg.dataDir, file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals),
 			file.WithWatchHistoryBytes(cfg.watchHistory), file.WithFlushObserver(cfg.metrics.onFlush))
 	},

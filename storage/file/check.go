@@ -104,9 +104,10 @@ type checker struct {
 	rep     *CheckReport
 	stamp   string
 	changed bool
-	known   map[string]uint64 // revisions the last checkpoint vouched for
-	wal     *walPlan          // the write-ahead log's records, put into journals as Open would
-	lost    map[string]error  // sessions whose change the write-ahead log lost
+	known   map[string]uint64           // revisions the last checkpoint vouched for
+	indexed map[string]*storage.Session // the last checkpoint's metadata of each session it knows
+	wal     *walPlan                    // the write-ahead log's records, put into journals as Open would
+	lost    map[string]error            // sessions whose change the write-ahead log lost
 }
 
 // checkWAL reads the write-ahead log. Its records count as part of the
@@ -164,23 +165,25 @@ func (c *checker) removeSegment(path string) func() error {
 	}
 }
 
-// trustedRevisions reads the revisions the current checkpoint recorded for
-// sessions not deleted since, if the checkpoint and its dirty files are
+// trustedRevisions reads the revisions and metadata the current checkpoint
+// recorded for sessions not deleted since, if the checkpoint and its dirty files are
 // intact. Revisions only grow until a delete, so a session whose files hold
 // less lost acknowledged changes, which on its own would look like a torn
 // tail.
-func trustedRevisions(dir string) map[string]uint64 {
+func trustedRevisions(dir string) (map[string]uint64, map[string]*storage.Session) {
 	out := map[string]uint64{}
+	metas := map[string]*storage.Session{}
 	ck := readCheckpoint(dir, zap.NewNop())
 	if !ck.ok {
-		return out
+		return out, metas
 	}
 	for id, m := range ck.metas {
 		if ck.dirty[id] != dirtyReset {
 			out[id] = m.Revision
+			metas[id] = m
 		}
 	}
-	return out
+	return out, metas
 }
 
 func (c *checker) rel(path string) string {
@@ -269,7 +272,7 @@ func (c *checker) run(ctx context.Context, progress func(done, total int)) error
 	if err := c.checkWAL(); err != nil {
 		return err
 	}
-	c.known = trustedRevisions(c.dir)
+	c.known, c.indexed = trustedRevisions(c.dir)
 	present := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		present[id] = true
@@ -392,19 +395,20 @@ func (c *checker) session(id string) error {
 	if jc.torn {
 		end := int64(jc.end)
 		return c.find(jpath, KindTruncated,
-			fmt.Sprintf("incomplete last record after byte %d of %d (a crash during an append); trimming keeps everything acknowledged", end, len(jdata)),
+			fmt.Sprintf("incomplete last record after byte %d of %d (a write a crash cut short); trimming keeps every record before byte %d and drops that one change, "+
+				"which the write-ahead log does not hold either: it was never acknowledged, unless the log lost it too (a damaged log segment, reported on its own)", end, len(jdata), end),
 			func() error { return truncateSync(jpath, end) })
 	}
 	return nil
 }
 
 // errNoMetadata: salvage found nothing that says which session it is.
-var errNoMetadata = errors.New("nothing identifies the session: its snapshot header and metadata records are all damaged")
+var errNoMetadata = errors.New("nothing identifies the session: its snapshot header and metadata records are all damaged, and no checkpoint knows it")
 
 // salvage rebuilds the damaged session in dir from what is intact, after
 // copying its files into quarantine/: the metadata of the snapshot's header
 // (or of the journals' last metadata record, or of the oldest segment's
-// header), every message of every intact snapshot frame and of every
+// header, or of the last checkpoint), every message of every intact snapshot frame and of every
 // intact record of a journal commit, in order: the segments the snapshot
 // lists (see segList), the snapshot, its journal. The frames that fail
 // their checksum are what is lost. The session is written back as a new
@@ -501,6 +505,11 @@ func (c *checker) salvage(id, dir string) (string, error) {
 	sv.journal(jdata)
 	if sv.meta == nil {
 		sv.meta = sv.baseMeta
+	}
+	if sv.meta == nil && c.indexed[id] != nil {
+		// The folder's name is the id, and the last checkpoint holds the
+		// session's metadata as of then: namespace, alias, title, times.
+		sv.meta = cloneMeta(c.indexed[id])
 	}
 	if sv.meta == nil {
 		return "", errNoMetadata

@@ -230,9 +230,11 @@
 // and message runs, the journal's commits, in order; if the segment list
 // itself is damaged, the newest snap-* before the snapshot's generation and
 // the journals since), at a revision above any the session had, so that a
-// holder of a revision never sees it go backwards. Only a session whose
-// metadata is lost everywhere (snapshot header and every metadata record) is
-// moved into quarantine/ whole.
+// holder of a revision never sees it go backwards. The folder's name is the
+// session's id; when the snapshot's header and every metadata record are
+// damaged, the metadata comes from the last checkpoint, which holds every
+// session's as of then. Only a session whose metadata is lost everywhere,
+// the checkpoint included, is moved into quarantine/ whole.
 //
 // # Memory and start-up
 //

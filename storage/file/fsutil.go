@@ -51,8 +51,9 @@ var ErrTooManyOpenFiles = fmt.Errorf("file: too many open files (raise the proce
 // filesystem is writable.
 var ErrReadOnly = fmt.Errorf("file: the data dir's filesystem is read-only: %w", storage.ErrUnavailable)
 
-// ioErr turns a full-disk error into storage.ErrNoSpace and running out of
-// file descriptors into ErrTooManyOpenFiles, keeping others. The system
+// ioErr turns a full-disk error into storage.ErrNoSpace, running out of
+// file descriptors into ErrTooManyOpenFiles, a read-only filesystem into
+// ErrReadOnly and a disk's I/O error into ErrIO, keeping others. The system
 // error's text stays in the message; it leaves the chain, so that mapping
 // twice changes nothing.
 func ioErr(err error) error {
@@ -65,6 +66,8 @@ func ioErr(err error) error {
 		return fmt.Errorf("%v: %w", err, ErrTooManyOpenFiles)
 	case errors.Is(err, unix.EROFS):
 		return fmt.Errorf("%v: %w", err, ErrReadOnly)
+	case errors.Is(err, unix.EIO):
+		return fmt.Errorf("%v: %w", err, ErrIO)
 	}
 	return err
 }
@@ -82,7 +85,7 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
+		return ioErr(fmt.Errorf("fsync dir %s: %w", dir, err))
 	}
 	return nil
 }

@@ -19,6 +19,9 @@ type testHooks struct {
 	// mark runs before a checkpoint writes its mark, and can fail it (as a
 	// crash there would leave it).
 	mark func() error
+	// cut runs before a failed write's bytes are cut off the session's
+	// journal again, and can fail the cut (as an aborted filesystem does).
+	cut func() error
 }
 
 // step calls the test hook step, if set.
@@ -40,4 +43,12 @@ func (s *Store) hookWrite(e *entry) {
 	if s.hooks != nil && s.hooks.write != nil {
 		s.hooks.write(e)
 	}
+}
+
+// hookCut calls the test hook cut, if set.
+func (s *Store) hookCut() error {
+	if s.hooks != nil && s.hooks.cut != nil {
+		return s.hooks.cut()
+	}
+	return nil
 }

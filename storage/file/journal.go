@@ -171,30 +171,29 @@ func (s *Store) journalFile(e *entry) error {
 // writeJournal appends frame durably to e's journal, opening its file if
 // needed: the frame goes into the journal (no sync), and its record into
 // the write-ahead log, whose flush makes it durable (see wal.go). appends
-// is how many appends the frame holds, for the flush record. When the
-// write fails after the file was opened (other than for a full disk), what
-// the file holds is unsure, so e's state is dropped: the next access reads
-// the files again. Caller holds e.wmu and has loaded e.
+// is how many appends the frame holds, for the flush record. A write that
+// fails leaves nothing a reader can see (see writefail.go), and its error
+// is storage.ErrNoSpace or storage.ErrUnavailable. Caller holds e.wmu and
+// has loaded e.
 func (s *Store) writeJournal(e *entry, frame []byte, appends int) error {
 	if err := s.journalFile(e); err != nil {
-		return err // nothing was written
+		return writeFailed(err) // nothing was written
+	}
+	if err := s.finishCut(e); err != nil {
+		return err
 	}
 	j := e.j
 	off := j.tail
 	err := s.journalPut(j, frame)
 	if err == nil {
 		err = s.walCommit(&walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: off, frame: frame}, path: j.path, appends: appends})
-		if err != nil {
-			// Not durable, so not acknowledged: cut it off again.
-			_ = j.f.Truncate(off)
-			_ = j.f.Sync()
-			j.tail, j.alloc = off, off
-		}
 	}
-	if err != nil && !errors.Is(err, storage.ErrNoSpace) {
-		s.forget(e)
+	if err != nil {
+		// Not durable, so not acknowledged: cut it off again.
+		s.cutFailedWrite(e, off)
+		return writeFailed(err)
 	}
-	return err
+	return nil
 }
 
 // reserveJournalSlot closes e's journal file, keeping its slot, or takes a
@@ -281,7 +280,7 @@ func (s *Store) loadLocked(e *entry) error {
 		known = e.meta.Revision
 	}
 	s.mu.RUnlock()
-	meta, msgs, cs, gen, segs, j, err := s.readSession(e.id, known)
+	meta, msgs, cs, gen, segs, j, err := s.readSession(e.id, known, e.cut)
 	if err != nil {
 		if errors.Is(err, errCorrupt) {
 			err = damage(e.id, err)
@@ -360,8 +359,10 @@ func messageID(b []byte) (string, error) {
 //
 // known is the revision the store last knew the session at (0 if none):
 // files that hold less lost acknowledged changes (a truncated journal looks
-// like a crash's torn tail on its own).
-func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte, []storage.StoredCompaction, uint64, *segList, *journal, error) {
+// like a crash's torn tail on its own). cut, if not nil, is the
+// acknowledged length of a journal that a failed write could not be cut
+// off (see writefail.go): nothing past it is read.
+func (s *Store) readSession(id string, known uint64, cut *journalCut) (*storage.Session, [][]byte, []storage.StoredCompaction, uint64, *segList, *journal, error) {
 	fail := func(err error) (*storage.Session, [][]byte, []storage.StoredCompaction, uint64, *segList, *journal, error) {
 		return nil, nil, nil, 0, nil, nil, err
 	}
@@ -410,6 +411,9 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		jdata = encodeJournalHead(gen, id)
 	} else if err != nil {
 		return fail(err)
+	}
+	if cut != nil && cut.gen == gen && int64(len(jdata)) > cut.size {
+		jdata = jdata[:cut.size]
 	}
 	jc, err := decodeJournal(jdata)
 	if err != nil {

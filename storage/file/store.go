@@ -146,6 +146,7 @@ type entry struct {
 	gen  uint64
 	segs *segList       // the segments the snapshot lists; nil for a whole snapshot
 	ids  map[string]int // message id -> index, for idempotency checks
+	cut  *journalCut    // set while a failed write's bytes could not be cut off the journal
 
 	// view is what readers see: replaced (never modified) by writers while
 	// holding wmu; nil when the session's messages are not in memory.

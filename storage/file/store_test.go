@@ -594,15 +594,19 @@ func TestDamageIsolated(t *testing.T) {
 		// snapshot's 20 in one frame, then 5 appends of one frame each);
 		// -1 when nothing identifies the session, which is then moved aside.
 		salvaged int
+		// indexed: what repair keeps when the files identify nothing but
+		// the last checkpoint (intact after a clean close) has the
+		// session's metadata; 0 when it is salvaged.
+		indexed int
 	}{
-		{"snapshot header", flip("snapshot", func(int) int { return 20 }), false, -1},
-		{"snapshot middle", flip("snapshot", func(n int) int { return n / 2 }), false, 5},
-		{"snapshot truncated", truncate("snapshot"), false, 5},
-		{"snapshot deleted", func(t *testing.T, sdir string, _ int) { _ = os.Remove(filepath.Join(sdir, snapshotName)) }, false, -1},
-		{"journal header", flip("journal", func(int) int { return 12 }), false, 25},
-		{"journal first commit", flip("journal", func(int) int { return 60 }), false, 24},
-		{"journal last commit", nil, true, 24},
-		{"journal truncated", truncate("journal"), true, 23}, // the cut takes the last two frames
+		{"snapshot header", flip("snapshot", func(int) int { return 20 }), false, -1, 25},
+		{"snapshot middle", flip("snapshot", func(n int) int { return n / 2 }), false, 5, 0},
+		{"snapshot truncated", truncate("snapshot"), false, 5, 0},
+		{"snapshot deleted", func(t *testing.T, sdir string, _ int) { _ = os.Remove(filepath.Join(sdir, snapshotName)) }, false, -1, 5},
+		{"journal header", flip("journal", func(int) int { return 12 }), false, 25, 0},
+		{"journal first commit", flip("journal", func(int) int { return 60 }), false, 24, 0},
+		{"journal last commit", nil, true, 24, 0},
+		{"journal truncated", truncate("journal"), true, 23, 0}, // the cut takes the last two frames
 	}
 	for _, c := range cases {
 		for _, crash := range []bool{false, true} {
@@ -682,7 +686,11 @@ func TestDamageIsolated(t *testing.T) {
 					t.Errorf("Check findings = %+v, want the victim corrupt and repaired", rep.Findings)
 				}
 				s3 := open(t, dir)
-				if c.salvaged < 0 {
+				salvaged := c.salvaged
+				if !crash && c.indexed != 0 {
+					salvaged = c.indexed
+				}
+				if salvaged < 0 {
 					if _, err := s3.Get(t.Context(), storage.Ref{ID: victim.ID}); !errors.Is(err, storage.ErrNotFound) {
 						t.Errorf("quarantined session: Get = %v, want ErrNotFound", err)
 					}
@@ -690,10 +698,13 @@ func TestDamageIsolated(t *testing.T) {
 					got, err := s3.Get(t.Context(), storage.Ref{Alias: "s1"})
 					if err != nil || got.ID != victim.ID || got.Revision <= before.Revision {
 						t.Errorf("salvaged session by alias: %+v, %v; want it at a revision above %d", got, err, before.Revision)
+						if err != nil {
+							return
+						}
 					}
 					ids, err := loadIDs(t, s3, victim.ID)
-					if err != nil || len(ids) != c.salvaged || int64(len(ids)) != got.MessageCount {
-						t.Errorf("salvaged session: %d messages (%v), want %d, count %d", len(ids), err, c.salvaged, got.MessageCount)
+					if err != nil || len(ids) != salvaged || int64(len(ids)) != got.MessageCount {
+						t.Errorf("salvaged session: %d messages (%v), want %d, count %d", len(ids), err, salvaged, got.MessageCount)
 					}
 					// What is kept is what was there, in order.
 					j := 0
@@ -867,6 +878,11 @@ func TestCheck(t *testing.T) {
 		kinds[f.Kind]++
 		if f.Repaired {
 			t.Errorf("check without repair repaired %+v", f)
+		}
+		// The torn record's finding says what trimming keeps and what it
+		// drops, never that it keeps everything acknowledged.
+		if keeps := fmt.Sprintf("keeps every record before byte %d and drops that one change", tailB); f.Kind == KindTruncated && !strings.Contains(f.Detail, keeps) {
+			t.Errorf("torn record finding %q does not say %q", f.Detail, keeps)
 		}
 	}
 	want := map[FindingKind]int{KindTruncated: 1, KindStray: 1, KindOrphan: 1, KindIndex: 1}
