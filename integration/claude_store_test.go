@@ -88,14 +88,14 @@ func startModelStub(t *testing.T, node string) string {
 	return strings.TrimSpace(line)
 }
 
-// TestReadmeAgentExamples runs the README's OpenAI Agents SDK and Claude
+// TestReadmeAgentExamples runs docs/node.md's OpenAI Agents SDK and Claude
 // Agent SDK examples, which must be, verbatim, the files run here, against
 // the daemon and the model stub (no API key needed), then shows the Claude
 // transcript with sessionctl.
 func TestReadmeAgentExamples(t *testing.T) {
 	node := needClaudeSDK(t)
 	ctx := testContext(t, scriptTimeout)
-	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(moduleRoot, "docs", "node.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestReadmeAgentExamples(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !strings.Contains(string(readme), "```js\n"+string(b)+"```\n") {
-			t.Errorf("README.md does not show %s verbatim", f)
+			t.Errorf("docs/node.md does not show %s verbatim", f)
 		}
 	}
 	d := startDaemon(t, t.TempDir())

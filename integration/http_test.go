@@ -703,17 +703,17 @@ func TestHTTPListenRefusals(t *testing.T) {
 	h.call(t, "GET", "/v1/info", "", nil)
 }
 
-// readmeHTTPAddr is the address of the README's curl walkthrough; the test
-// runs its commands against its own daemon instead.
+// readmeHTTPAddr is the address of the curl walkthrough in docs/http.md; the
+// test runs its commands against its own daemon instead.
 const readmeHTTPAddr = "127.0.0.1:7438"
 
-// readmeCurlCommands returns the README's curl command lines that call
+// readmeCurlCommands returns the curl command lines of docs/http.md that call
 // readmeHTTPAddr, in order.
 func readmeCurlCommands(t *testing.T) []string {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(moduleRoot, "docs", "http.md"))
 	if err != nil {
-		t.Fatalf("read README.md: %v", err)
+		t.Fatalf("read docs/http.md: %v", err)
 	}
 	var cmds []string
 	for line := range strings.Lines(string(readme)) {
@@ -724,7 +724,7 @@ func readmeCurlCommands(t *testing.T) []string {
 	return cmds
 }
 
-// TestReadmeHTTPWalkthrough runs the README's curl walkthrough as a reader
+// TestReadmeHTTPWalkthrough runs docs/http.md's curl walkthrough as a reader
 // would, in order, against a fresh daemon: a `curl -N` watch runs in the
 // background, as in a second terminal, and must print the event of the
 // append that follows it. Every answer is checked against what the commands
@@ -813,7 +813,7 @@ func TestReadmeHTTPWalkthrough(t *testing.T) {
 				}
 			}
 			if fmt.Sprint(got) != fmt.Sprint(appended[alias]) {
-				t.Errorf("%s printed messages %v, want %v (what the README appended)", c, got, appended[alias])
+				t.Errorf("%s printed messages %v, want %v (what the walkthrough appended)", c, got, appended[alias])
 			}
 			seen["load"] = true
 		case strings.Contains(c, "/v1/sessions?"):
@@ -830,7 +830,7 @@ func TestReadmeHTTPWalkthrough(t *testing.T) {
 	}
 	for _, step := range []string{"create", "append", "load", "list", "watch", "watched"} {
 		if !seen[step] {
-			t.Errorf("the README's curl walkthrough (on %s) has no %s step", readmeHTTPAddr, step)
+			t.Errorf("docs/http.md's curl walkthrough (on %s) has no %s step", readmeHTTPAddr, step)
 		}
 	}
 }

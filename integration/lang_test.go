@@ -298,30 +298,40 @@ func runNodeSessionTests(t *testing.T, ctx context.Context, node string, d *daem
 	}
 }
 
-// readmeExampleAddr is the address the README's examples use; the test runs
-// them against its own daemon instead.
+// readmeExampleAddr is the address the documented examples use; the test
+// runs them against its own daemon instead.
 const readmeExampleAddr = "127.0.0.1:7437"
 
-// TestReadmeExamples proves the README's client examples: the Python and
-// Node.js examples it shows must be, verbatim, the files the tests above run,
-// and every grpcurl command line in it runs here, in order, as a reader would
-// run it, against a fresh daemon. What AppendMessages sent is what a later
-// LoadSession of the same alias must print.
+// TestReadmeExamples proves the documented client examples: the Python and
+// Node.js examples docs/python.md and docs/node.md show must be, verbatim,
+// the files the tests above run, and every grpcurl command line of
+// docs/grpc.md runs here, in order, as a reader would run it, against a
+// fresh daemon. What AppendMessages sent is what a later LoadSession of the
+// same alias must print.
 func TestReadmeExamples(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
-	if err != nil {
-		t.Fatalf("read README.md: %v", err)
-	}
-	for _, f := range []string{"clients/python/example.py", "clients/node/example.js", "clients/python/example_tls.py", "clients/node/example_tls.js"} {
-		src, err := os.ReadFile(filepath.Join(moduleRoot, f))
+	for doc, files := range map[string][]string{
+		"python.md": {"clients/python/example.py", "clients/python/example_tls.py"},
+		"node.md":   {"clients/node/example.js", "clients/node/example_tls.js"},
+	} {
+		shown, err := os.ReadFile(filepath.Join(moduleRoot, "docs", doc))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Contains(readme, src) {
-			t.Errorf("README.md does not show %s verbatim; copy the file into its code block", f)
+		for _, f := range files {
+			src, err := os.ReadFile(filepath.Join(moduleRoot, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(shown, src) {
+				t.Errorf("docs/%s does not show %s verbatim; copy the file into its code block", doc, f)
+			}
 		}
 	}
 
+	readme, err := os.ReadFile(filepath.Join(moduleRoot, "docs", "grpc.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmds := grpcurlCommands(readme)
 	grpcurl := lookTool(t, "grpcurl")
 	bash := lookTool(t, "bash")
@@ -343,7 +353,7 @@ func TestReadmeExamples(t *testing.T) {
 		var req request
 		if m := dataFlag.FindStringSubmatch(c); m != nil {
 			if err := json.Unmarshal([]byte(m[1]), &req); err != nil {
-				t.Fatalf("README command %q: -d is not JSON: %v", c, err)
+				t.Fatalf("docs/grpc.md command %q: -d is not JSON: %v", c, err)
 			}
 		}
 		verb := "call"
@@ -383,7 +393,7 @@ func TestReadmeExamples(t *testing.T) {
 				got = append(got, frame.Messages...)
 			}
 			if fmt.Sprint(got) != fmt.Sprint(sent[req.Ref.Alias]) || len(got) == 0 {
-				t.Errorf("%q printed messages %v, want %v (what the README appended)", c, got, sent[req.Ref.Alias])
+				t.Errorf("%q printed messages %v, want %v (what the walkthrough appended)", c, got, sent[req.Ref.Alias])
 			}
 		case strings.HasSuffix(c, "/CreateSession"):
 			verb = "CreateSession"
@@ -392,7 +402,7 @@ func TestReadmeExamples(t *testing.T) {
 	}
 	for _, verb := range []string{"list", "describe", "CreateSession", "AppendMessages", "LoadSession"} {
 		if !seen[verb] {
-			t.Errorf("README.md has no grpcurl example of %s", verb)
+			t.Errorf("docs/grpc.md has no grpcurl example of %s", verb)
 		}
 	}
 }
@@ -400,7 +410,7 @@ func TestReadmeExamples(t *testing.T) {
 // dataFlag finds the request of a grpcurl command line: -d '...'.
 var dataFlag = regexp.MustCompile(`-d '([^']*)'`)
 
-// grpcurlCommands returns the grpcurl command lines of the README, in order.
+// grpcurlCommands returns the grpcurl command lines of a document, in order.
 func grpcurlCommands(readme []byte) []string {
 	var cmds []string
 	sc := bufio.NewScanner(bytes.NewReader(readme))

@@ -239,21 +239,21 @@ func checkEmptyDir(t *testing.T, dir string) {
 	}
 }
 
-// TestPythonREPLExample runs the README's Python SDK REPL twice against the
-// real daemon: the second run resumes the session by its alias and finds the
-// first run's turn. The README must show the file verbatim.
+// TestPythonREPLExample runs the Python SDK REPL of docs/python.md twice
+// against the real daemon: the second run resumes the session by its alias
+// and finds the first run's turn. docs/python.md must show the file verbatim.
 func TestPythonREPLExample(t *testing.T) {
 	env := needPython(t)
 	src, err := os.ReadFile(filepath.Join(moduleRoot, "clients", "python", "repl.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join(moduleRoot, "README.md"))
+	doc, err := os.ReadFile(filepath.Join(moduleRoot, "docs", "python.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(readme, src) {
-		t.Errorf("README.md does not show clients/python/repl.py verbatim; copy the file into its code block")
+	if !bytes.Contains(doc, src) {
+		t.Errorf("docs/python.md does not show clients/python/repl.py verbatim; copy the file into its code block")
 	}
 	d := startDaemon(t, t.TempDir())
 	ctx := testContext(t, scriptTimeout)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Measures sessiond against its performance targets (README "Performance"), side by side in
+# Measures sessiond against its performance targets (docs/performance.md), side by side in
 # one run on this machine: the floor (disk append+fdatasync, gRPC unary round
 # trip), sessiond's durable appends with 1 and 16 clients, Redis with
 # `appendonly yes, appendfsync always` and PostgreSQL with
@@ -63,6 +63,9 @@
 #                  for work on the PostgreSQL driver. Loading and listing
 #                  still run: make them small with LOAD_MESSAGES and
 #                  LIST_SESSIONS
+#   REPORT=FILE    also write the tables as a Markdown page, headed by the
+#                  machine they ran on and the command (docs/performance.md
+#                  is this page); MACHINE_NOTE adds a sentence about the machine
 #
 # Usage: scripts/bench-compare.sh
 set -euo pipefail
@@ -80,6 +83,7 @@ WIDE_CLIENTS=${WIDE_CLIENTS:-64}
 WIDE_SESSIONS=${WIDE_SESSIONS:-1000}
 LONG_MESSAGES=${LONG_MESSAGES:-2000}
 PG_ONLY=${PG_ONLY:-0}
+REPORT=${REPORT:-}
 if [[ -z ${LIST_DIR:-} ]]; then
 	if [[ -d /dev/shm && -w /dev/shm ]]; then LIST_DIR=/dev/shm; else LIST_DIR=$BENCH_DIR; fi
 fi
@@ -158,6 +162,31 @@ if [[ $EUID == 0 ]]; then
 else
 	as_pg() { "$@"; }
 fi
+
+# write_report TABLE prints the Markdown page of REPORT: the machine, the
+# command, then the tables.
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
+write_report() {
+	local settings="" v
+	for v in ROUNDS DURATION CLIENTS LIST_SESSIONS LOAD_MESSAGES WIDE_CLIENTS WIDE_SESSIONS LONG_MESSAGES WIDE PG_ONLY SYSTEMS BASELINE; do
+		[[ -n ${!v+x} && -n ${!v} ]] && settings+="$v=${!v} "
+	done
+	cat <<-MD
+		# Performance
+
+		The latest run of \`scripts/bench-compare.sh\`, which writes this page
+		(\`REPORT=docs/performance.md\`). What each row measures, the targets and how
+		to run it: [development.md](development.md#measuring-performance).
+
+		- **Run:** $started to $(date -u '+%H:%M UTC'), \`${settings}scripts/bench-compare.sh\`
+		- **Machine:** $(nproc) cores ($(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)), $(awk '/^MemTotal/{printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) of memory, Linux $(uname -r), data on $fstype ($BENCH_DIR); load average at the start $load_at_start
+		- **Versions:** $(go version | cut -d' ' -f3), Redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), sessiond $(git describe --tags --always --dirty 2>/dev/null || echo unknown)
+	MD
+	[[ -n ${MACHINE_NOTE:-} ]] && printf -- '- **Note:** %s\n' "$MACHINE_NOTE"
+	echo
+	cat "$1"
+}
 
 # --- temp dirs and binaries ---
 
@@ -554,6 +583,7 @@ done
 
 # --- the table ---
 
+{
 python3 - "$results" "$CLIENTS" "$SIZE" "$LIST_SESSIONS" "$LOAD_MESSAGES" "$WIDE_CLIENTS" "$WIDE_SESSIONS" "$LONG_MESSAGES" <<'EOF'
 import collections, math, statistics, sys
 path, clients, size, nlist, nload, wclients, wsessions, nlong = sys.argv[1:]
@@ -670,3 +700,9 @@ if "baseline_daemon_cpu_us" in med:
 l = get("load_msgs_per_s")
 print(f"| load {nload} messages >= 100,000 messages/s | {l:.0f}/s | {'yes' if l >= 100000 else 'NO'} |")
 EOF
+} | tee "$work/table.md"
+
+if [[ -n $REPORT ]]; then
+	write_report "$work/table.md" >"$REPORT"
+	log "wrote $REPORT"
+fi

@@ -222,7 +222,7 @@ func (a *Authorizer) authenticate(ctx context.Context, method string) (auth.Toke
 	secret, reason := bearer(ctx)
 	if reason != "" {
 		a.log.Warn("unauthenticated call refused", zap.String("method", method), zap.String("reason", reason), peerField(ctx))
-		return auth.Token{}, status.Error(codes.Unauthenticated, reason+`; send "authorization: Bearer <token>" metadata`)
+		return auth.Token{}, status.Error(codes.Unauthenticated, authHint(ctx, reason))
 	}
 	tok, ok := a.tokens.Lookup(secret)
 	if !ok {
@@ -257,6 +257,16 @@ func (a *Authorizer) deny(ctx context.Context, method string, tok *auth.Token, n
 		zap.String("reason", reason),
 		peerField(ctx),
 	)
+}
+
+// authHint tells a caller without a usable token how to send one: over the
+// HTTP API as the Authorization header, over gRPC as metadata.
+func authHint(ctx context.Context, reason string) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil && p.Addr.Network() == "http" {
+		reason = strings.NewReplacer("authorization metadata", "Authorization header", "authorization value", "Authorization header").Replace(reason)
+		return reason + `; send the header "Authorization: Bearer <token>"`
+	}
+	return reason + `; send "authorization: Bearer <token>" metadata`
 }
 
 // bearer returns the secret of the call's authorization metadata, or why

@@ -432,3 +432,33 @@ func TestOwnNamespaceAndCleanup(t *testing.T) {
 		t.Errorf("fsync left %d entries in $TMPDIR", len(left))
 	}
 }
+
+// TestGNUFlags: flags take two dashes, as sessiond's and sessionctl's do,
+// with their value after a space or an "=", before the mode or after it; a
+// Go-style single-dash long flag is refused with the spelling that works.
+func TestGNUFlags(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(t.Context(), []string{"--json", "fsync", "--count=3", "--warmup", "0", "--size", "64"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("fsync with GNU flags: %v\n%s", err, stderr.String())
+	}
+	var rep struct {
+		Ops int `json:"ops"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || rep.Ops != 3 {
+		t.Fatalf("--count=3 made %d appends (%v):\n%s", rep.Ops, err, stdout.String())
+	}
+
+	for _, args := range [][]string{{"-json", "fsync"}, {"fsync", "-count", "3"}} {
+		stdout.Reset()
+		stderr.Reset()
+		err := run(t.Context(), args, &stdout, &stderr)
+		name := strings.TrimPrefix(args[0], "-")
+		if args[0] == "fsync" {
+			name = strings.TrimPrefix(args[1], "-")
+		}
+		if code := exitCode(err, &stderr); code != 2 || !strings.Contains(stderr.String(), "flags take two dashes: --"+name) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and the hint --%s", args, code, stderr.String(), name)
+		}
+	}
+}

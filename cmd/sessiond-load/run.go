@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/sessiond/sessiond/internal/buildinfo"
 	"github.com/sessiond/sessiond/storage"
@@ -180,6 +181,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := &config{addr: "127.0.0.1:7437", timeout: 60 * time.Second}
 	global := flag.NewFlagSet("sessiond-load", flag.ContinueOnError)
 	global.SetOutput(io.Discard)
+	// Flags up to the mode are the command's; the rest are the mode's.
+	global.SetInterspersed(false)
 	commonFlags(global, c)
 	showVersion := global.Bool("version", false, "print the version and exit")
 	if err := parseFlags(global, args, func() { usage(stdout, global) }); err != nil {
@@ -256,13 +259,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // parseFlags parses args, printing the usage (once) on -h and turning a bad
 // flag into a usage error, which main reports with a one-line hint.
 func parseFlags(fs *flag.FlagSet, args []string, usage func()) error {
-	// The flag package calls fs.Usage on every parse error and on -h; the
-	// usage is printed here instead, for -h alone.
+	// pflag calls fs.Usage on every parse error and on -h; the usage is
+	// printed here instead, for -h alone.
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage()
 			return err
+		}
+		for _, a := range args {
+			// -clients 16, as Go's flag package took it: pflag reads it as
+			// the shorthands c, l, i, ... and names only the first.
+			if len(a) > 2 && a[0] == '-' && a[1] != '-' && strings.Contains(err.Error(), "shorthand") {
+				name, _, _ := strings.Cut(a[1:], "=")
+				return usagef("%v; flags take two dashes: --%s", err, name)
+			}
 		}
 		return usagef("%v", err)
 	}

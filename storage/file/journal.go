@@ -476,9 +476,9 @@ func (s *Store) journalPut(j *journal, frame []byte) error {
 		size := max(j.alloc*2, preallocMin, need)
 		size = min(size, need+preallocMax)
 		size = (size + 4095) &^ 4095
-		err := unix.Fallocate(int(j.f.Fd()), 0, j.alloc, size-j.alloc)
+		err := fallocate(j.f, j.alloc, size-j.alloc)
 		if err != nil && (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)) && size > need {
-			err = unix.Fallocate(int(j.f.Fd()), 0, j.alloc, need-j.alloc)
+			err = fallocate(j.f, j.alloc, need-j.alloc)
 			size = need
 		}
 		switch {
@@ -513,7 +513,7 @@ func (s *Store) syncJournal(j *journal) error {
 		}
 	}
 	s.stats.journalSyncs.Add(1)
-	return unix.Fdatasync(int(j.f.Fd()))
+	return fdatasync(j.f)
 }
 
 // rewriteLocked writes e's whole state as a new snapshot generation with an

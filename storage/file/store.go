@@ -1,11 +1,9 @@
 package file
 
 import (
-	"bytes"
 	"container/list"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -411,50 +409,6 @@ func (s *Store) sweepSessions() ([]string, error) {
 		return nil, err
 	}
 	return ids, nil
-}
-
-// readDirNames calls each with the name and type (unix.DT_*) of every
-// entry of dir, in the order the file system lists them: os.ReadDir
-// without the sort by name and without an allocated DirEntry per entry,
-// which Open would pay per session. An error each returns ends the walk.
-func readDirNames(dir string, each func(name string, typ byte) error) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("file: list %s: %w", dir, ioErr(err))
-	}
-	defer f.Close()
-	buf := make([]byte, 256<<10)
-	for {
-		n, err := unix.ReadDirent(int(f.Fd()), buf)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("file: list %s: %w", dir, ioErr(err))
-		}
-		if n <= 0 {
-			return nil
-		}
-		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1),
-		// name (NUL-terminated).
-		for b := buf[:n]; len(b) >= 19; {
-			reclen := int(binary.NativeEndian.Uint16(b[16:]))
-			if reclen < 19 || reclen > len(b) {
-				return fmt.Errorf("file: list %s: malformed directory entry", dir)
-			}
-			typ, name := b[18], b[19:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			b = b[reclen:]
-			if string(name) == "." || string(name) == ".." {
-				continue
-			}
-			if err := each(string(name), typ); err != nil {
-				return err
-			}
-		}
-	}
 }
 
 // direntIsDir says whether entry name of dir, of type typ as readDirNames

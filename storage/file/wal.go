@@ -20,7 +20,6 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"golang.org/x/sys/unix"
 
 	"github.com/sessiond/sessiond/storage"
 )
@@ -632,8 +631,6 @@ func (s *Store) sealSegment(job sealJob) error {
 	}
 	return nil
 }
-
-func fdatasync(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }
 
 // syncFile fdatasyncs the file at path.
 func syncFile(path string) error {
