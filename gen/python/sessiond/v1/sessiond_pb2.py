@@ -23,7 +23,7 @@ DESCRIPTOR = _descriptor.FileDescriptor(
   name='sessiond/v1/sessiond.proto',
   package='sessiond.v1',
   syntax='proto3',
-  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"k\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x03\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x03\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\xb3\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x12\r\n\x05model\x18\x0b \x01(\t\x12!\n\x05usage\x18\x0c \x01(\x0b\x32\x12.sessiond.v1.Usage\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xf9\x04\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x1a\n\x12open_tool_call_ids\x18\x0e \x03(\t\x12!\n\x05usage\x18\x0f \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\x0e\n\x06models\x18\x10 \x03(\t\x12/\n\x0c\x65xpire_after\x18\x11 \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\x8a\x04\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x12/\n\x0c\x65xpire_after\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x86\x01\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\x12\x1d\n\x15\x63lose_open_tool_calls\x18\x05 \x01(\x08\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xc4\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"Y\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x16\n\x0e\x61ppended_count\x18\x03 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\x9d\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x16\n\x14GetServerInfoRequest\"\x8d\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits\x12\'\n\x05token\x18\x04 \x01(\x0b\x32\x18.sessiond.v1.TokenAccess\"U\n\x0bTokenAccess\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x16\n\x0e\x61ll_namespaces\x18\x04 \x01(\x08*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\x89\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x32\xfc\x08\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
+  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"k\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x03\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x03\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\xdd\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x12\r\n\x05model\x18\x0b \x01(\t\x12!\n\x05usage\x18\x0c \x01(\x0b\x32\x12.sessiond.v1.Usage\x12(\n\x05state\x18\r \x01(\x0e\x32\x19.sessiond.v1.MessageState\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xf9\x04\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x1a\n\x12open_tool_call_ids\x18\x0e \x03(\t\x12!\n\x05usage\x18\x0f \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\x0e\n\x06models\x18\x10 \x03(\t\x12/\n\x0c\x65xpire_after\x18\x11 \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\x8a\x04\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x12/\n\x0c\x65xpire_after\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x86\x01\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\x12\x1d\n\x15\x63lose_open_tool_calls\x18\x05 \x01(\x08\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xc4\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"Y\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x16\n\x0e\x61ppended_count\x18\x03 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\xc7\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\x12(\n\x05\x64\x65lta\x18\x05 \x01(\x0b\x32\x19.sessiond.v1.MessageDelta\"\x16\n\x14GetServerInfoRequest\"\x8d\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits\x12\'\n\x05token\x18\x04 \x01(\x0b\x32\x18.sessiond.v1.TokenAccess\"U\n\x0bTokenAccess\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x16\n\x0e\x61ll_namespaces\x18\x04 \x01(\x08\"\x93\x01\n\x0cMessageDelta\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x18\n\x10reasoning_offset\x18\x04 \x01(\x03\x12\x11\n\treasoning\x18\x05 \x01(\t\x12!\n\x05usage\x18\x06 \x01(\x0b\x32\x12.sessiond.v1.Usage\"\xbf\x01\n\x12\x41ppendDeltaRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x18\n\x10reasoning_offset\x18\x05 \x01(\x03\x12\x11\n\treasoning\x18\x06 \x01(\t\x12!\n\x05usage\x18\x07 \x01(\x0b\x32\x12.sessiond.v1.Usage\"Q\n\x13\x41ppendDeltaResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x18\n\x10reasoning_length\x18\x03 \x01(\x03\"\xad\x01\n\x14\x46inishMessageRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12)\n\ntool_calls\x18\x03 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\r\n\x05model\x18\x05 \x01(\t\"P\n\x15\x46inishMessageResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12%\n\x07message\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Message*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\xb8\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x12\x14\n\x10\x45VENT_TYPE_DELTA\x10\x05\x12\x17\n\x13\x45VENT_TYPE_FINISHED\x10\x06*\x85\x01\n\x0cMessageState\x12\x1d\n\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17MESSAGE_STATE_STREAMING\x10\x01\x12\x1a\n\x16MESSAGE_STATE_COMPLETE\x10\x02\x12\x1d\n\x19MESSAGE_STATE_INTERRUPTED\x10\x03\x32\xa6\n\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponse\x12P\n\x0b\x41ppendDelta\x12\x1f.sessiond.v1.AppendDeltaRequest\x1a .sessiond.v1.AppendDeltaResponse\x12V\n\rFinishMessage\x12!.sessiond.v1.FinishMessageRequest\x1a\".sessiond.v1.FinishMessageResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
   ,
   dependencies=[google_dot_protobuf_dot_duration__pb2.DESCRIPTOR,google_dot_protobuf_dot_field__mask__pb2.DESCRIPTOR,google_dot_protobuf_dot_timestamp__pb2.DESCRIPTOR,])
 
@@ -56,8 +56,8 @@ _ROLE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=5317,
-  serialized_end=5412,
+  serialized_start=6086,
+  serialized_end=6181,
 )
 _sym_db.RegisterEnumDescriptor(_ROLE)
 
@@ -88,15 +88,54 @@ _EVENTTYPE = _descriptor.EnumDescriptor(
       name='EVENT_TYPE_DELETED', index=4, number=4,
       options=None,
       type=None),
+    _descriptor.EnumValueDescriptor(
+      name='EVENT_TYPE_DELTA', index=5, number=5,
+      options=None,
+      type=None),
+    _descriptor.EnumValueDescriptor(
+      name='EVENT_TYPE_FINISHED', index=6, number=6,
+      options=None,
+      type=None),
   ],
   containing_type=None,
   options=None,
-  serialized_start=5415,
-  serialized_end=5552,
+  serialized_start=6184,
+  serialized_end=6368,
 )
 _sym_db.RegisterEnumDescriptor(_EVENTTYPE)
 
 EventType = enum_type_wrapper.EnumTypeWrapper(_EVENTTYPE)
+_MESSAGESTATE = _descriptor.EnumDescriptor(
+  name='MessageState',
+  full_name='sessiond.v1.MessageState',
+  filename=None,
+  file=DESCRIPTOR,
+  values=[
+    _descriptor.EnumValueDescriptor(
+      name='MESSAGE_STATE_UNSPECIFIED', index=0, number=0,
+      options=None,
+      type=None),
+    _descriptor.EnumValueDescriptor(
+      name='MESSAGE_STATE_STREAMING', index=1, number=1,
+      options=None,
+      type=None),
+    _descriptor.EnumValueDescriptor(
+      name='MESSAGE_STATE_COMPLETE', index=2, number=2,
+      options=None,
+      type=None),
+    _descriptor.EnumValueDescriptor(
+      name='MESSAGE_STATE_INTERRUPTED', index=3, number=3,
+      options=None,
+      type=None),
+  ],
+  containing_type=None,
+  options=None,
+  serialized_start=6371,
+  serialized_end=6504,
+)
+_sym_db.RegisterEnumDescriptor(_MESSAGESTATE)
+
+MessageState = enum_type_wrapper.EnumTypeWrapper(_MESSAGESTATE)
 ROLE_UNSPECIFIED = 0
 ROLE_SYSTEM = 1
 ROLE_USER = 2
@@ -107,6 +146,12 @@ EVENT_TYPE_APPENDED = 1
 EVENT_TYPE_REPLACED = 2
 EVENT_TYPE_UPDATED = 3
 EVENT_TYPE_DELETED = 4
+EVENT_TYPE_DELTA = 5
+EVENT_TYPE_FINISHED = 6
+MESSAGE_STATE_UNSPECIFIED = 0
+MESSAGE_STATE_STREAMING = 1
+MESSAGE_STATE_COMPLETE = 2
+MESSAGE_STATE_INTERRUPTED = 3
 
 
 
@@ -364,8 +409,8 @@ _MESSAGE_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=874,
-  serialized_end=921,
+  serialized_start=916,
+  serialized_end=963,
 )
 
 _MESSAGE = _descriptor.Descriptor(
@@ -459,6 +504,13 @@ _MESSAGE = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='state', full_name='sessiond.v1.Message.state', index=12,
+      number=13, type=14, cpp_type=8, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -472,7 +524,7 @@ _MESSAGE = _descriptor.Descriptor(
   oneofs=[
   ],
   serialized_start=486,
-  serialized_end=921,
+  serialized_end=963,
 )
 
 
@@ -509,8 +561,8 @@ _FORKORIGIN = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=923,
-  serialized_end=978,
+  serialized_start=965,
+  serialized_end=1020,
 )
 
 
@@ -547,8 +599,8 @@ _SESSION_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=874,
-  serialized_end=921,
+  serialized_start=916,
+  serialized_end=963,
 )
 
 _SESSION_LABELSENTRY = _descriptor.Descriptor(
@@ -584,8 +636,8 @@ _SESSION_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1569,
-  serialized_end=1614,
+  serialized_start=1611,
+  serialized_end=1656,
 )
 
 _SESSION = _descriptor.Descriptor(
@@ -726,8 +778,8 @@ _SESSION = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=981,
-  serialized_end=1614,
+  serialized_start=1023,
+  serialized_end=1656,
 )
 
 
@@ -774,8 +826,8 @@ _SESSIONREF = _descriptor.Descriptor(
       name='key', full_name='sessiond.v1.SessionRef.key',
       index=0, containing_type=None, fields=[]),
   ],
-  serialized_start=1616,
-  serialized_end=1685,
+  serialized_start=1658,
+  serialized_end=1727,
 )
 
 
@@ -854,8 +906,8 @@ _SERVERLIMITS = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1688,
-  serialized_end=1914,
+  serialized_start=1730,
+  serialized_end=1956,
 )
 
 
@@ -892,8 +944,8 @@ _CREATESESSIONREQUEST_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=874,
-  serialized_end=921,
+  serialized_start=916,
+  serialized_end=963,
 )
 
 _CREATESESSIONREQUEST_LABELSENTRY = _descriptor.Descriptor(
@@ -929,8 +981,8 @@ _CREATESESSIONREQUEST_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1569,
-  serialized_end=1614,
+  serialized_start=1611,
+  serialized_end=1656,
 )
 
 _CREATESESSIONREQUEST = _descriptor.Descriptor(
@@ -1036,8 +1088,8 @@ _CREATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1917,
-  serialized_end=2439,
+  serialized_start=1959,
+  serialized_end=2481,
 )
 
 
@@ -1067,8 +1119,8 @@ _CREATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2441,
-  serialized_end=2503,
+  serialized_start=2483,
+  serialized_end=2545,
 )
 
 
@@ -1098,8 +1150,8 @@ _GETSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2505,
-  serialized_end=2562,
+  serialized_start=2547,
+  serialized_end=2604,
 )
 
 
@@ -1129,8 +1181,8 @@ _GETSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2564,
-  serialized_end=2623,
+  serialized_start=2606,
+  serialized_end=2665,
 )
 
 
@@ -1188,8 +1240,8 @@ _LOADSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2626,
-  serialized_end=2760,
+  serialized_start=2668,
+  serialized_end=2802,
 )
 
 
@@ -1226,8 +1278,8 @@ _LOADSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2762,
-  serialized_end=2862,
+  serialized_start=2804,
+  serialized_end=2904,
 )
 
 
@@ -1264,8 +1316,8 @@ _LISTSESSIONSREQUEST_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1569,
-  serialized_end=1614,
+  serialized_start=1611,
+  serialized_end=1656,
 )
 
 _LISTSESSIONSREQUEST = _descriptor.Descriptor(
@@ -1343,8 +1395,8 @@ _LISTSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2865,
-  serialized_end=3189,
+  serialized_start=2907,
+  serialized_end=3231,
 )
 
 
@@ -1381,8 +1433,8 @@ _LISTSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3191,
-  serialized_end=3277,
+  serialized_start=3233,
+  serialized_end=3319,
 )
 
 
@@ -1419,8 +1471,8 @@ _SAVESESSIONHEADER_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=874,
-  serialized_end=921,
+  serialized_start=916,
+  serialized_end=963,
 )
 
 _SAVESESSIONHEADER = _descriptor.Descriptor(
@@ -1484,8 +1536,8 @@ _SAVESESSIONHEADER = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3280,
-  serialized_end=3536,
+  serialized_start=3322,
+  serialized_end=3578,
 )
 
 
@@ -1522,8 +1574,8 @@ _SAVESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3538,
-  serialized_end=3646,
+  serialized_start=3580,
+  serialized_end=3688,
 )
 
 
@@ -1553,8 +1605,8 @@ _SAVESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3648,
-  serialized_end=3708,
+  serialized_start=3690,
+  serialized_end=3750,
 )
 
 
@@ -1598,8 +1650,8 @@ _APPENDMESSAGESREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3711,
-  serialized_end=3839,
+  serialized_start=3753,
+  serialized_end=3881,
 )
 
 
@@ -1643,8 +1695,8 @@ _APPENDMESSAGESRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3841,
-  serialized_end=3930,
+  serialized_start=3883,
+  serialized_end=3972,
 )
 
 
@@ -1695,8 +1747,8 @@ _UPDATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3933,
-  serialized_end=4108,
+  serialized_start=3975,
+  serialized_end=4150,
 )
 
 
@@ -1726,8 +1778,8 @@ _UPDATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4110,
-  serialized_end=4172,
+  serialized_start=4152,
+  serialized_end=4214,
 )
 
 
@@ -1764,8 +1816,8 @@ _DELETESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4174,
-  serialized_end=4261,
+  serialized_start=4216,
+  serialized_end=4303,
 )
 
 
@@ -1788,8 +1840,8 @@ _DELETESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4263,
-  serialized_end=4286,
+  serialized_start=4305,
+  serialized_end=4328,
 )
 
 
@@ -1840,8 +1892,8 @@ _FORKSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4288,
-  serialized_end=4399,
+  serialized_start=4330,
+  serialized_end=4441,
 )
 
 
@@ -1871,8 +1923,8 @@ _FORKSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4401,
-  serialized_end=4461,
+  serialized_start=4443,
+  serialized_end=4503,
 )
 
 
@@ -1916,8 +1968,8 @@ _REWINDSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4463,
-  serialized_end=4573,
+  serialized_start=4505,
+  serialized_end=4615,
 )
 
 
@@ -1947,8 +1999,8 @@ _REWINDSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4575,
-  serialized_end=4637,
+  serialized_start=4617,
+  serialized_end=4679,
 )
 
 
@@ -1992,8 +2044,8 @@ _SEARCHSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4639,
-  serialized_end=4711,
+  serialized_start=4681,
+  serialized_end=4753,
 )
 
 
@@ -2037,8 +2089,8 @@ _SEARCHSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4713,
-  serialized_end=4816,
+  serialized_start=4755,
+  serialized_end=4858,
 )
 
 
@@ -2075,8 +2127,8 @@ _WATCHSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4818,
-  serialized_end=4900,
+  serialized_start=4860,
+  serialized_end=4942,
 )
 
 
@@ -2115,6 +2167,13 @@ _WATCHSESSIONRESPONSE = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='delta', full_name='sessiond.v1.WatchSessionResponse.delta', index=4,
+      number=5, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -2127,8 +2186,8 @@ _WATCHSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4903,
-  serialized_end=5060,
+  serialized_start=4945,
+  serialized_end=5144,
 )
 
 
@@ -2151,8 +2210,8 @@ _GETSERVERINFOREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5062,
-  serialized_end=5084,
+  serialized_start=5146,
+  serialized_end=5168,
 )
 
 
@@ -2203,8 +2262,8 @@ _GETSERVERINFORESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5087,
-  serialized_end=5228,
+  serialized_start=5171,
+  serialized_end=5312,
 )
 
 
@@ -2255,8 +2314,289 @@ _TOKENACCESS = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5230,
-  serialized_end=5315,
+  serialized_start=5314,
+  serialized_end=5399,
+)
+
+
+_MESSAGEDELTA = _descriptor.Descriptor(
+  name='MessageDelta',
+  full_name='sessiond.v1.MessageDelta',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='message_id', full_name='sessiond.v1.MessageDelta.message_id', index=0,
+      number=1, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='offset', full_name='sessiond.v1.MessageDelta.offset', index=1,
+      number=2, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='content', full_name='sessiond.v1.MessageDelta.content', index=2,
+      number=3, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning_offset', full_name='sessiond.v1.MessageDelta.reasoning_offset', index=3,
+      number=4, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning', full_name='sessiond.v1.MessageDelta.reasoning', index=4,
+      number=5, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='usage', full_name='sessiond.v1.MessageDelta.usage', index=5,
+      number=6, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=5402,
+  serialized_end=5549,
+)
+
+
+_APPENDDELTAREQUEST = _descriptor.Descriptor(
+  name='AppendDeltaRequest',
+  full_name='sessiond.v1.AppendDeltaRequest',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='ref', full_name='sessiond.v1.AppendDeltaRequest.ref', index=0,
+      number=1, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='message_id', full_name='sessiond.v1.AppendDeltaRequest.message_id', index=1,
+      number=2, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='offset', full_name='sessiond.v1.AppendDeltaRequest.offset', index=2,
+      number=3, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='content', full_name='sessiond.v1.AppendDeltaRequest.content', index=3,
+      number=4, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning_offset', full_name='sessiond.v1.AppendDeltaRequest.reasoning_offset', index=4,
+      number=5, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning', full_name='sessiond.v1.AppendDeltaRequest.reasoning', index=5,
+      number=6, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='usage', full_name='sessiond.v1.AppendDeltaRequest.usage', index=6,
+      number=7, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=5552,
+  serialized_end=5743,
+)
+
+
+_APPENDDELTARESPONSE = _descriptor.Descriptor(
+  name='AppendDeltaResponse',
+  full_name='sessiond.v1.AppendDeltaResponse',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='revision', full_name='sessiond.v1.AppendDeltaResponse.revision', index=0,
+      number=1, type=4, cpp_type=4, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='length', full_name='sessiond.v1.AppendDeltaResponse.length', index=1,
+      number=2, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning_length', full_name='sessiond.v1.AppendDeltaResponse.reasoning_length', index=2,
+      number=3, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=5745,
+  serialized_end=5826,
+)
+
+
+_FINISHMESSAGEREQUEST = _descriptor.Descriptor(
+  name='FinishMessageRequest',
+  full_name='sessiond.v1.FinishMessageRequest',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='ref', full_name='sessiond.v1.FinishMessageRequest.ref', index=0,
+      number=1, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='message_id', full_name='sessiond.v1.FinishMessageRequest.message_id', index=1,
+      number=2, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='tool_calls', full_name='sessiond.v1.FinishMessageRequest.tool_calls', index=2,
+      number=3, type=11, cpp_type=10, label=3,
+      has_default_value=False, default_value=[],
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='usage', full_name='sessiond.v1.FinishMessageRequest.usage', index=3,
+      number=4, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='model', full_name='sessiond.v1.FinishMessageRequest.model', index=4,
+      number=5, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=5829,
+  serialized_end=6002,
+)
+
+
+_FINISHMESSAGERESPONSE = _descriptor.Descriptor(
+  name='FinishMessageResponse',
+  full_name='sessiond.v1.FinishMessageResponse',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='revision', full_name='sessiond.v1.FinishMessageResponse.revision', index=0,
+      number=1, type=4, cpp_type=4, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='message', full_name='sessiond.v1.FinishMessageResponse.message', index=1,
+      number=2, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=6004,
+  serialized_end=6084,
 )
 
 _CONTENTPART.fields_by_name['blob'].message_type = _BLOB
@@ -2277,6 +2617,7 @@ _MESSAGE.fields_by_name['created_at'].message_type = google_dot_protobuf_dot_tim
 _MESSAGE.fields_by_name['metadata'].message_type = _MESSAGE_METADATAENTRY
 _MESSAGE.fields_by_name['reasoning'].message_type = _REASONING
 _MESSAGE.fields_by_name['usage'].message_type = _USAGE
+_MESSAGE.fields_by_name['state'].enum_type = _MESSAGESTATE
 _SESSION_METADATAENTRY.containing_type = _SESSION
 _SESSION_LABELSENTRY.containing_type = _SESSION
 _SESSION.fields_by_name['created_at'].message_type = google_dot_protobuf_dot_timestamp__pb2._TIMESTAMP
@@ -2334,8 +2675,16 @@ _WATCHSESSIONREQUEST.fields_by_name['ref'].message_type = _SESSIONREF
 _WATCHSESSIONRESPONSE.fields_by_name['type'].enum_type = _EVENTTYPE
 _WATCHSESSIONRESPONSE.fields_by_name['messages'].message_type = _MESSAGE
 _WATCHSESSIONRESPONSE.fields_by_name['session'].message_type = _SESSION
+_WATCHSESSIONRESPONSE.fields_by_name['delta'].message_type = _MESSAGEDELTA
 _GETSERVERINFORESPONSE.fields_by_name['limits'].message_type = _SERVERLIMITS
 _GETSERVERINFORESPONSE.fields_by_name['token'].message_type = _TOKENACCESS
+_MESSAGEDELTA.fields_by_name['usage'].message_type = _USAGE
+_APPENDDELTAREQUEST.fields_by_name['ref'].message_type = _SESSIONREF
+_APPENDDELTAREQUEST.fields_by_name['usage'].message_type = _USAGE
+_FINISHMESSAGEREQUEST.fields_by_name['ref'].message_type = _SESSIONREF
+_FINISHMESSAGEREQUEST.fields_by_name['tool_calls'].message_type = _TOOLCALL
+_FINISHMESSAGEREQUEST.fields_by_name['usage'].message_type = _USAGE
+_FINISHMESSAGERESPONSE.fields_by_name['message'].message_type = _MESSAGE
 DESCRIPTOR.message_types_by_name['ToolCall'] = _TOOLCALL
 DESCRIPTOR.message_types_by_name['Reasoning'] = _REASONING
 DESCRIPTOR.message_types_by_name['Usage'] = _USAGE
@@ -2374,8 +2723,14 @@ DESCRIPTOR.message_types_by_name['WatchSessionResponse'] = _WATCHSESSIONRESPONSE
 DESCRIPTOR.message_types_by_name['GetServerInfoRequest'] = _GETSERVERINFOREQUEST
 DESCRIPTOR.message_types_by_name['GetServerInfoResponse'] = _GETSERVERINFORESPONSE
 DESCRIPTOR.message_types_by_name['TokenAccess'] = _TOKENACCESS
+DESCRIPTOR.message_types_by_name['MessageDelta'] = _MESSAGEDELTA
+DESCRIPTOR.message_types_by_name['AppendDeltaRequest'] = _APPENDDELTAREQUEST
+DESCRIPTOR.message_types_by_name['AppendDeltaResponse'] = _APPENDDELTARESPONSE
+DESCRIPTOR.message_types_by_name['FinishMessageRequest'] = _FINISHMESSAGEREQUEST
+DESCRIPTOR.message_types_by_name['FinishMessageResponse'] = _FINISHMESSAGERESPONSE
 DESCRIPTOR.enum_types_by_name['Role'] = _ROLE
 DESCRIPTOR.enum_types_by_name['EventType'] = _EVENTTYPE
+DESCRIPTOR.enum_types_by_name['MessageState'] = _MESSAGESTATE
 _sym_db.RegisterFileDescriptor(DESCRIPTOR)
 
 ToolCall = _reflection.GeneratedProtocolMessageType('ToolCall', (_message.Message,), dict(
@@ -2700,6 +3055,41 @@ TokenAccess = _reflection.GeneratedProtocolMessageType('TokenAccess', (_message.
   ))
 _sym_db.RegisterMessage(TokenAccess)
 
+MessageDelta = _reflection.GeneratedProtocolMessageType('MessageDelta', (_message.Message,), dict(
+  DESCRIPTOR = _MESSAGEDELTA,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.MessageDelta)
+  ))
+_sym_db.RegisterMessage(MessageDelta)
+
+AppendDeltaRequest = _reflection.GeneratedProtocolMessageType('AppendDeltaRequest', (_message.Message,), dict(
+  DESCRIPTOR = _APPENDDELTAREQUEST,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.AppendDeltaRequest)
+  ))
+_sym_db.RegisterMessage(AppendDeltaRequest)
+
+AppendDeltaResponse = _reflection.GeneratedProtocolMessageType('AppendDeltaResponse', (_message.Message,), dict(
+  DESCRIPTOR = _APPENDDELTARESPONSE,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.AppendDeltaResponse)
+  ))
+_sym_db.RegisterMessage(AppendDeltaResponse)
+
+FinishMessageRequest = _reflection.GeneratedProtocolMessageType('FinishMessageRequest', (_message.Message,), dict(
+  DESCRIPTOR = _FINISHMESSAGEREQUEST,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.FinishMessageRequest)
+  ))
+_sym_db.RegisterMessage(FinishMessageRequest)
+
+FinishMessageResponse = _reflection.GeneratedProtocolMessageType('FinishMessageResponse', (_message.Message,), dict(
+  DESCRIPTOR = _FINISHMESSAGERESPONSE,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.FinishMessageResponse)
+  ))
+_sym_db.RegisterMessage(FinishMessageResponse)
+
 
 DESCRIPTOR.has_options = True
 DESCRIPTOR._options = _descriptor._ParseOptions(descriptor_pb2.FileOptions(), _b('Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1'))
@@ -2724,8 +3114,8 @@ _SESSIONSTORESERVICE = _descriptor.ServiceDescriptor(
   file=DESCRIPTOR,
   index=0,
   options=None,
-  serialized_start=5555,
-  serialized_end=6703,
+  serialized_start=6507,
+  serialized_end=7825,
   methods=[
   _descriptor.MethodDescriptor(
     name='CreateSession',
@@ -2842,6 +3232,24 @@ _SESSIONSTORESERVICE = _descriptor.ServiceDescriptor(
     containing_service=None,
     input_type=_GETSERVERINFOREQUEST,
     output_type=_GETSERVERINFORESPONSE,
+    options=None,
+  ),
+  _descriptor.MethodDescriptor(
+    name='AppendDelta',
+    full_name='sessiond.v1.SessionStoreService.AppendDelta',
+    index=13,
+    containing_service=None,
+    input_type=_APPENDDELTAREQUEST,
+    output_type=_APPENDDELTARESPONSE,
+    options=None,
+  ),
+  _descriptor.MethodDescriptor(
+    name='FinishMessage',
+    full_name='sessiond.v1.SessionStoreService.FinishMessage',
+    index=14,
+    containing_service=None,
+    input_type=_FINISHMESSAGEREQUEST,
+    output_type=_FINISHMESSAGERESPONSE,
     options=None,
   ),
 ])
