@@ -102,6 +102,7 @@ func RunConformance(t *testing.T, h Harness) {
 		{"Reopen", testReopen},
 		{"SecondOpen", testSecondOpen},
 		{"Simulation", testSimulation},
+		{"Live", testLive},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
