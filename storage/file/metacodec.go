@@ -21,6 +21,9 @@ const (
 	fSessSummary, fSessMetadata, fSessLabels, fSessPar   = 9, 10, 11, 12
 	fSessMessages, fSessOpenTools, fSessUsage, fSessMods = 13, 14, 15, 16
 	fSessExpire                                          = 17
+	// fSessOpenMessage is the file format's own field, not the API's: the
+	// id of the session's open message (storage.Tally.OpenMessageID).
+	fSessOpenMessage = 1000
 )
 
 // decodeMeta decodes an encoded sessiond.v1.Session (as marshalMeta
@@ -57,6 +60,14 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 			m.Metadata = map[string]string{}
 		} else if num == fSessLabels && m.Labels == nil {
 			m.Labels = map[string]string{}
+		}
+		if num == fSessOpenMessage && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || !utf8.Valid(v) {
+				return -1
+			}
+			m.OpenMessageID = string(v)
+			return n
 		}
 		if typ != protowire.BytesType || num < fSessID || num > fSessExpire || num == fSessRevision || num == fSessMsgs {
 			return 0
