@@ -71,6 +71,8 @@ var methodRules = map[string]methodRule{
 	servicePrefix + "DeleteSession":  {role: auth.RoleWrite, namespaced: true},
 	servicePrefix + "ForkSession":    {role: auth.RoleWrite, namespaced: true},
 	servicePrefix + "RewindSession":  {role: auth.RoleWrite, namespaced: true},
+	servicePrefix + "AppendDelta":    {role: auth.RoleWrite, namespaced: true},
+	servicePrefix + "FinishMessage":  {role: auth.RoleWrite, namespaced: true},
 }
 
 // openPrefixes are services anyone may call; tokenOnlyPrefixes need a valid

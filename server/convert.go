@@ -222,6 +222,8 @@ var eventTypes = map[storage.EventType]sessiondv1.EventType{
 	storage.EventReplaced: sessiondv1.EventType_EVENT_TYPE_REPLACED,
 	storage.EventUpdated:  sessiondv1.EventType_EVENT_TYPE_UPDATED,
 	storage.EventDeleted:  sessiondv1.EventType_EVENT_TYPE_DELETED,
+	storage.EventDelta:    sessiondv1.EventType_EVENT_TYPE_DELTA,
+	storage.EventFinished: sessiondv1.EventType_EVENT_TYPE_FINISHED,
 }
 
 func eventToProto(ev storage.Event) *sessiondv1.WatchSessionResponse {
@@ -230,5 +232,6 @@ func eventToProto(ev storage.Event) *sessiondv1.WatchSessionResponse {
 		Revision: ev.Revision,
 		Messages: ev.Messages,
 		Session:  sessionToProto(ev.Session),
+		Delta:    ev.Delta,
 	}
 }
