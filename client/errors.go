@@ -41,6 +41,10 @@ var (
 	// ErrUnavailable: the daemon cannot be reached or is shutting down. Writes
 	// that fail with it may be retried: the SDK's appends are idempotent.
 	ErrUnavailable = errors.New("sessiond unavailable")
+	// ErrMessageState: AppendDelta or FinishMessage named a message that
+	// is not open, or a delta's offset is past the end of the message (the
+	// message gives its length).
+	ErrMessageState = errors.New("message is not in the state the write needs")
 	// ErrClosed: the Client or Handle has been closed.
 	ErrClosed = errors.New("closed")
 	// ErrSpool: a handle's spool (WithSpool) could not be written, or a
@@ -70,6 +74,8 @@ const (
 	rpcWatch        rpc = "WatchSession"
 	rpcInfo         rpc = "GetServerInfo"
 	rpcCompact      rpc = "CompactSession"
+	rpcDelta        rpc = "AppendDelta"
+	rpcFinish       rpc = "FinishMessage"
 )
 
 // sentinelFor maps a gRPC code back to a sentinel. The meaning of a code
@@ -84,9 +90,14 @@ func sentinelFor(op rpc, code codes.Code) error {
 			return ErrMessageConflict
 		}
 		return ErrAliasInUse
-	case codes.Aborted, codes.FailedPrecondition:
-		// FAILED_PRECONDITION is not in the contract, but a proxy or a
-		// future server may use it for the same "state changed" meaning.
+	case codes.FailedPrecondition:
+		if op == rpcDelta || op == rpcFinish {
+			return ErrMessageState
+		}
+		// FAILED_PRECONDITION is not in the contract elsewhere, but a proxy
+		// or a future server may use it for the same "state changed" meaning.
+		return ErrConflict
+	case codes.Aborted:
 		return ErrConflict
 	case codes.InvalidArgument:
 		return ErrInvalid
@@ -144,7 +155,7 @@ func retryable(err error) bool {
 		return false
 	}
 	for _, final := range []error{ErrNotFound, ErrAliasInUse, ErrMessageConflict, ErrConflict,
-		ErrInvalid, ErrTooLarge, ErrDataLoss, ErrClosed, ErrSpool} {
+		ErrInvalid, ErrTooLarge, ErrDataLoss, ErrClosed, ErrSpool, ErrMessageState} {
 		if errors.Is(err, final) {
 			return false
 		}

@@ -583,14 +583,17 @@ const (
 	EventReplaced = sessiondv1.EventType_EVENT_TYPE_REPLACED
 	EventUpdated  = sessiondv1.EventType_EVENT_TYPE_UPDATED
 	EventDeleted  = sessiondv1.EventType_EVENT_TYPE_DELETED
+	EventDelta    = sessiondv1.EventType_EVENT_TYPE_DELTA
+	EventFinished = sessiondv1.EventType_EVENT_TYPE_FINISHED
 )
 
 // Event is one change to a watched session.
 type Event struct {
 	Type     EventType
 	Revision uint64
-	Session  *Session              // metadata after the change
-	Messages []*sessiondv1.Message // the appended ones, for EventAppended
+	Session  *Session                 // metadata after the change
+	Messages []*sessiondv1.Message    // the appended ones (EventAppended), the closed one (EventFinished)
+	Delta    *sessiondv1.MessageDelta // what was added to an open message, for EventDelta
 }
 
 // Watch streams a session's changes after fromRevision (0 = from now) until
@@ -605,6 +608,7 @@ func (c *Client) Watch(ctx context.Context, r Ref, fromRevision uint64) iter.Seq
 			Revision: frame.GetRevision(),
 			Session:  sessionFromProto(frame.GetSession()),
 			Messages: frame.GetMessages(),
+			Delta:    frame.GetDelta(),
 		}
 	})
 }

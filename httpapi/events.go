@@ -67,6 +67,8 @@ var eventNames = map[sessiondv1.EventType]string{
 	sessiondv1.EventType_EVENT_TYPE_REPLACED: "replaced",
 	sessiondv1.EventType_EVENT_TYPE_UPDATED:  "updated",
 	sessiondv1.EventType_EVENT_TYPE_DELETED:  "deleted",
+	sessiondv1.EventType_EVENT_TYPE_DELTA:    "delta",
+	sessiondv1.EventType_EVENT_TYPE_FINISHED: "finished",
 }
 
 // watchRequest reads the request's session and starting revision.

@@ -73,6 +73,8 @@ var methodRules = map[string]methodRule{
 	servicePrefix + "RewindSession":  {role: auth.RoleWrite, namespaced: true},
 	servicePrefix + "AppendStream":   {role: auth.RoleWrite, namespaced: true},
 	servicePrefix + "CompactSession": {role: auth.RoleWrite, namespaced: true},
+	servicePrefix + "AppendDelta":    {role: auth.RoleWrite, namespaced: true},
+	servicePrefix + "FinishMessage":  {role: auth.RoleWrite, namespaced: true},
 }
 
 // openPrefixes are services anyone may call; tokenOnlyPrefixes need a valid

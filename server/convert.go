@@ -260,6 +260,8 @@ var eventTypes = map[storage.EventType]sessiondv1.EventType{
 	storage.EventUpdated:   sessiondv1.EventType_EVENT_TYPE_UPDATED,
 	storage.EventDeleted:   sessiondv1.EventType_EVENT_TYPE_DELETED,
 	storage.EventCompacted: sessiondv1.EventType_EVENT_TYPE_COMPACTED,
+	storage.EventDelta:     sessiondv1.EventType_EVENT_TYPE_DELTA,
+	storage.EventFinished:  sessiondv1.EventType_EVENT_TYPE_FINISHED,
 }
 
 func eventToProto(ev storage.Event) *sessiondv1.WatchSessionResponse {
@@ -268,5 +270,6 @@ func eventToProto(ev storage.Event) *sessiondv1.WatchSessionResponse {
 		Revision: ev.Revision,
 		Messages: ev.Messages,
 		Session:  sessionToProto(ev.Session),
+		Delta:    ev.Delta,
 	}
 }

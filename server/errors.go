@@ -32,6 +32,8 @@ var codeOf = []struct {
 	{storage.ErrClosed, codes.Unavailable},
 	{storage.ErrLocked, codes.Unavailable},
 	{storage.ErrUnavailable, codes.Unavailable},
+	{storage.ErrMessageState, codes.FailedPrecondition},
+	{storage.ErrUnsupported, codes.Unimplemented},
 	{context.Canceled, codes.Canceled},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 }

@@ -231,6 +231,9 @@ func (h *history) add(ev Event) int64 {
 	for _, m := range ev.Messages {
 		size += int64(proto.Size(m))
 	}
+	if ev.Delta != nil {
+		size += int64(proto.Size(ev.Delta))
+	}
 	h.events, h.sizes, h.cost = append(h.events, ev), append(h.sizes, size), h.cost+size
 	drop, kept := 0, h.cost-historyEntryCost
 	for len(h.events)-drop > WatchHistory || (kept > WatchHistoryBytes && drop < len(h.events)-1) {

@@ -41,8 +41,8 @@ import (
 // ErrAliasInUse, ErrConflict, ...) or the context's error; anything else is
 // an internal error. Callers never parse error text: a Driver's wording may
 // name its own internals (paths, SQL) and is logged, not shown to clients,
-// except for ErrInvalid, ErrTooLarge, ErrConflict, ErrAliasInUse and
-// ErrMessageConflict, whose text the server shows. Those texts must
+// except for ErrInvalid, ErrTooLarge, ErrConflict, ErrAliasInUse,
+// ErrMessageConflict and ErrMessageState, whose text the server shows. Those texts must
 // therefore name the field, alias or revision and nothing internal, without
 // a backend prefix.
 //

@@ -124,6 +124,13 @@ var (
 	ErrClosed = errors.New("store closed")
 	// ErrLocked: another process holds the store (its data dir lock).
 	ErrLocked = errors.New("store is locked by another process")
+	// ErrMessageState: a write needs a message in another state (a delta
+	// or finish for a message that is not open, a delta past the end of
+	// the message, an append while a message is open).
+	ErrMessageState = errors.New("message is not in the state the write needs")
+	// ErrUnsupported: the backend does not implement the feature (live
+	// turns on a Driver that is not a LiveDriver).
+	ErrUnsupported = errors.New("not supported by this storage backend")
 )
 
 // Ref names one session: by ID when ID is set, else by Alias.
@@ -374,6 +381,8 @@ const (
 	EventUpdated                        // metadata changed
 	EventDeleted                        // the last event of a subscription
 	EventCompacted                      // a compaction was stored; the messages are unchanged
+	EventDelta                          // Delta holds what was added to the open message
+	EventFinished                       // Messages holds the message just closed, whole
 )
 
 // Event is one change to a session. Session is its metadata after the change.
@@ -381,5 +390,8 @@ type Event struct {
 	Type     EventType
 	Revision uint64
 	Session  *Session
-	Messages []*sessiondv1.Message // for EventAppended only
+	Messages []*sessiondv1.Message // for EventAppended and EventFinished only
+	// Delta is what an AppendDelta added (EventDelta only): its offsets are
+	// where it landed, and it holds only bytes that were new.
+	Delta *sessiondv1.MessageDelta
 }

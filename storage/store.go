@@ -69,6 +69,9 @@ func (s *Store) messages(field string, sent []*sessiondv1.Message, whole bool) (
 	if err != nil {
 		return Messages{}, err
 	}
+	if err := s.refuseOpenUnlessLive(field, prepared); err != nil {
+		return Messages{}, err
+	}
 	msgs := Messages{Prepared: prepared, Encoded: encoded, Sent: sent}
 	if whole {
 		if msgs.Tally, err = Count(field, prepared); err != nil {

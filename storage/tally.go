@@ -3,6 +3,7 @@ package storage
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -55,6 +56,11 @@ type Tally struct {
 	// Models are the models the messages name, most recently used first,
 	// each once.
 	Models []string
+	// OpenMessageID is the id of the session's open message
+	// (MESSAGE_STATE_STREAMING), always its last message, or "" when none
+	// is open. An open message's tool calls, usage and model count only
+	// once it is closed (Close).
+	OpenMessageID string
 	// Unknown is set on a session stored by a version that kept no tally:
 	// the fields above are empty, and a Driver recounts the messages
 	// (Recount) before it writes to the session.
@@ -63,7 +69,7 @@ type Tally struct {
 
 // SameTally reports whether a and b are equal.
 func SameTally(a, b Tally) bool {
-	return a.Usage == b.Usage && a.Unknown == b.Unknown &&
+	return a.Usage == b.Usage && a.Unknown == b.Unknown && a.OpenMessageID == b.OpenMessageID &&
 		slices.Equal(a.OpenToolCallIDs, b.OpenToolCallIDs) && slices.Equal(a.Models, b.Models)
 }
 
@@ -106,6 +112,27 @@ func (t Tally) Add(field string, msgs []*sessiondv1.Message) (Tally, error) {
 }
 
 func (t Tally) add(field string, msgs []*sessiondv1.Message, strict bool) (Tally, error) {
+	if len(msgs) == 0 {
+		return t, nil
+	}
+	if strict && t.OpenMessageID != "" {
+		return t, fmt.Errorf("message %q is open (MESSAGE_STATE_STREAMING): FinishMessage must close it before anything is appended: %w", clip(t.OpenMessageID), ErrMessageState)
+	}
+	// Only the last message of a batch may be open; it counts once closed.
+	t.OpenMessageID = ""
+	for i, m := range msgs {
+		if m.GetState() != sessiondv1.MessageState_MESSAGE_STATE_STREAMING {
+			continue
+		}
+		if i < len(msgs)-1 {
+			if strict {
+				return t, Invalid(fmt.Sprintf("%s[%d].state", field, i), "is MESSAGE_STATE_STREAMING; only the last message of a session can be open")
+			}
+			continue
+		}
+		t.OpenMessageID = m.GetId()
+		msgs = msgs[:i]
+	}
 	if !AffectsTally(msgs) {
 		// Most appends: nothing to check or copy (t's slices are never
 		// modified in place, so sharing them is safe).
@@ -115,7 +142,7 @@ func (t Tally) add(field string, msgs []*sessiondv1.Message, strict bool) (Tally
 	if f != nil {
 		return t, fromFault(f)
 	}
-	out := Tally{Usage: t.Usage, Unknown: t.Unknown}
+	out := Tally{Usage: t.Usage, Unknown: t.Unknown, OpenMessageID: t.OpenMessageID}
 	models := slices.Clone(t.Models)
 	for _, m := range msgs {
 		if u := m.GetUsage(); u != nil {

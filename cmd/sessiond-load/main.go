@@ -28,6 +28,11 @@
 //	fsync   no daemon: appends --size bytes to a file in --dir (default a
 //	        temp folder, removed after) and fdatasyncs, each call; the disk
 //	        part of the append floor.
+//	deltas  live turns: --sessions open messages each get --rate 16-byte
+//	        deltas a second; after a second a watcher per session joins
+//	        mid-stream (load, then watch from that revision). Checks that
+//	        every delta arrived once and in order, and reports the lag from
+//	        a delta's send to its arrival.
 //	soak    starts --sessiond over --dir (default a new temp folder) itself,
 //	        runs appenders, watchers
 //	        and stalled readers for --duration, kills it with SIGKILL and

@@ -115,6 +115,15 @@ func checkLatency(t *testing.T, l latencyMS) {
 func TestModes(t *testing.T) {
 	d := startDaemon(t)
 
+	t.Run("deltas", func(t *testing.T) {
+		var rep deltasReport
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "live", "deltas", "--sessions", "3", "--rate", "20", "--duration", "2s")
+		if rep.Acked == 0 || rep.Errors != 0 || rep.Seen == 0 || rep.Seen > rep.Acked {
+			t.Errorf("report %+v; want deltas acknowledged, none failed, and watchers seeing those after they joined", rep)
+		}
+		checkLatency(t, rep.Lag)
+	})
+
 	t.Run("append bounded by count", func(t *testing.T) {
 		var rep appendReport
 		runJSON(t, &rep, "--addr", d.addr, "--namespace", "ap", "append",

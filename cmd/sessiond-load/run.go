@@ -58,6 +58,9 @@ type config struct {
 	client   string        // append: clientLean or clientGRPC
 	rpc      string        // append: rpcUnary or rpcStream
 
+	// deltas
+	rate int
+
 	// soak
 	sessiond  string
 	watchers  int
@@ -144,6 +147,17 @@ var modes = []mode{
 			fs.IntVar(&c.warmup, "warmup", 10, "untimed appends before the run")
 		},
 		run: runFsync,
+	},
+	{
+		name: "deltas", daemon: true,
+		help: "live turns: writers stream 16-byte deltas into open messages while a watcher per session joins mid-stream; checks every delta arrived once and in order, and reports the watchers' lag",
+		flags: func(fs *flag.FlagSet, c *config) {
+			fs.IntVar(&c.sessions, "sessions", 100, "sessions, each with an open message and its writer")
+			fs.IntVar(&c.rate, "rate", 50, "deltas a second per session")
+			fs.IntVar(&c.size, "size", 16, "bytes per delta (16: each carries its send time)")
+			fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long the writers write")
+		},
+		run: runDeltas,
 	},
 	{
 		name: "soak",

@@ -43,6 +43,8 @@ type config struct {
 	// retentionInterval how often the sweeper looks.
 	retention         retentionFlag
 	retentionInterval time.Duration
+	// streamIdleTimeout closes an open message idle this long as interrupted.
+	streamIdleTimeout time.Duration
 
 	postgresDSN            string
 	postgresMaxConns       int32
@@ -116,6 +118,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.AddGoFlagSet(more)
 	fs.Var(&cfg.retention, "retention", "a namespace's default idle time to live, `NS=DURATION` (30d, 12h, 90m, 1d12h; =30d for the default namespace): its sessions without their own expire_after are deleted once not updated for that long; repeatable, or comma-separated")
 	fs.DurationVar(&cfg.retentionInterval, "retention-interval", storage.DefaultSweepInterval, "how often the daemon looks for sessions past their idle time to live and deletes them (1s to 24h)")
+	fs.DurationVar(&cfg.streamIdleTimeout, "stream-idle-timeout", storage.DefaultStreamIdleTimeout, "how long an open message (a live turn) may go without a delta before the daemon closes it as interrupted, keeping its text (1s to 24h)")
 	fs.BoolVar(&cfg.showVersion, "version", false, "print the version and exit")
 
 	fs.VisitAll(func(f *pflag.Flag) {
@@ -227,6 +230,9 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	}
 	if cfg.retentionInterval < time.Second || cfg.retentionInterval > 24*time.Hour {
 		return usagef("--retention-interval %v: want 1s to 24h", cfg.retentionInterval)
+	}
+	if cfg.streamIdleTimeout < time.Second || cfg.streamIdleTimeout > 24*time.Hour {
+		return usagef("--stream-idle-timeout %v: want 1s to 24h", cfg.streamIdleTimeout)
 	}
 	if err := cfg.security.check(); err != nil {
 		return err

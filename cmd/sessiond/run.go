@@ -159,10 +159,16 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		defer close(sweepDone)
 		(&storage.Sweeper{Store: store, Defaults: cfg.retention, Interval: cfg.retentionInterval, Log: log.Named("retention")}).Run(sweepCtx)
 	}()
+	streamDone := make(chan struct{})
+	go func() {
+		defer close(streamDone)
+		(&storage.StreamSweeper{Store: store, IdleTimeout: cfg.streamIdleTimeout, Log: log.Named("streams")}).Run(sweepCtx)
+	}()
 	// The sweeper ends before the store closes (defers run last first).
 	defer func() {
 		stopSweep()
 		<-sweepDone
+		<-streamDone
 	}()
 
 	maxConns := cfg.maxConns
@@ -187,6 +193,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		zap.Int("max_connections", maxConns),
 		zap.Stringer("retention", &cfg.retention),
 		zap.Duration("retention_interval", cfg.retentionInterval),
+		zap.Duration("stream_idle_timeout", cfg.streamIdleTimeout),
 	}, sec.logFields()...)...)
 	if exposureWarning != "" {
 		log.Warn(exposureWarning, zap.String("addr", lis.display))

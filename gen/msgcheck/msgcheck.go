@@ -167,7 +167,8 @@ func UTF8(field string, m *sessiondv1.Message) *Fault {
 
 // Fields checks a message that is not null (field names it) for what
 // proto.Marshal does not check: a known role, a valid id when set, valid
-// tool-call ids, a valid created_at when set, a valid model name, no
+// tool-call ids, a known state (open only for an assistant message), a
+// valid created_at when set, a valid model name, no
 // reserved metadata key, and usage counts that are not negative.
 func Fields(field string, m *sessiondv1.Message) *Fault {
 	if m.GetRole() == sessiondv1.Role_ROLE_UNSPECIFIED {
@@ -175,6 +176,12 @@ func Fields(field string, m *sessiondv1.Message) *Fault {
 	}
 	if _, ok := sessiondv1.Role_name[int32(m.GetRole())]; !ok {
 		return fault(field+".role", "%d is not a known role", m.GetRole())
+	}
+	if _, ok := sessiondv1.MessageState_name[int32(m.GetState())]; !ok {
+		return fault(field+".state", "%d is not a known message state", m.GetState())
+	}
+	if m.GetState() == sessiondv1.MessageState_MESSAGE_STATE_STREAMING && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
+		return fault(field+".state", "is MESSAGE_STATE_STREAMING on a %s message; only an assistant message can be open", m.GetRole())
 	}
 	if id := m.GetId(); id != "" {
 		if f := ID(field+".id", id); f != nil {

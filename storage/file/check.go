@@ -626,6 +626,23 @@ func (sv *salvaged) journal(data []byte) {
 				if r.meta.ID == sv.id {
 					sv.meta = r.meta
 				}
+			case recDelta, recClose:
+				next, ok := []byte(nil), r.index < uint64(len(sv.msgs))
+				if ok && r.kind == recClose {
+					next = r.msgs[0]
+				} else if ok {
+					var err error
+					next, err = replayDelta(sv.id, sv.msgs[r.index], r.delta)
+					ok = err == nil
+				}
+				if !ok {
+					sv.lost++
+					continue
+				}
+				sv.msgs[r.index] = next
+				if r.updatedAt.After(sv.updated) {
+					sv.updated = r.updatedAt
+				}
 			}
 		}
 	}

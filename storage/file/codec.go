@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,6 +21,8 @@ const (
 	recAppend  byte = 1 // rev (8) + updated_at unix ns (8) + uvarint n + n × (uvarint len + message proto)
 	recMeta    byte = 2 // rev (8) + uvarint len + Session proto: the whole metadata after the change
 	recCompact byte = 5 // rev (8) + a compaction (appendCompaction), made at that revision
+	recDelta   byte = 3 // rev (8) + updated_at (8) + uvarint message index + uvarint len + MessageDelta proto, as applied
+	recClose   byte = 4 // rev (8) + updated_at (8) + uvarint message index + uvarint len + Message proto: the closed message
 )
 
 // metaToProto encodes session metadata for disk: the API's Session message is
@@ -134,6 +137,10 @@ func marshalMeta(m *storage.Session) []byte {
 		// Only invalid UTF-8 can fail, and every string here passed validation
 		// or came from a decoded proto.
 		panic(fmt.Sprintf("file: marshal session metadata: %v", err))
+	}
+	if m.OpenMessageID != "" {
+		b = protowire.AppendTag(b, fSessOpenMessage, protowire.BytesType)
+		b = protowire.AppendString(b, m.OpenMessageID)
 	}
 	return b
 }
@@ -402,9 +409,11 @@ type record struct {
 	kind       byte
 	rev        uint64
 	updatedAt  time.Time
-	msgs       [][]byte                  // recAppend
+	msgs       [][]byte                  // recAppend; recClose: the one closed message
 	meta       *storage.Session          // recMeta
 	compaction *storage.StoredCompaction // recCompact
+	index      uint64                    // recDelta, recClose: the message's index
+	delta      []byte                    // recDelta: the MessageDelta as applied
 }
 
 func appendRecord(p []byte, rec record) []byte {
@@ -421,6 +430,14 @@ func appendRecord(p []byte, rec record) []byte {
 		p = putBytes(p, marshalMeta(rec.meta))
 	case recCompact:
 		p = appendCompaction(p, rec.compaction)
+	case recDelta, recClose:
+		p = putU64(p, uint64(rec.updatedAt.UnixNano()))
+		p = binary.AppendUvarint(p, rec.index)
+		if rec.kind == recDelta {
+			p = putBytes(p, rec.delta)
+		} else {
+			p = putBytes(p, rec.msgs[0])
+		}
 	}
 	return p
 }
@@ -476,6 +493,15 @@ func decodeCommit(f []byte) ([]record, error) {
 				r.fail("compaction record revision")
 			}
 			rec.updatedAt = rec.compaction.CreatedAt
+		case recDelta, recClose:
+			rec.updatedAt = time.Unix(0, int64(r.u64("record time"))).UTC()
+			rec.index = r.uvarint("record message index")
+			b := r.bytes("record message")
+			if rec.kind == recDelta {
+				rec.delta = b
+			} else {
+				rec.msgs = [][]byte{b}
+			}
 		default:
 			r.fail("record kind")
 		}

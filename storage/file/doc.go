@@ -61,11 +61,18 @@
 // starts with a header frame (type 4: generation, session id) followed by
 // commit frames (type 5), one per flush, each holding the records of every
 // change in that flush: an append (kind 1: revision, updated_at, messages),
-// a metadata change (kind 2: revision, the whole metadata) or a compaction
-// (kind 5: revision, then the compaction as in the compactions frame; the
-// metadata's compaction field holds the latest one's range, never a
-// summary). Replaying checks
-// that revisions follow one another. An index file is a header frame (type 6:
+// a metadata change (kind 2: revision, the whole metadata), a delta to the
+// open message of a live turn (kind 3: revision, updated_at, the message's
+// index, the sessiond.v1.MessageDelta as applied: only the new bytes), the
+// close of an open message (kind 4: revision, updated_at, the message's
+// index, the closed message whole) or a compaction (kind 5: revision, then
+// the compaction as in the compactions frame; the metadata's compaction
+// field holds the latest one's range, never a summary). Replaying checks
+// that revisions follow one another, and that each delta starts where the
+// message ends. The metadata of a session with an open message also
+// carries its id in field 1000, the file format's own field (not the
+// API's), so that the idle sweeper finds open messages without reading any
+// session. An index file is a header frame (type 6:
 // epoch, entry count, namespace) and runs of Session protos (type 7). A
 // dirty file is a header frame (type 8: sequence number, epoch) and frames
 // of records (type 9: kind, 1 changed or 2 deleted, and session id), one per

@@ -22,6 +22,9 @@ const (
 	fSessMessages, fSessOpenTools, fSessUsage, fSessMods = 13, 14, 15, 16
 	fSessExpire, fSessTitleDerived                       = 17, 18
 	fSessCompaction                                      = 20
+	// fSessOpenMessage is the file format's own field, not the API's: the
+	// id of the session's open message (storage.Tally.OpenMessageID).
+	fSessOpenMessage = 1000
 )
 
 // decodeMeta decodes an encoded sessiond.v1.Session (as marshalMeta
@@ -77,6 +80,14 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 			if (proto.UnmarshalOptions{Merge: true}).Unmarshal(v, compaction) != nil {
 				return -1
 			}
+			return n
+		}
+		if num == fSessOpenMessage && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 || !utf8.Valid(v) {
+				return -1
+			}
+			m.OpenMessageID = string(v)
 			return n
 		}
 		if typ != protowire.BytesType || num < fSessID || num > fSessExpire || num == fSessRevision || num == fSessMsgs {

@@ -597,6 +597,33 @@ func replayWith(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompact
 			if withMsgs {
 				cs = append(cs[:len(cs):len(cs)], *c)
 			}
+		case recDelta, recClose:
+			if rec.index >= uint64(m.MessageCount) {
+				return nil, nil, nil, fmt.Errorf("journal record names message %d of %d: %w", rec.index, m.MessageCount, errCorrupt)
+			}
+			m.Revision, m.UpdatedAt = rec.rev, rec.updatedAt
+			if rec.kind == recClose && tally {
+				closed, err := unmarshalMessage(id, rec.msgs[0])
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				m.Tally = m.Tally.CloseStored(closed)
+			}
+			if !withMsgs {
+				break
+			}
+			if rec.index >= uint64(len(msgs)) {
+				return nil, nil, nil, fmt.Errorf("journal record names message %d of %d: %w", rec.index, len(msgs), errCorrupt)
+			}
+			b := rec.msgs
+			if rec.kind == recDelta {
+				next, err := replayDelta(id, msgs[rec.index], rec.delta)
+				if err != nil {
+					return nil, nil, nil, err
+				}
+				b = [][]byte{next}
+			}
+			msgs[rec.index] = b[0]
 		}
 	}
 	return &m, msgs, cs, nil

@@ -104,6 +104,7 @@ func RunConformance(t *testing.T, h Harness) {
 		{"SecondOpen", testSecondOpen},
 		{"Simulation", testSimulation},
 		{"Compact", testCompact},
+		{"Live", testLive},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

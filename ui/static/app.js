@@ -17,7 +17,8 @@ const TOKEN_KEY = 'sessiond.token';
 const PAGE_SIZE = 50;
 const SEARCH_LIMIT = 100;
 const ROLES = ['ROLE_UNSPECIFIED', 'ROLE_SYSTEM', 'ROLE_USER', 'ROLE_ASSISTANT', 'ROLE_TOOL'];
-const EVENTS = ['EVENT_TYPE_UNSPECIFIED', 'EVENT_TYPE_APPENDED', 'EVENT_TYPE_REPLACED', 'EVENT_TYPE_UPDATED', 'EVENT_TYPE_DELETED'];
+const EVENTS = ['EVENT_TYPE_UNSPECIFIED', 'EVENT_TYPE_APPENDED', 'EVENT_TYPE_REPLACED', 'EVENT_TYPE_UPDATED', 'EVENT_TYPE_DELETED', 'EVENT_TYPE_DELTA', 'EVENT_TYPE_FINISHED'];
+const STATES = ['MESSAGE_STATE_UNSPECIFIED', 'MESSAGE_STATE_STREAMING', 'MESSAGE_STATE_COMPLETE', 'MESSAGE_STATE_INTERRUPTED'];
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 const IMAGE_TYPES = new Set(['image/png', 'image/jpeg', 'image/gif', 'image/webp']);
 // gRPC codes the viewer acts on, by number and by name (proto3 JSON may
@@ -684,7 +685,9 @@ class SessionView {
     this.messages.push(m);
     const role = roleOf(m);
     const agents = agentsItem(m);
-    const item = h('li', { id: 'm-' + index, class: 'msg role-' + roleLabel(role), dataset: { role: roleLabel(role), index: String(index) } });
+    const state = enumName(field(m, 'state'), STATES);
+    const live = state === 'MESSAGE_STATE_STREAMING' ? ' streaming' : state === 'MESSAGE_STATE_INTERRUPTED' ? ' interrupted' : '';
+    const item = h('li', { id: 'm-' + index, class: 'msg role-' + roleLabel(role) + live, dataset: { role: roleLabel(role), index: String(index) } });
     const head = h(
       'header',
       null,
@@ -693,6 +696,7 @@ class SessionView {
       field(m, 'name') ? h('span', { class: 'name', text: field(m, 'name') }) : null,
       field(m, 'model') ? h('span', { class: 'model', text: field(m, 'model') }) : null,
       usageText(field(m, 'usage')) ? h('span', { class: 'usage', text: usageText(field(m, 'usage')) }) : null,
+      live ? h('span', { class: 'state', text: live === ' streaming' ? 'writing…' : 'interrupted' }) : null,
       h('time', { text: fmtTime(field(m, 'created_at')) }),
       h('a', { class: 'anchor', href: '#m-' + index, title: 'message ' + (index + 1) + ', id ' + (field(m, 'id') || ''), text: '#' + (index + 1) }),
     );
@@ -717,6 +721,38 @@ class SessionView {
       item.append(this.renderCall(tc, index));
     }
     this.list.append(item);
+  }
+
+  // addDelta adds a live turn's delta to the open message it names (the
+  // last one), redrawing its body; false when the delta does not continue
+  // the text shown (then the caller reloads).
+  addDelta(d) {
+    const index = this.messages.length - 1;
+    const m = this.messages[index];
+    if (!d || !m || field(m, 'id') !== field(d, 'message_id')) {
+      return false;
+    }
+    const content = field(m, 'content') || '';
+    if (Number(field(d, 'offset') || 0) !== new TextEncoder().encode(content).length) {
+      return false;
+    }
+    const next = Object.assign({}, m, { content: content + (field(d, 'content') || '') });
+    const reasoning = field(d, 'reasoning');
+    if (reasoning) {
+      const had = field(m, 'reasoning') || {};
+      next.reasoning = Object.assign({}, had, { text: (field(had, 'text') || '') + reasoning });
+    }
+    if (field(d, 'usage')) {
+      next.usage = field(d, 'usage');
+    }
+    this.messages[index] = next;
+    const item = document.getElementById('m-' + index);
+    const body = item && item.querySelector(':scope > .body');
+    if (!body) {
+      return false;
+    }
+    body.replaceWith(this.renderBody(next));
+    return true;
   }
 
   renderBody(m) {
@@ -878,7 +914,14 @@ class SessionView {
           this.addMessage(m);
         }
         break;
+      case 'EVENT_TYPE_DELTA':
+        if (!this.addDelta(field(ev, 'delta'))) {
+          return 'reload';
+        }
+        break;
       case 'EVENT_TYPE_REPLACED':
+      case 'EVENT_TYPE_FINISHED':
+        // A finished turn may bring tool calls: the reload draws them.
         return 'reload';
       case 'EVENT_TYPE_DELETED':
         this.setLive('deleted', 'off');
@@ -894,7 +937,7 @@ class SessionView {
       this.revision = String(rev);
     }
     this.markOpen();
-    if (atBottom && type === 'EVENT_TYPE_APPENDED') {
+    if (atBottom && (type === 'EVENT_TYPE_APPENDED' || type === 'EVENT_TYPE_DELTA')) {
       window.scrollTo(0, document.body.scrollHeight);
     }
     return undefined;

@@ -115,6 +115,12 @@ const (
 	EventType_EVENT_TYPE_UPDATED EventType = 3
 	// The session was deleted; the last event of a stream.
 	EventType_EVENT_TYPE_DELETED EventType = 4
+	// Text was added to an open message; the event's delta carries it.
+	EventType_EVENT_TYPE_DELTA EventType = 5
+	// An open message was closed (MESSAGE_STATE_COMPLETE by FinishMessage,
+	// or MESSAGE_STATE_INTERRUPTED by the daemon); messages holds it whole,
+	// as stored, and replaces the copy the watcher built from its deltas.
+	EventType_EVENT_TYPE_FINISHED EventType = 6
 	// A compaction was stored (CompactSession): the messages are unchanged,
 	// the context view now starts with the new summary.
 	EventType_EVENT_TYPE_COMPACTED EventType = 8
@@ -128,6 +134,8 @@ var (
 		2: "EVENT_TYPE_REPLACED",
 		3: "EVENT_TYPE_UPDATED",
 		4: "EVENT_TYPE_DELETED",
+		5: "EVENT_TYPE_DELTA",
+		6: "EVENT_TYPE_FINISHED",
 		8: "EVENT_TYPE_COMPACTED",
 	}
 	EventType_value = map[string]int32{
@@ -136,6 +144,8 @@ var (
 		"EVENT_TYPE_REPLACED":    2,
 		"EVENT_TYPE_UPDATED":     3,
 		"EVENT_TYPE_DELETED":     4,
+		"EVENT_TYPE_DELTA":       5,
+		"EVENT_TYPE_FINISHED":    6,
 		"EVENT_TYPE_COMPACTED":   8,
 	}
 )
@@ -219,6 +229,75 @@ func (x LoadView) Number() protoreflect.EnumNumber {
 // Deprecated: Use LoadView.Descriptor instead.
 func (LoadView) EnumDescriptor() ([]byte, []int) {
 	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{2}
+}
+
+// MessageState says whether a message is complete. A live turn (a model's
+// answer stored while it streams) is appended with MESSAGE_STATE_STREAMING,
+// grows by AppendDelta and ends with FinishMessage (COMPLETE) or, when its
+// writer stays quiet for the daemon's --stream-idle-timeout, INTERRUPTED.
+//
+// Rules: only the last message of a session may be open, and a session
+// holds at most one; while it is open, appends to the session are refused
+// with FAILED_PRECONDITION naming it (finish it first). An open message's
+// usage, model and tool calls count in the session's totals (usage,
+// models, open_tool_call_ids) once it is closed. Search finds the text of
+// open messages; LoadSession returns them with their text so far.
+type MessageState int32
+
+const (
+	// A complete message: every message written without a state.
+	MessageState_MESSAGE_STATE_UNSPECIFIED MessageState = 0
+	// Still being written: AppendDelta adds to it.
+	MessageState_MESSAGE_STATE_STREAMING MessageState = 1
+	// Closed by FinishMessage.
+	MessageState_MESSAGE_STATE_COMPLETE MessageState = 2
+	// Its writer went quiet for --stream-idle-timeout: the daemon closed it,
+	// keeping its text. Its tool calls stay open, so a load with
+	// close_open_tool_calls answers each with a synthetic result.
+	MessageState_MESSAGE_STATE_INTERRUPTED MessageState = 3
+)
+
+// Enum value maps for MessageState.
+var (
+	MessageState_name = map[int32]string{
+		0: "MESSAGE_STATE_UNSPECIFIED",
+		1: "MESSAGE_STATE_STREAMING",
+		2: "MESSAGE_STATE_COMPLETE",
+		3: "MESSAGE_STATE_INTERRUPTED",
+	}
+	MessageState_value = map[string]int32{
+		"MESSAGE_STATE_UNSPECIFIED": 0,
+		"MESSAGE_STATE_STREAMING":   1,
+		"MESSAGE_STATE_COMPLETE":    2,
+		"MESSAGE_STATE_INTERRUPTED": 3,
+	}
+)
+
+func (x MessageState) Enum() *MessageState {
+	p := new(MessageState)
+	*p = x
+	return p
+}
+
+func (x MessageState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MessageState) Descriptor() protoreflect.EnumDescriptor {
+	return file_sessiond_v1_sessiond_proto_enumTypes[3].Descriptor()
+}
+
+func (MessageState) Type() protoreflect.EnumType {
+	return &file_sessiond_v1_sessiond_proto_enumTypes[3]
+}
+
+func (x MessageState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MessageState.Descriptor instead.
+func (MessageState) EnumDescriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{3}
 }
 
 // ToolCall is a request by the assistant to run a tool.
@@ -603,7 +682,10 @@ type Message struct {
 	// The model that wrote the message (for assistant messages), e.g. "gpt-4.1".
 	Model string `protobuf:"bytes,11,opt,name=model,proto3" json:"model,omitempty"`
 	// The tokens the model call that produced this message used.
-	Usage         *Usage `protobuf:"bytes,12,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *Usage `protobuf:"bytes,12,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Whether the message is complete or still being written (see
+	// MessageState and AppendDelta). Unset is a complete message.
+	State         MessageState `protobuf:"varint,13,opt,name=state,proto3,enum=sessiond.v1.MessageState" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -720,6 +802,13 @@ func (x *Message) GetUsage() *Usage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *Message) GetState() MessageState {
+	if x != nil {
+		return x.State
+	}
+	return MessageState_MESSAGE_STATE_UNSPECIFIED
 }
 
 // ForkOrigin says which session a fork was made from.
@@ -2784,7 +2873,9 @@ type WatchSessionResponse struct {
 	// For EVENT_TYPE_APPENDED: the appended messages.
 	Messages []*Message `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
 	// The session's metadata after the change.
-	Session       *Session `protobuf:"bytes,4,opt,name=session,proto3" json:"session,omitempty"`
+	Session *Session `protobuf:"bytes,4,opt,name=session,proto3" json:"session,omitempty"`
+	// For EVENT_TYPE_DELTA: what was added to which open message.
+	Delta         *MessageDelta `protobuf:"bytes,5,opt,name=delta,proto3" json:"delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2843,6 +2934,13 @@ func (x *WatchSessionResponse) GetMessages() []*Message {
 func (x *WatchSessionResponse) GetSession() *Session {
 	if x != nil {
 		return x.Session
+	}
+	return nil
+}
+
+func (x *WatchSessionResponse) GetDelta() *MessageDelta {
+	if x != nil {
+		return x.Delta
 	}
 	return nil
 }
@@ -3458,6 +3556,414 @@ func (x *Compaction) GetSummaryMessageId() string {
 	return ""
 }
 
+// MessageDelta is what one AppendDelta added to an open message.
+type MessageDelta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The open message's id.
+	MessageId string `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// The byte offset in the message's content where content was added.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The text added at offset.
+	Content string `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	// The byte offset in the message's reasoning text where reasoning was added.
+	ReasoningOffset int64 `protobuf:"varint,4,opt,name=reasoning_offset,json=reasoningOffset,proto3" json:"reasoning_offset,omitempty"`
+	// Reasoning text added at reasoning_offset.
+	Reasoning string `protobuf:"bytes,5,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	// When set, the message's usage so far, replacing the previous one.
+	Usage         *Usage `protobuf:"bytes,6,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageDelta) Reset() {
+	*x = MessageDelta{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageDelta) ProtoMessage() {}
+
+func (x *MessageDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageDelta.ProtoReflect.Descriptor instead.
+func (*MessageDelta) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *MessageDelta) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *MessageDelta) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *MessageDelta) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *MessageDelta) GetReasoningOffset() int64 {
+	if x != nil {
+		return x.ReasoningOffset
+	}
+	return 0
+}
+
+func (x *MessageDelta) GetReasoning() string {
+	if x != nil {
+		return x.Reasoning
+	}
+	return ""
+}
+
+func (x *MessageDelta) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// The request of AppendDelta.
+//
+// Each delta that adds something is one change of the session: it bumps
+// the revision by one and is one EVENT_TYPE_DELTA watch event, so a watch
+// from any revision resumes exactly, in the middle of a message too.
+//
+// Offsets are bytes of UTF-8, and make a delta idempotent: a delta whose
+// bytes are already at its offset (a retry) changes nothing and answers
+// the current revision; one that overlaps the end adds only what is new.
+// An offset past the current end, or bytes that differ from those stored
+// at the offset, is FAILED_PRECONDITION whose message gives the current
+// length; a message that is not open (or not the session's) is
+// FAILED_PRECONDITION naming it. When AppendDelta returns, the delta is on
+// stable storage.
+type AppendDeltaRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which session.
+	Ref *SessionRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// The open message's id.
+	MessageId string `protobuf:"bytes,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// Where content goes: the length of the content the writer has sent so far.
+	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The text to add; may be empty when only reasoning or usage is sent.
+	Content string `protobuf:"bytes,4,opt,name=content,proto3" json:"content,omitempty"`
+	// Where reasoning goes: the length of the reasoning text sent so far.
+	ReasoningOffset int64 `protobuf:"varint,5,opt,name=reasoning_offset,json=reasoningOffset,proto3" json:"reasoning_offset,omitempty"`
+	// Reasoning text to add.
+	Reasoning string `protobuf:"bytes,6,opt,name=reasoning,proto3" json:"reasoning,omitempty"`
+	// The usage so far, replacing the message's (optional).
+	Usage         *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendDeltaRequest) Reset() {
+	*x = AppendDeltaRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendDeltaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendDeltaRequest) ProtoMessage() {}
+
+func (x *AppendDeltaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendDeltaRequest.ProtoReflect.Descriptor instead.
+func (*AppendDeltaRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *AppendDeltaRequest) GetRef() *SessionRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *AppendDeltaRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *AppendDeltaRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *AppendDeltaRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *AppendDeltaRequest) GetReasoningOffset() int64 {
+	if x != nil {
+		return x.ReasoningOffset
+	}
+	return 0
+}
+
+func (x *AppendDeltaRequest) GetReasoning() string {
+	if x != nil {
+		return x.Reasoning
+	}
+	return ""
+}
+
+func (x *AppendDeltaRequest) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// The response of AppendDelta.
+type AppendDeltaResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's revision after the delta.
+	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The message's content length in bytes after the delta: the next offset.
+	Length int64 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	// The message's reasoning text length after the delta.
+	ReasoningLength int64 `protobuf:"varint,3,opt,name=reasoning_length,json=reasoningLength,proto3" json:"reasoning_length,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AppendDeltaResponse) Reset() {
+	*x = AppendDeltaResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendDeltaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendDeltaResponse) ProtoMessage() {}
+
+func (x *AppendDeltaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendDeltaResponse.ProtoReflect.Descriptor instead.
+func (*AppendDeltaResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *AppendDeltaResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *AppendDeltaResponse) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *AppendDeltaResponse) GetReasoningLength() int64 {
+	if x != nil {
+		return x.ReasoningLength
+	}
+	return 0
+}
+
+// The request of FinishMessage. Finishing a message that is already
+// COMPLETE with the same final fields is a no-op (a retry); any other
+// message that is not open is FAILED_PRECONDITION naming it.
+type FinishMessageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which session.
+	Ref *SessionRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// The open message's id.
+	MessageId string `protobuf:"bytes,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// The tool calls the answer ends with; they count as open until a
+	// ROLE_TOOL message answers them.
+	ToolCalls []*ToolCall `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// The final usage, replacing the message's (optional).
+	Usage *Usage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The model that wrote the answer (optional; replaces the message's).
+	Model         string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishMessageRequest) Reset() {
+	*x = FinishMessageRequest{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishMessageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishMessageRequest) ProtoMessage() {}
+
+func (x *FinishMessageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishMessageRequest.ProtoReflect.Descriptor instead.
+func (*FinishMessageRequest) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *FinishMessageRequest) GetRef() *SessionRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *FinishMessageRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *FinishMessageRequest) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *FinishMessageRequest) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *FinishMessageRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+// The response of FinishMessage.
+type FinishMessageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's revision after the finish.
+	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The message as stored, with MESSAGE_STATE_COMPLETE.
+	Message       *Message `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishMessageResponse) Reset() {
+	*x = FinishMessageResponse{}
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishMessageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishMessageResponse) ProtoMessage() {}
+
+func (x *FinishMessageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sessiond_v1_sessiond_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishMessageResponse.ProtoReflect.Descriptor instead.
+func (*FinishMessageResponse) Descriptor() ([]byte, []int) {
+	return file_sessiond_v1_sessiond_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *FinishMessageResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *FinishMessageResponse) GetMessage() *Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
 var File_sessiond_v1_sessiond_proto protoreflect.FileDescriptor
 
 const file_sessiond_v1_sessiond_proto_rawDesc = "" +
@@ -3482,7 +3988,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x12\x14\n" +
 	"\x04json\x18\x02 \x01(\tH\x00R\x04json\x12'\n" +
 	"\x04blob\x18\x03 \x01(\v2\x11.sessiond.v1.BlobH\x00R\x04blobB\x06\n" +
-	"\x04kind\"\xa4\x04\n" +
+	"\x04kind\"\xd5\x04\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x11.sessiond.v1.RoleR\x04role\x12\x18\n" +
@@ -3499,7 +4005,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\treasoning\x18\n" +
 	" \x01(\v2\x16.sessiond.v1.ReasoningR\treasoning\x12\x14\n" +
 	"\x05model\x18\v \x01(\tR\x05model\x12(\n" +
-	"\x05usage\x18\f \x01(\v2\x12.sessiond.v1.UsageR\x05usage\x1a;\n" +
+	"\x05usage\x18\f \x01(\v2\x12.sessiond.v1.UsageR\x05usage\x12/\n" +
+	"\x05state\x18\r \x01(\x0e2\x19.sessiond.v1.MessageStateR\x05state\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
@@ -3666,12 +4173,13 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\asnippet\x18\x03 \x01(\tR\asnippet\"e\n" +
 	"\x13WatchSessionRequest\x12)\n" +
 	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\x12#\n" +
-	"\rfrom_revision\x18\x02 \x01(\x04R\ffromRevision\"\xc0\x01\n" +
+	"\rfrom_revision\x18\x02 \x01(\x04R\ffromRevision\"\xf1\x01\n" +
 	"\x14WatchSessionResponse\x12*\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x16.sessiond.v1.EventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x120\n" +
 	"\bmessages\x18\x03 \x03(\v2\x14.sessiond.v1.MessageR\bmessages\x12.\n" +
-	"\asession\x18\x04 \x01(\v2\x14.sessiond.v1.SessionR\asession\"\x16\n" +
+	"\asession\x18\x04 \x01(\v2\x14.sessiond.v1.SessionR\asession\x12/\n" +
+	"\x05delta\x18\x05 \x01(\v2\x19.sessiond.v1.MessageDeltaR\x05delta\"\x16\n" +
 	"\x14GetServerInfoRequest\"\xae\x01\n" +
 	"\x15GetServerInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x18\n" +
@@ -3710,25 +4218,63 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\brevision\x18\x03 \x01(\x04R\brevision\x129\n" +
 	"\n" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12,\n" +
-	"\x12summary_message_id\x18\x05 \x01(\tR\x10summaryMessageId*_\n" +
+	"\x12summary_message_id\x18\x05 \x01(\tR\x10summaryMessageId\"\xd2\x01\n" +
+	"\fMessageDelta\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x18\n" +
+	"\acontent\x18\x03 \x01(\tR\acontent\x12)\n" +
+	"\x10reasoning_offset\x18\x04 \x01(\x03R\x0freasoningOffset\x12\x1c\n" +
+	"\treasoning\x18\x05 \x01(\tR\treasoning\x12(\n" +
+	"\x05usage\x18\x06 \x01(\v2\x12.sessiond.v1.UsageR\x05usage\"\x83\x02\n" +
+	"\x12AppendDeltaRequest\x12)\n" +
+	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x02 \x01(\tR\tmessageId\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x18\n" +
+	"\acontent\x18\x04 \x01(\tR\acontent\x12)\n" +
+	"\x10reasoning_offset\x18\x05 \x01(\x03R\x0freasoningOffset\x12\x1c\n" +
+	"\treasoning\x18\x06 \x01(\tR\treasoning\x12(\n" +
+	"\x05usage\x18\a \x01(\v2\x12.sessiond.v1.UsageR\x05usage\"t\n" +
+	"\x13AppendDeltaResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06length\x18\x02 \x01(\x03R\x06length\x12)\n" +
+	"\x10reasoning_length\x18\x03 \x01(\x03R\x0freasoningLength\"\xd6\x01\n" +
+	"\x14FinishMessageRequest\x12)\n" +
+	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x02 \x01(\tR\tmessageId\x124\n" +
+	"\n" +
+	"tool_calls\x18\x03 \x03(\v2\x15.sessiond.v1.ToolCallR\ttoolCalls\x12(\n" +
+	"\x05usage\x18\x04 \x01(\v2\x12.sessiond.v1.UsageR\x05usage\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\"c\n" +
+	"\x15FinishMessageResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x04R\brevision\x12.\n" +
+	"\amessage\x18\x02 \x01(\v2\x14.sessiond.v1.MessageR\amessage*_\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\r\n" +
 	"\tROLE_USER\x10\x02\x12\x12\n" +
 	"\x0eROLE_ASSISTANT\x10\x03\x12\r\n" +
-	"\tROLE_TOOL\x10\x04*\xa3\x01\n" +
+	"\tROLE_TOOL\x10\x04*\xd2\x01\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_TYPE_APPENDED\x10\x01\x12\x17\n" +
 	"\x13EVENT_TYPE_REPLACED\x10\x02\x12\x16\n" +
 	"\x12EVENT_TYPE_UPDATED\x10\x03\x12\x16\n" +
-	"\x12EVENT_TYPE_DELETED\x10\x04\x12\x18\n" +
+	"\x12EVENT_TYPE_DELETED\x10\x04\x12\x14\n" +
+	"\x10EVENT_TYPE_DELTA\x10\x05\x12\x17\n" +
+	"\x13EVENT_TYPE_FINISHED\x10\x06\x12\x18\n" +
 	"\x14EVENT_TYPE_COMPACTED\x10\b*P\n" +
 	"\bLoadView\x12\x19\n" +
 	"\x15LOAD_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eLOAD_VIEW_FULL\x10\x01\x12\x15\n" +
-	"\x11LOAD_VIEW_CONTEXT\x10\x022\xb0\n" +
-	"\n" +
+	"\x11LOAD_VIEW_CONTEXT\x10\x02*\x85\x01\n" +
+	"\fMessageState\x12\x1d\n" +
+	"\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17MESSAGE_STATE_STREAMING\x10\x01\x12\x1a\n" +
+	"\x16MESSAGE_STATE_COMPLETE\x10\x02\x12\x1d\n" +
+	"\x19MESSAGE_STATE_INTERRUPTED\x10\x032\xda\v\n" +
 	"\x13SessionStoreService\x12V\n" +
 	"\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n" +
 	"\n" +
@@ -3745,7 +4291,9 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\fWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n" +
 	"\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponse\x12W\n" +
 	"\fAppendStream\x12 .sessiond.v1.AppendStreamRequest\x1a!.sessiond.v1.AppendStreamResponse(\x010\x01\x12Y\n" +
-	"\x0eCompactSession\x12\".sessiond.v1.CompactSessionRequest\x1a#.sessiond.v1.CompactSessionResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3"
+	"\x0eCompactSession\x12\".sessiond.v1.CompactSessionRequest\x1a#.sessiond.v1.CompactSessionResponse\x12P\n" +
+	"\vAppendDelta\x12\x1f.sessiond.v1.AppendDeltaRequest\x1a .sessiond.v1.AppendDeltaResponse\x12V\n" +
+	"\rFinishMessage\x12!.sessiond.v1.FinishMessageRequest\x1a\".sessiond.v1.FinishMessageResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3"
 
 var (
 	file_sessiond_v1_sessiond_proto_rawDescOnce sync.Once
@@ -3759,169 +4307,188 @@ func file_sessiond_v1_sessiond_proto_rawDescGZIP() []byte {
 	return file_sessiond_v1_sessiond_proto_rawDescData
 }
 
-var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_sessiond_v1_sessiond_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_sessiond_v1_sessiond_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_sessiond_v1_sessiond_proto_goTypes = []any{
 	(Role)(0),                      // 0: sessiond.v1.Role
 	(EventType)(0),                 // 1: sessiond.v1.EventType
 	(LoadView)(0),                  // 2: sessiond.v1.LoadView
-	(*ToolCall)(nil),               // 3: sessiond.v1.ToolCall
-	(*Reasoning)(nil),              // 4: sessiond.v1.Reasoning
-	(*Usage)(nil),                  // 5: sessiond.v1.Usage
-	(*Blob)(nil),                   // 6: sessiond.v1.Blob
-	(*ContentPart)(nil),            // 7: sessiond.v1.ContentPart
-	(*Message)(nil),                // 8: sessiond.v1.Message
-	(*ForkOrigin)(nil),             // 9: sessiond.v1.ForkOrigin
-	(*Session)(nil),                // 10: sessiond.v1.Session
-	(*SessionRef)(nil),             // 11: sessiond.v1.SessionRef
-	(*ServerLimits)(nil),           // 12: sessiond.v1.ServerLimits
-	(*CreateSessionRequest)(nil),   // 13: sessiond.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),  // 14: sessiond.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),      // 15: sessiond.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),     // 16: sessiond.v1.GetSessionResponse
-	(*LoadSessionRequest)(nil),     // 17: sessiond.v1.LoadSessionRequest
-	(*LoadSessionResponse)(nil),    // 18: sessiond.v1.LoadSessionResponse
-	(*ListSessionsRequest)(nil),    // 19: sessiond.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),   // 20: sessiond.v1.ListSessionsResponse
-	(*SaveSessionHeader)(nil),      // 21: sessiond.v1.SaveSessionHeader
-	(*SaveSessionRequest)(nil),     // 22: sessiond.v1.SaveSessionRequest
-	(*SaveSessionResponse)(nil),    // 23: sessiond.v1.SaveSessionResponse
-	(*AppendMessagesRequest)(nil),  // 24: sessiond.v1.AppendMessagesRequest
-	(*AppendMessagesResponse)(nil), // 25: sessiond.v1.AppendMessagesResponse
-	(*UpdateSessionRequest)(nil),   // 26: sessiond.v1.UpdateSessionRequest
-	(*UpdateSessionResponse)(nil),  // 27: sessiond.v1.UpdateSessionResponse
-	(*DeleteSessionRequest)(nil),   // 28: sessiond.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil),  // 29: sessiond.v1.DeleteSessionResponse
-	(*ForkSessionRequest)(nil),     // 30: sessiond.v1.ForkSessionRequest
-	(*ForkSessionResponse)(nil),    // 31: sessiond.v1.ForkSessionResponse
-	(*RewindSessionRequest)(nil),   // 32: sessiond.v1.RewindSessionRequest
-	(*RewindSessionResponse)(nil),  // 33: sessiond.v1.RewindSessionResponse
-	(*SearchSessionsRequest)(nil),  // 34: sessiond.v1.SearchSessionsRequest
-	(*SearchSessionsResponse)(nil), // 35: sessiond.v1.SearchSessionsResponse
-	(*WatchSessionRequest)(nil),    // 36: sessiond.v1.WatchSessionRequest
-	(*WatchSessionResponse)(nil),   // 37: sessiond.v1.WatchSessionResponse
-	(*GetServerInfoRequest)(nil),   // 38: sessiond.v1.GetServerInfoRequest
-	(*GetServerInfoResponse)(nil),  // 39: sessiond.v1.GetServerInfoResponse
-	(*TokenAccess)(nil),            // 40: sessiond.v1.TokenAccess
-	(*AppendStreamRequest)(nil),    // 41: sessiond.v1.AppendStreamRequest
-	(*AppendStreamResponse)(nil),   // 42: sessiond.v1.AppendStreamResponse
-	(*AppendStatus)(nil),           // 43: sessiond.v1.AppendStatus
-	(*CompactSessionRequest)(nil),  // 44: sessiond.v1.CompactSessionRequest
-	(*CompactSessionResponse)(nil), // 45: sessiond.v1.CompactSessionResponse
-	(*Compaction)(nil),             // 46: sessiond.v1.Compaction
-	nil,                            // 47: sessiond.v1.Message.MetadataEntry
-	nil,                            // 48: sessiond.v1.Session.MetadataEntry
-	nil,                            // 49: sessiond.v1.Session.LabelsEntry
-	nil,                            // 50: sessiond.v1.CreateSessionRequest.MetadataEntry
-	nil,                            // 51: sessiond.v1.CreateSessionRequest.LabelsEntry
-	nil,                            // 52: sessiond.v1.ListSessionsRequest.LabelsEntry
-	nil,                            // 53: sessiond.v1.SaveSessionHeader.MetadataEntry
-	(*timestamppb.Timestamp)(nil),  // 54: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 55: google.protobuf.Duration
-	(*fieldmaskpb.FieldMask)(nil),  // 56: google.protobuf.FieldMask
-	(*anypb.Any)(nil),              // 57: google.protobuf.Any
+	(MessageState)(0),              // 3: sessiond.v1.MessageState
+	(*ToolCall)(nil),               // 4: sessiond.v1.ToolCall
+	(*Reasoning)(nil),              // 5: sessiond.v1.Reasoning
+	(*Usage)(nil),                  // 6: sessiond.v1.Usage
+	(*Blob)(nil),                   // 7: sessiond.v1.Blob
+	(*ContentPart)(nil),            // 8: sessiond.v1.ContentPart
+	(*Message)(nil),                // 9: sessiond.v1.Message
+	(*ForkOrigin)(nil),             // 10: sessiond.v1.ForkOrigin
+	(*Session)(nil),                // 11: sessiond.v1.Session
+	(*SessionRef)(nil),             // 12: sessiond.v1.SessionRef
+	(*ServerLimits)(nil),           // 13: sessiond.v1.ServerLimits
+	(*CreateSessionRequest)(nil),   // 14: sessiond.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),  // 15: sessiond.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),      // 16: sessiond.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),     // 17: sessiond.v1.GetSessionResponse
+	(*LoadSessionRequest)(nil),     // 18: sessiond.v1.LoadSessionRequest
+	(*LoadSessionResponse)(nil),    // 19: sessiond.v1.LoadSessionResponse
+	(*ListSessionsRequest)(nil),    // 20: sessiond.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),   // 21: sessiond.v1.ListSessionsResponse
+	(*SaveSessionHeader)(nil),      // 22: sessiond.v1.SaveSessionHeader
+	(*SaveSessionRequest)(nil),     // 23: sessiond.v1.SaveSessionRequest
+	(*SaveSessionResponse)(nil),    // 24: sessiond.v1.SaveSessionResponse
+	(*AppendMessagesRequest)(nil),  // 25: sessiond.v1.AppendMessagesRequest
+	(*AppendMessagesResponse)(nil), // 26: sessiond.v1.AppendMessagesResponse
+	(*UpdateSessionRequest)(nil),   // 27: sessiond.v1.UpdateSessionRequest
+	(*UpdateSessionResponse)(nil),  // 28: sessiond.v1.UpdateSessionResponse
+	(*DeleteSessionRequest)(nil),   // 29: sessiond.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil),  // 30: sessiond.v1.DeleteSessionResponse
+	(*ForkSessionRequest)(nil),     // 31: sessiond.v1.ForkSessionRequest
+	(*ForkSessionResponse)(nil),    // 32: sessiond.v1.ForkSessionResponse
+	(*RewindSessionRequest)(nil),   // 33: sessiond.v1.RewindSessionRequest
+	(*RewindSessionResponse)(nil),  // 34: sessiond.v1.RewindSessionResponse
+	(*SearchSessionsRequest)(nil),  // 35: sessiond.v1.SearchSessionsRequest
+	(*SearchSessionsResponse)(nil), // 36: sessiond.v1.SearchSessionsResponse
+	(*WatchSessionRequest)(nil),    // 37: sessiond.v1.WatchSessionRequest
+	(*WatchSessionResponse)(nil),   // 38: sessiond.v1.WatchSessionResponse
+	(*GetServerInfoRequest)(nil),   // 39: sessiond.v1.GetServerInfoRequest
+	(*GetServerInfoResponse)(nil),  // 40: sessiond.v1.GetServerInfoResponse
+	(*TokenAccess)(nil),            // 41: sessiond.v1.TokenAccess
+	(*AppendStreamRequest)(nil),    // 42: sessiond.v1.AppendStreamRequest
+	(*AppendStreamResponse)(nil),   // 43: sessiond.v1.AppendStreamResponse
+	(*AppendStatus)(nil),           // 44: sessiond.v1.AppendStatus
+	(*CompactSessionRequest)(nil),  // 45: sessiond.v1.CompactSessionRequest
+	(*CompactSessionResponse)(nil), // 46: sessiond.v1.CompactSessionResponse
+	(*Compaction)(nil),             // 47: sessiond.v1.Compaction
+	(*MessageDelta)(nil),           // 48: sessiond.v1.MessageDelta
+	(*AppendDeltaRequest)(nil),     // 49: sessiond.v1.AppendDeltaRequest
+	(*AppendDeltaResponse)(nil),    // 50: sessiond.v1.AppendDeltaResponse
+	(*FinishMessageRequest)(nil),   // 51: sessiond.v1.FinishMessageRequest
+	(*FinishMessageResponse)(nil),  // 52: sessiond.v1.FinishMessageResponse
+	nil,                            // 53: sessiond.v1.Message.MetadataEntry
+	nil,                            // 54: sessiond.v1.Session.MetadataEntry
+	nil,                            // 55: sessiond.v1.Session.LabelsEntry
+	nil,                            // 56: sessiond.v1.CreateSessionRequest.MetadataEntry
+	nil,                            // 57: sessiond.v1.CreateSessionRequest.LabelsEntry
+	nil,                            // 58: sessiond.v1.ListSessionsRequest.LabelsEntry
+	nil,                            // 59: sessiond.v1.SaveSessionHeader.MetadataEntry
+	(*timestamppb.Timestamp)(nil),  // 60: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 61: google.protobuf.Duration
+	(*fieldmaskpb.FieldMask)(nil),  // 62: google.protobuf.FieldMask
+	(*anypb.Any)(nil),              // 63: google.protobuf.Any
 }
 var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
-	6,  // 0: sessiond.v1.ContentPart.blob:type_name -> sessiond.v1.Blob
+	7,  // 0: sessiond.v1.ContentPart.blob:type_name -> sessiond.v1.Blob
 	0,  // 1: sessiond.v1.Message.role:type_name -> sessiond.v1.Role
-	7,  // 2: sessiond.v1.Message.parts:type_name -> sessiond.v1.ContentPart
-	3,  // 3: sessiond.v1.Message.tool_calls:type_name -> sessiond.v1.ToolCall
-	54, // 4: sessiond.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	47, // 5: sessiond.v1.Message.metadata:type_name -> sessiond.v1.Message.MetadataEntry
-	4,  // 6: sessiond.v1.Message.reasoning:type_name -> sessiond.v1.Reasoning
-	5,  // 7: sessiond.v1.Message.usage:type_name -> sessiond.v1.Usage
-	54, // 8: sessiond.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	54, // 9: sessiond.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
-	48, // 10: sessiond.v1.Session.metadata:type_name -> sessiond.v1.Session.MetadataEntry
-	49, // 11: sessiond.v1.Session.labels:type_name -> sessiond.v1.Session.LabelsEntry
-	9,  // 12: sessiond.v1.Session.parent:type_name -> sessiond.v1.ForkOrigin
-	8,  // 13: sessiond.v1.Session.messages:type_name -> sessiond.v1.Message
-	5,  // 14: sessiond.v1.Session.usage:type_name -> sessiond.v1.Usage
-	55, // 15: sessiond.v1.Session.expire_after:type_name -> google.protobuf.Duration
-	46, // 16: sessiond.v1.Session.compaction:type_name -> sessiond.v1.Compaction
-	50, // 17: sessiond.v1.CreateSessionRequest.metadata:type_name -> sessiond.v1.CreateSessionRequest.MetadataEntry
-	51, // 18: sessiond.v1.CreateSessionRequest.labels:type_name -> sessiond.v1.CreateSessionRequest.LabelsEntry
-	8,  // 19: sessiond.v1.CreateSessionRequest.messages:type_name -> sessiond.v1.Message
-	54, // 20: sessiond.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
-	9,  // 21: sessiond.v1.CreateSessionRequest.parent:type_name -> sessiond.v1.ForkOrigin
-	55, // 22: sessiond.v1.CreateSessionRequest.expire_after:type_name -> google.protobuf.Duration
-	10, // 23: sessiond.v1.CreateSessionResponse.session:type_name -> sessiond.v1.Session
-	11, // 24: sessiond.v1.GetSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	10, // 25: sessiond.v1.GetSessionResponse.session:type_name -> sessiond.v1.Session
-	11, // 26: sessiond.v1.LoadSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	2,  // 27: sessiond.v1.LoadSessionRequest.view:type_name -> sessiond.v1.LoadView
-	10, // 28: sessiond.v1.LoadSessionResponse.session:type_name -> sessiond.v1.Session
-	8,  // 29: sessiond.v1.LoadSessionResponse.messages:type_name -> sessiond.v1.Message
-	52, // 30: sessiond.v1.ListSessionsRequest.labels:type_name -> sessiond.v1.ListSessionsRequest.LabelsEntry
-	54, // 31: sessiond.v1.ListSessionsRequest.updated_after:type_name -> google.protobuf.Timestamp
-	54, // 32: sessiond.v1.ListSessionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	10, // 33: sessiond.v1.ListSessionsResponse.session:type_name -> sessiond.v1.Session
-	11, // 34: sessiond.v1.SaveSessionHeader.ref:type_name -> sessiond.v1.SessionRef
-	53, // 35: sessiond.v1.SaveSessionHeader.metadata:type_name -> sessiond.v1.SaveSessionHeader.MetadataEntry
-	21, // 36: sessiond.v1.SaveSessionRequest.header:type_name -> sessiond.v1.SaveSessionHeader
-	8,  // 37: sessiond.v1.SaveSessionRequest.messages:type_name -> sessiond.v1.Message
-	10, // 38: sessiond.v1.SaveSessionResponse.session:type_name -> sessiond.v1.Session
-	11, // 39: sessiond.v1.AppendMessagesRequest.ref:type_name -> sessiond.v1.SessionRef
-	8,  // 40: sessiond.v1.AppendMessagesRequest.messages:type_name -> sessiond.v1.Message
-	11, // 41: sessiond.v1.UpdateSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	10, // 42: sessiond.v1.UpdateSessionRequest.session:type_name -> sessiond.v1.Session
-	56, // 43: sessiond.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
-	10, // 44: sessiond.v1.UpdateSessionResponse.session:type_name -> sessiond.v1.Session
-	11, // 45: sessiond.v1.DeleteSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	11, // 46: sessiond.v1.ForkSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	10, // 47: sessiond.v1.ForkSessionResponse.session:type_name -> sessiond.v1.Session
-	11, // 48: sessiond.v1.RewindSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	10, // 49: sessiond.v1.RewindSessionResponse.session:type_name -> sessiond.v1.Session
-	10, // 50: sessiond.v1.SearchSessionsResponse.session:type_name -> sessiond.v1.Session
-	11, // 51: sessiond.v1.WatchSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	1,  // 52: sessiond.v1.WatchSessionResponse.type:type_name -> sessiond.v1.EventType
-	8,  // 53: sessiond.v1.WatchSessionResponse.messages:type_name -> sessiond.v1.Message
-	10, // 54: sessiond.v1.WatchSessionResponse.session:type_name -> sessiond.v1.Session
-	12, // 55: sessiond.v1.GetServerInfoResponse.limits:type_name -> sessiond.v1.ServerLimits
-	40, // 56: sessiond.v1.GetServerInfoResponse.token:type_name -> sessiond.v1.TokenAccess
-	24, // 57: sessiond.v1.AppendStreamRequest.append:type_name -> sessiond.v1.AppendMessagesRequest
-	25, // 58: sessiond.v1.AppendStreamResponse.result:type_name -> sessiond.v1.AppendMessagesResponse
-	43, // 59: sessiond.v1.AppendStreamResponse.status:type_name -> sessiond.v1.AppendStatus
-	57, // 60: sessiond.v1.AppendStatus.details:type_name -> google.protobuf.Any
-	11, // 61: sessiond.v1.CompactSessionRequest.ref:type_name -> sessiond.v1.SessionRef
-	8,  // 62: sessiond.v1.CompactSessionRequest.summary:type_name -> sessiond.v1.Message
-	10, // 63: sessiond.v1.CompactSessionResponse.session:type_name -> sessiond.v1.Session
-	54, // 64: sessiond.v1.Compaction.created_at:type_name -> google.protobuf.Timestamp
-	13, // 65: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
-	15, // 66: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	17, // 67: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
-	19, // 68: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	22, // 69: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
-	24, // 70: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
-	26, // 71: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
-	28, // 72: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
-	30, // 73: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
-	32, // 74: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
-	34, // 75: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
-	36, // 76: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
-	38, // 77: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
-	41, // 78: sessiond.v1.SessionStoreService.AppendStream:input_type -> sessiond.v1.AppendStreamRequest
-	44, // 79: sessiond.v1.SessionStoreService.CompactSession:input_type -> sessiond.v1.CompactSessionRequest
-	14, // 80: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
-	16, // 81: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
-	18, // 82: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
-	20, // 83: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	23, // 84: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
-	25, // 85: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
-	27, // 86: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
-	29, // 87: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
-	31, // 88: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
-	33, // 89: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
-	35, // 90: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
-	37, // 91: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
-	39, // 92: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
-	42, // 93: sessiond.v1.SessionStoreService.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	45, // 94: sessiond.v1.SessionStoreService.CompactSession:output_type -> sessiond.v1.CompactSessionResponse
-	80, // [80:95] is the sub-list for method output_type
-	65, // [65:80] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	8,  // 2: sessiond.v1.Message.parts:type_name -> sessiond.v1.ContentPart
+	4,  // 3: sessiond.v1.Message.tool_calls:type_name -> sessiond.v1.ToolCall
+	60, // 4: sessiond.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	53, // 5: sessiond.v1.Message.metadata:type_name -> sessiond.v1.Message.MetadataEntry
+	5,  // 6: sessiond.v1.Message.reasoning:type_name -> sessiond.v1.Reasoning
+	6,  // 7: sessiond.v1.Message.usage:type_name -> sessiond.v1.Usage
+	3,  // 8: sessiond.v1.Message.state:type_name -> sessiond.v1.MessageState
+	60, // 9: sessiond.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	60, // 10: sessiond.v1.Session.updated_at:type_name -> google.protobuf.Timestamp
+	54, // 11: sessiond.v1.Session.metadata:type_name -> sessiond.v1.Session.MetadataEntry
+	55, // 12: sessiond.v1.Session.labels:type_name -> sessiond.v1.Session.LabelsEntry
+	10, // 13: sessiond.v1.Session.parent:type_name -> sessiond.v1.ForkOrigin
+	9,  // 14: sessiond.v1.Session.messages:type_name -> sessiond.v1.Message
+	6,  // 15: sessiond.v1.Session.usage:type_name -> sessiond.v1.Usage
+	61, // 16: sessiond.v1.Session.expire_after:type_name -> google.protobuf.Duration
+	47, // 17: sessiond.v1.Session.compaction:type_name -> sessiond.v1.Compaction
+	56, // 18: sessiond.v1.CreateSessionRequest.metadata:type_name -> sessiond.v1.CreateSessionRequest.MetadataEntry
+	57, // 19: sessiond.v1.CreateSessionRequest.labels:type_name -> sessiond.v1.CreateSessionRequest.LabelsEntry
+	9,  // 20: sessiond.v1.CreateSessionRequest.messages:type_name -> sessiond.v1.Message
+	60, // 21: sessiond.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
+	10, // 22: sessiond.v1.CreateSessionRequest.parent:type_name -> sessiond.v1.ForkOrigin
+	61, // 23: sessiond.v1.CreateSessionRequest.expire_after:type_name -> google.protobuf.Duration
+	11, // 24: sessiond.v1.CreateSessionResponse.session:type_name -> sessiond.v1.Session
+	12, // 25: sessiond.v1.GetSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	11, // 26: sessiond.v1.GetSessionResponse.session:type_name -> sessiond.v1.Session
+	12, // 27: sessiond.v1.LoadSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	2,  // 28: sessiond.v1.LoadSessionRequest.view:type_name -> sessiond.v1.LoadView
+	11, // 29: sessiond.v1.LoadSessionResponse.session:type_name -> sessiond.v1.Session
+	9,  // 30: sessiond.v1.LoadSessionResponse.messages:type_name -> sessiond.v1.Message
+	58, // 31: sessiond.v1.ListSessionsRequest.labels:type_name -> sessiond.v1.ListSessionsRequest.LabelsEntry
+	60, // 32: sessiond.v1.ListSessionsRequest.updated_after:type_name -> google.protobuf.Timestamp
+	60, // 33: sessiond.v1.ListSessionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	11, // 34: sessiond.v1.ListSessionsResponse.session:type_name -> sessiond.v1.Session
+	12, // 35: sessiond.v1.SaveSessionHeader.ref:type_name -> sessiond.v1.SessionRef
+	59, // 36: sessiond.v1.SaveSessionHeader.metadata:type_name -> sessiond.v1.SaveSessionHeader.MetadataEntry
+	22, // 37: sessiond.v1.SaveSessionRequest.header:type_name -> sessiond.v1.SaveSessionHeader
+	9,  // 38: sessiond.v1.SaveSessionRequest.messages:type_name -> sessiond.v1.Message
+	11, // 39: sessiond.v1.SaveSessionResponse.session:type_name -> sessiond.v1.Session
+	12, // 40: sessiond.v1.AppendMessagesRequest.ref:type_name -> sessiond.v1.SessionRef
+	9,  // 41: sessiond.v1.AppendMessagesRequest.messages:type_name -> sessiond.v1.Message
+	12, // 42: sessiond.v1.UpdateSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	11, // 43: sessiond.v1.UpdateSessionRequest.session:type_name -> sessiond.v1.Session
+	62, // 44: sessiond.v1.UpdateSessionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11, // 45: sessiond.v1.UpdateSessionResponse.session:type_name -> sessiond.v1.Session
+	12, // 46: sessiond.v1.DeleteSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	12, // 47: sessiond.v1.ForkSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	11, // 48: sessiond.v1.ForkSessionResponse.session:type_name -> sessiond.v1.Session
+	12, // 49: sessiond.v1.RewindSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	11, // 50: sessiond.v1.RewindSessionResponse.session:type_name -> sessiond.v1.Session
+	11, // 51: sessiond.v1.SearchSessionsResponse.session:type_name -> sessiond.v1.Session
+	12, // 52: sessiond.v1.WatchSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	1,  // 53: sessiond.v1.WatchSessionResponse.type:type_name -> sessiond.v1.EventType
+	9,  // 54: sessiond.v1.WatchSessionResponse.messages:type_name -> sessiond.v1.Message
+	11, // 55: sessiond.v1.WatchSessionResponse.session:type_name -> sessiond.v1.Session
+	48, // 56: sessiond.v1.WatchSessionResponse.delta:type_name -> sessiond.v1.MessageDelta
+	13, // 57: sessiond.v1.GetServerInfoResponse.limits:type_name -> sessiond.v1.ServerLimits
+	41, // 58: sessiond.v1.GetServerInfoResponse.token:type_name -> sessiond.v1.TokenAccess
+	25, // 59: sessiond.v1.AppendStreamRequest.append:type_name -> sessiond.v1.AppendMessagesRequest
+	26, // 60: sessiond.v1.AppendStreamResponse.result:type_name -> sessiond.v1.AppendMessagesResponse
+	44, // 61: sessiond.v1.AppendStreamResponse.status:type_name -> sessiond.v1.AppendStatus
+	63, // 62: sessiond.v1.AppendStatus.details:type_name -> google.protobuf.Any
+	12, // 63: sessiond.v1.CompactSessionRequest.ref:type_name -> sessiond.v1.SessionRef
+	9,  // 64: sessiond.v1.CompactSessionRequest.summary:type_name -> sessiond.v1.Message
+	11, // 65: sessiond.v1.CompactSessionResponse.session:type_name -> sessiond.v1.Session
+	60, // 66: sessiond.v1.Compaction.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 67: sessiond.v1.MessageDelta.usage:type_name -> sessiond.v1.Usage
+	12, // 68: sessiond.v1.AppendDeltaRequest.ref:type_name -> sessiond.v1.SessionRef
+	6,  // 69: sessiond.v1.AppendDeltaRequest.usage:type_name -> sessiond.v1.Usage
+	12, // 70: sessiond.v1.FinishMessageRequest.ref:type_name -> sessiond.v1.SessionRef
+	4,  // 71: sessiond.v1.FinishMessageRequest.tool_calls:type_name -> sessiond.v1.ToolCall
+	6,  // 72: sessiond.v1.FinishMessageRequest.usage:type_name -> sessiond.v1.Usage
+	9,  // 73: sessiond.v1.FinishMessageResponse.message:type_name -> sessiond.v1.Message
+	14, // 74: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
+	16, // 75: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	18, // 76: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
+	20, // 77: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	23, // 78: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
+	25, // 79: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
+	27, // 80: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
+	29, // 81: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
+	31, // 82: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
+	33, // 83: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
+	35, // 84: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
+	37, // 85: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
+	39, // 86: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
+	42, // 87: sessiond.v1.SessionStoreService.AppendStream:input_type -> sessiond.v1.AppendStreamRequest
+	45, // 88: sessiond.v1.SessionStoreService.CompactSession:input_type -> sessiond.v1.CompactSessionRequest
+	49, // 89: sessiond.v1.SessionStoreService.AppendDelta:input_type -> sessiond.v1.AppendDeltaRequest
+	51, // 90: sessiond.v1.SessionStoreService.FinishMessage:input_type -> sessiond.v1.FinishMessageRequest
+	15, // 91: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
+	17, // 92: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
+	19, // 93: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
+	21, // 94: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	24, // 95: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
+	26, // 96: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
+	28, // 97: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
+	30, // 98: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
+	32, // 99: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
+	34, // 100: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
+	36, // 101: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
+	38, // 102: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
+	40, // 103: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
+	43, // 104: sessiond.v1.SessionStoreService.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	46, // 105: sessiond.v1.SessionStoreService.CompactSession:output_type -> sessiond.v1.CompactSessionResponse
+	50, // 106: sessiond.v1.SessionStoreService.AppendDelta:output_type -> sessiond.v1.AppendDeltaResponse
+	52, // 107: sessiond.v1.SessionStoreService.FinishMessage:output_type -> sessiond.v1.FinishMessageResponse
+	91, // [91:108] is the sub-list for method output_type
+	74, // [74:91] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
@@ -3943,8 +4510,8 @@ func file_sessiond_v1_sessiond_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sessiond_v1_sessiond_proto_rawDesc), len(file_sessiond_v1_sessiond_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   51,
+			NumEnums:      4,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

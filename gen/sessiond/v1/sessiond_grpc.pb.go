@@ -49,6 +49,8 @@ const (
 	SessionStoreService_GetServerInfo_FullMethodName  = "/sessiond.v1.SessionStoreService/GetServerInfo"
 	SessionStoreService_AppendStream_FullMethodName   = "/sessiond.v1.SessionStoreService/AppendStream"
 	SessionStoreService_CompactSession_FullMethodName = "/sessiond.v1.SessionStoreService/CompactSession"
+	SessionStoreService_AppendDelta_FullMethodName    = "/sessiond.v1.SessionStoreService/AppendDelta"
+	SessionStoreService_FinishMessage_FullMethodName  = "/sessiond.v1.SessionStoreService/FinishMessage"
 )
 
 // SessionStoreServiceClient is the client API for SessionStoreService service.
@@ -97,6 +99,10 @@ type SessionStoreServiceClient interface {
 	// including through_message_id, which LOAD_VIEW_CONTEXT sends in their
 	// place. The messages themselves are kept.
 	CompactSession(ctx context.Context, in *CompactSessionRequest, opts ...grpc.CallOption) (*CompactSessionResponse, error)
+	// Adds text to an open message (a live turn), durably.
+	AppendDelta(ctx context.Context, in *AppendDeltaRequest, opts ...grpc.CallOption) (*AppendDeltaResponse, error)
+	// Closes an open message as MESSAGE_STATE_COMPLETE.
+	FinishMessage(ctx context.Context, in *FinishMessageRequest, opts ...grpc.CallOption) (*FinishMessageResponse, error)
 }
 
 type sessionStoreServiceClient struct {
@@ -299,6 +305,26 @@ func (c *sessionStoreServiceClient) CompactSession(ctx context.Context, in *Comp
 	return out, nil
 }
 
+func (c *sessionStoreServiceClient) AppendDelta(ctx context.Context, in *AppendDeltaRequest, opts ...grpc.CallOption) (*AppendDeltaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppendDeltaResponse)
+	err := c.cc.Invoke(ctx, SessionStoreService_AppendDelta_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionStoreServiceClient) FinishMessage(ctx context.Context, in *FinishMessageRequest, opts ...grpc.CallOption) (*FinishMessageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FinishMessageResponse)
+	err := c.cc.Invoke(ctx, SessionStoreService_FinishMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionStoreServiceServer is the server API for SessionStoreService service.
 // All implementations must embed UnimplementedSessionStoreServiceServer
 // for forward compatibility.
@@ -345,6 +371,10 @@ type SessionStoreServiceServer interface {
 	// including through_message_id, which LOAD_VIEW_CONTEXT sends in their
 	// place. The messages themselves are kept.
 	CompactSession(context.Context, *CompactSessionRequest) (*CompactSessionResponse, error)
+	// Adds text to an open message (a live turn), durably.
+	AppendDelta(context.Context, *AppendDeltaRequest) (*AppendDeltaResponse, error)
+	// Closes an open message as MESSAGE_STATE_COMPLETE.
+	FinishMessage(context.Context, *FinishMessageRequest) (*FinishMessageResponse, error)
 	mustEmbedUnimplementedSessionStoreServiceServer()
 }
 
@@ -399,6 +429,12 @@ func (UnimplementedSessionStoreServiceServer) AppendStream(grpc.BidiStreamingSer
 }
 func (UnimplementedSessionStoreServiceServer) CompactSession(context.Context, *CompactSessionRequest) (*CompactSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompactSession not implemented")
+}
+func (UnimplementedSessionStoreServiceServer) AppendDelta(context.Context, *AppendDeltaRequest) (*AppendDeltaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AppendDelta not implemented")
+}
+func (UnimplementedSessionStoreServiceServer) FinishMessage(context.Context, *FinishMessageRequest) (*FinishMessageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FinishMessage not implemented")
 }
 func (UnimplementedSessionStoreServiceServer) mustEmbedUnimplementedSessionStoreServiceServer() {}
 func (UnimplementedSessionStoreServiceServer) testEmbeddedByValue()                             {}
@@ -641,6 +677,42 @@ func _SessionStoreService_CompactSession_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionStoreService_AppendDelta_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendDeltaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionStoreServiceServer).AppendDelta(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionStoreService_AppendDelta_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionStoreServiceServer).AppendDelta(ctx, req.(*AppendDeltaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SessionStoreService_FinishMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FinishMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionStoreServiceServer).FinishMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SessionStoreService_FinishMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionStoreServiceServer).FinishMessage(ctx, req.(*FinishMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SessionStoreService_ServiceDesc is the grpc.ServiceDesc for SessionStoreService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -683,6 +755,14 @@ var SessionStoreService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CompactSession",
 			Handler:    _SessionStoreService_CompactSession_Handler,
+		},
+		{
+			MethodName: "AppendDelta",
+			Handler:    _SessionStoreService_AppendDelta_Handler,
+		},
+		{
+			MethodName: "FinishMessage",
+			Handler:    _SessionStoreService_FinishMessage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -24,7 +24,7 @@ DESCRIPTOR = _descriptor.FileDescriptor(
   name='sessiond/v1/sessiond.proto',
   package='sessiond.v1',
   syntax='proto3',
-  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"k\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x03\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x03\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\xb3\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x12\r\n\x05model\x18\x0b \x01(\t\x12!\n\x05usage\x18\x0c \x01(\x0b\x32\x12.sessiond.v1.Usage\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xdc\x05\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x1a\n\x12open_tool_call_ids\x18\x0e \x03(\t\x12!\n\x05usage\x18\x0f \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\x0e\n\x06models\x18\x10 \x03(\t\x12/\n\x0c\x65xpire_after\x18\x11 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rtitle_derived\x18\x12 \x01(\x08\x12\x1d\n\x15\x63ontext_message_count\x18\x13 \x01(\x03\x12+\n\ncompaction\x18\x14 \x01(\x0b\x32\x17.sessiond.v1.Compaction\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\x8a\x04\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x12/\n\x0c\x65xpire_after\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\xab\x01\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\x12\x1d\n\x15\x63lose_open_tool_calls\x18\x05 \x01(\x08\x12#\n\x04view\x18\x06 \x01(\x0e\x32\x15.sessiond.v1.LoadView\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xc4\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"Y\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x16\n\x0e\x61ppended_count\x18\x03 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\x9d\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x16\n\x14GetServerInfoRequest\"\x8d\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits\x12\'\n\x05token\x18\x04 \x01(\x0b\x32\x18.sessiond.v1.TokenAccess\"U\n\x0bTokenAccess\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x16\n\x0e\x61ll_namespaces\x18\x04 \x01(\x08\"V\n\x13\x41ppendStreamRequest\x12\x32\n\x06\x61ppend\x18\x01 \x01(\x0b\x32\".sessiond.v1.AppendMessagesRequest\x12\x0b\n\x03tag\x18\x02 \x01(\x04\"\x83\x01\n\x14\x41ppendStreamResponse\x12\x0b\n\x03tag\x18\x01 \x01(\x04\x12\x33\n\x06result\x18\x02 \x01(\x0b\x32#.sessiond.v1.AppendMessagesResponse\x12)\n\x06status\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.AppendStatus\"T\n\x0c\x41ppendStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.Any\"\x9b\x01\n\x15\x43ompactSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x1a\n\x12through_message_id\x18\x02 \x01(\t\x12%\n\x07summary\x18\x03 \x01(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\"?\n\x16\x43ompactSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\xa5\x01\n\nCompaction\x12\x1d\n\x15through_message_count\x18\x01 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\x04\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12summary_message_id\x18\x05 \x01(\t*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\xa3\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x12\x18\n\x14\x45VENT_TYPE_COMPACTED\x10\x08*P\n\x08LoadView\x12\x19\n\x15LOAD_VIEW_UNSPECIFIED\x10\x00\x12\x12\n\x0eLOAD_VIEW_FULL\x10\x01\x12\x15\n\x11LOAD_VIEW_CONTEXT\x10\x02\x32\xb0\n\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponse\x12W\n\x0c\x41ppendStream\x12 .sessiond.v1.AppendStreamRequest\x1a!.sessiond.v1.AppendStreamResponse(\x01\x30\x01\x12Y\n\x0e\x43ompactSession\x12\".sessiond.v1.CompactSessionRequest\x1a#.sessiond.v1.CompactSessionResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
+  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"k\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x03\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x03\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\xdd\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x12\r\n\x05model\x18\x0b \x01(\t\x12!\n\x05usage\x18\x0c \x01(\x0b\x32\x12.sessiond.v1.Usage\x12(\n\x05state\x18\r \x01(\x0e\x32\x19.sessiond.v1.MessageState\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xdc\x05\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x1a\n\x12open_tool_call_ids\x18\x0e \x03(\t\x12!\n\x05usage\x18\x0f \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\x0e\n\x06models\x18\x10 \x03(\t\x12/\n\x0c\x65xpire_after\x18\x11 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rtitle_derived\x18\x12 \x01(\x08\x12\x1d\n\x15\x63ontext_message_count\x18\x13 \x01(\x03\x12+\n\ncompaction\x18\x14 \x01(\x0b\x32\x17.sessiond.v1.Compaction\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\x8a\x04\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x12/\n\x0c\x65xpire_after\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\xab\x01\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\x12\x1d\n\x15\x63lose_open_tool_calls\x18\x05 \x01(\x08\x12#\n\x04view\x18\x06 \x01(\x0e\x32\x15.sessiond.v1.LoadView\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xc4\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"Y\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x16\n\x0e\x61ppended_count\x18\x03 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\xc7\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\x12(\n\x05\x64\x65lta\x18\x05 \x01(\x0b\x32\x19.sessiond.v1.MessageDelta\"\x16\n\x14GetServerInfoRequest\"\x8d\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits\x12\'\n\x05token\x18\x04 \x01(\x0b\x32\x18.sessiond.v1.TokenAccess\"U\n\x0bTokenAccess\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x16\n\x0e\x61ll_namespaces\x18\x04 \x01(\x08\"V\n\x13\x41ppendStreamRequest\x12\x32\n\x06\x61ppend\x18\x01 \x01(\x0b\x32\".sessiond.v1.AppendMessagesRequest\x12\x0b\n\x03tag\x18\x02 \x01(\x04\"\x83\x01\n\x14\x41ppendStreamResponse\x12\x0b\n\x03tag\x18\x01 \x01(\x04\x12\x33\n\x06result\x18\x02 \x01(\x0b\x32#.sessiond.v1.AppendMessagesResponse\x12)\n\x06status\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.AppendStatus\"T\n\x0c\x41ppendStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.Any\"\x9b\x01\n\x15\x43ompactSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x1a\n\x12through_message_id\x18\x02 \x01(\t\x12%\n\x07summary\x18\x03 \x01(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\"?\n\x16\x43ompactSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\xa5\x01\n\nCompaction\x12\x1d\n\x15through_message_count\x18\x01 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\x04\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12summary_message_id\x18\x05 \x01(\t\"\x93\x01\n\x0cMessageDelta\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x18\n\x10reasoning_offset\x18\x04 \x01(\x03\x12\x11\n\treasoning\x18\x05 \x01(\t\x12!\n\x05usage\x18\x06 \x01(\x0b\x32\x12.sessiond.v1.Usage\"\xbf\x01\n\x12\x41ppendDeltaRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x18\n\x10reasoning_offset\x18\x05 \x01(\x03\x12\x11\n\treasoning\x18\x06 \x01(\t\x12!\n\x05usage\x18\x07 \x01(\x0b\x32\x12.sessiond.v1.Usage\"Q\n\x13\x41ppendDeltaResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x18\n\x10reasoning_length\x18\x03 \x01(\x03\"\xad\x01\n\x14\x46inishMessageRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12)\n\ntool_calls\x18\x03 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\r\n\x05model\x18\x05 \x01(\t\"P\n\x15\x46inishMessageResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12%\n\x07message\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Message*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\xd2\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x12\x14\n\x10\x45VENT_TYPE_DELTA\x10\x05\x12\x17\n\x13\x45VENT_TYPE_FINISHED\x10\x06\x12\x18\n\x14\x45VENT_TYPE_COMPACTED\x10\x08*P\n\x08LoadView\x12\x19\n\x15LOAD_VIEW_UNSPECIFIED\x10\x00\x12\x12\n\x0eLOAD_VIEW_FULL\x10\x01\x12\x15\n\x11LOAD_VIEW_CONTEXT\x10\x02*\x85\x01\n\x0cMessageState\x12\x1d\n\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17MESSAGE_STATE_STREAMING\x10\x01\x12\x1a\n\x16MESSAGE_STATE_COMPLETE\x10\x02\x12\x1d\n\x19MESSAGE_STATE_INTERRUPTED\x10\x03\x32\xda\x0b\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponse\x12W\n\x0c\x41ppendStream\x12 .sessiond.v1.AppendStreamRequest\x1a!.sessiond.v1.AppendStreamResponse(\x01\x30\x01\x12Y\n\x0e\x43ompactSession\x12\".sessiond.v1.CompactSessionRequest\x1a#.sessiond.v1.CompactSessionResponse\x12P\n\x0b\x41ppendDelta\x12\x1f.sessiond.v1.AppendDeltaRequest\x1a .sessiond.v1.AppendDeltaResponse\x12V\n\rFinishMessage\x12!.sessiond.v1.FinishMessageRequest\x1a\".sessiond.v1.FinishMessageResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
   ,
   dependencies=[google_dot_protobuf_dot_any__pb2.DESCRIPTOR,google_dot_protobuf_dot_duration__pb2.DESCRIPTOR,google_dot_protobuf_dot_field__mask__pb2.DESCRIPTOR,google_dot_protobuf_dot_timestamp__pb2.DESCRIPTOR,])
 
@@ -57,8 +57,8 @@ _ROLE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=6179,
-  serialized_end=6274,
+  serialized_start=6948,
+  serialized_end=7043,
 )
 _sym_db.RegisterEnumDescriptor(_ROLE)
 
@@ -90,14 +90,22 @@ _EVENTTYPE = _descriptor.EnumDescriptor(
       options=None,
       type=None),
     _descriptor.EnumValueDescriptor(
-      name='EVENT_TYPE_COMPACTED', index=5, number=8,
+      name='EVENT_TYPE_DELTA', index=5, number=5,
+      options=None,
+      type=None),
+    _descriptor.EnumValueDescriptor(
+      name='EVENT_TYPE_FINISHED', index=6, number=6,
+      options=None,
+      type=None),
+    _descriptor.EnumValueDescriptor(
+      name='EVENT_TYPE_COMPACTED', index=7, number=8,
       options=None,
       type=None),
   ],
   containing_type=None,
   options=None,
-  serialized_start=6277,
-  serialized_end=6440,
+  serialized_start=7046,
+  serialized_end=7256,
 )
 _sym_db.RegisterEnumDescriptor(_EVENTTYPE)
 
@@ -123,12 +131,43 @@ _LOADVIEW = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=6442,
-  serialized_end=6522,
+  serialized_start=7258,
+  serialized_end=7338,
 )
 _sym_db.RegisterEnumDescriptor(_LOADVIEW)
 
 LoadView = enum_type_wrapper.EnumTypeWrapper(_LOADVIEW)
+_MESSAGESTATE = _descriptor.EnumDescriptor(
+  name='MessageState',
+  full_name='sessiond.v1.MessageState',
+  filename=None,
+  file=DESCRIPTOR,
+  values=[
+    _descriptor.EnumValueDescriptor(
+      name='MESSAGE_STATE_UNSPECIFIED', index=0, number=0,
+      options=None,
+      type=None),
+    _descriptor.EnumValueDescriptor(
+      name='MESSAGE_STATE_STREAMING', index=1, number=1,
+      options=None,
+      type=None),
+    _descriptor.EnumValueDescriptor(
+      name='MESSAGE_STATE_COMPLETE', index=2, number=2,
+      options=None,
+      type=None),
+    _descriptor.EnumValueDescriptor(
+      name='MESSAGE_STATE_INTERRUPTED', index=3, number=3,
+      options=None,
+      type=None),
+  ],
+  containing_type=None,
+  options=None,
+  serialized_start=7341,
+  serialized_end=7474,
+)
+_sym_db.RegisterEnumDescriptor(_MESSAGESTATE)
+
+MessageState = enum_type_wrapper.EnumTypeWrapper(_MESSAGESTATE)
 ROLE_UNSPECIFIED = 0
 ROLE_SYSTEM = 1
 ROLE_USER = 2
@@ -139,10 +178,16 @@ EVENT_TYPE_APPENDED = 1
 EVENT_TYPE_REPLACED = 2
 EVENT_TYPE_UPDATED = 3
 EVENT_TYPE_DELETED = 4
+EVENT_TYPE_DELTA = 5
+EVENT_TYPE_FINISHED = 6
 EVENT_TYPE_COMPACTED = 8
 LOAD_VIEW_UNSPECIFIED = 0
 LOAD_VIEW_FULL = 1
 LOAD_VIEW_CONTEXT = 2
+MESSAGE_STATE_UNSPECIFIED = 0
+MESSAGE_STATE_STREAMING = 1
+MESSAGE_STATE_COMPLETE = 2
+MESSAGE_STATE_INTERRUPTED = 3
 
 
 
@@ -400,8 +445,8 @@ _MESSAGE_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=901,
-  serialized_end=948,
+  serialized_start=943,
+  serialized_end=990,
 )
 
 _MESSAGE = _descriptor.Descriptor(
@@ -495,6 +540,13 @@ _MESSAGE = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='state', full_name='sessiond.v1.Message.state', index=12,
+      number=13, type=14, cpp_type=8, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -508,7 +560,7 @@ _MESSAGE = _descriptor.Descriptor(
   oneofs=[
   ],
   serialized_start=513,
-  serialized_end=948,
+  serialized_end=990,
 )
 
 
@@ -545,8 +597,8 @@ _FORKORIGIN = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=950,
-  serialized_end=1005,
+  serialized_start=992,
+  serialized_end=1047,
 )
 
 
@@ -583,8 +635,8 @@ _SESSION_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=901,
-  serialized_end=948,
+  serialized_start=943,
+  serialized_end=990,
 )
 
 _SESSION_LABELSENTRY = _descriptor.Descriptor(
@@ -620,8 +672,8 @@ _SESSION_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1695,
-  serialized_end=1740,
+  serialized_start=1737,
+  serialized_end=1782,
 )
 
 _SESSION = _descriptor.Descriptor(
@@ -783,8 +835,8 @@ _SESSION = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1008,
-  serialized_end=1740,
+  serialized_start=1050,
+  serialized_end=1782,
 )
 
 
@@ -831,8 +883,8 @@ _SESSIONREF = _descriptor.Descriptor(
       name='key', full_name='sessiond.v1.SessionRef.key',
       index=0, containing_type=None, fields=[]),
   ],
-  serialized_start=1742,
-  serialized_end=1811,
+  serialized_start=1784,
+  serialized_end=1853,
 )
 
 
@@ -911,8 +963,8 @@ _SERVERLIMITS = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1814,
-  serialized_end=2040,
+  serialized_start=1856,
+  serialized_end=2082,
 )
 
 
@@ -949,8 +1001,8 @@ _CREATESESSIONREQUEST_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=901,
-  serialized_end=948,
+  serialized_start=943,
+  serialized_end=990,
 )
 
 _CREATESESSIONREQUEST_LABELSENTRY = _descriptor.Descriptor(
@@ -986,8 +1038,8 @@ _CREATESESSIONREQUEST_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1695,
-  serialized_end=1740,
+  serialized_start=1737,
+  serialized_end=1782,
 )
 
 _CREATESESSIONREQUEST = _descriptor.Descriptor(
@@ -1093,8 +1145,8 @@ _CREATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2043,
-  serialized_end=2565,
+  serialized_start=2085,
+  serialized_end=2607,
 )
 
 
@@ -1124,8 +1176,8 @@ _CREATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2567,
-  serialized_end=2629,
+  serialized_start=2609,
+  serialized_end=2671,
 )
 
 
@@ -1155,8 +1207,8 @@ _GETSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2631,
-  serialized_end=2688,
+  serialized_start=2673,
+  serialized_end=2730,
 )
 
 
@@ -1186,8 +1238,8 @@ _GETSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2690,
-  serialized_end=2749,
+  serialized_start=2732,
+  serialized_end=2791,
 )
 
 
@@ -1252,8 +1304,8 @@ _LOADSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2752,
-  serialized_end=2923,
+  serialized_start=2794,
+  serialized_end=2965,
 )
 
 
@@ -1290,8 +1342,8 @@ _LOADSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2925,
-  serialized_end=3025,
+  serialized_start=2967,
+  serialized_end=3067,
 )
 
 
@@ -1328,8 +1380,8 @@ _LISTSESSIONSREQUEST_LABELSENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1695,
-  serialized_end=1740,
+  serialized_start=1737,
+  serialized_end=1782,
 )
 
 _LISTSESSIONSREQUEST = _descriptor.Descriptor(
@@ -1407,8 +1459,8 @@ _LISTSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3028,
-  serialized_end=3352,
+  serialized_start=3070,
+  serialized_end=3394,
 )
 
 
@@ -1445,8 +1497,8 @@ _LISTSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3354,
-  serialized_end=3440,
+  serialized_start=3396,
+  serialized_end=3482,
 )
 
 
@@ -1483,8 +1535,8 @@ _SAVESESSIONHEADER_METADATAENTRY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=901,
-  serialized_end=948,
+  serialized_start=943,
+  serialized_end=990,
 )
 
 _SAVESESSIONHEADER = _descriptor.Descriptor(
@@ -1548,8 +1600,8 @@ _SAVESESSIONHEADER = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3443,
-  serialized_end=3699,
+  serialized_start=3485,
+  serialized_end=3741,
 )
 
 
@@ -1586,8 +1638,8 @@ _SAVESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3701,
-  serialized_end=3809,
+  serialized_start=3743,
+  serialized_end=3851,
 )
 
 
@@ -1617,8 +1669,8 @@ _SAVESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3811,
-  serialized_end=3871,
+  serialized_start=3853,
+  serialized_end=3913,
 )
 
 
@@ -1662,8 +1714,8 @@ _APPENDMESSAGESREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3874,
-  serialized_end=4002,
+  serialized_start=3916,
+  serialized_end=4044,
 )
 
 
@@ -1707,8 +1759,8 @@ _APPENDMESSAGESRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4004,
-  serialized_end=4093,
+  serialized_start=4046,
+  serialized_end=4135,
 )
 
 
@@ -1759,8 +1811,8 @@ _UPDATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4096,
-  serialized_end=4271,
+  serialized_start=4138,
+  serialized_end=4313,
 )
 
 
@@ -1790,8 +1842,8 @@ _UPDATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4273,
-  serialized_end=4335,
+  serialized_start=4315,
+  serialized_end=4377,
 )
 
 
@@ -1828,8 +1880,8 @@ _DELETESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4337,
-  serialized_end=4424,
+  serialized_start=4379,
+  serialized_end=4466,
 )
 
 
@@ -1852,8 +1904,8 @@ _DELETESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4426,
-  serialized_end=4449,
+  serialized_start=4468,
+  serialized_end=4491,
 )
 
 
@@ -1904,8 +1956,8 @@ _FORKSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4451,
-  serialized_end=4562,
+  serialized_start=4493,
+  serialized_end=4604,
 )
 
 
@@ -1935,8 +1987,8 @@ _FORKSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4564,
-  serialized_end=4624,
+  serialized_start=4606,
+  serialized_end=4666,
 )
 
 
@@ -1980,8 +2032,8 @@ _REWINDSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4626,
-  serialized_end=4736,
+  serialized_start=4668,
+  serialized_end=4778,
 )
 
 
@@ -2011,8 +2063,8 @@ _REWINDSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4738,
-  serialized_end=4800,
+  serialized_start=4780,
+  serialized_end=4842,
 )
 
 
@@ -2056,8 +2108,8 @@ _SEARCHSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4802,
-  serialized_end=4874,
+  serialized_start=4844,
+  serialized_end=4916,
 )
 
 
@@ -2101,8 +2153,8 @@ _SEARCHSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4876,
-  serialized_end=4979,
+  serialized_start=4918,
+  serialized_end=5021,
 )
 
 
@@ -2139,8 +2191,8 @@ _WATCHSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4981,
-  serialized_end=5063,
+  serialized_start=5023,
+  serialized_end=5105,
 )
 
 
@@ -2179,6 +2231,13 @@ _WATCHSESSIONRESPONSE = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='delta', full_name='sessiond.v1.WatchSessionResponse.delta', index=4,
+      number=5, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -2191,8 +2250,8 @@ _WATCHSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5066,
-  serialized_end=5223,
+  serialized_start=5108,
+  serialized_end=5307,
 )
 
 
@@ -2215,8 +2274,8 @@ _GETSERVERINFOREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5225,
-  serialized_end=5247,
+  serialized_start=5309,
+  serialized_end=5331,
 )
 
 
@@ -2267,8 +2326,8 @@ _GETSERVERINFORESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5250,
-  serialized_end=5391,
+  serialized_start=5334,
+  serialized_end=5475,
 )
 
 
@@ -2319,8 +2378,8 @@ _TOKENACCESS = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5393,
-  serialized_end=5478,
+  serialized_start=5477,
+  serialized_end=5562,
 )
 
 
@@ -2357,8 +2416,8 @@ _APPENDSTREAMREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5480,
-  serialized_end=5566,
+  serialized_start=5564,
+  serialized_end=5650,
 )
 
 
@@ -2402,8 +2461,8 @@ _APPENDSTREAMRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5569,
-  serialized_end=5700,
+  serialized_start=5653,
+  serialized_end=5784,
 )
 
 
@@ -2447,8 +2506,8 @@ _APPENDSTATUS = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5702,
-  serialized_end=5786,
+  serialized_start=5786,
+  serialized_end=5870,
 )
 
 
@@ -2499,8 +2558,8 @@ _COMPACTSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5789,
-  serialized_end=5944,
+  serialized_start=5873,
+  serialized_end=6028,
 )
 
 
@@ -2530,8 +2589,8 @@ _COMPACTSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5946,
-  serialized_end=6009,
+  serialized_start=6030,
+  serialized_end=6093,
 )
 
 
@@ -2589,8 +2648,289 @@ _COMPACTION = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=6012,
-  serialized_end=6177,
+  serialized_start=6096,
+  serialized_end=6261,
+)
+
+
+_MESSAGEDELTA = _descriptor.Descriptor(
+  name='MessageDelta',
+  full_name='sessiond.v1.MessageDelta',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='message_id', full_name='sessiond.v1.MessageDelta.message_id', index=0,
+      number=1, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='offset', full_name='sessiond.v1.MessageDelta.offset', index=1,
+      number=2, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='content', full_name='sessiond.v1.MessageDelta.content', index=2,
+      number=3, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning_offset', full_name='sessiond.v1.MessageDelta.reasoning_offset', index=3,
+      number=4, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning', full_name='sessiond.v1.MessageDelta.reasoning', index=4,
+      number=5, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='usage', full_name='sessiond.v1.MessageDelta.usage', index=5,
+      number=6, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=6264,
+  serialized_end=6411,
+)
+
+
+_APPENDDELTAREQUEST = _descriptor.Descriptor(
+  name='AppendDeltaRequest',
+  full_name='sessiond.v1.AppendDeltaRequest',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='ref', full_name='sessiond.v1.AppendDeltaRequest.ref', index=0,
+      number=1, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='message_id', full_name='sessiond.v1.AppendDeltaRequest.message_id', index=1,
+      number=2, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='offset', full_name='sessiond.v1.AppendDeltaRequest.offset', index=2,
+      number=3, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='content', full_name='sessiond.v1.AppendDeltaRequest.content', index=3,
+      number=4, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning_offset', full_name='sessiond.v1.AppendDeltaRequest.reasoning_offset', index=4,
+      number=5, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning', full_name='sessiond.v1.AppendDeltaRequest.reasoning', index=5,
+      number=6, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='usage', full_name='sessiond.v1.AppendDeltaRequest.usage', index=6,
+      number=7, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=6414,
+  serialized_end=6605,
+)
+
+
+_APPENDDELTARESPONSE = _descriptor.Descriptor(
+  name='AppendDeltaResponse',
+  full_name='sessiond.v1.AppendDeltaResponse',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='revision', full_name='sessiond.v1.AppendDeltaResponse.revision', index=0,
+      number=1, type=4, cpp_type=4, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='length', full_name='sessiond.v1.AppendDeltaResponse.length', index=1,
+      number=2, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reasoning_length', full_name='sessiond.v1.AppendDeltaResponse.reasoning_length', index=2,
+      number=3, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=6607,
+  serialized_end=6688,
+)
+
+
+_FINISHMESSAGEREQUEST = _descriptor.Descriptor(
+  name='FinishMessageRequest',
+  full_name='sessiond.v1.FinishMessageRequest',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='ref', full_name='sessiond.v1.FinishMessageRequest.ref', index=0,
+      number=1, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='message_id', full_name='sessiond.v1.FinishMessageRequest.message_id', index=1,
+      number=2, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='tool_calls', full_name='sessiond.v1.FinishMessageRequest.tool_calls', index=2,
+      number=3, type=11, cpp_type=10, label=3,
+      has_default_value=False, default_value=[],
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='usage', full_name='sessiond.v1.FinishMessageRequest.usage', index=3,
+      number=4, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='model', full_name='sessiond.v1.FinishMessageRequest.model', index=4,
+      number=5, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=6691,
+  serialized_end=6864,
+)
+
+
+_FINISHMESSAGERESPONSE = _descriptor.Descriptor(
+  name='FinishMessageResponse',
+  full_name='sessiond.v1.FinishMessageResponse',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='revision', full_name='sessiond.v1.FinishMessageResponse.revision', index=0,
+      number=1, type=4, cpp_type=4, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='message', full_name='sessiond.v1.FinishMessageResponse.message', index=1,
+      number=2, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=6866,
+  serialized_end=6946,
 )
 
 _CONTENTPART.fields_by_name['blob'].message_type = _BLOB
@@ -2611,6 +2951,7 @@ _MESSAGE.fields_by_name['created_at'].message_type = google_dot_protobuf_dot_tim
 _MESSAGE.fields_by_name['metadata'].message_type = _MESSAGE_METADATAENTRY
 _MESSAGE.fields_by_name['reasoning'].message_type = _REASONING
 _MESSAGE.fields_by_name['usage'].message_type = _USAGE
+_MESSAGE.fields_by_name['state'].enum_type = _MESSAGESTATE
 _SESSION_METADATAENTRY.containing_type = _SESSION
 _SESSION_LABELSENTRY.containing_type = _SESSION
 _SESSION.fields_by_name['created_at'].message_type = google_dot_protobuf_dot_timestamp__pb2._TIMESTAMP
@@ -2670,6 +3011,7 @@ _WATCHSESSIONREQUEST.fields_by_name['ref'].message_type = _SESSIONREF
 _WATCHSESSIONRESPONSE.fields_by_name['type'].enum_type = _EVENTTYPE
 _WATCHSESSIONRESPONSE.fields_by_name['messages'].message_type = _MESSAGE
 _WATCHSESSIONRESPONSE.fields_by_name['session'].message_type = _SESSION
+_WATCHSESSIONRESPONSE.fields_by_name['delta'].message_type = _MESSAGEDELTA
 _GETSERVERINFORESPONSE.fields_by_name['limits'].message_type = _SERVERLIMITS
 _GETSERVERINFORESPONSE.fields_by_name['token'].message_type = _TOKENACCESS
 _APPENDSTREAMREQUEST.fields_by_name['append'].message_type = _APPENDMESSAGESREQUEST
@@ -2680,6 +3022,13 @@ _COMPACTSESSIONREQUEST.fields_by_name['ref'].message_type = _SESSIONREF
 _COMPACTSESSIONREQUEST.fields_by_name['summary'].message_type = _MESSAGE
 _COMPACTSESSIONRESPONSE.fields_by_name['session'].message_type = _SESSION
 _COMPACTION.fields_by_name['created_at'].message_type = google_dot_protobuf_dot_timestamp__pb2._TIMESTAMP
+_MESSAGEDELTA.fields_by_name['usage'].message_type = _USAGE
+_APPENDDELTAREQUEST.fields_by_name['ref'].message_type = _SESSIONREF
+_APPENDDELTAREQUEST.fields_by_name['usage'].message_type = _USAGE
+_FINISHMESSAGEREQUEST.fields_by_name['ref'].message_type = _SESSIONREF
+_FINISHMESSAGEREQUEST.fields_by_name['tool_calls'].message_type = _TOOLCALL
+_FINISHMESSAGEREQUEST.fields_by_name['usage'].message_type = _USAGE
+_FINISHMESSAGERESPONSE.fields_by_name['message'].message_type = _MESSAGE
 DESCRIPTOR.message_types_by_name['ToolCall'] = _TOOLCALL
 DESCRIPTOR.message_types_by_name['Reasoning'] = _REASONING
 DESCRIPTOR.message_types_by_name['Usage'] = _USAGE
@@ -2724,9 +3073,15 @@ DESCRIPTOR.message_types_by_name['AppendStatus'] = _APPENDSTATUS
 DESCRIPTOR.message_types_by_name['CompactSessionRequest'] = _COMPACTSESSIONREQUEST
 DESCRIPTOR.message_types_by_name['CompactSessionResponse'] = _COMPACTSESSIONRESPONSE
 DESCRIPTOR.message_types_by_name['Compaction'] = _COMPACTION
+DESCRIPTOR.message_types_by_name['MessageDelta'] = _MESSAGEDELTA
+DESCRIPTOR.message_types_by_name['AppendDeltaRequest'] = _APPENDDELTAREQUEST
+DESCRIPTOR.message_types_by_name['AppendDeltaResponse'] = _APPENDDELTARESPONSE
+DESCRIPTOR.message_types_by_name['FinishMessageRequest'] = _FINISHMESSAGEREQUEST
+DESCRIPTOR.message_types_by_name['FinishMessageResponse'] = _FINISHMESSAGERESPONSE
 DESCRIPTOR.enum_types_by_name['Role'] = _ROLE
 DESCRIPTOR.enum_types_by_name['EventType'] = _EVENTTYPE
 DESCRIPTOR.enum_types_by_name['LoadView'] = _LOADVIEW
+DESCRIPTOR.enum_types_by_name['MessageState'] = _MESSAGESTATE
 _sym_db.RegisterFileDescriptor(DESCRIPTOR)
 
 ToolCall = _reflection.GeneratedProtocolMessageType('ToolCall', (_message.Message,), dict(
@@ -3093,6 +3448,41 @@ Compaction = _reflection.GeneratedProtocolMessageType('Compaction', (_message.Me
   ))
 _sym_db.RegisterMessage(Compaction)
 
+MessageDelta = _reflection.GeneratedProtocolMessageType('MessageDelta', (_message.Message,), dict(
+  DESCRIPTOR = _MESSAGEDELTA,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.MessageDelta)
+  ))
+_sym_db.RegisterMessage(MessageDelta)
+
+AppendDeltaRequest = _reflection.GeneratedProtocolMessageType('AppendDeltaRequest', (_message.Message,), dict(
+  DESCRIPTOR = _APPENDDELTAREQUEST,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.AppendDeltaRequest)
+  ))
+_sym_db.RegisterMessage(AppendDeltaRequest)
+
+AppendDeltaResponse = _reflection.GeneratedProtocolMessageType('AppendDeltaResponse', (_message.Message,), dict(
+  DESCRIPTOR = _APPENDDELTARESPONSE,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.AppendDeltaResponse)
+  ))
+_sym_db.RegisterMessage(AppendDeltaResponse)
+
+FinishMessageRequest = _reflection.GeneratedProtocolMessageType('FinishMessageRequest', (_message.Message,), dict(
+  DESCRIPTOR = _FINISHMESSAGEREQUEST,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.FinishMessageRequest)
+  ))
+_sym_db.RegisterMessage(FinishMessageRequest)
+
+FinishMessageResponse = _reflection.GeneratedProtocolMessageType('FinishMessageResponse', (_message.Message,), dict(
+  DESCRIPTOR = _FINISHMESSAGERESPONSE,
+  __module__ = 'sessiond.v1.sessiond_pb2'
+  # @@protoc_insertion_point(class_scope:sessiond.v1.FinishMessageResponse)
+  ))
+_sym_db.RegisterMessage(FinishMessageResponse)
+
 
 DESCRIPTOR.has_options = True
 DESCRIPTOR._options = _descriptor._ParseOptions(descriptor_pb2.FileOptions(), _b('Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1'))
@@ -3117,8 +3507,8 @@ _SESSIONSTORESERVICE = _descriptor.ServiceDescriptor(
   file=DESCRIPTOR,
   index=0,
   options=None,
-  serialized_start=6525,
-  serialized_end=7853,
+  serialized_start=7477,
+  serialized_end=8975,
   methods=[
   _descriptor.MethodDescriptor(
     name='CreateSession',
@@ -3253,6 +3643,24 @@ _SESSIONSTORESERVICE = _descriptor.ServiceDescriptor(
     containing_service=None,
     input_type=_COMPACTSESSIONREQUEST,
     output_type=_COMPACTSESSIONRESPONSE,
+    options=None,
+  ),
+  _descriptor.MethodDescriptor(
+    name='AppendDelta',
+    full_name='sessiond.v1.SessionStoreService.AppendDelta',
+    index=15,
+    containing_service=None,
+    input_type=_APPENDDELTAREQUEST,
+    output_type=_APPENDDELTARESPONSE,
+    options=None,
+  ),
+  _descriptor.MethodDescriptor(
+    name='FinishMessage',
+    full_name='sessiond.v1.SessionStoreService.FinishMessage',
+    index=16,
+    containing_service=None,
+    input_type=_FINISHMESSAGEREQUEST,
+    output_type=_FINISHMESSAGERESPONSE,
     options=None,
   ),
 ])

@@ -93,6 +93,16 @@ class SessionStoreServiceStub(object):
         request_serializer=sessiond_dot_v1_dot_sessiond__pb2.CompactSessionRequest.SerializeToString,
         response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.CompactSessionResponse.FromString,
         )
+    self.AppendDelta = channel.unary_unary(
+        '/sessiond.v1.SessionStoreService/AppendDelta',
+        request_serializer=sessiond_dot_v1_dot_sessiond__pb2.AppendDeltaRequest.SerializeToString,
+        response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.AppendDeltaResponse.FromString,
+        )
+    self.FinishMessage = channel.unary_unary(
+        '/sessiond.v1.SessionStoreService/FinishMessage',
+        request_serializer=sessiond_dot_v1_dot_sessiond__pb2.FinishMessageRequest.SerializeToString,
+        response_deserializer=sessiond_dot_v1_dot_sessiond__pb2.FinishMessageResponse.FromString,
+        )
 
 
 class SessionStoreServiceServicer(object):
@@ -214,6 +224,20 @@ class SessionStoreServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def AppendDelta(self, request, context):
+    """Adds text to an open message (a live turn), durably.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
+  def FinishMessage(self, request, context):
+    """Closes an open message as MESSAGE_STATE_COMPLETE.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionStoreServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -291,6 +315,16 @@ def add_SessionStoreServiceServicer_to_server(servicer, server):
           servicer.CompactSession,
           request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.CompactSessionRequest.FromString,
           response_serializer=sessiond_dot_v1_dot_sessiond__pb2.CompactSessionResponse.SerializeToString,
+      ),
+      'AppendDelta': grpc.unary_unary_rpc_method_handler(
+          servicer.AppendDelta,
+          request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.AppendDeltaRequest.FromString,
+          response_serializer=sessiond_dot_v1_dot_sessiond__pb2.AppendDeltaResponse.SerializeToString,
+      ),
+      'FinishMessage': grpc.unary_unary_rpc_method_handler(
+          servicer.FinishMessage,
+          request_deserializer=sessiond_dot_v1_dot_sessiond__pb2.FinishMessageRequest.FromString,
+          response_serializer=sessiond_dot_v1_dot_sessiond__pb2.FinishMessageResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(

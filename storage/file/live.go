@@ -1,0 +1,175 @@
+package file
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
+
+// Live turns: a delta is one journal record (recDelta) holding the delta
+// as applied, not the message, and goes through the WAL like an append; a
+// close is one record holding the closed message (recClose). The open
+// message is always the session's last, so a write replaces the last
+// entry of a new view.
+
+var _ storage.LiveDriver = (*Store)(nil)
+
+// AppendDelta adds to the session's open message with one durable journal
+// record.
+func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limits storage.Limits) (storage.DeltaResult, error) {
+	if err := s.begin(); err != nil {
+		return storage.DeltaResult{}, err
+	}
+	defer s.writes.Done()
+	var out storage.DeltaResult
+	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
+		next, open, enc, applied, err := storage.CheckDelta(e.id, v.meta.Tally, req.Delta, limits, e.stored(v))
+		if err != nil {
+			return err
+		}
+		if next == nil {
+			out = storage.DeltaResult{Revision: v.meta.Revision, Length: int64(len(open.GetContent())), ReasoningLength: int64(len(open.GetReasoning().GetText()))}
+			return nil
+		}
+		raw, err := proto.Marshal(applied)
+		if err != nil {
+			return fmt.Errorf("file: encode delta for session %s: %w", e.id, err)
+		}
+		m, err := s.replaceLast(e, v, "append a delta to", record{kind: recDelta, index: uint64(len(v.msgs) - 1), delta: raw}, enc, v.meta.Tally)
+		if err != nil {
+			return err
+		}
+		s.broker.Publish(e.id, storage.Event{Type: storage.EventDelta, Revision: m.Revision, Session: cloneMeta(m), Delta: applied})
+		out = storage.DeltaResult{Revision: m.Revision, Length: int64(len(next.GetContent())), ReasoningLength: int64(len(next.GetReasoning().GetText()))}
+		return nil
+	})
+	return out, err
+}
+
+// FinishMessage closes the session's open message with one durable
+// journal record.
+func (s *Store) FinishMessage(ctx context.Context, req storage.FinishRequest, limits storage.Limits) (storage.FinishResult, error) {
+	if err := s.begin(); err != nil {
+		return storage.FinishResult{}, err
+	}
+	defer s.writes.Done()
+	var out storage.FinishResult
+	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
+		closed, cur, enc, tally, err := storage.CheckFinish(e.id, v.meta.Tally, v.meta.UpdatedAt, req, limits, e.stored(v))
+		if err != nil {
+			return err
+		}
+		if closed == nil {
+			out = storage.FinishResult{Revision: v.meta.Revision, Message: cur}
+			return nil
+		}
+		m, err := s.replaceLast(e, v, "finish a message of", record{kind: recClose, index: uint64(len(v.msgs) - 1), msgs: [][]byte{enc}}, enc, tally)
+		if err != nil {
+			return err
+		}
+		s.broker.Publish(e.id, storage.Event{Type: storage.EventFinished, Revision: m.Revision, Session: cloneMeta(m), Messages: []*sessiondv1.Message{closed}})
+		out = storage.FinishResult{Revision: m.Revision, Message: proto.Clone(closed).(*sessiondv1.Message), Closed: true}
+		return nil
+	})
+	return out, err
+}
+
+// Streaming yields the sessions with an open message last changed before
+// idleBefore, from the in-memory index (no file is read).
+func (s *Store) Streaming(ctx context.Context, idleBefore time.Time, yield func(*storage.Session) error) error {
+	var found []*storage.Session
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return fmt.Errorf("file: %w", storage.ErrClosed)
+	}
+	for _, n := range s.ns {
+		for _, e := range n.list {
+			if e.meta.OpenMessageID != "" && e.meta.UpdatedAt.Before(idleBefore) {
+				found = append(found, e.meta)
+			}
+		}
+	}
+	s.mu.RUnlock()
+	for _, m := range found {
+		if err := yield(cloneMeta(m)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stored finds a message of e (whose view is v) by id, for the rules.
+func (e *entry) stored(v *view) storage.StoredFunc {
+	return func(id string) (*sessiondv1.Message, bool, error) {
+		i, ok := e.ids[id]
+		if !ok || i >= len(v.msgs) {
+			return nil, false, nil
+		}
+		m, err := unmarshalMessage(e.id, v.msgs[i])
+		return m, err == nil, err
+	}
+}
+
+// replaceLast writes rec (a change of e's last message, now enc, leaving
+// the session's tally as tally) durably, and makes it e's state. It
+// returns the new metadata. Caller holds e.wmu and has loaded e.
+func (s *Store) replaceLast(e *entry, v *view, what string, rec record, enc []byte, tally storage.Tally) (*storage.Session, error) {
+	if err := s.beginWrite(e, dirtyWrite); err != nil {
+		return nil, fmt.Errorf("file: %s session %s: %w", what, e.id, err)
+	}
+	m := cloneMeta(v.meta)
+	m.Tally = tally
+	m.Revision++
+	m.UpdatedAt = now(v.meta.UpdatedAt)
+	rec.rev, rec.updatedAt = m.Revision, m.UpdatedAt
+	if err := s.writeJournal(e, encodeCommit([]record{rec}), 1); err != nil {
+		return nil, fmt.Errorf("file: %s session %s: %w", what, e.id, err)
+	}
+	// Views are shared with readers: the new one gets its own slice.
+	last := len(v.msgs) - 1
+	msgs := slices.Clone(v.msgs)
+	msgs[last] = enc
+	e.view.Store(&view{meta: m, msgs: msgs, size: v.size - int64(len(v.msgs[last])) + int64(len(enc))})
+	s.setMeta(e, m)
+	s.touch(e)
+	s.maybeFold(e)
+	return m, nil
+}
+
+// replayDelta applies a delta record, as written, to the stored message b.
+func replayDelta(id string, b, rawDelta []byte) ([]byte, error) {
+	m := new(sessiondv1.Message)
+	d := new(sessiondv1.MessageDelta)
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("message of session %s under a delta: %v: %w", id, err, errCorrupt)
+	}
+	if err := proto.Unmarshal(rawDelta, d); err != nil {
+		return nil, fmt.Errorf("delta of session %s: %v: %w", id, err, errCorrupt)
+	}
+	if d.GetOffset() != int64(len(m.GetContent())) || d.GetReasoningOffset() != int64(len(m.GetReasoning().GetText())) {
+		return nil, fmt.Errorf("delta of session %s at offset %d/%d does not follow the message's %d/%d bytes: %w", id,
+			d.GetOffset(), d.GetReasoningOffset(), len(m.GetContent()), len(m.GetReasoning().GetText()), errCorrupt)
+	}
+	m.Content += d.GetContent()
+	if d.GetReasoning() != "" {
+		if m.Reasoning == nil {
+			m.Reasoning = &sessiondv1.Reasoning{}
+		}
+		m.Reasoning.Text += d.GetReasoning()
+	}
+	if d.GetUsage() != nil {
+		m.Usage = d.GetUsage()
+	}
+	out, err := proto.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("message of session %s under a delta: %v: %w", id, err, errCorrupt)
+	}
+	return out, nil
+}

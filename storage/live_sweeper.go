@@ -1,0 +1,52 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// DefaultStreamIdleTimeout is how long an open message may go without a
+// delta before the daemon closes it as MESSAGE_STATE_INTERRUPTED.
+const DefaultStreamIdleTimeout = 2 * time.Minute
+
+// StreamSweeper closes the open messages of a Store whose session has not
+// changed for IdleTimeout (Store.InterruptIdle), so that a writer that
+// crashed or lost its connection leaves an interrupted turn, text kept,
+// rather than one open for ever.
+type StreamSweeper struct {
+	Store       *Store
+	IdleTimeout time.Duration // DefaultStreamIdleTimeout if 0
+	Log         *zap.Logger   // nil: none
+}
+
+// Run sweeps until ctx ends, every quarter of IdleTimeout (at most every
+// second), so that a message is closed at most a quarter late.
+func (w *StreamSweeper) Run(ctx context.Context) {
+	idle := w.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultStreamIdleTimeout
+	}
+	t := time.NewTicker(max(idle/4, time.Second))
+	defer t.Stop()
+	log := w.Log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := w.Store.InterruptIdle(ctx, time.Now().Add(-idle))
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+			log.Warn("stream idle sweep failed; retrying at the next one", zap.Error(err))
+		}
+		if n > 0 {
+			log.Info("interrupted idle open messages", zap.Int("messages", n), zap.Duration("idle_timeout", idle))
+		}
+	}
+}
