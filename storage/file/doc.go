@@ -1,10 +1,11 @@
 // Package file is sessiond's default storage backend: sessions in files
 // under one data dir, no daemon or database needed.
 //
-// A *Store is a storage.Driver: it implements the primitives and receives
-// requests that storage.New's portable Store has already checked; callers
-// use it through storage.New(store, limits). One process holds a data dir
-// at a time (a second Open fails with storage.ErrLocked).
+// Open returns a *storage.Store over the package's driver (*Store), which
+// implements the primitives and receives only requests the storage.Store
+// has already checked: no caller reaches the driver past those rules. One
+// process holds a data dir at a time (a second Open fails with
+// storage.ErrLocked).
 //
 // # On-disk layout
 //

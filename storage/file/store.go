@@ -40,7 +40,12 @@ type options struct {
 	onFlush      func(storage.FlushRecord)
 	walSegment   int64
 	walSpares    int // retired log segments kept for reuse; walMaxSpares but in tests
+	limits       storage.Limits
 }
+
+// WithLimits sets the limits the returned storage.Store enforces (zero
+// fields take storage.DefaultLimits' values).
+func WithLimits(l storage.Limits) Option { return func(o *options) { o.limits = l } }
 
 // WithLogger sets the logger (default: none).
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
@@ -85,7 +90,8 @@ func WithFlushObserver(fn func(storage.FlushRecord)) Option {
 	return func(o *options) { o.onFlush = fn }
 }
 
-// Store is the file backend. See the package doc.
+// Store is the file backend's storage.Driver, reached only through the
+// storage.Store that Open returns. See the package doc.
 type Store struct {
 	dir    string
 	log    *zap.Logger
@@ -200,10 +206,21 @@ func msgsSize(msgs [][]byte) int64 {
 // log, one line each; a count covers the rest.
 const maxVanishedLogged = 100
 
-// Open opens (creating if needed) the data dir and returns the store, a
-// storage.Driver to wrap with storage.New. It fails with an error wrapping
-// storage.ErrLocked if another store holds dir.
-func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
+// Open opens (creating if needed) the data dir and returns the store over
+// it, which checks every request and enforces the limits WithLimits sets.
+// It fails with an error wrapping storage.ErrLocked if another store holds
+// dir.
+func Open(ctx context.Context, dir string, opts ...Option) (*storage.Store, error) {
+	d, err := openDriver(ctx, dir, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return storage.New(d, d.opts.limits), nil
+}
+
+// openDriver opens the backend alone: what Open wraps, and what this
+// package's tests reach into.
+func openDriver(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(dir, dirPerm); err != nil {
 		return nil, fmt.Errorf("file: create data dir: %w", ioErr(err))
 	}
