@@ -90,11 +90,10 @@ func NewServer(t testing.TB, opts ...Option) *Server {
 }
 
 func (s *Server) start(lis net.Listener) error {
-	driver, err := file.Open(context.Background(), s.dir)
+	store, err := file.Open(context.Background(), s.dir)
 	if err != nil {
 		return fmt.Errorf("clienttest: open store %s: %w", s.dir, err)
 	}
-	store := storage.New(driver, storage.DefaultLimits())
 	srv := server.New(store, server.WithBackend("file"))
 	gs := grpc.NewServer(append(srv.ServerOptions(), s.grpcOpts...)...)
 	srv.Register(gs)

@@ -28,11 +28,10 @@ import (
 // service, on 127.0.0.1, and returns a connection to it.
 func loopback(b *testing.B) *grpc.ClientConn {
 	b.Helper()
-	d, err := file.Open(b.Context(), b.TempDir())
+	st, err := file.Open(b.Context(), b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := storage.New(d, storage.DefaultLimits())
 	srv := New(st)
 	gs := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(gs)
@@ -111,11 +110,10 @@ func BenchmarkHealthLoopback(b *testing.B) {
 // BenchmarkAppendDirect is the same append straight on the store, without
 // gRPC or the server, to separate the server's share of the loopback figure.
 func BenchmarkAppendDirect(b *testing.B) {
-	d, err := file.Open(b.Context(), b.TempDir())
+	st, err := file.Open(b.Context(), b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := storage.New(d, storage.DefaultLimits())
 	b.Cleanup(func() { _ = st.Close() })
 	ctx := b.Context()
 	sess, err := st.Create(ctx, storage.CreateRequest{Alias: "bench"})

@@ -36,7 +36,7 @@ type harness struct {
 }
 
 type harnessConfig struct {
-	wrap     func(storage.Driver) storage.Driver // fault injection: the server's store runs over its result
+	wrap     func(storage.Driver) storage.Driver // fault injection: the server's store runs over its result, given the file store as a Driver
 	limits   storage.Limits                      // zero fields: the defaults
 	opts     []Option
 	grpcOpts []grpc.ServerOption // after the Server's own, so they win
@@ -44,14 +44,13 @@ type harnessConfig struct {
 
 func newHarness(t *testing.T, cfg harnessConfig) *harness {
 	t.Helper()
-	d, err := file.Open(t.Context(), t.TempDir())
+	st, err := file.Open(t.Context(), t.TempDir(), file.WithLimits(cfg.limits))
 	if err != nil {
 		t.Fatalf("file.Open: %v", err)
 	}
-	st := storage.New(d, cfg.limits)
 	store := st
 	if cfg.wrap != nil {
-		store = storage.New(cfg.wrap(d), cfg.limits)
+		store = storage.New(cfg.wrap(storeDriver{st}), cfg.limits)
 	}
 	core, logs := observer.New(zapcore.DebugLevel)
 	opts := append([]Option{WithLogger(zap.New(core)), WithBackend("file"), WithVersion("v-test")}, cfg.opts...)
@@ -212,3 +211,75 @@ func checkDetails(t *testing.T, err error) {
 		}
 	}
 }
+
+// storeDriver serves a Store as a Driver, so that a test's fault-injecting
+// Driver can pass what it does not change on to a real store. The Store
+// checks each request again, which a valid request passes unchanged, and
+// gets the messages as the client sent them. Closing it closes the Store.
+type storeDriver struct{ st *storage.Store }
+
+func (d storeDriver) Create(ctx context.Context, req storage.CreateRequest, msgs storage.Messages) (*storage.Session, error) {
+	req.Messages = msgs.Sent
+	return d.st.Create(ctx, req)
+}
+
+func (d storeDriver) Get(ctx context.Context, ref storage.Ref) (*storage.Session, error) {
+	return d.st.Get(ctx, ref)
+}
+
+func (d storeDriver) Load(ctx context.Context, ref storage.Ref, opts storage.LoadOptions) (*storage.Session, []*sessiondv1.Message, error) {
+	return d.st.Load(ctx, ref, opts)
+}
+
+func (d storeDriver) LoadStream(ctx context.Context, ref storage.Ref, opts storage.LoadOptions, start func(*storage.Session) error, each func(*sessiondv1.Message) error) error {
+	return d.st.LoadStream(ctx, ref, opts, start, each)
+}
+
+func (d storeDriver) List(ctx context.Context, opts storage.ListOptions, yield func(*storage.Session) error) error {
+	return d.st.List(ctx, opts, yield)
+}
+
+func (d storeDriver) Save(ctx context.Context, req storage.SaveRequest, msgs storage.Messages) (*storage.Session, error) {
+	req.Messages = msgs.Sent
+	return d.st.Save(ctx, req)
+}
+
+func (d storeDriver) Compact(ctx context.Context, req storage.CompactRequest, summary storage.Messages) (*storage.Session, error) {
+	req.Summary = summary.Sent[0]
+	return d.st.Compact(ctx, req)
+}
+
+func (d storeDriver) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
+	req.Messages = msgs.Sent
+	return d.st.Append(ctx, req)
+}
+
+func (d storeDriver) Update(ctx context.Context, req storage.UpdateRequest) (*storage.Session, error) {
+	return d.st.Update(ctx, req)
+}
+
+func (d storeDriver) Delete(ctx context.Context, ref storage.Ref, expectedRevision uint64) error {
+	return d.st.Delete(ctx, ref, expectedRevision)
+}
+
+func (d storeDriver) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Session, error) {
+	return d.st.Fork(ctx, req)
+}
+
+func (d storeDriver) Rewind(ctx context.Context, req storage.RewindRequest) (*storage.Session, error) {
+	return d.st.Rewind(ctx, req)
+}
+
+func (d storeDriver) Search(ctx context.Context, opts storage.SearchOptions, yield func(storage.SearchHit) error) error {
+	return d.st.Search(ctx, opts, yield)
+}
+
+func (d storeDriver) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64) (*storage.Subscription, error) {
+	return d.st.Watch(ctx, ref, fromRevision)
+}
+
+func (d storeDriver) Expired(ctx context.Context, opts storage.ExpiredOptions, yield func(*storage.Session) error) error {
+	return d.st.Expired(ctx, opts, yield)
+}
+
+func (d storeDriver) Close() error { return d.st.Close() }

@@ -47,16 +47,19 @@ func TestParseRetention(t *testing.T) {
 	}
 }
 
-// racedExpired is a Driver that writes to each expired session after
-// Expired found it and before the sweeper deletes it.
+// racedExpired is a Driver, over a file Store, that writes to each
+// expired session after Expired found it and before the sweeper deletes
+// it. The sweeper calls only Expired and Delete; the embedded Driver is
+// nil.
 type racedExpired struct {
 	storage.Driver
-	t *testing.T
+	st *storage.Store
+	t  *testing.T
 }
 
 func (s racedExpired) Expired(ctx context.Context, opts storage.ExpiredOptions, yield func(*storage.Session) error) error {
-	return s.Driver.Expired(ctx, opts, func(se *storage.Session) error {
-		if _, err := s.Update(ctx, storage.UpdateRequest{Ref: storage.Ref{Namespace: se.Namespace, ID: se.ID},
+	return s.st.Expired(ctx, opts, func(se *storage.Session) error {
+		if _, err := s.st.Update(ctx, storage.UpdateRequest{Ref: storage.Ref{Namespace: se.Namespace, ID: se.ID},
 			Fields: storage.UpdateTitle, Title: "touched " + se.Title}); err != nil {
 			s.t.Errorf("racing write: %v", err)
 		}
@@ -64,16 +67,20 @@ func (s racedExpired) Expired(ctx context.Context, opts storage.ExpiredOptions, 
 	})
 }
 
+func (s racedExpired) Delete(ctx context.Context, ref storage.Ref, expectedRevision uint64) error {
+	return s.st.Delete(ctx, ref, expectedRevision)
+}
+
+func (s racedExpired) Close() error { return nil }
+
 func TestSweeper(t *testing.T) {
 	ctx := t.Context()
-	d, err := file.Open(ctx, t.TempDir())
+	st, err := file.Open(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := storage.New(d, storage.Limits{})
 	t.Cleanup(func() { _ = st.Close() })
-	// Shares st's driver; st closes it.
-	raced := storage.New(racedExpired{d, t}, storage.Limits{})
+	raced := storage.New(racedExpired{st: st, t: t}, storage.Limits{})
 	own, err := st.Create(ctx, storage.CreateRequest{Namespace: "a", ExpireAfter: time.Second})
 	if err != nil {
 		t.Fatal(err)

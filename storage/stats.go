@@ -14,6 +14,13 @@ type StatsReporter interface {
 	Stats(ctx context.Context) (Stats, error)
 }
 
+// Pinger is implemented by a Driver whose data lives behind a connection
+// that can be lost (a database): Ping says whether it answers now,
+// ErrUnavailable when it does not.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // Stats is a backend's state at one moment, as plain numbers. A group a
 // backend does not have stays nil.
 type Stats struct {

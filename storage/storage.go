@@ -6,7 +6,9 @@
 // # Layers
 //
 // In the manner of go-cloud's concrete *blob.Bucket over driver.Bucket, the
-// Store is a concrete type over a backend's Driver (New wraps one). The
+// Store is a concrete type over a backend's Driver. A backend's Open
+// returns the Store over its Driver (New wraps one), so no caller reaches a
+// Driver past the rules. The
 // Store owns what every backend would otherwise repeat: it refuses calls
 // after Close and drains those in progress before closing the Driver,
 // returns an ended context's error before the Driver sees the call, checks
@@ -27,9 +29,11 @@
 // # Monitoring
 //
 // A Driver may also implement StatsReporter (sessions, bytes on disk, its
-// cache, open files, connection pool: plain numbers), and a backend may take
-// a flush observer that receives one FlushRecord per flush. The daemon turns
-// both into metrics, so backends import no metrics library.
+// cache, open files, connection pool: plain numbers) and Pinger (whether
+// its database answers), which the Store's Stats and Ping reach; a backend
+// may take a flush observer that receives one FlushRecord per flush. The
+// daemon turns these into metrics and health, so backends import no
+// metrics library.
 //
 // # Concurrency
 //

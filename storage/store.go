@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -554,4 +555,33 @@ func ValidateAliasPrefix(field, prefix string) error {
 
 func nameByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+// Stats describes the backend's state for monitoring (see StatsReporter).
+// It fails with an error wrapping errors.ErrUnsupported when the backend
+// keeps no statistics, and with ErrClosed once Close has begun.
+func (s *Store) Stats(ctx context.Context) (Stats, error) {
+	if err := s.enter(ctx); err != nil {
+		return Stats{}, err
+	}
+	defer s.leave()
+	r, ok := s.d.(StatsReporter)
+	if !ok {
+		return Stats{}, fmt.Errorf("storage: the backend keeps no statistics: %w", errors.ErrUnsupported)
+	}
+	return r.Stats(ctx)
+}
+
+// Ping says whether the backend can serve calls now: ErrUnavailable while
+// its database is unreachable. A backend with no connection to lose (see
+// Pinger) always answers nil while the store is open.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	if p, ok := s.d.(Pinger); ok {
+		return p.Ping(ctx)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package storage_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,5 +110,45 @@ func TestStoreChecksContextFirst(t *testing.T) {
 	}
 	if d.gets.Load() != 0 {
 		t.Fatal("the driver saw a call whose context had ended")
+	}
+}
+
+// pingDriver answers Ping with err and keeps no statistics; it implements
+// nothing else (the embedded Driver is nil).
+type pingDriver struct {
+	storage.Driver
+	err error
+}
+
+func (d pingDriver) Ping(context.Context) error { return d.err }
+
+func (d pingDriver) Close() error { return nil }
+
+// Stats and Ping reach the Driver's optional interfaces: a Driver without
+// statistics answers ErrUnsupported, one without Ping is always
+// reachable, and both answer ErrClosed after Close.
+func TestStoreStatsAndPing(t *testing.T) {
+	down := fmt.Errorf("database down: %w", storage.ErrUnavailable)
+	s := storage.New(pingDriver{err: down}, storage.Limits{})
+	if _, err := s.Stats(t.Context()); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Stats of a Driver without statistics = %v, want ErrUnsupported", err)
+	}
+	if err := s.Ping(t.Context()); !errors.Is(err, storage.ErrUnavailable) {
+		t.Errorf("Ping = %v, want the Driver's ErrUnavailable", err)
+	}
+	noPing := storage.New(&blockingDriver{}, storage.Limits{})
+	if err := noPing.Ping(t.Context()); err != nil {
+		t.Errorf("Ping of a Driver without Ping = %v, want nil", err)
+	}
+	for _, st := range []*storage.Store{s, noPing} {
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Ping(t.Context()); !errors.Is(err, storage.ErrClosed) {
+			t.Errorf("Ping after Close = %v, want ErrClosed", err)
+		}
+	}
+	if _, err := s.Stats(t.Context()); !errors.Is(err, storage.ErrClosed) {
+		t.Errorf("Stats after Close = %v, want ErrClosed", err)
 	}
 }

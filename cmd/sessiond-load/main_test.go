@@ -47,11 +47,10 @@ func startDaemonMetrics(t *testing.T, m *metrics.Metrics) *daemon {
 		opts = append(opts, file.WithFlushObserver(m.ObserveFlush))
 		gopts = m.ServerOptions()
 	}
-	driver, err := file.Open(t.Context(), t.TempDir(), opts...)
+	store, err := file.Open(t.Context(), t.TempDir(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := storage.New(driver, storage.DefaultLimits())
 	srv := server.New(store, server.WithBackend("file"))
 	gs := grpc.NewServer(append(gopts, srv.ServerOptions()...)...)
 	srv.Register(gs)

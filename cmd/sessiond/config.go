@@ -52,7 +52,7 @@ type config struct {
 	postgresConnectTimeout time.Duration
 	// ping, set by a backend that has a database to lose, says whether it
 	// answers; health follows it.
-	ping pinger
+	ping storage.Pinger
 }
 
 // envPrefix names the environment variable of every flag: --data-dir is

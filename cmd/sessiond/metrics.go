@@ -120,16 +120,14 @@ func (s *metricsServer) serverOptions() []grpc.ServerOption {
 }
 
 // start initialises the gRPC series of gs's services, watches the store's
-// statistics if the driver reports them, and serves: over TLS when the
-// daemon has certificates, and with bearer tokens when it has a token file.
-func (s *metricsServer) start(gs *grpc.Server, driver storage.Driver, sec *security) {
+// statistics, and serves: over TLS when the daemon has certificates, and
+// with bearer tokens when it has a token file.
+func (s *metricsServer) start(gs *grpc.Server, store *storage.Store, sec *security) {
 	if s == nil {
 		return
 	}
 	s.m.InitializeGRPC(gs)
-	if r, ok := driver.(storage.StatsReporter); ok {
-		s.m.WatchStore(r, s.log)
-	}
+	s.m.WatchStore(store, s.log)
 	s.srv = &http.Server{
 		Handler:           requireToken(s.m.Handler(s.pprof, s.log), sec.tokens),
 		ReadHeaderTimeout: 10 * time.Second,

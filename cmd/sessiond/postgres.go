@@ -18,14 +18,14 @@ import (
 // (the first start of a stack, a database restarting) it retries for
 // --postgres-connect-timeout; a schema newer than this binary is fatal at
 // once.
-func openPostgres(ctx context.Context, cfg *config, log *zap.Logger) (*postgres.Store, error) {
+func openPostgres(ctx context.Context, cfg *config, log *zap.Logger) (*storage.Store, error) {
 	log = log.Named("storage")
 	log.Info("opening PostgreSQL store", zap.String("dsn", postgres.Redact(cfg.postgresDSN)),
 		zap.Int32("max_conns", cfg.postgresMaxConns), zap.Int32("min_conns", cfg.postgresMinConns))
 	deadline := time.Now().Add(cfg.postgresConnectTimeout)
 	for {
 		d, err := postgres.Open(ctx, cfg.postgresDSN, postgres.Options{
-			MaxConns: cfg.postgresMaxConns, MinConns: cfg.postgresMinConns, Logger: log,
+			MaxConns: cfg.postgresMaxConns, MinConns: cfg.postgresMinConns, Logger: log, Limits: cfg.limits,
 		})
 		if err == nil || !errors.Is(err, storage.ErrUnavailable) || time.Now().After(deadline) || ctx.Err() != nil {
 			return d, err
@@ -39,16 +39,11 @@ func openPostgres(ctx context.Context, cfg *config, log *zap.Logger) (*postgres.
 	}
 }
 
-// pinger is a backend that can tell whether its database answers.
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // watchHealth sets the health status from p every interval until ctx
 // ends: NOT_SERVING while the database is unreachable, so that balancers
 // send calls to replicas that can answer them, and SERVING again when it
 // is back. Transitions are logged.
-func watchHealth(ctx context.Context, p pinger, hs *health.Server, services []string, interval time.Duration, log *zap.Logger) {
+func watchHealth(ctx context.Context, p storage.Pinger, hs *health.Server, services []string, interval time.Duration, log *zap.Logger) {
 	serving := true
 	t := time.NewTicker(interval)
 	defer t.Stop()

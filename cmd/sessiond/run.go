@@ -27,25 +27,24 @@ import (
 )
 
 // backends are the storage backends of this build, by --storage name. Each
-// opens its driver; serve wraps it in storage.Store, which checks every
-// request and enforces the limits.
-var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error){
-	"file": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error) {
+// opens its store, which checks every request and enforces the limits.
+var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger) (*storage.Store, error){
+	"file": func(ctx context.Context, cfg *config, log *zap.Logger) (*storage.Store, error) {
 		// The data dir holds every conversation: private to its user.
 		if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
 		cfg.maxOpenJournals = clampOpenJournals(cfg.maxOpenJournals, log)
-		return file.Open(ctx, cfg.dataDir, file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals),
+		return file.Open(ctx, cfg.dataDir, file.WithLimits(cfg.limits), file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals),
 			file.WithWatchHistoryBytes(cfg.watchHistory), file.WithFlushObserver(cfg.metrics.onFlush))
 	},
-	"postgres": func(ctx context.Context, cfg *config, log *zap.Logger) (storage.Driver, error) {
-		d, err := openPostgres(ctx, cfg, log)
+	"postgres": func(ctx context.Context, cfg *config, log *zap.Logger) (*storage.Store, error) {
+		st, err := openPostgres(ctx, cfg, log)
 		if err != nil {
 			return nil, err
 		}
-		cfg.ping = d
-		return d, nil
+		cfg.ping = st
+		return st, nil
 	},
 }
 
@@ -114,7 +113,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	}
 	defer mx.close()
 
-	driver, err := backends[cfg.storage](ctx, cfg, log)
+	store, err := backends[cfg.storage](ctx, cfg, log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting: a clean exit
@@ -124,7 +123,6 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		}
 		return fmt.Errorf("open %s store in %s: %w", cfg.storage, storeWhere(cfg), err)
 	}
-	store := storage.New(driver, cfg.limits)
 	defer func() {
 		if cerr := store.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("close store: %w", cerr)
@@ -152,7 +150,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		go watchHealth(hctx, cfg.ping, hs, []string{"", sessiondv1.SessionStoreService_ServiceDesc.ServiceName}, time.Second, log.Named("health"))
 	}
 
-	mx.start(gs, driver, sec)
+	mx.start(gs, store, sec)
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	sweepDone := make(chan struct{})
 	go func() {

@@ -71,7 +71,7 @@ func BenchmarkBigSession(b *testing.B) {
 
 func benchBigSession(b *testing.B, appends, per, size int, limit time.Duration) {
 	dir := b.TempDir()
-	d, err := Open(b.Context(), dir)
+	d, err := openDriver(b.Context(), dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func benchBigSession(b *testing.B, appends, per, size int, limit time.Duration) 
 	// before segments. Loads alternate between the two sessions, each by a
 	// store opened again, after one load of each to warm up; the best of
 	// three counts (the machine may be shared).
-	d3, err := Open(b.Context(), dir)
+	d3, err := openDriver(b.Context(), dir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func benchBigSession(b *testing.B, appends, per, size int, limit time.Duration) 
 // timeLoad opens dir, loads session id, which must hold n messages, and
 // returns the time the load took.
 func timeLoad(b *testing.B, dir, id string, n int) time.Duration {
-	d, err := Open(b.Context(), dir)
+	d, err := openDriver(b.Context(), dir)
 	if err != nil {
 		b.Fatal(err)
 	}

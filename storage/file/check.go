@@ -123,6 +123,9 @@ func (c *checker) checkWAL() error {
 	}
 	c.wal = p
 	if c.repair && len(p.segs) > 0 {
+		// The segments go below, and with them what the checkpoint's
+		// position relies on: the index is rebuilt.
+		c.changed = true
 		if _, err := applyWAL(p, c.dir, &ioStats{}); err != nil {
 			return fmt.Errorf("file: repair: %w", err)
 		}
@@ -165,20 +168,24 @@ func (c *checker) removeSegment(path string) func() error {
 	}
 }
 
-// trustedRevisions reads the revisions and metadata the current checkpoint
-// recorded for sessions not deleted since, if the checkpoint and its dirty files are
-// intact. Revisions only grow until a delete, so a session whose files hold
-// less lost acknowledged changes, which on its own would look like a torn
-// tail.
-func trustedRevisions(dir string) (map[string]uint64, map[string]*storage.Session) {
+// trustedRevisions reads the revisions and metadata the current
+// checkpoint recorded for sessions not changed since (named by no record
+// in the log p from its position on), if the checkpoint is intact.
+// Revisions only grow until a delete, so a session whose files hold less
+// lost acknowledged changes, which on its own would look like a torn tail.
+func trustedRevisions(dir string, p *walPlan) (map[string]uint64, map[string]*storage.Session) {
 	out := map[string]uint64{}
 	metas := map[string]*storage.Session{}
 	ck := readCheckpoint(dir, zap.NewNop())
 	if !ck.ok {
 		return out, metas
 	}
+	changed, ok := p.changedSince(ck.pos)
+	if !ok {
+		return out, metas
+	}
 	for id, m := range ck.metas {
-		if ck.dirty[id] != dirtyReset {
+		if !changed[id] {
 			out[id] = m.Revision
 			metas[id] = m
 		}
@@ -272,7 +279,7 @@ func (c *checker) run(ctx context.Context, progress func(done, total int)) error
 	if err := c.checkWAL(); err != nil {
 		return err
 	}
-	c.known, c.indexed = trustedRevisions(c.dir)
+	c.known, c.indexed = trustedRevisions(c.dir, c.wal)
 	present := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		present[id] = true
@@ -713,7 +720,7 @@ func truncateSync(path string, size int64) error {
 }
 
 // indexes checks the derived files of the index folder: the checkpoint
-// mark, the dirty files and the checkpoints' index files. Stale ones (older
+// mark and the checkpoints' index files. Stale ones (older
 // than the mark, left by a crash) are normal and not reported. Any of them
 // damaged costs the next open a rescan, nothing else: repair removes it, and
 // Check then rebuilds the checkpoint from the sessions.
@@ -737,15 +744,7 @@ func (c *checker) indexes() error {
 		if n == cleanName {
 			var data []byte
 			if data, err = os.ReadFile(p); err == nil {
-				_, _, err = decodeMark(data)
-			}
-		} else if seq, ok := parseSeqName(n, dirtyPref); ok && !de.IsDir() {
-			var data []byte
-			if data, err = os.ReadFile(p); err == nil {
-				var got uint64
-				if got, _, _, err = decodeDirty(data); err == nil && got != seq {
-					err = fmt.Errorf("dirty file holds sequence number %d: %w", got, errCorrupt)
-				}
+				_, _, _, err = decodeMark(data)
 			}
 		} else if _, ok := parseSeqName(n, ckptPref); ok && de.IsDir() {
 			if err := c.indexFolder(p, derived); err != nil {

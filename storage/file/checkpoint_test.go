@@ -31,7 +31,7 @@ func markSeq(t *testing.T, dir string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, _, err := decodeMark(data)
+	seq, _, _, err := decodeMark(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestCrashAfterCheckpoint(t *testing.T) {
 	}
 	folded := mustCreate(t, s, storage.CreateRequest{Alias: "folded"})
 	mustAppend(t, s, untouched.ID, msg("u-late", "before the checkpoint"))
-	if err := s.checkpoint(); err != nil {
+	if err := s.checkpoint(false); err != nil {
 		t.Fatal(err)
 	}
 
@@ -164,28 +164,28 @@ func TestCrashAfterCheckpoint(t *testing.T) {
 }
 
 // TestCrashDuringCheckpoint: a checkpoint cut short before its mark leaves
-// the previous one in force, and the writes recorded in the new dirty file
-// meanwhile must still be rescanned.
+// the previous one in force, and the writes the log holds after that one's
+// position must still be rescanned.
 func TestCrashDuringCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, noAutoCheckpoints)
 	a := mustCreate(t, s, storage.CreateRequest{Alias: "a", Messages: msgs("a", 2)})
 	b := mustCreate(t, s, storage.CreateRequest{Alias: "b", Messages: msgs("b", 2)})
-	if err := s.checkpoint(); err != nil {
+	if err := s.checkpoint(false); err != nil {
 		t.Fatal(err)
 	}
 	seq := markSeq(t, dir)
 	mustAppend(t, s, a.ID, msg("a-after", "first checkpoint"))
 	s.testHooks().mark = func() error { return errors.New("crash before the mark") }
-	if err := s.checkpoint(); err == nil {
+	if err := s.checkpoint(false); err == nil {
 		t.Fatal("checkpoint with a failing mark succeeded")
 	}
 	s.testHooks().mark = nil
 	if got := markSeq(t, dir); got != seq {
 		t.Fatalf("mark moved to %d after a failed checkpoint; want %d", got, seq)
 	}
-	// b's first change since the checkpoint in force: recorded only in the
-	// new dirty file.
+	// b's first change since the checkpoint in force, after the failed
+	// one began.
 	mustAppend(t, s, b.ID, msg("b-after", "the failed checkpoint"))
 	wantLists, wantMsgs := snapshotState(t, s, "")
 	s2 := openStore(t, crashCopy(t, dir))
@@ -202,14 +202,14 @@ func TestCheckpointDuringWrite(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, noAutoCheckpoints)
 	a := mustCreate(t, s, storage.CreateRequest{Alias: "a", Messages: msgs("a", 2)})
-	if err := s.checkpoint(); err != nil {
+	if err := s.checkpoint(false); err != nil {
 		t.Fatal(err)
 	}
-	mustAppend(t, s, a.ID, msg("a-1", "recorded as dirty"))
+	mustAppend(t, s, a.ID, msg("a-1", "named in the log"))
 	var hookErr error
 	s.testHooks().write = func(*entry) {
 		s.testHooks().write = nil
-		hookErr = s.checkpoint()
+		hookErr = s.checkpoint(false)
 	}
 	if _, err := s.Update(t.Context(), storage.UpdateRequest{Ref: storage.Ref{ID: a.ID}, Fields: storage.UpdateAlias, Alias: "a-renamed"}); err != nil {
 		t.Fatal(err)
@@ -228,9 +228,9 @@ func TestCheckpointDuringWrite(t *testing.T) {
 	}
 }
 
-// TestDirtyRecordOncePerCheckpoint: a session's first write after a
-// checkpoint costs one more fdatasync (its dirty record); later ones none.
-func TestDirtyRecordOncePerCheckpoint(t *testing.T) {
+// TestOneSyncPerAppend: an append costs one fdatasync (its log flush),
+// the first after a checkpoint as much as the others.
+func TestOneSyncPerAppend(t *testing.T) {
 	s := openStore(t, t.TempDir(), noAutoCheckpoints)
 	se := mustCreate(t, s, storage.CreateRequest{})
 	syncs := func() int64 {
@@ -238,14 +238,13 @@ func TestDirtyRecordOncePerCheckpoint(t *testing.T) {
 		mustAppend(t, s, se.ID, msg(uuid.NewString(), "x"))
 		return s.stats.journalSyncs.Load() - before
 	}
-	want := []int64{2, 1, 1}
 	for round := range 2 {
-		for i, w := range want {
-			if got := syncs(); got != w {
-				t.Errorf("round %d, append %d after the checkpoint: %d fdatasyncs, want %d", round, i, got, w)
+		for i := range 3 {
+			if got := syncs(); got != 1 {
+				t.Errorf("round %d, append %d after the checkpoint: %d fdatasyncs, want 1", round, i, got)
 			}
 		}
-		if err := s.checkpoint(); err != nil {
+		if err := s.checkpoint(false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -278,14 +277,10 @@ func TestCheckpointTriggers(t *testing.T) {
 	}
 }
 
-// TestCheckpointDamage: a damaged or missing mark, dirty file or checkpoint
-// folder is derived data: the open after the crash rescans everything and
-// loses nothing. A damaged index file costs a rescan of its namespace.
+// TestCheckpointDamage: a damaged or missing mark or checkpoint folder is
+// derived data: the open after the crash rescans everything and loses
+// nothing. A damaged index file costs a rescan of its namespace.
 func TestCheckpointDamage(t *testing.T) {
-	dirtyFile := func(t *testing.T, dir string) string {
-		t.Helper()
-		return filepath.Join(dir, "index", seqName(dirtyPref, markSeq(t, dir)))
-	}
 	// where gets the size of the file's data (without the zeros reserved
 	// after it).
 	flip := func(path func(*testing.T, string) string, where func(size int) int) func(*testing.T, string) {
@@ -305,14 +300,6 @@ func TestCheckpointDamage(t *testing.T) {
 		damage  func(*testing.T, string)
 		scanned int
 	}{
-		{"dirty header", flip(dirtyFile, func(int) int { return 12 }), all},
-		{"dirty last record", flip(dirtyFile, func(n int) int { return n - 12 }), all},
-		{"dirty cut in a record", func(t *testing.T, dir string) {
-			p := dirtyFile(t, dir)
-			b, _ := os.ReadFile(p)
-			must(t, os.WriteFile(p, b[:dataEnd(b)-10], filePerm))
-		}, all},
-		{"dirty deleted", func(t *testing.T, dir string) { must(t, os.Remove(dirtyFile(t, dir))) }, all},
 		{"mark flipped", flip(func(_ *testing.T, dir string) string { return filepath.Join(dir, "index", cleanName) }, func(int) int { return 10 }), all},
 		{"mark deleted", func(t *testing.T, dir string) { must(t, os.Remove(filepath.Join(dir, "index", cleanName))) }, all},
 		{"checkpoint folder deleted", func(t *testing.T, dir string) {
@@ -333,7 +320,7 @@ func TestCheckpointDamage(t *testing.T) {
 			for i := range 3 {
 				mustAppend(t, s, a.ID, msg(fmt.Sprintf("old%d", i), "before the checkpoint"))
 			}
-			if err := s.checkpoint(); err != nil {
+			if err := s.checkpoint(false); err != nil {
 				t.Fatal(err)
 			}
 			mustAppend(t, s, a.ID, msg("new", "after the checkpoint"))
@@ -357,7 +344,7 @@ func TestCheckpointDamage(t *testing.T) {
 // checkpoint is trusted for it or it was rescanned.
 func TestCheckpointRevisionBound(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, dir, noAutoCheckpoints)
+	s := open(t, dir, noAutoCheckpoints, WithWALSegmentBytes(4<<10))
 	trusted := mustCreate(t, s, storage.CreateRequest{Alias: "trusted"})
 	dirty := mustCreate(t, s, storage.CreateRequest{Alias: "dirty"})
 	tails := map[string]int64{}
@@ -366,15 +353,28 @@ func TestCheckpointRevisionBound(t *testing.T) {
 		tails[id] = entryOf(t, s, id).j.tail // the journal as of revision 2
 		mustAppend(t, s, id, msg("two", "y"))
 	}
-	if err := s.checkpoint(); err != nil {
+	// A message bigger than a segment starts the next one, so that the
+	// checkpoint's position is past the segment holding the records above,
+	// which is then retired.
+	filler := mustCreate(t, s, storage.CreateRequest{})
+	mustAppend(t, s, filler.ID, msg("filler", strings.Repeat("f", 8<<10)))
+	old := s.walPath(s.logEnd().seq - 1)
+	if err := s.checkpoint(false); err != nil {
 		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(old); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("segment %s not retired after the checkpoint past it", old)
+		}
 	}
 	mustAppend(t, s, dirty.ID, msg("three", "z"))
 	crashed := crashCopy(t, dir)
 	// Lose acknowledged records at a frame boundary, which on its own looks
-	// like a journal that never had them, after the write-ahead log that
-	// also held them was retired.
-	must(t, os.RemoveAll(filepath.Join(crashed, walDir)))
+	// like a journal that never had them, after the write-ahead log segment
+	// that also held them was retired.
 	for id, tail := range tails {
 		must(t, os.Truncate(journalPath(t, crashed, id), tail))
 	}
@@ -447,7 +447,7 @@ func TestCheckpointConcurrentWrites(t *testing.T) {
 				return
 			default:
 			}
-			if err := s.checkpoint(); err != nil {
+			if err := s.checkpoint(false); err != nil {
 				ckDone <- err
 				return
 			}
@@ -486,26 +486,26 @@ func TestCheckpointConcurrentWrites(t *testing.T) {
 }
 
 // TestCheckUnderstandsCheckpoints: Check finds nothing wrong with the index
-// folder a running store leaves (checkpoint, dirty files, stale ones), and
-// reports a damaged dirty file as derived data, which repair rebuilds.
+// folder a running store leaves (checkpoint, stale ones), and reports a
+// damaged index file as derived data, which repair rebuilds.
 func TestCheckUnderstandsCheckpoints(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, noAutoCheckpoints)
 	a := mustCreate(t, s, storage.CreateRequest{Alias: "a", Messages: msgs("a", 2)})
 	mustCreate(t, s, storage.CreateRequest{Namespace: "ns1", Alias: "b"})
-	if err := s.checkpoint(); err != nil {
+	if err := s.checkpoint(false); err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, s, a.ID, msg("after", "checkpoint"))
 	s.testHooks().mark = func() error { return errors.New("crash before the mark") }
-	_ = s.checkpoint() // leaves a newer dirty file and no folder
+	_ = s.checkpoint(false) // leaves the previous mark in force
 	s.testHooks().mark = nil
 	crashed := crashCopy(t, dir)
 	rep, err := Check(t.Context(), crashed, false, nil)
 	if err != nil || rep.Damaged() {
 		t.Fatalf("Check of a crashed store's dir = %+v, %v; want nothing found", rep, err)
 	}
-	p := filepath.Join(crashed, "index", seqName(dirtyPref, markSeq(t, crashed)))
+	p := indexFile(t, crashed, "")
 	b, _ := os.ReadFile(p)
 	b[dataEnd(b)-10] ^= 1
 	must(t, os.WriteFile(p, b, filePerm))
@@ -513,8 +513,8 @@ func TestCheckUnderstandsCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Findings) != 1 || rep.Findings[0].Kind != KindIndex || !strings.Contains(rep.Findings[0].Path, dirtyPref) || !rep.Findings[0].Repaired {
-		t.Fatalf("findings %+v; want the dirty file, as index, repaired", rep.Findings)
+	if len(rep.Findings) != 1 || rep.Findings[0].Kind != KindIndex || !strings.Contains(rep.Findings[0].Path, ckptPref) || !rep.Findings[0].Repaired {
+		t.Fatalf("findings %+v; want the index file, as index, repaired", rep.Findings)
 	}
 	rep, err = Check(t.Context(), crashed, false, nil)
 	if err != nil || rep.Damaged() {

@@ -1,15 +1,16 @@
 // Package file is sessiond's default storage backend: sessions in files
 // under one data dir, no daemon or database needed.
 //
-// A *Store is a storage.Driver: it implements the primitives and receives
-// requests that storage.New's portable Store has already checked; callers
-// use it through storage.New(store, limits). One process holds a data dir
-// at a time (a second Open fails with storage.ErrLocked).
+// Open returns a *storage.Store over the package's driver (*Store), which
+// implements the primitives and receives only requests the storage.Store
+// has already checked: no caller reaches the driver past those rules. One
+// process holds a data dir at a time (a second Open fails with
+// storage.ErrLocked).
 //
 // # On-disk layout
 //
 //	DIR/
-//	  FORMAT                   "sessiond-file-format 3\n"; a data dir of any other format is refused, by Open and Check
+//	  FORMAT                   "sessiond-file-format 4\n"; a data dir of any other format is refused, by Open and Check
 //	  LOCK                     flock(LOCK_EX) held by the open Store; a second Open fails with ErrLocked
 //	  sessions/
 //	    <uuid>/                one folder per session, named by its lowercase id
@@ -20,13 +21,12 @@
 //	    .tmp-<uuid>-<rand>/    a create in progress; swept at Open
 //	    .del-<uuid>-<rand>/    a delete in progress; swept at Open
 //	  index/                   derived data, rebuilt when missing, damaged or stale
-//	    clean                  checkpoint mark: sequence number S and epoch of the current checkpoint
-//	    ckpt-<S>/              the checkpoint: every session's metadata as of then (alias index and listing)
+//	    clean                  checkpoint mark: sequence number S, epoch and log position P of the current checkpoint
+//	    ckpt-<S>/              the checkpoint: every session's metadata as of P (alias index and listing)
 //	      default              the default namespace's sessions
 //	      ns-<namespace>       each named namespace's sessions
-//	    dirty-<T>              ids of the sessions changed since checkpoint T began; those with T >= S are the dirty set
 //	  wal/                     the write-ahead log shared by all sessions
-//	    wal-<S>                a segment: changes not yet known durable in the journals; S as 16 hex digits
+//	    wal-<S>                a segment: changes not yet known durable in the journals, or not yet covered by a checkpoint; S as 16 hex digits
 //	    wal-<S>.damaged        a segment found damaged at an open, kept until Check repairs it
 //	    free-<S>               a spare: a retired segment's file (S was its number), kept for reuse
 //	  quarantine/<time>/       what Check (fsck) with repair set aside: copies of damaged sessions' files, stray files
@@ -34,8 +34,8 @@
 // Files are 0600, folders 0700; a data dir that existed with a looser mode
 // is made 0700 at Open, with a warning in the log. Temp files (".tmp-*") are swept at Open,
 // and inside a session's folder whenever the session is scanned or loaded.
-// Checkpoints and dirty files before the mark's are removed once it is
-// durable, or at Open after a crash. S and T are 16 hex digits.
+// Checkpoints other than the mark's are removed once it is durable, or at
+// Open after a crash. S is 16 hex digits.
 //
 // Every file is a sequence of frames:
 //
@@ -73,19 +73,20 @@
 // carries its id in field 1000, the file format's own field (not the
 // API's), so that the idle sweeper finds open messages without reading any
 // session. An index file is a header frame (type 6:
-// epoch, entry count, namespace) and runs of Session protos (type 7). A
-// dirty file is a header frame (type 8: sequence number, epoch) and frames
-// of records (type 9: kind, 1 changed or 2 deleted, and session id), one per
-// flush. The mark is one frame (type 10: sequence number, epoch). A WAL
+// epoch, entry count, namespace) and runs of Session protos (type 7). The
+// mark is one frame (type 10: sequence number, epoch, and the log position
+// P as a segment's sequence number and an offset in it). A WAL
 // segment is a header frame (type 11: sequence number, and a salt, a random
 // number chosen when the segment starts) and one batch frame (type 14) per
 // flush, holding the segment's sequence number and salt, then records of 40
-// bytes of header (kind: 1 a journal frame, 2 a delete; a CRC-32C of the
-// header alone; session id; generation; journal offset) each followed, for
-// kind 1, by the journal commit frame itself. Each flush is followed by an
-// end mark, 8 zero bytes, which the next flush overwrites. A batch's
-// records start one byte past an 8-byte boundary, so a journal frame inside
-// one is never read as a batch. Frame types 12, 15 and 16 are not used.
+// bytes of header (kind: 1 a journal frame, 2 a delete, 3 a touch; a
+// CRC-32C of the header alone; session id; generation; journal offset) each
+// followed, for kind 1, by the journal commit frame itself. A record's
+// position in the log is its segment's sequence number and its batch's
+// offset. Each flush is followed by an end mark, 8 zero bytes, which the
+// next flush overwrites. A batch's records start one byte past an 8-byte
+// boundary, so a journal frame inside one is never read as a batch. Frame
+// types 8, 9, 12, 15 and 16 are not used.
 //
 // # Writes
 //
@@ -109,15 +110,20 @@
 //
 // Past WithWALSegmentBytes (32 MiB by default) the leader starts a new
 // segment and hands the full one to a sealer goroutine, which fdatasyncs
-// every journal the segment has records for and then retires it. At most
-// two segments wait for the sealer (the leader waits beyond that), so the
-// log an open must replay is bounded (about 96 MiB), and the journals are
-// synced in the background, once per segment rather than once per append.
-// Close seals everything: a clean shutdown leaves no segment to replay,
-// only spares. A delete adds a record that voids its session's earlier
-// records, so that a replay never writes them into a session created again
-// with the same id. Every change is written twice (journal and WAL); see
-// "Costs".
+// every journal the segment has records for; it retires the segment once,
+// in addition, a durable checkpoint's position is past it (see
+// "Checkpoints"). At most two segments wait for their journals' sync (the
+// leader waits beyond that), and when two synced segments wait for a
+// checkpoint the sealer asks for one, so the log an open must replay stays
+// bounded (about five segments, 160 MiB by default, while checkpoints
+// succeed; a checkpoint that fails is retried every 2 s, without holding
+// up writes). The journals are synced in the background, once per segment
+// rather than once per append. Close syncs everything and writes a last
+// checkpoint past the whole log: a clean shutdown leaves no segment to
+// replay, only spares. A delete adds a record that voids its session's
+// earlier records, so that a replay never writes them into a session
+// created again with the same id. Every change is written twice (journal
+// and WAL); see "Costs".
 //
 // Segment files are recycled (PostgreSQL's wal_recycle). The sealer keeps a
 // retired segment as a spare, renaming it free-<S> and syncing the folder,
@@ -132,9 +138,10 @@
 // zeros ahead instead would write every log byte twice more. The spares
 // live on after Close and are used by the next Open, which removes any
 // beyond two. So the log takes at most the current segment, two waiting
-// for the sealer and two spares, each about WithWALSegmentBytes plus 1 MiB
-// reserved ahead: about 165 MiB by default, and two spares (about 66 MiB)
-// after a clean shutdown. New segments are numbered past every segment and
+// for the sealer, two waiting for a checkpoint and two spares, each about
+// WithWALSegmentBytes plus 1 MiB reserved ahead: about 230 MiB by default
+// while checkpoints succeed, and two spares (about 66 MiB) after a clean
+// shutdown. New segments are numbered past every segment and
 // spare present at Open. The store's Stats count the segments started in a
 // new file and in a spare (the daemon's sessiond_store_wal_segments_total).
 //
@@ -170,7 +177,7 @@
 // offset, before any session is scanned or loaded; a journal that is gone
 // belongs to a session since deleted or rewritten (its snapshot is durable
 // and holds the change). The replayed segments are then sealed in the
-// background. After kill -9 the page cache survives and nothing needs
+// background, and retired after the checkpoint that Open asks for. After kill -9 the page cache survives and nothing needs
 // writing: the replay reads each journal's range the log covers (1 MiB at
 // a time, not one read per record) and compares, several journals at once.
 //
@@ -259,8 +266,8 @@
 //
 // # Open files
 //
-// Between writes the store keeps open the LOCK file, the current dirty
-// file, the current WAL segment, and the journals of at most
+// Between writes the store keeps open the LOCK file, the current WAL
+// segment, and the journals of at most
 // WithMaxOpenJournals sessions (default
 // 1,024), whatever the number of sessions. A session's journal is opened by
 // its first write, not by a create or a read, and stays open for the next
@@ -276,38 +283,56 @@
 // descriptors (EMFILE, ENFILE) is ErrTooManyOpenFiles, never a damaged
 // session.
 //
-// # Checkpoints and the dirty set
+// # Checkpoints
 //
 // Scanning every session costs about 2.5 s per 100,000 sessions with a warm
 // page cache, and much more with a cold one, so start-up after a crash
 // (kill -9, then a restart by systemd) relies on checkpoints rather than on
 // a clean Close. A checkpoint is a copy of every session's metadata, written
 // in the background when WithCheckpoints says (by default 30 s after a
-// change, or sooner once 4,096 sessions changed) and by Close. Before the
-// first change to a session after a checkpoint starts, the session's id is
-// appended to the current dirty file and fdatasynced (group commit, like
-// appends); its later changes cost nothing more until the next checkpoint.
-// Creates record nothing: a session the checkpoint does not know is scanned
-// anyway. Deletes record a reset, so that an id used again is not mistaken
-// for the checkpoint's session.
+// change, or sooner once 4,096 sessions changed), when synced log segments
+// wait for one (above), and by Close. Its mark records a position P in the
+// WAL (etcd's WAL and snapshot: the snapshot names the log index it
+// covers): every change whose metadata the checkpoint does not show is in
+// the log at or after P. The log names the session of every change: an
+// append or update by its journal frame, a delete by its drop record, and a
+// save or rewind, whose new generation has no journal frame, by a touch
+// record flushed before its files change. So an append costs one synced
+// write, its WAL flush, whether or not it is its session's first change
+// since a checkpoint; a save or rewind costs one flush more. Creates record
+// nothing: a session the checkpoint does not know is scanned anyway.
 //
-// Open trusts the checkpoint for the sessions that no dirty file from the
-// mark's sequence number on names, scans the rest and those the checkpoint
-// does not know, and drops the checkpoint's sessions that are gone (recording
-// a reset for them). A session's revision only grows until it is deleted, so
-// a checkpoint's revision is a floor: a trusted session whose files hold less
-// answers ErrDataLoss when loaded, and a scanned one at once. Any doubt about
-// the dirty set (the mark, or a dirty file from its sequence number on,
-// missing, damaged, or ending in an incomplete record) costs a scan of every
-// session instead, never a guess; a damaged index file costs a scan of its
-// namespace. checkpoint.go states the ordering rules that make the dirty set
-// cover every change the checkpoint does not show, including writes in
-// progress while a checkpoint is taken.
+// P is taken as a watermark: a write marks its session busy before its
+// record is queued and until its change is in the in-memory metadata, and
+// a checkpoint reads the log's end (where the next flush writes) before it
+// copies the metadata, leaving busy and damaged sessions out. A change
+// before P is therefore shown by the copy or belongs to a session left out.
+// A segment is retired only once a durable checkpoint's P is past it, so
+// the records from P on are still there at Open.
+//
+// Open replays the whole log as above, trusts the checkpoint for the
+// sessions that no record from P on names, scans the rest and those the
+// checkpoint does not know, and drops the checkpoint's sessions that are
+// gone (writing a drop record for each, so that an id used again is not
+// mistaken for them). A session's revision only grows until it is deleted,
+// so a checkpoint's revision is a floor: a trusted session whose files hold
+// less answers ErrDataLoss when loaded, and a scanned one at once, unless a
+// drop from P on says it was deleted since. Any doubt (the mark or the
+// checkpoint folder missing or damaged, or damage in the log from P on that
+// names no session) costs a scan of every session instead, never a guess;
+// a damaged index file costs a scan of its namespace. A delete whose drop
+// cannot be written removes the mark. checkpoint.go states the ordering
+// rules.
+//
+// A change whose WAL flush did not complete was never acknowledged; if its
+// journal frame survived while the session is trusted, the session's
+// listing shows the checkpoint's metadata until the session is first
+// loaded, which reads the frame and updates it.
 //
 // This was chosen over scanning faster (in parallel, which Open does too):
 // a scan reads two files per session, so its cost grows with the store and
-// with a cold page cache, while the dirty set bounds it by the sessions
-// written between two checkpoints. A session's metadata is trusted without
+// with a cold page cache, while the log bounds it by the sessions written
+// since the last checkpoint. A session's metadata is trusted without
 // reading its files only as it would be after a clean Close: damage to
 // files no write touched since the checkpoint is found when the session is
 // loaded, as before.

@@ -22,7 +22,7 @@ func TestConformance(t *testing.T) {
 			})
 			return dir
 		},
-		Open: func(ctx context.Context, dir string) (storage.Driver, error) {
+		Open: func(ctx context.Context, dir string) (*storage.Store, error) {
 			return Open(ctx, dir)
 		},
 		Shared: false, // one process holds a data dir
@@ -49,7 +49,7 @@ func portable(d *Store) *testStore {
 // and a reopened store that reads every session.
 func openStore(t *testing.T, dir string, opts ...Option) *testStore {
 	t.Helper()
-	s, err := Open(t.Context(), dir, opts...)
+	s, err := openDriver(t.Context(), dir, opts...)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", dir, err)
 	}
@@ -78,7 +78,7 @@ func checkDir(t *testing.T, dir string) {
 
 // openPortable opens dir and wraps the store as the daemon does.
 func openPortable(ctx context.Context, dir string, opts ...Option) (*testStore, error) {
-	d, err := Open(ctx, dir, opts...)
+	d, err := openDriver(ctx, dir, opts...)
 	if err != nil {
 		return nil, err
 	}

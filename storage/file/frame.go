@@ -31,9 +31,9 @@ const (
 	typeCommit       byte = 5  // journal: the records of one flush (see record kinds)
 	typeIndexHead    byte = 6  // index file: epoch (16) + namespace
 	typeIndexRun     byte = 7  // index file: a run of Session protos (uvarint length + bytes)...
-	typeDirtyHead    byte = 8  // dirty file: checkpoint sequence number (8) + epoch (16)
-	typeDirtyRun     byte = 9  // dirty file: records of kind (1) + session id (16)...
-	typeCkptMark     byte = 10 // checkpoint mark: sequence number (8) + epoch (16)
+	_                byte = 8  // unused
+	_                byte = 9  // unused
+	typeCkptMark     byte = 10 // checkpoint mark: sequence number (8) + epoch (16) + log position: segment (8), offset (8)
 	typeWALHead      byte = 11 // WAL segment: sequence number (8), salt (8)
 	_                byte = 12 // unused
 	typeSnapSegments byte = 13 // snapshot: the segments that hold its messages (see segList)

@@ -202,7 +202,7 @@ func lockDir(dir string) (*os.File, error) {
 // take its files for damage.
 const (
 	formatFile    = "FORMAT"
-	formatVersion = "sessiond-file-format 3\n"
+	formatVersion = "sessiond-file-format 4\n"
 )
 
 // checkFormat reads the format version file, writing it into a new data dir

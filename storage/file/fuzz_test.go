@@ -129,36 +129,27 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	})
 }
 
-// FuzzDecodeDirty: any bytes decode without panic; a valid dirty file with a
-// byte changed and/or cut short decodes to an error or to a prefix of its
-// records (a cut at a frame boundary: records whose writes never started).
-func FuzzDecodeDirty(f *testing.F) {
+// FuzzDecodeMark: any bytes decode without panic; a valid checkpoint mark
+// with a byte changed or cut short decodes to an error or to exactly its
+// content.
+func FuzzDecodeMark(f *testing.F) {
 	epoch := bytes.Repeat([]byte{7}, 16)
-	recs := []dirtyRec{{dirtyWrite, fuzzMeta().ID}, {dirtyReset, "0190f5a8-3c1e-7b6a-9d2f-0123456789ac"}, {dirtyWrite, "0190f5a8-3c1e-7b6a-9d2f-0123456789ad"}}
-	valid := encodeDirtyHead(5, epoch)
-	valid = append(valid, encodeDirtyRun(recs[:1])...)
-	valid = append(valid, encodeDirtyRun(recs[1:])...)
-	valid = append(valid, make([]byte, 40)...)
+	pos := walPos{seq: 9, off: 4096}
+	valid := encodeMark(5, epoch, pos)
 	f.Add([]byte{}, uint16(0), byte(0), uint16(0))
 	f.Add(valid, uint16(30), byte(1), uint16(0))
-	f.Add(encodeMark(5, epoch), uint16(60), byte(0x80), uint16(50))
-	f.Fuzz(func(t *testing.T, raw []byte, pos uint16, xor byte, cut uint16) {
-		_, _, _, _ = decodeDirty(raw) // must not panic
-		_, _, _ = decodeMark(raw)
+	f.Add(valid, uint16(20), byte(0x80), uint16(5))
+	f.Fuzz(func(t *testing.T, raw []byte, at uint16, xor byte, cut uint16) {
+		_, _, _, _ = decodeMark(raw) // must not panic
 		data := append([]byte(nil), valid...)
-		data[int(pos)%len(data)] ^= xor
+		data[int(at)%len(data)] ^= xor
 		data = data[:len(data)-int(cut)%len(data)]
-		seq, e, got, err := decodeDirty(data)
+		seq, e, p, err := decodeMark(data)
 		if err != nil {
 			return
 		}
-		if seq != 5 || !bytes.Equal(e, epoch) || len(got) > len(recs) {
-			t.Fatalf("damaged dirty file decoded as seq %d, epoch %x, %d records", seq, e, len(got))
-		}
-		for i := range got {
-			if got[i] != recs[i] {
-				t.Fatalf("record %d decoded as %+v, want %+v", i, got[i], recs[i])
-			}
+		if seq != 5 || !bytes.Equal(e, epoch) || p != pos {
+			t.Fatalf("damaged mark decoded as seq %d, epoch %x, position %+v", seq, e, p)
 		}
 	})
 }

@@ -19,13 +19,13 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-// journal is a session's journal file (or the dirty file), and what a
+// journal is a session's journal file (or a log segment), and what a
 // write needs to know about it. The store owns its files while it holds the
 // data dir's lock, so tail and alloc stay true while the file is closed.
 type journal struct {
 	// f is nil while closed: a session's journal file is opened by its
 	// first write (journalFile) and closed again to keep the open journal
-	// files within WithMaxOpenJournals. The dirty file's is always open.
+	// files within WithMaxOpenJournals. The current log segment's is always open.
 	f          *os.File
 	path       string
 	tail       int64 // end of the valid data; the next flush writes here
@@ -316,17 +316,14 @@ func (s *Store) loadLocked(e *entry) error {
 	return nil
 }
 
-// markDamaged records that e's files are damaged. The session is also
-// recorded in the dirty file, so that an open after a crash rescans it and
+// markDamaged records that e's files are damaged. Checkpoints leave the
+// session out from then on, so that an open after a crash rescans it and
 // knows from the start. Caller holds e.wmu.
 func (s *Store) markDamaged(e *entry, err error) {
 	s.mu.Lock()
 	e.damaged = err
 	s.mu.Unlock()
 	s.log.Error("session is damaged", zap.String("session", e.id), zap.Error(err))
-	if _, rerr := s.recordDirty(dirtyRec{kind: dirtyWrite, id: e.id}); rerr != nil {
-		s.log.Warn("could not record the damaged session for the next open", zap.String("session", e.id), zap.Error(rerr))
-	}
 }
 
 // indexIDs maps the stored messages' ids to their indexes.

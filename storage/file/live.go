@@ -121,9 +121,7 @@ func (e *entry) stored(v *view) storage.StoredFunc {
 // the session's tally as tally) durably, and makes it e's state. It
 // returns the new metadata. Caller holds e.wmu and has loaded e.
 func (s *Store) replaceLast(e *entry, v *view, what string, rec record, enc []byte, tally storage.Tally) (*storage.Session, error) {
-	if err := s.beginWrite(e, dirtyWrite); err != nil {
-		return nil, fmt.Errorf("file: %s session %s: %w", what, e.id, err)
-	}
+	s.beginWrite(e)
 	m := cloneMeta(v.meta)
 	m.Tally = tally
 	m.Revision++

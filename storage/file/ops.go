@@ -267,7 +267,11 @@ func (s *Store) withLoaded(ref storage.Ref, fn func(e *entry, v *view) error) er
 // tells watchers. what names the operation for errors. Caller holds e.wmu
 // and has loaded e.
 func (s *Store) replaceWrite(e *entry, what string, m *storage.Session, msgs [][]byte, cs []storage.StoredCompaction) error {
-	if err := s.beginWrite(e, dirtyWrite); err != nil {
+	s.beginWrite(e)
+	// A new generation has no journal frame to name the session in the
+	// log: a touch does, durably before the files change, so that an Open
+	// after a crash does not trust the last checkpoint's metadata for it.
+	if err := s.walCommit(&walReq{rec: walRec{kind: walKindTouch, id: e.id}}); err != nil {
 		return fmt.Errorf("file: %s session %s: %w", what, e.id, err)
 	}
 	if err := s.replaceLocked(e, m, msgs, cs); err != nil {
@@ -682,13 +686,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	if len(recs) == 0 {
 		return
 	}
-	if err := s.beginWrite(e, dirtyWrite); err != nil {
-		err = fmt.Errorf("file: append to session %s: %w", e.id, err)
-		for _, c := range changes {
-			finish(c.op, storage.AppendResult{}, err)
-		}
-		return
-	}
+	s.beginWrite(e)
 	bp := encBufs.Get().(*[]byte)
 	frame := encodeCommitInto(*bp, recs)
 	err := s.writeJournal(e, frame, len(changes))
@@ -791,10 +789,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 				s.mu.Unlock()
 			}
 		}
-		if err := s.beginWrite(e, dirtyWrite); err != nil {
-			unreserve()
-			return fmt.Errorf("file: update session %s: %w", e.id, err)
-		}
+		s.beginWrite(e)
 		m.Revision++
 		m.UpdatedAt = now(v.meta.UpdatedAt)
 		if err := s.writeJournal(e, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}}), 0); err != nil {
@@ -828,20 +823,22 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 		} else if expectedRevision != 0 {
 			return damaged // its revision is unknown; deleting it takes no expectation
 		}
-		// Recorded as a reset: should the id be created again, the last
-		// checkpoint's entry does not describe the new session.
-		if err := s.beginWrite(e, dirtyReset); err != nil {
-			return fmt.Errorf("file: delete session %s: %w", e.id, err)
-		}
+		s.beginWrite(e)
 		if err := s.removeFiles(e.id); err != nil {
 			return fmt.Errorf("file: delete session %s: %w", e.id, err)
 		}
 		s.forget(e)
-		// Void the session's records in the write-ahead log, so that a
-		// replay never writes them into a new session with the same id.
+		// The drop voids the session's records in the write-ahead log, so
+		// that a replay never writes them into a new session with the same
+		// id, and says that the last checkpoint's entry does not describe
+		// such a session. Without it, the checkpoint must not be trusted.
 		if err := s.walCommit(&walReq{rec: walRec{kind: walKindDrop, id: e.id}}); err != nil {
-			s.log.Warn("could not record a delete in the write-ahead log; creating the same session id again before the next clean close is unsafe after a crash",
+			s.log.Warn("could not record a delete in the write-ahead log; the next open after a crash rescans every session",
 				zap.String("session", e.id), zap.Error(err))
+			if err := s.distrustCheckpoint(); err != nil {
+				s.log.Warn("could not remove the checkpoint mark; creating the same session id again before the next clean close is unsafe after a crash",
+					zap.String("session", e.id), zap.Error(err))
+			}
 		}
 		s.mu.Lock()
 		e.gone = true

@@ -74,7 +74,7 @@ func TestStats(t *testing.T) {
 // 100,000 sessions (Stats runs it in the background, spaced out).
 func BenchmarkStatsDiskWalk(b *testing.B) {
 	dir := bigFixture(b)
-	s, err := Open(b.Context(), dir)
+	s, err := openDriver(b.Context(), dir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package file
 import (
 	"container/list"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -38,7 +37,12 @@ type options struct {
 	onFlush      func(storage.FlushRecord)
 	walSegment   int64
 	walSpares    int // retired log segments kept for reuse; walMaxSpares but in tests
+	limits       storage.Limits
 }
+
+// WithLimits sets the limits the returned storage.Store enforces (zero
+// fields take storage.DefaultLimits' values).
+func WithLimits(l storage.Limits) Option { return func(o *options) { o.limits = l } }
 
 // WithLogger sets the logger (default: none).
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
@@ -63,7 +67,7 @@ const DefaultMaxOpenJournals = 1024
 // least recently written one is closed, and reopened (one open(2), nothing
 // read) by the session's next write. The process's descriptor limit must
 // leave room for this many plus one per operation in progress and a few
-// more (the lock file, the dirty file).
+// more (the lock file, the current log segment).
 func WithMaxOpenJournals(n int) Option { return func(o *options) { o.maxJournals = max(n, 1) } }
 
 // WithWatchHistoryBytes bounds the watch history all sessions keep together,
@@ -83,7 +87,8 @@ func WithFlushObserver(fn func(storage.FlushRecord)) Option {
 	return func(o *options) { o.onFlush = fn }
 }
 
-// Store is the file backend. See the package doc.
+// Store is the file backend's storage.Driver, reached only through the
+// storage.Store that Open returns. See the package doc.
 type Store struct {
 	dir    string
 	log    *zap.Logger
@@ -96,23 +101,23 @@ type Store struct {
 	cond   *ratelog.Limiter // logs persisting conditions at a bounded rate
 
 	// mu guards byID, ns, closed, ckptSeq, and each entry's meta, damaged,
-	// gone, key, busy and dirtySeq fields. It is held briefly, never across
+	// gone, key, busy and ckptSeq fields. It is held briefly, never across
 	// disk I/O, and never while calling back into the caller. Lock order:
-	// entry.wmu, then dirty.mu, then mu. A checkpoint holds ckptMu and takes
-	// dirty.mu and mu, one at a time, and never a session's wmu. cacheMu and
+	// entry.wmu, then mu. A checkpoint holds ckptMu and takes mu, and never
+	// a session's wmu. cacheMu and
 	// jfiles.mu (in that order) come after wmu; holding them, other
 	// sessions' wmu are only TryLocked.
 	mu      sync.RWMutex
 	byID    map[string]*entry
 	ns      map[string]*nsIndex
 	closed  bool
-	ckptSeq uint64 // sequence number of the dirty file writers record in (see checkpoint.go)
+	ckptSeq uint64 // sequence number of the last checkpoint begun (see checkpoint.go)
 
-	ckptMu   sync.Mutex // serialises checkpoints
-	dirty    dirtyLog
-	ckptKick chan struct{} // asks the checkpoint loop for a checkpoint now
-	ckptStop chan struct{} // closed by Close: the loop ends
-	ckptDone chan struct{} // closed by the loop when it ended
+	ckptMu      sync.Mutex    // serialises checkpoints
+	ckptChanged atomic.Int64  // sessions changed or created since the last checkpoint began
+	ckptKick    chan struct{} // asks the checkpoint loop for a checkpoint now
+	ckptStop    chan struct{} // closed by Close: the loop ends
+	ckptDone    chan struct{} // closed by the loop when it ended
 
 	writes sync.WaitGroup // operations in progress, waited for by Close
 
@@ -158,8 +163,8 @@ type entry struct {
 	// busy: a write may have changed the files since meta was set; such a
 	// session is left out of checkpoints. Cleared by setMeta, which runs
 	// when meta matches the files again.
-	busy     bool
-	dirtySeq uint64 // the dirty file that records this session's change, if any
+	busy    bool
+	ckptSeq uint64 // the Store's ckptSeq at the session's last change: changes are counted once per checkpoint
 
 	// qmu guards queue: appends waiting for the next group commit.
 	qmu   sync.Mutex
@@ -202,10 +207,21 @@ func msgsSize(msgs [][]byte) int64 {
 // log, one line each; a count covers the rest.
 const maxVanishedLogged = 100
 
-// Open opens (creating if needed) the data dir and returns the store, a
-// storage.Driver to wrap with storage.New. It fails with an error wrapping
-// storage.ErrLocked if another store holds dir.
-func Open(ctx context.Context, dir string, opts ...Option) (*Store, error) {
+// Open opens (creating if needed) the data dir and returns the store over
+// it, which checks every request and enforces the limits WithLimits sets.
+// It fails with an error wrapping storage.ErrLocked if another store holds
+// dir.
+func Open(ctx context.Context, dir string, opts ...Option) (*storage.Store, error) {
+	d, err := openDriver(ctx, dir, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return storage.New(d, d.opts.limits), nil
+}
+
+// openDriver opens the backend alone: what Open wraps, and what this
+// package's tests reach into.
+func openDriver(ctx context.Context, dir string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(dir, dirPerm); err != nil {
 		return nil, fmt.Errorf("file: create data dir: %w", ioErr(err))
 	}
@@ -253,13 +269,14 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	ckc := make(chan *checkpoint, 1)
 	go func() { ckc <- readCheckpoint(dir, s.log) }()
 	type replayed struct {
+		plan *walPlan
 		lost map[string]error
 		err  error
 	}
 	rpc := make(chan replayed, 1)
 	go func() {
-		lost, err := s.replayWAL()
-		rpc <- replayed{lost, err}
+		plan, lost, err := s.replayWAL()
+		rpc <- replayed{plan, lost, err}
 	}()
 	ids, err := s.sweepSessions()
 	rp := <-rpc
@@ -267,6 +284,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	if rp.err == nil {
 		defer func() {
 			if !walStarted {
+				s.closeWAL()
 				s.stopWAL()
 			}
 		}()
@@ -280,6 +298,13 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	}
 	lost := rp.lost
 	ck := <-ckc
+	var changed map[string]bool // sessions the log names since the checkpoint: true if deleted since
+	if ck.ok {
+		var ok bool
+		if changed, ok = rp.plan.changedSince(ck.pos); !ok {
+			ck.ok, ck.why = false, "the write-ahead log since the checkpoint is damaged where it names no session"
+		}
+	}
 	s.byID = make(map[string]*entry, len(ids))
 	if !ck.ok {
 		if ck.why != "no checkpoint" || len(ids) > 0 {
@@ -293,17 +318,18 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 		if err := syncDir(filepath.Join(dir, "index")); err != nil {
 			return nil, fmt.Errorf("file: %w", err)
 		}
-		ck.metas, ck.dirty = nil, nil
+		ck.metas, changed = nil, nil
 	}
 
 	var todo []string
 	bounds := map[string]*storage.Session{} // checkpoint entries that rescans must not fall below
 	for _, id := range ids {
 		m, known := ck.metas[id]
-		switch kind := ck.dirty[id]; {
-		case known && kind == 0:
+		reset, named := changed[id]
+		switch {
+		case known && !named:
 			s.byID[id] = &entry{id: id, meta: m}
-		case known && kind == dirtyWrite:
+		case known && !reset:
 			bounds[id] = m
 			todo = append(todo, id)
 		default:
@@ -314,11 +340,11 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	// again, the checkpoint's entry must not stand for the new session. A
 	// known session that is present is in byID or (changed since) in bounds;
 	// one reset since is neither, and needs no reset.
-	var vanished []dirtyRec
+	var vanished []string
 	for id, m := range ck.metas {
-		if s.byID[id] == nil && bounds[id] == nil && ck.dirty[id] != dirtyReset {
-			vanished = append(vanished, dirtyRec{kind: dirtyReset, id: id})
-			// Not deleted through the store (that records a reset): its
+		if s.byID[id] == nil && bounds[id] == nil && !changed[id] {
+			vanished = append(vanished, id)
+			// Not deleted through the store (that writes a drop): its
 			// folder was removed by hand, or lost.
 			if len(vanished) <= maxVanishedLogged {
 				s.log.Warn("session folder missing: the index knew this session, but it has no files (removed by hand?); it is gone",
@@ -330,44 +356,23 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 	if len(vanished) > maxVanishedLogged {
 		s.log.Warn("more session folders missing", zap.Int("not_listed", len(vanished)-maxVanishedLogged), zap.Int("missing", len(vanished)))
 	}
-	// Writers record in a new dirty file, which the current mark's dirty set
-	// includes (its sequence number is higher), until the next checkpoint.
-	seq := ck.maxSeq + 1
-	var epoch [16]byte
-	_, _ = rand.Read(epoch[:])
-	j, err := s.openDirty(seq, epoch[:], vanished)
-	switch {
-	case errors.Is(err, storage.ErrNoSpace):
-		// A full disk must not keep the store from starting: reads and
-		// deletes need no space. Writes fail with ErrNoSpace until a
-		// checkpoint can start a dirty file (see checkpointLoop).
-		s.log.Warn("the data disk is full: serving reads and deletes; writes fail until space is freed, then resume by themselves", zap.Error(err))
-		if len(vanished) > 0 {
-			// Their reset cannot be recorded: the checkpoint must not be
-			// trusted at the next open.
-			if err := s.distrustCheckpoint(); err != nil {
-				return nil, fmt.Errorf("file: start with a full disk: %w", err)
-			}
+	if err := s.walNameAll(walKindDrop, vanished); err != nil {
+		// A full disk, say: should an id come back, the checkpoint's entry
+		// must not stand for it, so the next Open rescans everything.
+		s.log.Warn("could not record the missing sessions as gone; the next open rescans every session", zap.Error(err))
+		if err := s.distrustCheckpoint(); err != nil {
+			return nil, fmt.Errorf("file: %w", err)
 		}
-		s.dirty.full.Store(true)
-		// ckptSeq names the file not yet started, so that every write
-		// must record its session first, and fails.
-		s.dirty.seq, s.ckptSeq = seq-1, seq
-	case err != nil:
-		return nil, fmt.Errorf("file: start dirty file: %w", err)
-	default:
-		s.dirty.j, s.dirty.seq, s.dirty.epoch, s.ckptSeq = j, seq, epoch, seq
 	}
+	s.ckptSeq = ck.maxSeq + 1 // past every checkpoint there is, so that every session's first change counts
 	if ck.ok {
-		s.removeStale(ck.seq, ck.seq)
+		s.walCover(ck.pos.seq)
+		s.removeStale(ck.seq)
 	} else {
-		s.removeStale(0, seq)
+		s.removeStale(0)
 	}
 
 	if err := s.scanSessions(ctx, todo, bounds); err != nil {
-		if j != nil {
-			_ = j.f.Close()
-		}
 		return nil, err
 	}
 	for id, err := range lost {
@@ -382,7 +387,8 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 		zap.Int("from_checkpoint", len(ids)-len(todo)), zap.Int("scanned", len(todo)), zap.Duration("took", time.Since(start)))
 	// A checkpoint soon (reopenCheckpointDelay) makes the next open after a
 	// crash cheap again.
-	go s.checkpointLoop(len(ids) > 0 && (len(todo) > 0 || len(vanished) > 0))
+	// It also retires the segments just replayed.
+	go s.checkpointLoop((len(ids) > 0 && (len(todo) > 0 || len(vanished) > 0)) || len(rp.plan.segs) > 0)
 	return s, nil
 }
 
@@ -638,19 +644,16 @@ func (s *Store) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		s.writes.Wait()
-		s.closeWAL()
 		close(s.ckptStop)
 		<-s.ckptDone
 		s.broker.Close()
-		if err := s.checkpoint(); err != nil {
-			s.log.Warn("could not write the last checkpoint; the next open rescans sessions", zap.Error(err))
+		// With no write left, the last checkpoint covers the whole log, so
+		// that the sealer retires every segment.
+		if err := s.checkpoint(true); err != nil {
+			s.log.Warn("could not write the last checkpoint; the next open replays the log and rescans sessions", zap.Error(err))
 		}
-		s.dirty.mu.Lock()
-		if s.dirty.j != nil {
-			_ = s.dirty.j.f.Close()
-			s.dirty.j = nil
-		}
-		s.dirty.mu.Unlock()
+		s.closeWAL()
+		s.stopWAL()
 		s.closeJournalFiles()
 		if f, a := s.FlushStats(); f > 0 {
 			s.log.Info("file store flushes", zap.Int64("flushes", f), zap.Int64("appends", a),
@@ -910,4 +913,16 @@ func (s *Store) buildIndexes() {
 			return 0
 		})
 	}
+}
+
+// walNameAll writes a record of kind (a drop or a touch) for each of ids,
+// durably, sharing flushes.
+func (s *Store) walNameAll(kind byte, ids []string) error {
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { errs[i] = s.walCommit(&walReq{rec: walRec{kind: kind, id: id}}) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -125,7 +125,7 @@ func indexFile(t *testing.T, dir, ns string) string {
 	if err != nil {
 		t.Fatalf("no checkpoint mark: %v", err)
 	}
-	seq, _, err := decodeMark(data)
+	seq, _, _, err := decodeMark(data)
 	if err != nil {
 		t.Fatalf("checkpoint mark: %v", err)
 	}
@@ -165,7 +165,7 @@ func TestSecondOpenIsLocked(t *testing.T) {
 // newer one, or a pre-release one whose files this version does not read)
 // is refused by Open and by Check, naming the format, and left as it was.
 func TestFormatVersionRefused(t *testing.T) {
-	for _, format := range []string{"sessiond-file-format 9\n", "sessiond-file-format 2\n", "sessiond-file-format 1\n"} {
+	for _, format := range []string{"sessiond-file-format 9\n", "sessiond-file-format 3\n", "sessiond-file-format 2\n", "sessiond-file-format 1\n"} {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, formatFile), []byte(format), filePerm); err != nil {
 			t.Fatal(err)

@@ -42,11 +42,15 @@ import (
 // The WAL is a series of segment files wal/wal-<seq>. Once the current
 // segment passes WithWALSegmentBytes, the leader starts the next one and
 // hands the full one to the sealer goroutine, which fdatasyncs every
-// journal that segment has records for and then retires it: from then on
-// the journals hold its contents durably. At most walMaxSealing segments
-// wait for the sealer (the leader waits beyond that), so the log that Open
-// must replay is bounded. Close seals everything, so that a clean shutdown
-// leaves no segment to replay.
+// journal that segment has records for: from then on the journals hold its
+// contents durably. It retires the segment once a durable checkpoint's
+// position is past it too, since Open learns from the records after that
+// position which sessions to rescan (see checkpoint.go). At most
+// walMaxSealing segments wait for the sealer (the leader waits beyond
+// that), and when walMaxUncovered synced ones wait for a checkpoint the
+// sealer asks for one, so the log that Open must replay is bounded. Close
+// seals everything and writes a checkpoint past it, so that a clean
+// shutdown leaves no segment to replay.
 //
 // A retired segment is kept as a spare, wal/free-<seq> (at most
 // walMaxSpares of them; the others are removed), and the leader starts its
@@ -82,6 +86,10 @@ const (
 	walRecHeader                = 40
 	walKindFrame           byte = 1 // a journal commit frame at an offset
 	walKindDrop            byte = 2 // the session was deleted: its earlier records are void
+	walKindTouch           byte = 3 // the session's files change without a journal frame (a save, a rewind)
+	// walMaxUncovered is how many synced segments may wait for a
+	// checkpoint to cover them before one is asked for.
+	walMaxUncovered = 2
 	// walBufKeep bounds the encode buffer the leader keeps between flushes.
 	walBufKeep = 4 << 20
 )
@@ -105,6 +113,7 @@ func withWALSpares(n int) Option {
 //
 //	kind (1) | 3 zero bytes | CRC-32C of the other 36 bytes (4) | session id (16) | generation (8) | offset (8)
 //	kind 1: followed by the journal frame (self-delimiting: its own length and checksum)
+//	kinds 2 (drop) and 3 (touch): the header alone; generation and offset are zero
 //
 // The header has its own checksum so that a damaged frame can still be
 // attributed to its session.
@@ -146,7 +155,7 @@ func parseWALRecs(b []byte) (good, lost []walRec, clean bool) {
 			return good, lost, false
 		}
 		h := b[:walRecHeader]
-		if walHeadCRC(h) != binary.LittleEndian.Uint32(h[4:]) || (h[0] != walKindFrame && h[0] != walKindDrop) {
+		if walHeadCRC(h) != binary.LittleEndian.Uint32(h[4:]) || (h[0] != walKindFrame && h[0] != walKindDrop && h[0] != walKindTouch) {
 			return good, lost, false
 		}
 		r := walRec{kind: h[0], id: idString(h[8:24]), gen: binary.LittleEndian.Uint64(h[24:]), off: int64(binary.LittleEndian.Uint64(h[32:]))}
@@ -221,24 +230,27 @@ type walRegion struct{ off, end int }
 // Anything but the end mark there is the start of a flush that did not land
 // whole (torn: never acknowledged). A segment whose header is damaged takes
 // the identity of the first batch found that names its sequence number seq.
-func walScan(data []byte, seq uint64) (frames [][]byte, bad []walRegion, end int, torn bool) {
+//
+// offs holds each frame's offset in data: a batch's offset is its
+// records' position in the log.
+func walScan(data []byte, seq uint64) (frames [][]byte, offs []int, bad []walRegion, end int, torn bool) {
 	var id walIdent
 	off := 0
 	if p, next, ok := readFrame(data, 0); ok && p[0] == typeWALHead && len(p) == 1+8+8 {
 		r := reader{b: p[1:]}
 		id.seq = r.u64("segment sequence")
 		id.salt = r.u64("segment salt")
-		frames = append(frames, p)
+		frames, offs = append(frames, p), append(offs, 0)
 		off = next
 	} else {
 		id = identify(data, seq)
 	}
 	for off < len(data) {
 		if allZero(data[off:]) {
-			return frames, bad, off, false
+			return frames, offs, bad, off, false
 		}
 		if p, next, ok := id.batchAt(data, off); ok {
-			frames = append(frames, p)
+			frames, offs = append(frames, p), append(offs, off)
 			off = next
 			continue
 		}
@@ -249,12 +261,12 @@ func walScan(data []byte, seq uint64) (frames [][]byte, bad []walRegion, end int
 			}
 		}
 		if y+frameHeader > len(data) {
-			return frames, bad, off, off+walEndMark > len(data) || !allZero(data[off:off+walEndMark])
+			return frames, offs, bad, off, off+walEndMark > len(data) || !allZero(data[off:off+walEndMark])
 		}
 		bad = append(bad, walRegion{off, y})
 		off = y
 	}
-	return frames, bad, off, false
+	return frames, offs, bad, off, false
 }
 
 // identify finds the identity of a segment whose header is damaged: the
@@ -300,11 +312,20 @@ type wal struct {
 	touched map[string]struct{}
 	buf     []byte
 
-	// sealMu guards pending, stop and spares; sealCond signals changes to
-	// pending.
+	// endMu guards end: where the next flush writes, every flush before
+	// it durable. A checkpoint's position (see checkpoint.go).
+	endMu sync.Mutex
+	end   walPos
+
+	// sealMu guards pending, synced, covered, stop and spares; sealCond
+	// signals changes to pending, synced and covered.
 	sealMu   sync.Mutex
 	sealCond *sync.Cond
-	pending  []sealJob
+	pending  []sealJob // full segments whose journals are to be synced
+	synced   []sealJob // segments whose journals are synced, waiting for a checkpoint to cover them
+	// covered: the segments numbered below it are before a durable
+	// checkpoint's position, and may be retired once synced.
+	covered  uint64
 	stop     bool
 	sealDone chan struct{}
 	// spares are the paths of retired segments kept for reuse, oldest
@@ -312,8 +333,37 @@ type wal struct {
 	spares []string
 }
 
-// sealJob is a full segment to retire: sync journals, then keep path as a
-// spare or remove it.
+// walPos is a position in the log: offset off of segment seq. A record's
+// position is its batch's offset.
+type walPos struct {
+	seq uint64
+	off int64
+}
+
+// atOrAfter reports whether the record of segment seq at offset off comes
+// at or after p.
+func (p walPos) atOrAfter(seq uint64, off int64) bool {
+	return seq > p.seq || (seq == p.seq && off >= p.off)
+}
+
+// logEnd returns where the next flush writes: every record already
+// flushed, or being flushed, comes before it or at it.
+func (s *Store) logEnd() walPos {
+	w := &s.wal
+	w.endMu.Lock()
+	defer w.endMu.Unlock()
+	return w.end
+}
+
+func (s *Store) setLogEnd(p walPos) {
+	w := &s.wal
+	w.endMu.Lock()
+	w.end = p
+	w.endMu.Unlock()
+}
+
+// sealJob is a full segment to retire: sync its journals, wait for a
+// checkpoint to cover it, then keep path as a spare or remove it.
 type sealJob struct {
 	path     string
 	seq      uint64
@@ -407,6 +457,7 @@ func (s *Store) walFlush(batch []*walReq) error {
 	}
 	took := time.Since(t0)
 	w.j.tail -= walEndMark // the next flush overwrites the end mark
+	s.setLogEnd(walPos{seq: w.seq, off: w.j.tail})
 	for _, r := range batch {
 		if r.path != "" {
 			w.touched[r.path] = struct{}{}
@@ -458,6 +509,7 @@ func (s *Store) walRotate() error {
 	old, touched := w.j, w.touched
 	w.j = j
 	w.seq, w.salt, w.touched = seq, salt, make(map[string]struct{})
+	s.setLogEnd(walPos{seq: seq, off: j.tail})
 	if old != nil {
 		_ = old.f.Close()
 		s.walSeal(sealJob{path: old.path, seq: seq - 1, journals: slices.Collect(maps.Keys(touched))})
@@ -550,57 +602,105 @@ func (s *Store) walSeal(job sealJob) {
 	w.sealMu.Unlock()
 }
 
-// sealLoop retires full segments, oldest first, until Close stops it and
-// nothing is pending.
+// walCover lets the sealer retire the segments numbered below seq once
+// their journals are synced: a durable checkpoint's position is past them.
+func (s *Store) walCover(seq uint64) {
+	w := &s.wal
+	w.sealMu.Lock()
+	if seq > w.covered {
+		w.covered = seq
+		w.sealCond.Broadcast()
+	}
+	w.sealMu.Unlock()
+}
+
+// walUncovered reports whether synced segments wait for a checkpoint.
+func (s *Store) walUncovered() bool {
+	w := &s.wal
+	w.sealMu.Lock()
+	defer w.sealMu.Unlock()
+	return len(w.synced) > 0
+}
+
+// sealLoop syncs the journals of full segments, oldest first, and retires
+// each segment once a checkpoint covers it, until Close stops it and
+// nothing is pending. It asks for a checkpoint when walMaxUncovered
+// segments wait for one, so that the log stays bounded.
 func (s *Store) sealLoop() {
 	w := &s.wal
 	defer close(w.sealDone)
 	for {
 		w.sealMu.Lock()
-		for len(w.pending) == 0 && !w.stop {
+		for len(w.pending) == 0 && !(len(w.synced) > 0 && w.synced[0].seq < w.covered) && !w.stop {
 			w.sealCond.Wait()
 		}
-		if len(w.pending) == 0 {
+		stopping := w.stop
+		if len(w.pending) > 0 {
+			job := w.pending[0]
+			w.sealMu.Unlock()
+			err := s.syncJournals(job)
+			if err != nil {
+				s.cond.Log(s.log, zapcore.WarnLevel, "seal", "could not sync the journals of a write-ahead log segment; keeping it and retrying",
+					zap.String("segment", job.path), zap.Error(err))
+				if !stopping {
+					time.Sleep(time.Second)
+					continue
+				}
+			}
+			w.sealMu.Lock()
+			w.pending = w.pending[1:]
+			if err == nil {
+				w.synced = append(w.synced, job)
+			} // else Close: the segment stays, and the next Open replays it
+			w.sealCond.Broadcast()
+			waiting := len(w.synced)
+			w.sealMu.Unlock()
+			if waiting >= walMaxUncovered && !stopping {
+				s.kickCheckpoint()
+			}
+			continue
+		}
+		if len(w.synced) == 0 || w.synced[0].seq >= w.covered {
+			// Stopping with nothing left to retire: a segment no
+			// checkpoint covers stays, and the next Open replays it.
 			w.sealMu.Unlock()
 			return
 		}
-		job := w.pending[0]
-		stopping := w.stop
+		job := w.synced[0]
 		w.sealMu.Unlock()
-		if err := s.sealSegment(job); err != nil {
+		if err := s.retireSegment(job); err != nil {
 			s.cond.Log(s.log, zapcore.WarnLevel, "seal", "could not retire a write-ahead log segment; keeping it and retrying",
 				zap.String("segment", job.path), zap.Error(err))
-			if stopping {
-				// Close: the segment stays, and the next Open replays it.
-				w.sealMu.Lock()
-				w.pending = w.pending[1:]
-				w.sealCond.Broadcast()
-				w.sealMu.Unlock()
+			if !stopping {
+				time.Sleep(time.Second)
 				continue
 			}
-			time.Sleep(time.Second)
-			continue
 		}
 		w.sealMu.Lock()
-		w.pending = w.pending[1:]
+		w.synced = w.synced[1:]
 		w.sealCond.Broadcast()
 		w.sealMu.Unlock()
 	}
 }
 
-// sealSegment makes every journal the segment has records for durable,
-// then keeps the segment as a spare (renamed free-<seq>, the folder
-// synced, so that no crash can bring back its old name once the leader
-// writes a new header into it), or removes it when walMaxSpares are kept
-// already. A journal that is gone was folded into a durable snapshot, or
-// deleted with its session.
-func (s *Store) sealSegment(job sealJob) error {
+// syncJournals makes every journal the segment has records for durable. A
+// journal that is gone was folded into a durable snapshot, or deleted with
+// its session.
+func (s *Store) syncJournals(job sealJob) error {
 	for _, p := range job.journals {
 		if err := syncFile(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
 	s.walStep("sealed")
+	return nil
+}
+
+// retireSegment keeps a segment whose journals are synced and which a
+// checkpoint covers as a spare (renamed free-<seq>, the folder synced, so
+// that no crash can bring back its old name once the leader writes a new
+// header into it), or removes it when walMaxSpares are kept already.
+func (s *Store) retireSegment(job sealJob) error {
 	w := &s.wal
 	w.sealMu.Lock()
 	keep := len(w.spares) < s.opts.walSpares
@@ -642,9 +742,10 @@ func syncFile(path string) error {
 	return fdatasync(f)
 }
 
-// closeWAL stops the pipeline, seals the current segment and waits for the
-// sealer: after a clean Close no segment is left to replay, only spares.
-// Caller is Close, after every write ended.
+// closeWAL stops the pipeline and hands the current segment to the
+// sealer; Close's last checkpoint then covers every segment, and stopWAL
+// waits for the sealer to retire them: after a clean Close no segment is
+// left to replay, only spares. Caller is Close, after every write ended.
 func (s *Store) closeWAL() {
 	w := &s.wal
 	w.mu.Lock()
@@ -658,10 +759,10 @@ func (s *Store) closeWAL() {
 		s.walSeal(sealJob{path: w.j.path, seq: w.seq, journals: slices.Collect(maps.Keys(w.touched))})
 		w.j = nil
 	}
-	s.stopWAL()
 }
 
-// stopWAL ends the sealer once it has retired the segments queued for it.
+// stopWAL ends the sealer once it has synced the segments queued for it
+// and retired those a checkpoint covers.
 func (s *Store) stopWAL() {
 	w := &s.wal
 	w.sealMu.Lock()
@@ -690,13 +791,36 @@ type walPlan struct {
 	torn     map[string]int      // segment path -> where its torn tail starts
 	spares   []walSegment        // retired segments kept for reuse, oldest first
 	maxSeq   uint64              // the highest sequence number of a segment or spare
+	last     map[string]walPos   // session id -> position of the last record naming it
+	drops    map[string]walPos   // session id -> position of its last drop record
+	unnamed  []walPos            // positions of damaged records that name no session
+}
+
+// changedSince returns the sessions the log names at or after pos, each
+// with whether a drop at or after pos says it was deleted since (reset).
+// ok is false when damage at or after pos may hide a session: no
+// checkpoint at pos can then be trusted.
+func (p *walPlan) changedSince(pos walPos) (changed map[string]bool, ok bool) {
+	for _, u := range p.unnamed {
+		if pos.atOrAfter(u.seq, u.off) {
+			return nil, false
+		}
+	}
+	changed = map[string]bool{}
+	for id, at := range p.last {
+		if pos.atOrAfter(at.seq, at.off) {
+			d, dropped := p.drops[id]
+			changed[id] = dropped && pos.atOrAfter(d.seq, d.off)
+		}
+	}
+	return changed, true
 }
 
 // readWAL reads every segment of dir's WAL and plans its replay. It writes
 // nothing.
 func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 	p := &walPlan{byPath: map[string][]walRec{}, segPaths: map[string][]string{}, lost: map[string][]walRec{},
-		damaged: map[string]string{}, torn: map[string]int{}}
+		damaged: map[string]string{}, torn: map[string]int{}, last: map[string]walPos{}, drops: map[string]walPos{}}
 	des, err := os.ReadDir(filepath.Join(dir, walDir))
 	if errors.Is(err, os.ErrNotExist) {
 		return p, nil
@@ -729,7 +853,7 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 		if err != nil {
 			return nil, ioErr(err)
 		}
-		frames, bad, end, torn := walScan(data, seg.seq)
+		frames, offs, bad, end, torn := walScan(data, seg.seq)
 		var problems []string
 		if len(frames) == 0 || frames[0][0] != typeWALHead {
 			if len(bad) == 0 && !torn && end == 0 {
@@ -742,7 +866,7 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 			problems = append(problems, "its header names another segment")
 		}
 		if len(frames) > 0 && frames[0][0] == typeWALHead {
-			frames = frames[1:]
+			frames, offs = frames[1:], offs[1:]
 		}
 		if torn {
 			p.torn[seg.path] = end
@@ -752,17 +876,26 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 			lost bool
 		}
 		var events []event
-		add := func(good, lost []walRec) {
+		add := func(at int, good, lost []walRec, clean bool) {
+			pos := walPos{seq: seg.seq, off: int64(at)}
 			for _, r := range good {
 				events = append(events, event{rec: r})
+				p.last[r.id] = pos
+				if r.kind == walKindDrop {
+					p.drops[r.id] = pos
+				}
 			}
 			for _, r := range lost {
 				events = append(events, event{rec: r, lost: true})
+				p.last[r.id] = pos
+			}
+			if !clean {
+				p.unnamed = append(p.unnamed, pos)
 			}
 		}
-		for _, f := range frames {
+		for i, f := range frames {
 			good, lost, clean := parseWALRecs(f[walBatchHead:])
-			add(good, lost)
+			add(offs[i], good, lost, clean)
 			if !clean || len(lost) > 0 {
 				problems = append(problems, "a flush's records do not decode")
 			}
@@ -775,7 +908,7 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 			if rg.off+frameHeader+walBatchHead <= rg.end {
 				good, lost, clean = parseWALRecs(trimZeros(data[rg.off+frameHeader+walBatchHead : rg.end]))
 			}
-			add(good, lost)
+			add(rg.off, good, lost, clean)
 			what := fmt.Sprintf("bytes %d-%d are damaged", rg.off, rg.end)
 			if len(lost) > 0 {
 				ids := make([]string, 0, len(lost))
@@ -796,6 +929,8 @@ func readWAL(dir string, log *zap.Logger) (*walPlan, error) {
 		for _, ev := range events {
 			r := ev.rec
 			switch {
+			case r.kind == walKindTouch:
+				// Names its session; nothing to put into a journal.
 			case r.kind == walKindDrop:
 				delete(recsByID, r.id)
 				delete(p.lost, r.id)
@@ -990,23 +1125,25 @@ func frameAt(path string, off int64) (bool, error) {
 // sessions are scanned, and hands the replayed segments to the sealer.
 // A segment with damage is kept, renamed wal-<seq>.damaged, so that the
 // sessions it lost stay marked damaged at every Open until sessionctl fsck
-// repairs them; the damage is logged. It returns the sessions marked.
-func (s *Store) replayWAL() (map[string]error, error) {
+// repairs them; the damage is logged. It returns the plan read and the
+// sessions marked.
+func (s *Store) replayWAL() (*walPlan, map[string]error, error) {
 	w := &s.wal
 	w.cond = sync.NewCond(&w.mu)
 	w.sealCond = sync.NewCond(&w.sealMu)
 	w.sealDone = make(chan struct{})
 	w.touched = make(map[string]struct{})
 	if err := os.Mkdir(filepath.Join(s.dir, walDir), dirPerm); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("file: create %s: %w", walDir, ioErr(err))
+		return nil, nil, fmt.Errorf("file: create %s: %w", walDir, ioErr(err))
 	}
 	p, err := readWAL(s.dir, s.log)
 	if err != nil {
-		return nil, fmt.Errorf("file: read the write-ahead log: %w", err)
+		return nil, nil, fmt.Errorf("file: read the write-ahead log: %w", err)
 	}
 	// New segments are numbered past every spare too: a reused file's
 	// batches then never name the segment it becomes.
 	w.seq = p.maxSeq
+	w.end = walPos{seq: p.maxSeq + 1} // the next segment's start: past every record there is
 	for i, sp := range p.spares {
 		if i < len(p.spares)-s.opts.walSpares {
 			_ = os.Remove(sp.path) // kept by a run with a higher bound
@@ -1016,7 +1153,7 @@ func (s *Store) replayWAL() (map[string]error, error) {
 	}
 	lost, err := applyWAL(p, s.dir, &s.stats)
 	if err != nil {
-		return nil, fmt.Errorf("file: %w", err)
+		return nil, nil, fmt.Errorf("file: %w", err)
 	}
 	replayed := 0
 	for _, recs := range p.byPath {
@@ -1037,14 +1174,14 @@ func (s *Store) replayWAL() (map[string]error, error) {
 			// durable before the segment stops being replayed.
 			for _, jp := range p.segPaths[seg.path] {
 				if err := syncFile(jp); err != nil && !errors.Is(err, os.ErrNotExist) {
-					return nil, fmt.Errorf("file: sync journal %s: %w", jp, ioErr(err))
+					return nil, nil, fmt.Errorf("file: sync journal %s: %w", jp, ioErr(err))
 				}
 			}
 			if err := os.Rename(seg.path, seg.path+walDamagedExt); err != nil {
-				return nil, fmt.Errorf("file: keep damaged write-ahead log segment: %w", ioErr(err))
+				return nil, nil, fmt.Errorf("file: keep damaged write-ahead log segment: %w", ioErr(err))
 			}
 			if err := syncDir(filepath.Dir(seg.path)); err != nil {
-				return nil, fmt.Errorf("file: %w", err)
+				return nil, nil, fmt.Errorf("file: %w", err)
 			}
 		case seg.damaged:
 			s.log.Error("damaged write-ahead log segment from an earlier run; run sessionctl fsck --repair", zap.String("segment", seg.path), zap.String("damage", why))
@@ -1056,5 +1193,5 @@ func (s *Store) replayWAL() (map[string]error, error) {
 		s.log.Error("session lost a change in the write-ahead log", zap.String("session", id), zap.Error(err))
 	}
 	go s.sealLoop()
-	return lost, nil
+	return p, lost, nil
 }

@@ -1,8 +1,7 @@
 // Package postgres is the scale-out storage driver: sessions in one
 // PostgreSQL database that any number of sessiond replicas share, with the
-// same guarantees one daemon on the file driver gives. Wrap it with
-// storage.New; it implements storage.Driver and receives only valid
-// requests.
+// same guarantees one daemon on the file driver gives. Open returns a
+// *storage.Store over the driver, which receives only valid requests.
 //
 // # Schema
 //

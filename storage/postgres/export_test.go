@@ -1,9 +1,22 @@
 package postgres
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/sessiond/sessiond/storage"
 )
+
+// OpenDriver is Open that also returns the driver under the store, for
+// tests that hold its group commit.
+func OpenDriver(ctx context.Context, dsn string, opts Options) (*Store, *storage.Store, error) {
+	d, err := openDriver(ctx, dsn, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, storage.New(d, opts.Limits), nil
+}
 
 // EncodeMeta lets tests write sessions rows as the driver does.
 var EncodeMeta = encodeMeta

@@ -20,11 +20,10 @@ import (
 // when the test ends.
 func openDriver(t testing.TB, dsn string, maxConns int32) (*postgres.Store, *storage.Store) {
 	t.Helper()
-	d, err := postgres.Open(t.Context(), dsn, postgres.Options{MaxConns: maxConns, MinConns: 1})
+	d, s, err := postgres.OpenDriver(t.Context(), dsn, postgres.Options{MaxConns: maxConns, MinConns: 1})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	s := storage.New(d, storage.Limits{})
 	t.Cleanup(func() { _ = s.Close() })
 	return d, s
 }

@@ -22,7 +22,7 @@ func TestConformance(t *testing.T) {
 	pgtest.ServerDSN(t)
 	storetest.RunConformance(t, storetest.Harness{
 		NewData: func(t *testing.T) string { return pgtest.Schema(t) },
-		Open: func(ctx context.Context, dsn string) (storage.Driver, error) {
+		Open: func(ctx context.Context, dsn string) (*storage.Store, error) {
 			return postgres.Open(ctx, dsn, postgres.Options{MaxConns: 4, MinConns: 1})
 		},
 		Shared: true, // many daemons on one database
@@ -32,11 +32,10 @@ func TestConformance(t *testing.T) {
 // open opens a store on dsn, closed when the test ends.
 func open(t testing.TB, dsn string) *storage.Store {
 	t.Helper()
-	d, err := postgres.Open(t.Context(), dsn, postgres.Options{MaxConns: 4, MinConns: 1})
+	s, err := postgres.Open(t.Context(), dsn, postgres.Options{MaxConns: 4, MinConns: 1})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	s := storage.New(d, storage.Limits{})
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
@@ -328,18 +327,17 @@ func TestWatchReplayAfterRewrite(t *testing.T) {
 // TestStats: the sessions counted, the tables' size and the pool's
 // statistics.
 func TestStats(t *testing.T) {
-	d, err := postgres.Open(t.Context(), pgtest.Schema(t), postgres.Options{MaxConns: 4, MinConns: 1})
+	s, err := postgres.Open(t.Context(), pgtest.Schema(t), postgres.Options{MaxConns: 4, MinConns: 1})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	s := storage.New(d, storage.Limits{})
 	t.Cleanup(func() { _ = s.Close() })
 	for range 3 {
 		if _, err := s.Create(t.Context(), storage.CreateRequest{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	st, err := d.Stats(t.Context())
+	st, err := s.Stats(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,9 +48,13 @@ type Options struct {
 	// notification (default 2s): the rows are the truth, NOTIFY only the
 	// wake-up.
 	PollInterval time.Duration
+	// Limits are the limits the returned storage.Store enforces (zero
+	// fields: storage.DefaultLimits' values).
+	Limits storage.Limits
 }
 
-// Store is the PostgreSQL driver. Wrap it with storage.New.
+// Store is the PostgreSQL storage.Driver, reached only through the
+// storage.Store that Open returns.
 type Store struct {
 	pool *pgxpool.Pool
 	log  *zap.Logger
@@ -69,10 +73,21 @@ type Store struct {
 var _ storage.Driver = (*Store)(nil)
 
 // Open connects to the database dsn names, creates or migrates its schema,
-// and returns the driver. An unreachable database is ErrUnavailable; a
-// schema newer than this binary knows is an error that says so. Neither the
-// DSN nor its password appears in any error.
-func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+// and returns the store over it, which checks every request and enforces
+// opts.Limits; its Ping says whether the database answers. An unreachable
+// database is ErrUnavailable; a schema newer than this binary knows is an
+// error that says so. Neither the DSN nor its password appears in any
+// error.
+func Open(ctx context.Context, dsn string, opts Options) (*storage.Store, error) {
+	d, err := openDriver(ctx, dsn, opts)
+	if err != nil {
+		return nil, err
+	}
+	return storage.New(d, opts.Limits), nil
+}
+
+// openDriver opens the backend alone: what Open wraps.
+func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx's parse errors can quote the DSN; say only what is wrong.

@@ -35,7 +35,7 @@ func TestConformanceMemStore(t *testing.T) {
 			data[addr] = &memData{sessions: map[string]*memSession{}, aliases: map[string]map[string]string{}}
 			return addr
 		},
-		Open: func(_ context.Context, addr string) (storage.Driver, error) {
+		Open: func(_ context.Context, addr string) (*storage.Store, error) {
 			mu.Lock()
 			d := data[addr]
 			mu.Unlock()
@@ -46,7 +46,7 @@ func TestConformanceMemStore(t *testing.T) {
 			d.mu.Lock()
 			d.open = append(d.open, s)
 			d.mu.Unlock()
-			return s, nil
+			return storage.New(s, storage.Limits{}), nil
 		},
 		Shared: true,
 	})

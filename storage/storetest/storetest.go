@@ -50,12 +50,12 @@ type Harness struct {
 	// Subtests run in parallel, so NewData may be called concurrently.
 	NewData func(t *testing.T) string
 
-	// Open opens a driver on the data at addr. The suite closes every
-	// driver it opens, and opens addr again after closing it: writes the
-	// driver acknowledged must then be there. When Shared is false, Open
-	// on data another open driver holds must fail with an error wrapping
-	// storage.ErrLocked.
-	Open func(ctx context.Context, addr string) (storage.Driver, error)
+	// Open opens the backend's store (with its default limits) on the
+	// data at addr. The suite closes every store it opens, and opens addr
+	// again after closing it: writes the store acknowledged must then be
+	// there. When Shared is false, Open on data another open store holds
+	// must fail with an error wrapping storage.ErrLocked.
+	Open func(ctx context.Context, addr string) (*storage.Store, error)
 
 	// Shared says that several drivers may be open on the same data at
 	// once, each seeing the others' writes at once, with every rule (ids,
@@ -63,10 +63,6 @@ type Harness struct {
 	// watcher on one seeing, in order, the changes made through another
 	// (PostgreSQL: many daemons on one database).
 	Shared bool
-
-	// Limits are the limits of the suite's stores (zero fields: the
-	// defaults).
-	Limits storage.Limits
 }
 
 // RunConformance runs the suite against stores made by h.
@@ -140,11 +136,10 @@ func (h *harness) openUnchecked(t *testing.T) *storage.Store {
 // may already have happened) as a cleanup.
 func (h *harness) openOn(t *testing.T, addr string) (*storage.Store, error) {
 	t.Helper()
-	d, err := h.Open(t.Context(), addr)
+	s, err := h.Open(t.Context(), addr)
 	if err != nil {
 		return nil, err
 	}
-	s := storage.New(d, h.Limits)
 	t.Cleanup(func() { _ = s.Close() })
 	return s, nil
 }
