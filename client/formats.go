@@ -29,6 +29,7 @@ func (h *Handle) Export(f convert.Format, o convert.ExportOptions) ([]byte, []co
 		Namespace:    h.c.namespace,
 		Alias:        h.alias,
 		Title:        h.title,
+		TitleDerived: h.titleDerived,
 		Summary:      h.summary,
 		Metadata:     maps.Clone(h.metadata),
 		Revision:     h.revision,

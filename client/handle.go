@@ -163,15 +163,16 @@ type Handle struct {
 	// that writes once never opens.
 	appended bool
 
-	mu       sync.Mutex // guards everything below
-	id       string
-	alias    string
-	title    string
-	summary  string
-	metadata map[string]string
-	revision uint64
-	entries  []entry
-	ids      map[string]struct{} // ids of entries, to refuse a repeated one
+	mu           sync.Mutex // guards everything below
+	id           string
+	alias        string
+	title        string
+	titleDerived bool // title came from the first user message
+	summary      string
+	metadata     map[string]string
+	revision     uint64
+	entries      []entry
+	ids          map[string]struct{} // ids of entries, to refuse a repeated one
 	// synced: entries[:synced] are stored (or local). Saves send what comes
 	// after.
 	synced int
@@ -827,7 +828,7 @@ func (h *Handle) send(ctx context.Context, w *write) error {
 	// instead of silently adopting a session the handle has not seen.
 	h.revision = min(rev, w.expected+1)
 	if sess != nil {
-		h.alias, h.title = sess.Alias, sess.Title
+		h.alias, h.title, h.titleDerived = sess.Alias, sess.Title, sess.TitleDerived
 	}
 	h.recordLocked(w)
 	h.refreshSpoolLocked()
@@ -893,7 +894,7 @@ func (h *Handle) catchUp(ctx context.Context, w *write) (bool, error) {
 		return false, nil
 	}
 	h.revision = sess.Revision
-	h.alias, h.title = sess.Alias, sess.Title
+	h.alias, h.title, h.titleDerived = sess.Alias, sess.Title, sess.TitleDerived
 	if last != nil {
 		h.recordLocked(&write{last: last})
 	} else {
@@ -988,7 +989,7 @@ func (h *Handle) Reload(ctx context.Context) error {
 	for _, e := range entries {
 		h.ids[e.m.GetId()] = struct{}{}
 	}
-	h.revision, h.alias, h.title = sess.Revision, sess.Alias, sess.Title
+	h.revision, h.alias, h.title, h.titleDerived = sess.Revision, sess.Alias, sess.Title, sess.TitleDerived
 	if !h.summaryDirty {
 		h.summary = sess.Summary
 	}
