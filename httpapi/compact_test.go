@@ -13,7 +13,7 @@ func TestCompactRoute(t *testing.T) {
 	var created struct {
 		Session struct{ ID string } `json:"session"`
 	}
-	b := mustSend(t, 200, "POST", base+"/v1/sessions", `{"alias": "long", "messages": [
+	b := mustSend(t, 200, "POST", base+"/v1/sessions", `{"alias": "long", "title": "a long talk", "messages": [
 		{"id": "u1", "role": "ROLE_USER", "content": "first"},
 		{"id": "a1", "role": "ROLE_ASSISTANT", "content": "answer"},
 		{"id": "u2", "role": "ROLE_USER", "content": "second"}]}`)
