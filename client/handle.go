@@ -328,16 +328,17 @@ func merge(stored []*sessiondv1.Message, locals []localAt) []entry {
 
 func newHandle(c *Client, sess *Session, stored []*sessiondv1.Message, locals []localAt, opts []HandleOption) *Handle {
 	h := &Handle{
-		c:        c,
-		opts:     applyOptions(opts),
-		base:     slices.Clone(opts),
-		kick:     make(chan struct{}, 1),
-		id:       sess.ID,
-		alias:    sess.Alias,
-		title:    sess.Title,
-		summary:  sess.Summary,
-		metadata: sess.Metadata,
-		revision: sess.Revision,
+		c:            c,
+		opts:         applyOptions(opts),
+		base:         slices.Clone(opts),
+		kick:         make(chan struct{}, 1),
+		id:           sess.ID,
+		alias:        sess.Alias,
+		title:        sess.Title,
+		titleDerived: sess.TitleDerived,
+		summary:      sess.Summary,
+		metadata:     sess.Metadata,
+		revision:     sess.Revision,
 	}
 	h.entries = merge(stored, locals)
 	h.synced = len(h.entries)
