@@ -593,6 +593,7 @@ class SessionView {
       // scrolled to the one the address names, nor marked it :target.
       const target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
       if (target) {
+        openFold(target);
         target.classList.add('target');
         target.scrollIntoView();
       }
@@ -625,6 +626,43 @@ class SessionView {
       this.addMessage(m);
     }
     this.markOpen();
+    await this.foldCompaction();
+  }
+
+  // foldCompaction folds the messages the latest compaction stands for
+  // into a closed <details> under its summary, the message a model is sent
+  // in their place (the first of the context view): the originals stay
+  // stored and one click away.
+  async foldCompaction() {
+    const compaction = field(this.session, 'compaction');
+    const count = Number(field(compaction, 'through_message_count')) || 0;
+    const folded = [...this.list.children].slice(0, count);
+    if (count === 0 || folded.length < count) {
+      return;
+    }
+    const res = await apiFetch(this.apiPath() + '/messages', { view: 'LOAD_VIEW_CONTEXT', limit: 1 }, { signal: this.abort.signal });
+    let summary = null;
+    for (const fr of await frames(res)) {
+      summary = summary || (field(fr, 'messages') || [])[0] || null;
+    }
+    const through = field(compaction, 'through_message_id');
+    const noun = count === 1 ? 'message' : 'messages';
+    this.list.prepend(
+      h(
+        'li',
+        { id: 'compaction', class: 'msg compaction', dataset: { throughMessageCount: String(count), throughMessageId: through || '' } },
+        h(
+          'header',
+          null,
+          h('span', { class: 'role', text: 'summary' }),
+          summary ? h('span', { class: 'role-of-summary', text: roleLabel(roleOf(summary)) }) : null,
+          h('span', { text: 'stands for messages 1–' + count + ' in what a model is sent' }),
+          h('time', { text: fmtTime(field(compaction, 'created_at')) }),
+        ),
+        summary ? this.renderBody(summary) : h('p', { class: 'item-note', text: 'The summary could not be read.' }),
+        h('details', { class: 'compacted' }, h('summary', { text: count + ' original ' + noun + ', compacted' }), h('ol', { class: 'messages' }, folded)),
+      ),
+    );
   }
 
   setSession(s) {
@@ -879,6 +917,7 @@ class SessionView {
         }
         break;
       case 'EVENT_TYPE_REPLACED':
+      case 'EVENT_TYPE_COMPACTED':
         return 'reload';
       case 'EVENT_TYPE_DELETED':
         this.setLive('deleted', 'off');
@@ -898,6 +937,15 @@ class SessionView {
       window.scrollTo(0, document.body.scrollHeight);
     }
     return undefined;
+  }
+}
+
+// openFold opens the compacted range that holds el, if any, so that a link
+// to a folded message shows it.
+function openFold(el) {
+  const fold = el.closest('details.compacted');
+  if (fold) {
+    fold.open = true;
   }
 }
 
