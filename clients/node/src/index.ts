@@ -115,6 +115,10 @@ export class SessiondSession implements Session {
       this.conn.close();
       throw new TypeError('SessiondSession: alias must be a non-empty string when given');
     }
+    if (options.view !== undefined && options.view !== 'full' && options.view !== 'context') {
+      this.conn.close();
+      throw new TypeError(`SessiondSession: view ${JSON.stringify(options.view)} is neither 'full' nor 'context'`);
+    }
     this.opts = options;
     this.namespace = options.namespace ?? '';
   }
@@ -190,6 +194,7 @@ export class SessiondSession implements Session {
       const items = decodeMessage(last, `message ${last.id}`);
       try {
         await this.unary('RewindSession', { ref, message_count: String(count - 1), expected_revision: session.revision });
+        if (last.id === this.lastKnown) this.lastKnown = undefined;
         return items[items.length - 1];
       } catch (err) {
         if (!(err instanceof SessiondError) || err.code !== grpc.status.ABORTED || attempt >= MAX_CONFLICT_RETRIES) throw err;
@@ -273,10 +278,10 @@ export class SessiondSession implements Session {
     let through = this.lastKnown;
     if (through === undefined) {
       const { messages } = await this.load({ ref, limit: 1, tail: true, view: 'LOAD_VIEW_FULL' });
-      if (messages.length === 0) return;
-      through = messages[messages.length - 1].id;
+      const last = messages[messages.length - 1];
+      if (last?.id === undefined) return;
+      through = last.id;
     }
-    if (through === undefined) return;
     await this.compact(ref, through, encodeSummary([], randomUUID(), 'items'));
     this.cleared = through;
   }

@@ -106,9 +106,18 @@ test('view context: clearSession empties the context view and keeps every item; 
   assert.deepStrictEqual(await full.getItems(), [...items, user('after the clear')]);
   const resumed = open({ view: 'context', alias });
   assert.deepStrictEqual(await resumed.getItems(), [user('the summary'), { type: 'compaction', encrypted_content: 'opaque-2' }]);
+
+  // Popping the last item this session appended moves where a clear ends.
+  await session.getItems();
+  await session.addItems([user('popped')]);
+  assert.deepStrictEqual(await session.popItem(), user('popped'));
+  await session.clearSession();
+  assert.deepStrictEqual(await session.getItems(), []);
+  assert.deepStrictEqual(await full.getItems(), [...items, user('after the clear')]);
 });
 
 test('without view context, clearSession still removes the items', async () => {
+  assert.throws(() => new SessiondSession({ address, view: 'ctx' }), /view "ctx" is neither/);
   const session = open();
   await session.addItems([user('gone')]);
   await session.clearSession();
