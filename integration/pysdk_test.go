@@ -47,6 +47,8 @@ var pythonSDKTests = []string{
 	"test_crc32c",
 	"test_round_trip",
 	"test_token_and_tls",
+	"test_client_compact_and_load_views",
+	"test_handle_compacts_at_its_revision",
 }
 
 // needPython skips (or, in CI, fails) the test when Debian's Python cannot

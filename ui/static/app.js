@@ -18,6 +18,7 @@ const PAGE_SIZE = 50;
 const SEARCH_LIMIT = 100;
 const ROLES = ['ROLE_UNSPECIFIED', 'ROLE_SYSTEM', 'ROLE_USER', 'ROLE_ASSISTANT', 'ROLE_TOOL'];
 const EVENTS = ['EVENT_TYPE_UNSPECIFIED', 'EVENT_TYPE_APPENDED', 'EVENT_TYPE_REPLACED', 'EVENT_TYPE_UPDATED', 'EVENT_TYPE_DELETED', 'EVENT_TYPE_DELTA', 'EVENT_TYPE_FINISHED'];
+EVENTS[8] = 'EVENT_TYPE_COMPACTED'; // 7 is not used
 const STATES = ['MESSAGE_STATE_UNSPECIFIED', 'MESSAGE_STATE_STREAMING', 'MESSAGE_STATE_COMPLETE', 'MESSAGE_STATE_INTERRUPTED'];
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 const IMAGE_TYPES = new Set(['image/png', 'image/jpeg', 'image/gif', 'image/webp']);
@@ -594,6 +595,7 @@ class SessionView {
       // scrolled to the one the address names, nor marked it :target.
       const target = location.hash ? document.getElementById(location.hash.slice(1)) : null;
       if (target) {
+        openFold(target);
         target.classList.add('target');
         target.scrollIntoView();
       }
@@ -626,6 +628,43 @@ class SessionView {
       this.addMessage(m);
     }
     this.markOpen();
+    await this.foldCompaction();
+  }
+
+  // foldCompaction folds the messages the latest compaction stands for
+  // into a closed <details> under its summary, the message a model is sent
+  // in their place (the first of the context view): the originals stay
+  // stored and one click away.
+  async foldCompaction() {
+    const compaction = field(this.session, 'compaction');
+    const count = Number(field(compaction, 'through_message_count')) || 0;
+    const folded = [...this.list.children].slice(0, count);
+    if (count === 0 || folded.length < count) {
+      return;
+    }
+    const res = await apiFetch(this.apiPath() + '/messages', { view: 'LOAD_VIEW_CONTEXT', limit: 1 }, { signal: this.abort.signal });
+    let summary = null;
+    for (const fr of await frames(res)) {
+      summary = summary || (field(fr, 'messages') || [])[0] || null;
+    }
+    const through = field(compaction, 'through_message_id');
+    const noun = count === 1 ? 'message' : 'messages';
+    this.list.prepend(
+      h(
+        'li',
+        { id: 'compaction', class: 'msg compaction', dataset: { throughMessageCount: String(count), throughMessageId: through || '' } },
+        h(
+          'header',
+          null,
+          h('span', { class: 'role', text: 'summary' }),
+          summary ? h('span', { class: 'role-of-summary', text: roleLabel(roleOf(summary)) }) : null,
+          h('span', { text: 'stands for messages 1–' + count + ' in what a model is sent' }),
+          h('time', { text: fmtTime(field(compaction, 'created_at')) }),
+        ),
+        summary ? this.renderBody(summary) : h('p', { class: 'item-note', text: 'The summary could not be read.' }),
+        h('details', { class: 'compacted' }, h('summary', { text: count + ' original ' + noun + ', compacted' }), h('ol', { class: 'messages' }, folded)),
+      ),
+    );
   }
 
   setSession(s) {
@@ -922,6 +961,7 @@ class SessionView {
       case 'EVENT_TYPE_REPLACED':
       case 'EVENT_TYPE_FINISHED':
         // A finished turn may bring tool calls: the reload draws them.
+      case 'EVENT_TYPE_COMPACTED':
         return 'reload';
       case 'EVENT_TYPE_DELETED':
         this.setLive('deleted', 'off');
@@ -941,6 +981,15 @@ class SessionView {
       window.scrollTo(0, document.body.scrollHeight);
     }
     return undefined;
+  }
+}
+
+// openFold opens the compacted range that holds el, if any, so that a link
+// to a folded message shows it.
+function openFold(el) {
+  const fold = el.closest('details.compacted');
+  if (fold) {
+    fold.open = true;
   }
 }
 

@@ -13,7 +13,7 @@
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import type { AgentInputItem, Session } from '@openai/agents-core';
-import { decodeMessage, encodeItem, type WireMessage } from './items';
+import { decodeMessage, encodeItem, encodeSummary, type WireMessage } from './items';
 import { Connection, SessiondError, type StoredSession } from './rpc';
 
 export { ITEM_ENCODING_KEY, ITEM_TYPE_KEY } from './items';
@@ -66,6 +66,16 @@ export interface SessiondSessionOptions {
    * messages carry ids set here, so a retried append never duplicates.
    */
   retries?: number;
+  /**
+   * Which messages getItems returns: 'full' (the default) every stored
+   * one; 'context' what to send a model, the latest compaction's summary
+   * and the items after its range. With 'context', clearSession keeps the
+   * originals: it stores a compaction (CompactSession) whose summary holds
+   * no items, and items added right after it become that summary instead,
+   * so the Agents SDK's OpenAIResponsesCompactionSession compacts without
+   * rewriting history.
+   */
+  view?: 'full' | 'context';
 }
 
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
@@ -88,6 +98,12 @@ export class SessiondSession implements Session {
   private readonly namespace: string;
   private readonly opts: SessiondSessionOptions;
   private resolving: Promise<string> | undefined;
+  // With view 'context': the last message this session appended (or,
+  // before it appended any, read), where clearSession's range ends; and
+  // the range a clearSession just emptied, whose summary the next
+  // addItems fills.
+  private lastKnown: string | undefined;
+  private cleared: string | undefined;
 
   constructor(options: SessiondSessionOptions) {
     this.conn = new Connection('SessiondSession', options);
@@ -98,6 +114,10 @@ export class SessiondSession implements Session {
     if (options.alias !== undefined && (typeof options.alias !== 'string' || options.alias === '')) {
       this.conn.close();
       throw new TypeError('SessiondSession: alias must be a non-empty string when given');
+    }
+    if (options.view !== undefined && options.view !== 'full' && options.view !== 'context') {
+      this.conn.close();
+      throw new TypeError(`SessiondSession: view ${JSON.stringify(options.view)} is neither 'full' nor 'context'`);
     }
     this.opts = options;
     this.namespace = options.namespace ?? '';
@@ -125,7 +145,9 @@ export class SessiondSession implements Session {
     }
     const ref = await this.ref();
     const close_open_tool_calls = this.opts.closeOpenToolCalls === true;
-    const { messages } = await this.load(limit === undefined ? { ref, close_open_tool_calls } : { ref, limit, tail: true, close_open_tool_calls });
+    const view = this.contextView() ? 'LOAD_VIEW_CONTEXT' : 'LOAD_VIEW_FULL';
+    const { session, messages } = await this.load(limit === undefined ? { ref, close_open_tool_calls, view } : { ref, limit, tail: true, close_open_tool_calls, view });
+    if (this.contextView()) this.noteRead(session, messages, limit === undefined);
     const items = messages.flatMap((m, i) => decodeMessage(m, `message ${m.id ?? i}`));
     return limit !== undefined && items.length > limit ? items.slice(items.length - limit) : items;
   }
@@ -142,7 +164,13 @@ export class SessiondSession implements Session {
     const created_at = { seconds: String(Math.floor(now / 1000)), nanos: (now % 1000) * 1e6 };
     const messages = items.map((item, i) => ({ ...encodeItem(item, randomUUID(), `items[${i}]`), created_at }));
     const ref = await this.ref();
+    if (this.contextView() && this.cleared !== undefined) {
+      await this.compact(ref, this.cleared, encodeSummary(items, randomUUID(), 'items'));
+      this.cleared = undefined;
+      return;
+    }
     await this.conn.append({ ref, messages });
+    if (this.contextView()) this.lastKnown = messages[messages.length - 1].id;
   }
 
   /**
@@ -153,14 +181,20 @@ export class SessiondSession implements Session {
    */
   async popItem(): Promise<AgentInputItem | undefined> {
     const ref = await this.ref();
+    this.cleared = undefined;
+    const view = this.contextView() ? 'LOAD_VIEW_CONTEXT' : 'LOAD_VIEW_FULL';
     for (let attempt = 0; ; attempt++) {
-      const { session, messages } = await this.load({ ref, limit: 1, tail: true });
+      const { session, messages } = await this.load({ ref, limit: 1, tail: true, view });
       const count = Number(session.message_count);
       if (count === 0 || messages.length === 0) return undefined;
       const last = messages[messages.length - 1];
+      // A summary is not popped: rewinding into its range would drop the
+      // compaction and bring back every message it stands for.
+      if (last.id === session.compaction?.summary_message_id) return undefined;
       const items = decodeMessage(last, `message ${last.id}`);
       try {
         await this.unary('RewindSession', { ref, message_count: String(count - 1), expected_revision: session.revision });
+        if (last.id === this.lastKnown) this.lastKnown = undefined;
         return items[items.length - 1];
       } catch (err) {
         if (!(err instanceof SessiondError) || err.code !== grpc.status.ABORTED || attempt >= MAX_CONFLICT_RETRIES) throw err;
@@ -174,6 +208,10 @@ export class SessiondSession implements Session {
    */
   async clearSession(): Promise<void> {
     const ref = await this.ref();
+    if (this.contextView()) {
+      await this.clearContext(ref);
+      return;
+    }
     await this.unary('RewindSession', { ref, message_count: '0' });
   }
 
@@ -216,6 +254,42 @@ export class SessiondSession implements Session {
         throw again;
       }
     }
+  }
+
+  private contextView(): boolean {
+    return this.opts.view === 'context';
+  }
+
+  // noteRead remembers, before this session appends, the last message a
+  // whole read of the context view returned (the summary stands for its
+  // compaction's range). A read ends a clearSession's pending summary.
+  private noteRead(session: StoredSession, messages: WireMessage[], whole: boolean): void {
+    this.cleared = undefined;
+    if (!whole || this.lastKnown !== undefined || messages.length === 0) return;
+    const last = messages[messages.length - 1];
+    this.lastKnown = last.id === session.compaction?.summary_message_id ? session.compaction?.through_message_id : last.id;
+  }
+
+  // clearContext empties the context view with a compaction whose summary
+  // holds no items, over the messages up to the last this session knows
+  // (see lastKnown): messages other writers added after it stay in the
+  // context view, never hidden by a summary that did not see them.
+  private async clearContext(ref: Ref): Promise<void> {
+    let through = this.lastKnown;
+    if (through === undefined) {
+      const { messages } = await this.load({ ref, limit: 1, tail: true, view: 'LOAD_VIEW_FULL' });
+      const last = messages[messages.length - 1];
+      if (last?.id === undefined) return;
+      through = last.id;
+    }
+    await this.compact(ref, through, encodeSummary([], randomUUID(), 'items'));
+    this.cleared = through;
+  }
+
+  // compact stores a compaction; its range is named, so it needs no
+  // expected revision, and a retry with the same summary id is a no-op.
+  private async compact(ref: Ref, through: string, summary: WireMessage): Promise<void> {
+    await this.retrying('CompactSession', { ref, through_message_id: through, summary });
   }
 
   private unary(method: string, req: object): Promise<any> {

@@ -95,6 +95,7 @@ export function encodeItem(item: AgentInputItem, id: string, where: string): Wir
  * say (one item per tool call when it holds several).
  */
 export function decodeMessage(msg: WireMessage, where: string): AgentInputItem[] {
+  if (msg.metadata?.[ITEM_ENCODING_KEY] === SUMMARY_ENCODING) return decodeSummary(msg, where);
   if (msg.metadata?.[ITEM_ENCODING_KEY] === 'json') {
     const part = msg.parts?.[0];
     if (typeof part?.json !== 'string' || part.json === '') {
@@ -231,4 +232,29 @@ function mapValues(o: Obj): Obj {
 // setOwn sets an own property, even one named __proto__.
 function setOwn(o: Obj, k: string, v: unknown): void {
   Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
+}
+
+// A compaction's summary (SessiondSession with view 'context') holds the
+// items that replace the compacted range, any number of them: each as JSON
+// in its own part, and their text in content for readers of other clients.
+const SUMMARY_ENCODING = 'json_items';
+
+/** encodeSummary makes the summary message, with the given id, that carries items. */
+export function encodeSummary(items: AgentInputItem[], id: string, where: string): WireMessage {
+  const parts = items.map((item, i) => {
+    if (item === null || typeof item !== 'object' || Array.isArray(item)) throw new TypeError(`${where}[${i}] is not an object`);
+    return { json: JSON.stringify(toTagged(item, `${where}[${i}]`)) };
+  });
+  const content = items.map((item) => {
+    const it = item as unknown as Obj;
+    return textOf(it.content) || textOf(it.output) || `[${str(it.type) || 'message'}]`;
+  }).join('\n\n');
+  return { id, role: 'ROLE_SYSTEM', content, parts, metadata: { [ITEM_TYPE_KEY]: 'summary', [ITEM_ENCODING_KEY]: SUMMARY_ENCODING } };
+}
+
+function decodeSummary(msg: WireMessage, where: string): AgentInputItem[] {
+  return (msg.parts ?? []).map((part, i) => {
+    if (typeof part.json !== 'string' || part.json === '') throw new Error(`${where} is a summary whose part ${i} holds no item`);
+    return fromTagged(JSON.parse(part.json)) as AgentInputItem;
+  });
 }

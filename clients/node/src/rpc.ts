@@ -49,6 +49,10 @@ export interface StoredSession {
   metadata: Record<string, string>;
   labels: Record<string, string>;
   open_tool_call_ids: string[];
+  /** How many messages the context view (LOAD_VIEW_CONTEXT) holds. */
+  context_message_count?: string;
+  /** The latest compaction's range, when the session has one. */
+  compaction?: { through_message_id: string; through_message_count: string; summary_message_id: string; revision: string } | null;
 }
 
 // Rejects the appends waiting on a stream the daemon does not have.

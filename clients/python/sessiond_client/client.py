@@ -192,13 +192,21 @@ class Client:
         return self._call("GetSession", self.rpc.GetSession, pb.GetSessionRequest(ref=self.ref(id, alias))).session
 
     def load(self, id: str = "", alias: str = "", *, close_open_tool_calls: bool = False,
-             timeout: Optional[float] = None) -> Tuple[pb.Session, List[pb.Message]]:
+             timeout: Optional[float] = None,
+             view: int = pb.LOAD_VIEW_FULL) -> Tuple[pb.Session, List[pb.Message]]:
         """LoadSession: a session's metadata and all its messages. With
         close_open_tool_calls, each tool call that no result answers is
         followed by a synthetic ROLE_TOOL result (metadata
         "sessiond.synthetic": "true") saying it was interrupted, so that a
-        model API accepts the history; the daemon refuses to store it."""
-        req = pb.LoadSessionRequest(ref=self.ref(id, alias), close_open_tool_calls=close_open_tool_calls)
+        model API accepts the history; the daemon refuses to store it.
+
+        ``view`` selects the messages: LOAD_VIEW_FULL every stored message,
+        LOAD_VIEW_CONTEXT what to send a model (the latest compaction's
+        summary, then the messages after its range; see compact())."""
+        if view not in pb.LoadView.values():
+            raise Invalid("load: view %r is not a LoadView" % (view,))
+        req = pb.LoadSessionRequest(ref=self.ref(id, alias), close_open_tool_calls=close_open_tool_calls,
+                                    view=view)
         if self._closed:
             raise Closed("LoadSession: client closed")
         session: Optional[pb.Session] = None
@@ -274,6 +282,29 @@ class Client:
                 yield frame.session
         except grpc.RpcError as err:
             raise from_rpc_error("ListSessions", err) from err
+
+    def compact(self, id: str = "", alias: str = "", *, through_message_id: str, summary: pb.Message,
+                expected_revision: int = 0, timeout: Optional[float] = None) -> pb.Session:
+        """CompactSession: stores a compaction, in which ``summary``
+        (typically a system or user message holding the summary text) stands
+        for the session's messages up to and including
+        ``through_message_id`` in the context view (load with
+        view=LOAD_VIEW_CONTEXT). Every message stays stored. With
+        ``expected_revision`` non-zero, a session changed since raises
+        Conflict, so that a summary computed from a stale read never hides
+        newer messages. A range that separates a tool call from its result
+        raises Invalid. Returns the session, whose ``compaction`` describes
+        the new range. Sending the latest compaction again (the same range
+        and the summary with the same id) is a no-op, so a retry is safe."""
+        if not through_message_id:
+            raise Invalid("compact: through_message_id is empty")
+        if not isinstance(summary, pb.Message):
+            raise Invalid("compact: summary is a %s, not a sessiond.v1 Message" % type(summary).__name__)
+        if summary.role == pb.ROLE_UNSPECIFIED:
+            raise Invalid("compact: summary.role is unspecified")
+        req = pb.CompactSessionRequest(ref=self.ref(id, alias), through_message_id=through_message_id,
+                                       summary=summary, expected_revision=expected_revision)
+        return self._call("CompactSession", self.rpc.CompactSession, req, timeout).session
 
     # -- handles -------------------------------------------------------------
 

@@ -569,6 +569,43 @@ class Handle:
                 self._paused = None
                 self._refresh_spool_locked()
 
+    # -- compaction ----------------------------------------------------------
+
+    def compact(self, through_message_id: str, summary: pb.Message, timeout: Optional[float] = None) -> None:
+        """Saves what is unsaved, then stores a compaction of the session
+        (see :meth:`Client.compact`) at the revision the handle holds: a
+        session changed by another writer since the handle last synced
+        raises Conflict (reload(), then summarise again). The handle's
+        messages stay whole; context_messages() loads what a model should
+        see."""
+        deadline = _deadline(timeout)
+        with self._save_mu:
+            self._save_locked(False, deadline)
+            with self._mu:
+                if self._closed:
+                    raise Closed("compact: handle closed")
+                expected = self._revision
+            session = self._c.compact(id=self._id, through_message_id=through_message_id, summary=summary,
+                                      expected_revision=expected,
+                                      timeout=_remaining(deadline, self._c.timeout))
+            with self._mu:
+                # As after a save: an answer beyond expected+1 (a repeated
+                # compaction answered with a session others changed since)
+                # must not let the handle adopt changes it has not seen.
+                self._revision = min(session.revision, expected + 1)
+
+    def context_messages(self, timeout: Optional[float] = None) -> List[pb.Message]:
+        """Saves what is unsaved, then loads the session's context view: the
+        latest compaction's summary and the messages after its range (every
+        message without a compaction), with a synthetic result closing each
+        open tool call, as a model API wants them."""
+        deadline = _deadline(timeout)
+        with self._save_mu:
+            self._save_locked(False, deadline)
+            _, messages = self._c.load(id=self._id, close_open_tool_calls=True, view=pb.LOAD_VIEW_CONTEXT,
+                                       timeout=_remaining(deadline, self._c.timeout))
+            return messages
+
     # -- closing -------------------------------------------------------------
 
     def close(self, timeout: Optional[float] = None) -> None:
