@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -463,7 +464,7 @@ func TestErrorCodes(t *testing.T) {
 func TestLimits(t *testing.T) {
 	lim := storage.Limits{
 		MaxMessageBytes: 200, MaxFrameBytes: 4096, MaxTitleBytes: 8, MaxSummaryBytes: 16,
-		MaxMapEntries: 2, MaxMapKeyBytes: 4, MaxMapValueBytes: 8, MaxSessionBytes: 1000,
+		MaxMapEntries: 2, MaxMapKeyBytes: 4, MaxMapValueBytes: 8, MaxSessionBytes: 1000, MaxQueryBytes: 12,
 	}
 	h := newHarness(t, harnessConfig{limits: lim})
 	c := h.client
@@ -553,6 +554,14 @@ func TestLimits(t *testing.T) {
 			_, err = st.CloseAndRecv()
 			return err
 		}, ""}, // grpc-go's receive limit again: it answers the client itself
+		{"search query", func(ctx context.Context) error {
+			st, err := c.SearchSessions(ctx, &sessiondv1.SearchSessionsRequest{Query: "1234567890123"})
+			if err != nil {
+				return err
+			}
+			_, err = st.Recv()
+			return err
+		}, "query is 13 bytes, over the max_query_bytes limit of 12"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -566,8 +575,20 @@ func TestLimits(t *testing.T) {
 	if err != nil {
 		t.Fatalf("update of an unlimited field: %v", err)
 	}
+	// A query is bounded by its own limit, not by the shorter title's.
+	search, err := c.SearchSessions(t.Context(), &sessiondv1.SearchSessionsRequest{Query: "123456789012"})
+	if err != nil {
+		t.Fatalf("search: %v", err)
+	}
+	for {
+		if _, err := search.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("search with a 12-byte query: %v", err)
+		}
+	}
 	info, err := c.GetServerInfo(t.Context(), &sessiondv1.GetServerInfoRequest{})
-	if err != nil || info.GetLimits().GetMaxTitleBytes() != 8 || info.GetLimits().GetMaxFrameBytes() != 4096 {
+	if err != nil || info.GetLimits().GetMaxTitleBytes() != 8 || info.GetLimits().GetMaxFrameBytes() != 4096 || info.GetLimits().GetMaxQueryBytes() != 12 {
 		t.Fatalf("GetServerInfo limits = %v, %v", info.GetLimits(), err)
 	}
 }

@@ -21,6 +21,7 @@ type Limits struct {
 	// MaxSessionBytes bounds the encoded messages of one Save (and of one
 	// SaveSession stream, which the server holds in memory until complete).
 	MaxSessionBytes int64
+	MaxQueryBytes   int64 // one search query
 }
 
 // DefaultLimits returns the daemon's default limits.
@@ -34,6 +35,7 @@ func DefaultLimits() Limits {
 		MaxMapKeyBytes:   256,
 		MaxMapValueBytes: 64 << 10,
 		MaxSessionBytes:  1 << 30,
+		MaxQueryBytes:    1 << 10,
 	}
 }
 
@@ -51,6 +53,7 @@ func (l Limits) Validate() error {
 		{"max_map_key_bytes", l.MaxMapKeyBytes},
 		{"max_map_value_bytes", l.MaxMapValueBytes},
 		{"max_session_bytes", l.MaxSessionBytes},
+		{"max_query_bytes", l.MaxQueryBytes},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("limit %s is %d; it must be positive", f.name, f.v)
@@ -70,11 +73,11 @@ func (l Limits) Proto() *sessiondv1.ServerLimits {
 		MaxMapValueBytes: l.MaxMapValueBytes,
 		MaxSummaryBytes:  l.MaxSummaryBytes,
 		MaxSessionBytes:  l.MaxSessionBytes,
+		MaxQueryBytes:    l.MaxQueryBytes,
 	}
 }
 
-// CheckTitle checks a title (or a search query, which the title limit also
-// bounds): valid UTF-8, at most max_title_bytes.
+// CheckTitle checks a title: valid UTF-8, at most max_title_bytes.
 func (l Limits) CheckTitle(field, s string) error {
 	if int64(len(s)) > l.MaxTitleBytes {
 		return &LimitError{Field: field, Limit: "max_title_bytes", Size: int64(len(s)), Max: l.MaxTitleBytes}
@@ -121,4 +124,12 @@ func (l Limits) CheckSessionBytes(field string, total int64) error {
 		return &LimitError{Field: field, Limit: "max_session_bytes", Size: total, Max: l.MaxSessionBytes}
 	}
 	return nil
+}
+
+// CheckQuery checks a search query: valid UTF-8, at most max_query_bytes.
+func (l Limits) CheckQuery(field, s string) error {
+	if int64(len(s)) > l.MaxQueryBytes {
+		return &LimitError{Field: field, Limit: "max_query_bytes", Size: int64(len(s)), Max: l.MaxQueryBytes}
+	}
+	return ValidateText(field, s)
 }

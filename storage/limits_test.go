@@ -18,7 +18,7 @@ func TestLimitsValidate(t *testing.T) {
 }
 
 func TestLimitErrorsNameTheLimit(t *testing.T) {
-	l := Limits{MaxTitleBytes: 4, MaxSummaryBytes: 4, MaxMapEntries: 1, MaxMapKeyBytes: 2, MaxMapValueBytes: 2, MaxSessionBytes: 10, MaxFrameBytes: 1, MaxMessageBytes: 1}
+	l := Limits{MaxTitleBytes: 4, MaxSummaryBytes: 4, MaxMapEntries: 1, MaxMapKeyBytes: 2, MaxMapValueBytes: 2, MaxSessionBytes: 10, MaxFrameBytes: 1, MaxMessageBytes: 1, MaxQueryBytes: 4}
 	for _, c := range []struct {
 		name         string
 		err          error
@@ -30,6 +30,7 @@ func TestLimitErrorsNameTheLimit(t *testing.T) {
 		{"key", l.CheckMap("metadata", map[string]string{"abc": ""}), `metadata key "abc"`, "max_map_key_bytes"},
 		{"value", l.CheckMap("metadata", map[string]string{"a": "abc"}), `metadata["a"]`, "max_map_value_bytes"},
 		{"session", l.CheckSessionBytes("messages", 11), "messages", "max_session_bytes"},
+		{"query", l.CheckQuery("query", "12345"), "query", "max_query_bytes"},
 	} {
 		var le *LimitError
 		if !errors.As(c.err, &le) || !errors.Is(c.err, ErrTooLarge) || errors.Is(c.err, ErrInvalid) {

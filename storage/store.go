@@ -53,6 +53,7 @@ func New(d Driver, limits Limits) *Store {
 		{&limits.MaxTitleBytes, &def.MaxTitleBytes}, {&limits.MaxSummaryBytes, &def.MaxSummaryBytes},
 		{&limits.MaxMapEntries, &def.MaxMapEntries}, {&limits.MaxMapKeyBytes, &def.MaxMapKeyBytes},
 		{&limits.MaxMapValueBytes, &def.MaxMapValueBytes}, {&limits.MaxSessionBytes, &def.MaxSessionBytes},
+		{&limits.MaxQueryBytes, &def.MaxQueryBytes},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.d
@@ -437,7 +438,7 @@ func (s *Store) Search(ctx context.Context, opts SearchOptions, yield func(Searc
 	if opts.Query == "" {
 		return Invalid("query", "is empty")
 	}
-	if err := firstErr(ValidateNamespace(opts.Namespace), s.lim.CheckTitle("query", opts.Query),
+	if err := firstErr(ValidateNamespace(opts.Namespace), s.lim.CheckQuery("query", opts.Query),
 		notNegative("limit", opts.Limit)); err != nil {
 		return err
 	}

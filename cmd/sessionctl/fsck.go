@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -16,6 +17,7 @@ import (
 
 func fsckCmd(e *env) *cobra.Command {
 	var repair bool
+	var restore []string
 	cmd := &cobra.Command{
 		Use:   "fsck DATA_DIR",
 		Short: "check (and repair) a stopped daemon's file data dir",
@@ -25,15 +27,28 @@ journal tails, salvages every intact record of a damaged session (a copy of
 the damaged files goes to quarantine/ first), moves what it cannot read to
 quarantine/, and rebuilds the derived indexes. It never deletes data.
 
+With --restore ID it brings a session that --repair moved to quarantine/
+back into service instead: it is rebuilt from the newest quarantined copy's
+intact records, at a revision above any they record (if nothing names its
+metadata, it comes back in the default namespace without alias or title),
+and the copy stays in quarantine/. A session in service is not replaced.
+
 Exit codes, as e2fsck's: 0 no damage, 1 damage found and all of it
 repaired, 4 damage left, 8 not checked (the data dir is missing,
 unreadable, or in use by a running daemon).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, pos []string) error {
+			if len(restore) > 0 {
+				if repair {
+					return usageErrorf("fsck: --restore and --repair are separate steps; run --repair first")
+				}
+				return e.fsckRestore(cmd.Context(), pos[0], restore)
+			}
 			return e.fsck(cmd.Context(), pos[0], repair)
 		},
 	}
 	cmd.Flags().BoolVar(&repair, "repair", false, "repair what can be repaired (trim torn tails, salvage damaged sessions, quarantine the rest)")
+	cmd.Flags().StringSliceVar(&restore, "restore", nil, "bring the session `ID` back from quarantine/ (repeatable)")
 	return cmd
 }
 
@@ -114,4 +129,39 @@ func (e *env) fsck(ctx context.Context, dir string, repair bool) error {
 		fmt.Fprintf(e.stderr, "sessionctl: fsck: %d problems in %s, all repaired (copies of the damaged files are in quarantine/); the daemon can start again\n", len(rep.Findings), dir)
 	}
 	return &exitErr{code: code, grpc: codes.DataLoss, err: errSilent}
+}
+
+// fsckRestore brings sessions back from quarantine/, one after the other;
+// it stops at the first that cannot be restored.
+func (e *env) fsckRestore(ctx context.Context, dir string, ids []string) error {
+	if st, err := os.Stat(dir); err != nil {
+		return &exitErr{code: exitFsckOperational, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %w; give the daemon's --data-dir", err)}
+	} else if !st.IsDir() {
+		return usageErrorf("fsck: %s is not a directory; give the daemon's --data-dir", dir)
+	}
+	for _, id := range ids {
+		r, err := file.Restore(ctx, dir, id)
+		switch {
+		case errors.Is(err, storage.ErrLocked):
+			return &exitErr{code: exitFsckOperational, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %s is in use by a running sessiond; stop the daemon first (fsck works offline)", dir)}
+		case errors.Is(err, storage.ErrInvalid):
+			return usageErrorf("fsck: --restore %q: not a session id", id)
+		case errors.Is(err, storage.ErrNotFound):
+			return &exitErr{code: exitFsckOperational, grpc: codes.NotFound, err: fmt.Errorf("fsck: session %s: no copy in %s", id, filepath.Join(dir, "quarantine"))}
+		case errors.Is(err, storage.ErrAlreadyExists):
+			return &exitErr{code: exitFsckOperational, grpc: codes.AlreadyExists, err: fmt.Errorf("fsck: session %s is in service; delete it first to restore the quarantined copy", id)}
+		case err != nil:
+			return &exitErr{code: exitFsckOperational, grpc: codes.Unknown, err: fmt.Errorf("fsck: restore %s: %w", id, err)}
+		}
+		if e.json {
+			b, err := json.Marshal(map[string]any{"restored": r.ID, "from": r.From, "detail": r.Detail})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s\n", b)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "restored session %s from %s: %s\n", r.ID, safeLine(r.From), safeLine(oneLine(r.Detail)))
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
@@ -379,5 +382,72 @@ func TestFsckNotADataDir(t *testing.T) {
 			t.Errorf("%s: want exit 8 (not checked), got %v", name, r)
 		}
 		checkOneLineError(t, r)
+	}
+}
+
+// TestFsckRestore: a session that --repair moved to quarantine/ whole (its
+// snapshot header damaged after a crash, so nothing names its metadata)
+// comes back with --restore: every message, under its id. fsck refuses
+// while the daemon holds the dir, and says what it restored.
+func TestFsckRestore(t *testing.T) {
+	dir := t.TempDir()
+	d := startDaemon(t, dir, "")
+	lost := d.create(&sessiondv1.CreateSessionRequest{Alias: "lost", Messages: richMessages()})
+	if _, err := d.client.AppendMessages(t.Context(), &sessiondv1.AppendMessagesRequest{Ref: &sessiondv1.SessionRef{Key: &sessiondv1.SessionRef_Id{Id: lost.GetId()}},
+		Messages: []*sessiondv1.Message{text(user, "appended", "in the journal, with its revision")}}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := d.load("", lost.GetId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	snap := filepath.Join(dir, "sessions", lost.GetId(), "snapshot")
+	data := readFile(t, snap)
+	data[20] ^= 0x5a // in the header frame
+	if err := os.WriteFile(snap, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "index", "clean")); err != nil { // as after a crash
+		t.Fatal(err)
+	}
+	if code, findings, r := fsckJSON(t, dir, "--repair"); code != exitFsckCorrected || len(findings) != 1 || !strings.Contains(findings[0].Detail, "moved to quarantine/") {
+		t.Fatalf("fsck --repair of a session nothing names: want it moved to quarantine/, got %v", r)
+	}
+
+	d = startDaemon(t, dir, "")
+	if _, err := d.load("", lost.GetId()); status.Code(err) != codes.NotFound {
+		t.Fatalf("quarantined session: load = %v, want NOT_FOUND", err)
+	}
+	r := ctlIn(t, strings.NewReader(""), "fsck", "--restore", lost.GetId(), dir)
+	if r.code != exitFsckOperational || !strings.Contains(r.stderr, "running sessiond") {
+		t.Fatalf("fsck --restore on a dir in use: want exit 8 saying to stop the daemon, got %v", r)
+	}
+	checkOneLineError(t, r)
+	d.stop()
+
+	r = ctlIn(t, strings.NewReader(""), "fsck", "--restore", lost.GetId(), dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "restored session "+lost.GetId()+" from quarantine/") ||
+		!strings.Contains(r.stdout, fmt.Sprintf("salvaged %d messages", len(before.GetMessages()))) {
+		t.Fatalf("fsck --restore: %v", r)
+	}
+	if r := ctlIn(t, strings.NewReader(""), "fsck", dir); r.code != 0 {
+		t.Errorf("fsck after --restore: want a clean dir, got %v", r)
+	}
+	r = ctlIn(t, strings.NewReader(""), "fsck", "--restore", lost.GetId(), dir)
+	if r.code != exitFsckOperational || !strings.Contains(r.stderr, "in service") {
+		t.Errorf("fsck --restore of a session in service: want exit 8 saying so, got %v", r)
+	}
+
+	d = startDaemon(t, dir, "")
+	got, err := d.load("", lost.GetId())
+	if err != nil {
+		t.Fatalf("restored session: %v", err)
+	}
+	if got.GetRevision() <= before.GetRevision() {
+		t.Errorf("restored session at revision %d; want above %d", got.GetRevision(), before.GetRevision())
+	}
+	if diff := cmp.Diff(before.GetMessages(), got.GetMessages(), protocmp.Transform()); diff != "" {
+		t.Errorf("restored messages (-before +after):\n%s", diff)
 	}
 }

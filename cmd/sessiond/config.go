@@ -106,6 +106,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.Int64Var(&cfg.limits.MaxMapKeyBytes, "max-map-key-bytes", cfg.limits.MaxMapKeyBytes, "longest metadata or label key, in bytes")
 	fs.Int64Var(&cfg.limits.MaxMapValueBytes, "max-map-value-bytes", cfg.limits.MaxMapValueBytes, "longest metadata or label value, in bytes")
 	fs.Int64Var(&cfg.limits.MaxSessionBytes, "max-session-bytes", cfg.limits.MaxSessionBytes, "most message bytes one SaveSession may carry")
+	fs.Int64Var(&cfg.limits.MaxQueryBytes, "max-query-bytes", cfg.limits.MaxQueryBytes, "longest search query, in bytes")
 	fs.StringVar(&cfg.security.authTokens, "auth-tokens", "", "token `file` (made with 'sessionctl token add'): turns on authentication; every call but health checks needs \"authorization: Bearer <token>\"; reloaded on change and on SIGHUP")
 	fs.StringVar(&cfg.security.tlsCert, "tls-cert", "", "serve TLS with this PEM certificate `file` (chain first), reloaded when it changes")
 	fs.StringVar(&cfg.security.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert, reloaded when it changes")

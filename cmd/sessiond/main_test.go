@@ -64,10 +64,11 @@ func TestParseConfig(t *testing.T) {
 			"SESSIOND_LISTEN": "unix:/run/s.sock", "SESSIOND_DATA_DIR": "/d", "SESSIOND_LOG_LEVEL": "debug",
 			"SESSIOND_LOG_FORMAT": "console", "SESSIOND_MAX_TITLE_BYTES": "99", "SESSIOND_SHUTDOWN_TIMEOUT": "3s",
 			"SESSIOND_MAX_FRAME_BYTES": "12345", "SESSIOND_STORAGE": "file", "SESSIOND_MAX_OPEN_JOURNALS": "64",
+			"SESSIOND_MAX_QUERY_BYTES": "77",
 		}, func(t *testing.T, c *config) {
 			if c.listen != "unix:/run/s.sock" || c.dataDir != "/d" || c.logLevel != "debug" || c.logFormat != "console" ||
 				c.limits.MaxTitleBytes != 99 || c.limits.MaxFrameBytes != 12345 || c.shutdownTimeout != 3*time.Second ||
-				c.maxOpenJournals != 64 {
+				c.maxOpenJournals != 64 || c.limits.MaxQueryBytes != 77 {
 				t.Fatalf("from environment: %+v", c)
 			}
 		}},

@@ -136,7 +136,8 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		server.WithBackend(cfg.storage),
 		server.WithMaxLoads(cfg.maxLoads),
 	)
-	gs := grpc.NewServer(slices.Concat(mx.serverOptions(), srv.ServerOptions(), sec.serverOptions(log), connOptions(cfg))...)
+	conns := newConnTracker()
+	gs := grpc.NewServer(slices.Concat(conns.serverOptions(), mx.serverOptions(), srv.ServerOptions(), sec.serverOptions(log), connOptions(cfg))...)
 	srv.Register(gs)
 	hs := health.NewServer()
 	drained := make(chan struct{})
@@ -174,7 +175,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		maxConns = autoMaxConnections(cfg.maxOpenJournals)
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- gs.Serve(newLimitListener(lis, maxConns, log)) }()
+	go func() { serveErr <- gs.Serve(conns.listener(newLimitListener(lis, maxConns, log))) }()
 
 	if err := web.start(ctx, cfg, sec, srv, maxConns, log, mx.serverOptions()...); err != nil {
 		gs.Stop()
@@ -223,6 +224,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		stopTogether(gs, web, cfg.shutdownTimeout, log.Named("http"))
 		close(stopped)
 	}()
+	go conns.closeStalled(stopped, log)
 	timer := time.NewTimer(cfg.shutdownTimeout)
 	defer timer.Stop()
 	select {

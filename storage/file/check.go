@@ -104,10 +104,14 @@ type checker struct {
 	rep     *CheckReport
 	stamp   string
 	changed bool
-	known   map[string]uint64           // revisions the last checkpoint vouched for
-	indexed map[string]*storage.Session // the last checkpoint's metadata of each session it knows
-	wal     *walPlan                    // the write-ahead log's records, put into journals as Open would
-	lost    map[string]error            // sessions whose change the write-ahead log lost
+	// restoring: salvage rebuilds a copy taken from quarantine/ (Restore),
+	// so it makes no copy of its own, and a session whose metadata is lost
+	// everywhere comes back named by its folder alone.
+	restoring bool
+	known     map[string]uint64           // revisions the last checkpoint vouched for
+	indexed   map[string]*storage.Session // the last checkpoint's metadata of each session it knows
+	wal       *walPlan                    // the write-ahead log's records, put into journals as Open would
+	lost      map[string]error            // sessions whose change the write-ahead log lost
 }
 
 // checkWAL reads the write-ahead log. Its records count as part of the
@@ -518,6 +522,11 @@ func (c *checker) salvage(id, dir string) (string, error) {
 		// session's metadata as of then: namespace, alias, title, times.
 		sv.meta = cloneMeta(c.indexed[id])
 	}
+	metaLost := false
+	if sv.meta == nil && c.restoring {
+		sv.meta = &storage.Session{ID: id, CreatedAt: time.Now().UTC()}
+		metaLost = true
+	}
 	if sv.meta == nil {
 		return "", errNoMetadata
 	}
@@ -542,8 +551,10 @@ func (c *checker) salvage(id, dir string) (string, error) {
 		m.UpdatedAt = sv.updated
 	}
 	q := filepath.Join(c.dir, "quarantine", c.stamp, c.rel(dir))
-	if err := copyFolder(dir, q); err != nil {
-		return "", fmt.Errorf("copy to quarantine: %w", err)
+	if !c.restoring {
+		if err := copyFolder(dir, q); err != nil {
+			return "", fmt.Errorf("copy to quarantine: %w", err)
+		}
 	}
 	for _, g := range slices.Concat(gens, snaps) {
 		gen = max(gen, g)
@@ -572,7 +583,14 @@ func (c *checker) salvage(id, dir string) (string, error) {
 		return "", err
 	}
 	c.changed = true
-	return fmt.Sprintf("salvaged %d messages at revision %d, dropping %d damaged frames or records; the damaged files are in %s", len(msgs), m.Revision, sv.lost, c.rel(q)), nil
+	done := fmt.Sprintf("salvaged %d messages at revision %d, dropping %d damaged frames or records", len(msgs), m.Revision, sv.lost)
+	if metaLost {
+		done += "; its metadata is lost: it is in the default namespace, without alias, title or labels"
+	}
+	if c.restoring {
+		return done, nil
+	}
+	return done + "; the damaged files are in " + c.rel(q), nil
 }
 
 // salvaged collects what salvage keeps of a session, file by file in order.

@@ -1208,8 +1208,10 @@ type ServerLimits struct {
 	MaxSummaryBytes int64 `protobuf:"varint,7,opt,name=max_summary_bytes,json=maxSummaryBytes,proto3" json:"max_summary_bytes,omitempty"`
 	// The most message bytes one SaveSession stream may carry.
 	MaxSessionBytes int64 `protobuf:"varint,8,opt,name=max_session_bytes,json=maxSessionBytes,proto3" json:"max_session_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The longest SearchSessions query, in bytes.
+	MaxQueryBytes int64 `protobuf:"varint,9,opt,name=max_query_bytes,json=maxQueryBytes,proto3" json:"max_query_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServerLimits) Reset() {
@@ -1294,6 +1296,13 @@ func (x *ServerLimits) GetMaxSummaryBytes() int64 {
 func (x *ServerLimits) GetMaxSessionBytes() int64 {
 	if x != nil {
 		return x.MaxSessionBytes
+	}
+	return 0
+}
+
+func (x *ServerLimits) GetMaxQueryBytes() int64 {
+	if x != nil {
+		return x.MaxQueryBytes
 	}
 	return 0
 }
@@ -2684,7 +2693,8 @@ type SearchSessionsRequest struct {
 	// The namespace to search.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// The text to find, case-insensitively, in titles, aliases, summaries,
-	// message content, text parts and tool-call arguments.
+	// message content, text parts and tool-call arguments; at most
+	// ServerLimits.max_query_bytes bytes (longer is RESOURCE_EXHAUSTED).
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// How many hits to send at most; 0 means all.
 	Limit         int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -4052,7 +4062,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x02id\x18\x02 \x01(\tH\x00R\x02id\x12\x16\n" +
 	"\x05alias\x18\x03 \x01(\tH\x00R\x05aliasB\x05\n" +
-	"\x03key\"\xe4\x02\n" +
+	"\x03key\"\x8c\x03\n" +
 	"\fServerLimits\x12*\n" +
 	"\x11max_message_bytes\x18\x01 \x01(\x03R\x0fmaxMessageBytes\x12&\n" +
 	"\x0fmax_frame_bytes\x18\x02 \x01(\x03R\rmaxFrameBytes\x12&\n" +
@@ -4061,7 +4071,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x11max_map_key_bytes\x18\x05 \x01(\x03R\x0emaxMapKeyBytes\x12-\n" +
 	"\x13max_map_value_bytes\x18\x06 \x01(\x03R\x10maxMapValueBytes\x12*\n" +
 	"\x11max_summary_bytes\x18\a \x01(\x03R\x0fmaxSummaryBytes\x12*\n" +
-	"\x11max_session_bytes\x18\b \x01(\x03R\x0fmaxSessionBytes\"\x8e\x05\n" +
+	"\x11max_session_bytes\x18\b \x01(\x03R\x0fmaxSessionBytes\x12&\n" +
+	"\x0fmax_query_bytes\x18\t \x01(\x03R\rmaxQueryBytes\"\x8e\x05\n" +
 	"\x14CreateSessionRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x14\n" +
 	"\x05alias\x18\x02 \x01(\tR\x05alias\x12\x14\n" +

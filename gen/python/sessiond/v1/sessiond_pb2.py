@@ -24,7 +24,7 @@ DESCRIPTOR = _descriptor.FileDescriptor(
   name='sessiond/v1/sessiond.proto',
   package='sessiond.v1',
   syntax='proto3',
-  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"k\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x03\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x03\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\xdd\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x12\r\n\x05model\x18\x0b \x01(\t\x12!\n\x05usage\x18\x0c \x01(\x0b\x32\x12.sessiond.v1.Usage\x12(\n\x05state\x18\r \x01(\x0e\x32\x19.sessiond.v1.MessageState\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xdc\x05\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x1a\n\x12open_tool_call_ids\x18\x0e \x03(\t\x12!\n\x05usage\x18\x0f \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\x0e\n\x06models\x18\x10 \x03(\t\x12/\n\x0c\x65xpire_after\x18\x11 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rtitle_derived\x18\x12 \x01(\x08\x12\x1d\n\x15\x63ontext_message_count\x18\x13 \x01(\x03\x12+\n\ncompaction\x18\x14 \x01(\x0b\x32\x17.sessiond.v1.Compaction\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xe2\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\"\x8a\x04\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x12/\n\x0c\x65xpire_after\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\xab\x01\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\x12\x1d\n\x15\x63lose_open_tool_calls\x18\x05 \x01(\x08\x12#\n\x04view\x18\x06 \x01(\x0e\x32\x15.sessiond.v1.LoadView\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xc4\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"Y\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x16\n\x0e\x61ppended_count\x18\x03 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\xc7\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\x12(\n\x05\x64\x65lta\x18\x05 \x01(\x0b\x32\x19.sessiond.v1.MessageDelta\"\x16\n\x14GetServerInfoRequest\"\x8d\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits\x12\'\n\x05token\x18\x04 \x01(\x0b\x32\x18.sessiond.v1.TokenAccess\"U\n\x0bTokenAccess\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x16\n\x0e\x61ll_namespaces\x18\x04 \x01(\x08\"V\n\x13\x41ppendStreamRequest\x12\x32\n\x06\x61ppend\x18\x01 \x01(\x0b\x32\".sessiond.v1.AppendMessagesRequest\x12\x0b\n\x03tag\x18\x02 \x01(\x04\"\x83\x01\n\x14\x41ppendStreamResponse\x12\x0b\n\x03tag\x18\x01 \x01(\x04\x12\x33\n\x06result\x18\x02 \x01(\x0b\x32#.sessiond.v1.AppendMessagesResponse\x12)\n\x06status\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.AppendStatus\"T\n\x0c\x41ppendStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.Any\"\x9b\x01\n\x15\x43ompactSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x1a\n\x12through_message_id\x18\x02 \x01(\t\x12%\n\x07summary\x18\x03 \x01(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\"?\n\x16\x43ompactSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\xa5\x01\n\nCompaction\x12\x1d\n\x15through_message_count\x18\x01 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\x04\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12summary_message_id\x18\x05 \x01(\t\"\x93\x01\n\x0cMessageDelta\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x18\n\x10reasoning_offset\x18\x04 \x01(\x03\x12\x11\n\treasoning\x18\x05 \x01(\t\x12!\n\x05usage\x18\x06 \x01(\x0b\x32\x12.sessiond.v1.Usage\"\xbf\x01\n\x12\x41ppendDeltaRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x18\n\x10reasoning_offset\x18\x05 \x01(\x03\x12\x11\n\treasoning\x18\x06 \x01(\t\x12!\n\x05usage\x18\x07 \x01(\x0b\x32\x12.sessiond.v1.Usage\"Q\n\x13\x41ppendDeltaResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x18\n\x10reasoning_length\x18\x03 \x01(\x03\"\xad\x01\n\x14\x46inishMessageRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12)\n\ntool_calls\x18\x03 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\r\n\x05model\x18\x05 \x01(\t\"P\n\x15\x46inishMessageResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12%\n\x07message\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Message*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\xd2\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x12\x14\n\x10\x45VENT_TYPE_DELTA\x10\x05\x12\x17\n\x13\x45VENT_TYPE_FINISHED\x10\x06\x12\x18\n\x14\x45VENT_TYPE_COMPACTED\x10\x08*P\n\x08LoadView\x12\x19\n\x15LOAD_VIEW_UNSPECIFIED\x10\x00\x12\x12\n\x0eLOAD_VIEW_FULL\x10\x01\x12\x15\n\x11LOAD_VIEW_CONTEXT\x10\x02*\x85\x01\n\x0cMessageState\x12\x1d\n\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17MESSAGE_STATE_STREAMING\x10\x01\x12\x1a\n\x16MESSAGE_STATE_COMPLETE\x10\x02\x12\x1d\n\x19MESSAGE_STATE_INTERRUPTED\x10\x03\x32\xda\x0b\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponse\x12W\n\x0c\x41ppendStream\x12 .sessiond.v1.AppendStreamRequest\x1a!.sessiond.v1.AppendStreamResponse(\x01\x30\x01\x12Y\n\x0e\x43ompactSession\x12\".sessiond.v1.CompactSessionRequest\x1a#.sessiond.v1.CompactSessionResponse\x12P\n\x0b\x41ppendDelta\x12\x1f.sessiond.v1.AppendDeltaRequest\x1a .sessiond.v1.AppendDeltaResponse\x12V\n\rFinishMessage\x12!.sessiond.v1.FinishMessageRequest\x1a\".sessiond.v1.FinishMessageResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
+  serialized_pb=_b('\n\x1asessiond/v1/sessiond.proto\x12\x0bsessiond.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\",\n\tReasoning\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\"k\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x1b\n\x13\x63\x61\x63hed_input_tokens\x18\x03 \x01(\x03\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x03\"\'\n\x04\x42lob\x12\x11\n\tmime_type\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"X\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0e\n\x04json\x18\x02 \x01(\tH\x00\x12!\n\x04\x62lob\x18\x03 \x01(\x0b\x32\x11.sessiond.v1.BlobH\x00\x42\x06\n\x04kind\"\xdd\x03\n\x07Message\x12\n\n\x02id\x18\x01 \x01(\t\x12\x1f\n\x04role\x18\x02 \x01(\x0e\x32\x11.sessiond.v1.Role\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\'\n\x05parts\x18\x04 \x03(\x0b\x32\x18.sessiond.v1.ContentPart\x12)\n\ntool_calls\x18\x05 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x06 \x01(\t\x12\x0c\n\x04name\x18\x07 \x01(\t\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x34\n\x08metadata\x18\t \x03(\x0b\x32\".sessiond.v1.Message.MetadataEntry\x12)\n\treasoning\x18\n \x01(\x0b\x32\x16.sessiond.v1.Reasoning\x12\r\n\x05model\x18\x0b \x01(\t\x12!\n\x05usage\x18\x0c \x01(\x0b\x32\x12.sessiond.v1.Usage\x12(\n\x05state\x18\r \x01(\x0e\x32\x19.sessiond.v1.MessageState\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\nForkOrigin\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\"\xdc\x05\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x07 \x01(\x04\x12\x15\n\rmessage_count\x18\x08 \x01(\x03\x12\x0f\n\x07summary\x18\t \x01(\t\x12\x34\n\x08metadata\x18\n \x03(\x0b\x32\".sessiond.v1.Session.MetadataEntry\x12\x30\n\x06labels\x18\x0b \x03(\x0b\x32 .sessiond.v1.Session.LabelsEntry\x12\'\n\x06parent\x18\x0c \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12&\n\x08messages\x18\r \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x1a\n\x12open_tool_call_ids\x18\x0e \x03(\t\x12!\n\x05usage\x18\x0f \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\x0e\n\x06models\x18\x10 \x03(\t\x12/\n\x0c\x65xpire_after\x18\x11 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rtitle_derived\x18\x12 \x01(\x08\x12\x1d\n\x15\x63ontext_message_count\x18\x13 \x01(\x03\x12+\n\ncompaction\x18\x14 \x01(\x0b\x32\x17.sessiond.v1.Compaction\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\nSessionRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x02id\x18\x02 \x01(\tH\x00\x12\x0f\n\x05\x61lias\x18\x03 \x01(\tH\x00\x42\x05\n\x03key\"\xfb\x01\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_frame_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fmax_title_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmax_map_entries\x18\x04 \x01(\x03\x12\x19\n\x11max_map_key_bytes\x18\x05 \x01(\x03\x12\x1b\n\x13max_map_value_bytes\x18\x06 \x01(\x03\x12\x19\n\x11max_summary_bytes\x18\x07 \x01(\x03\x12\x19\n\x11max_session_bytes\x18\x08 \x01(\x03\x12\x17\n\x0fmax_query_bytes\x18\t \x01(\x03\"\x8a\x04\n\x14\x43reateSessionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05\x61lias\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12\x41\n\x08metadata\x18\x05 \x03(\x0b\x32/.sessiond.v1.CreateSessionRequest.MetadataEntry\x12=\n\x06labels\x18\x06 \x03(\x0b\x32-.sessiond.v1.CreateSessionRequest.LabelsEntry\x12&\n\x08messages\x18\x07 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\n\n\x02id\x18\x08 \x01(\t\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x06parent\x18\n \x01(\x0b\x32\x17.sessiond.v1.ForkOrigin\x12\x10\n\x08revision\x18\x0b \x01(\x04\x12/\n\x0c\x65xpire_after\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"9\n\x11GetSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\";\n\x12GetSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\xab\x01\n\x12LoadSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04tail\x18\x04 \x01(\x08\x12\x1d\n\x15\x63lose_open_tool_calls\x18\x05 \x01(\x08\x12#\n\x04view\x18\x06 \x01(\x0e\x32\x15.sessiond.v1.LoadView\"d\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"\xc4\x02\n\x13ListSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x14\n\x0c\x61lias_prefix\x18\x02 \x01(\t\x12<\n\x06labels\x18\x03 \x03(\x0b\x32,.sessiond.v1.ListSessionsRequest.LabelsEntry\x12\x31\n\rupdated_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0eupdated_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x06 \x01(\x03\x12\x12\n\npage_token\x18\x07 \x01(\t\x12\r\n\x05model\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x14ListSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x80\x02\n\x11SaveSessionHeader\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07summary\x18\x04 \x01(\t\x12>\n\x08metadata\x18\x05 \x03(\x0b\x32,.sessiond.v1.SaveSessionHeader.MetadataEntry\x12\x19\n\x11\x63reate_if_missing\x18\x06 \x01(\x08\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x12SaveSessionRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1e.sessiond.v1.SaveSessionHeader\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\"<\n\x13SaveSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\x80\x01\n\x15\x41ppendMessagesRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12&\n\x08messages\x18\x02 \x03(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\"Y\n\x16\x41ppendMessagesResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x16\n\x0e\x61ppended_count\x18\x03 \x01(\x03\"\xaf\x01\n\x14UpdateSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12%\n\x07session\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Session\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\">\n\x15UpdateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"W\n\x14\x44\x65leteSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x19\n\x11\x65xpected_revision\x18\x02 \x01(\x04\"\x17\n\x15\x44\x65leteSessionResponse\"o\n\x12\x46orkSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\r\n\x05\x61lias\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"<\n\x13\x46orkSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"n\n\x14RewindSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rmessage_count\x18\x02 \x01(\x03\x12\x19\n\x11\x65xpected_revision\x18\x03 \x01(\x04\">\n\x15RewindSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"H\n\x15SearchSessionsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\"g\n\x16SearchSessionsResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\x12\x15\n\rmessage_index\x18\x02 \x01(\x03\x12\x0f\n\x07snippet\x18\x03 \x01(\t\"R\n\x13WatchSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x15\n\rfrom_revision\x18\x02 \x01(\x04\"\xc7\x01\n\x14WatchSessionResponse\x12$\n\x04type\x18\x01 \x01(\x0e\x32\x16.sessiond.v1.EventType\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12&\n\x08messages\x18\x03 \x03(\x0b\x32\x14.sessiond.v1.Message\x12%\n\x07session\x18\x04 \x01(\x0b\x32\x14.sessiond.v1.Session\x12(\n\x05\x64\x65lta\x18\x05 \x01(\x0b\x32\x19.sessiond.v1.MessageDelta\"\x16\n\x14GetServerInfoRequest\"\x8d\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12)\n\x06limits\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.ServerLimits\x12\'\n\x05token\x18\x04 \x01(\x0b\x32\x18.sessiond.v1.TokenAccess\"U\n\x0bTokenAccess\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x12\n\nnamespaces\x18\x03 \x03(\t\x12\x16\n\x0e\x61ll_namespaces\x18\x04 \x01(\x08\"V\n\x13\x41ppendStreamRequest\x12\x32\n\x06\x61ppend\x18\x01 \x01(\x0b\x32\".sessiond.v1.AppendMessagesRequest\x12\x0b\n\x03tag\x18\x02 \x01(\x04\"\x83\x01\n\x14\x41ppendStreamResponse\x12\x0b\n\x03tag\x18\x01 \x01(\x04\x12\x33\n\x06result\x18\x02 \x01(\x0b\x32#.sessiond.v1.AppendMessagesResponse\x12)\n\x06status\x18\x03 \x01(\x0b\x32\x19.sessiond.v1.AppendStatus\"T\n\x0c\x41ppendStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.Any\"\x9b\x01\n\x15\x43ompactSessionRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x1a\n\x12through_message_id\x18\x02 \x01(\t\x12%\n\x07summary\x18\x03 \x01(\x0b\x32\x14.sessiond.v1.Message\x12\x19\n\x11\x65xpected_revision\x18\x04 \x01(\x04\"?\n\x16\x43ompactSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.sessiond.v1.Session\"\xa5\x01\n\nCompaction\x12\x1d\n\x15through_message_count\x18\x01 \x01(\x03\x12\x1a\n\x12through_message_id\x18\x02 \x01(\t\x12\x10\n\x08revision\x18\x03 \x01(\x04\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12summary_message_id\x18\x05 \x01(\t\"\x93\x01\n\x0cMessageDelta\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x18\n\x10reasoning_offset\x18\x04 \x01(\x03\x12\x11\n\treasoning\x18\x05 \x01(\t\x12!\n\x05usage\x18\x06 \x01(\x0b\x32\x12.sessiond.v1.Usage\"\xbf\x01\n\x12\x41ppendDeltaRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x18\n\x10reasoning_offset\x18\x05 \x01(\x03\x12\x11\n\treasoning\x18\x06 \x01(\t\x12!\n\x05usage\x18\x07 \x01(\x0b\x32\x12.sessiond.v1.Usage\"Q\n\x13\x41ppendDeltaResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12\x0e\n\x06length\x18\x02 \x01(\x03\x12\x18\n\x10reasoning_length\x18\x03 \x01(\x03\"\xad\x01\n\x14\x46inishMessageRequest\x12$\n\x03ref\x18\x01 \x01(\x0b\x32\x17.sessiond.v1.SessionRef\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12)\n\ntool_calls\x18\x03 \x03(\x0b\x32\x15.sessiond.v1.ToolCall\x12!\n\x05usage\x18\x04 \x01(\x0b\x32\x12.sessiond.v1.Usage\x12\r\n\x05model\x18\x05 \x01(\t\"P\n\x15\x46inishMessageResponse\x12\x10\n\x08revision\x18\x01 \x01(\x04\x12%\n\x07message\x18\x02 \x01(\x0b\x32\x14.sessiond.v1.Message*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\xd2\x01\n\tEventType\x12\x1a\n\x16\x45VENT_TYPE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45VENT_TYPE_APPENDED\x10\x01\x12\x17\n\x13\x45VENT_TYPE_REPLACED\x10\x02\x12\x16\n\x12\x45VENT_TYPE_UPDATED\x10\x03\x12\x16\n\x12\x45VENT_TYPE_DELETED\x10\x04\x12\x14\n\x10\x45VENT_TYPE_DELTA\x10\x05\x12\x17\n\x13\x45VENT_TYPE_FINISHED\x10\x06\x12\x18\n\x14\x45VENT_TYPE_COMPACTED\x10\x08*P\n\x08LoadView\x12\x19\n\x15LOAD_VIEW_UNSPECIFIED\x10\x00\x12\x12\n\x0eLOAD_VIEW_FULL\x10\x01\x12\x15\n\x11LOAD_VIEW_CONTEXT\x10\x02*\x85\x01\n\x0cMessageState\x12\x1d\n\x19MESSAGE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17MESSAGE_STATE_STREAMING\x10\x01\x12\x1a\n\x16MESSAGE_STATE_COMPLETE\x10\x02\x12\x1d\n\x19MESSAGE_STATE_INTERRUPTED\x10\x03\x32\xda\x0b\n\x13SessionStoreService\x12V\n\rCreateSession\x12!.sessiond.v1.CreateSessionRequest\x1a\".sessiond.v1.CreateSessionResponse\x12M\n\nGetSession\x12\x1e.sessiond.v1.GetSessionRequest\x1a\x1f.sessiond.v1.GetSessionResponse\x12R\n\x0bLoadSession\x12\x1f.sessiond.v1.LoadSessionRequest\x1a .sessiond.v1.LoadSessionResponse0\x01\x12U\n\x0cListSessions\x12 .sessiond.v1.ListSessionsRequest\x1a!.sessiond.v1.ListSessionsResponse0\x01\x12R\n\x0bSaveSession\x12\x1f.sessiond.v1.SaveSessionRequest\x1a .sessiond.v1.SaveSessionResponse(\x01\x12Y\n\x0e\x41ppendMessages\x12\".sessiond.v1.AppendMessagesRequest\x1a#.sessiond.v1.AppendMessagesResponse\x12V\n\rUpdateSession\x12!.sessiond.v1.UpdateSessionRequest\x1a\".sessiond.v1.UpdateSessionResponse\x12V\n\rDeleteSession\x12!.sessiond.v1.DeleteSessionRequest\x1a\".sessiond.v1.DeleteSessionResponse\x12P\n\x0b\x46orkSession\x12\x1f.sessiond.v1.ForkSessionRequest\x1a .sessiond.v1.ForkSessionResponse\x12V\n\rRewindSession\x12!.sessiond.v1.RewindSessionRequest\x1a\".sessiond.v1.RewindSessionResponse\x12[\n\x0eSearchSessions\x12\".sessiond.v1.SearchSessionsRequest\x1a#.sessiond.v1.SearchSessionsResponse0\x01\x12U\n\x0cWatchSession\x12 .sessiond.v1.WatchSessionRequest\x1a!.sessiond.v1.WatchSessionResponse0\x01\x12V\n\rGetServerInfo\x12!.sessiond.v1.GetServerInfoRequest\x1a\".sessiond.v1.GetServerInfoResponse\x12W\n\x0c\x41ppendStream\x12 .sessiond.v1.AppendStreamRequest\x1a!.sessiond.v1.AppendStreamResponse(\x01\x30\x01\x12Y\n\x0e\x43ompactSession\x12\".sessiond.v1.CompactSessionRequest\x1a#.sessiond.v1.CompactSessionResponse\x12P\n\x0b\x41ppendDelta\x12\x1f.sessiond.v1.AppendDeltaRequest\x1a .sessiond.v1.AppendDeltaResponse\x12V\n\rFinishMessage\x12!.sessiond.v1.FinishMessageRequest\x1a\".sessiond.v1.FinishMessageResponseB9Z7github.com/sessiond/sessiond/gen/sessiond/v1;sessiondv1b\x06proto3')
   ,
   dependencies=[google_dot_protobuf_dot_any__pb2.DESCRIPTOR,google_dot_protobuf_dot_duration__pb2.DESCRIPTOR,google_dot_protobuf_dot_field__mask__pb2.DESCRIPTOR,google_dot_protobuf_dot_timestamp__pb2.DESCRIPTOR,])
 
@@ -57,8 +57,8 @@ _ROLE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=6948,
-  serialized_end=7043,
+  serialized_start=6973,
+  serialized_end=7068,
 )
 _sym_db.RegisterEnumDescriptor(_ROLE)
 
@@ -104,8 +104,8 @@ _EVENTTYPE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=7046,
-  serialized_end=7256,
+  serialized_start=7071,
+  serialized_end=7281,
 )
 _sym_db.RegisterEnumDescriptor(_EVENTTYPE)
 
@@ -131,8 +131,8 @@ _LOADVIEW = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=7258,
-  serialized_end=7338,
+  serialized_start=7283,
+  serialized_end=7363,
 )
 _sym_db.RegisterEnumDescriptor(_LOADVIEW)
 
@@ -162,8 +162,8 @@ _MESSAGESTATE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=7341,
-  serialized_end=7474,
+  serialized_start=7366,
+  serialized_end=7499,
 )
 _sym_db.RegisterEnumDescriptor(_MESSAGESTATE)
 
@@ -951,6 +951,13 @@ _SERVERLIMITS = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='max_query_bytes', full_name='sessiond.v1.ServerLimits.max_query_bytes', index=8,
+      number=9, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -964,7 +971,7 @@ _SERVERLIMITS = _descriptor.Descriptor(
   oneofs=[
   ],
   serialized_start=1856,
-  serialized_end=2082,
+  serialized_end=2107,
 )
 
 
@@ -1145,8 +1152,8 @@ _CREATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2085,
-  serialized_end=2607,
+  serialized_start=2110,
+  serialized_end=2632,
 )
 
 
@@ -1176,8 +1183,8 @@ _CREATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2609,
-  serialized_end=2671,
+  serialized_start=2634,
+  serialized_end=2696,
 )
 
 
@@ -1207,8 +1214,8 @@ _GETSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2673,
-  serialized_end=2730,
+  serialized_start=2698,
+  serialized_end=2755,
 )
 
 
@@ -1238,8 +1245,8 @@ _GETSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2732,
-  serialized_end=2791,
+  serialized_start=2757,
+  serialized_end=2816,
 )
 
 
@@ -1304,8 +1311,8 @@ _LOADSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2794,
-  serialized_end=2965,
+  serialized_start=2819,
+  serialized_end=2990,
 )
 
 
@@ -1342,8 +1349,8 @@ _LOADSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2967,
-  serialized_end=3067,
+  serialized_start=2992,
+  serialized_end=3092,
 )
 
 
@@ -1459,8 +1466,8 @@ _LISTSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3070,
-  serialized_end=3394,
+  serialized_start=3095,
+  serialized_end=3419,
 )
 
 
@@ -1497,8 +1504,8 @@ _LISTSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3396,
-  serialized_end=3482,
+  serialized_start=3421,
+  serialized_end=3507,
 )
 
 
@@ -1600,8 +1607,8 @@ _SAVESESSIONHEADER = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3485,
-  serialized_end=3741,
+  serialized_start=3510,
+  serialized_end=3766,
 )
 
 
@@ -1638,8 +1645,8 @@ _SAVESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3743,
-  serialized_end=3851,
+  serialized_start=3768,
+  serialized_end=3876,
 )
 
 
@@ -1669,8 +1676,8 @@ _SAVESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3853,
-  serialized_end=3913,
+  serialized_start=3878,
+  serialized_end=3938,
 )
 
 
@@ -1714,8 +1721,8 @@ _APPENDMESSAGESREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=3916,
-  serialized_end=4044,
+  serialized_start=3941,
+  serialized_end=4069,
 )
 
 
@@ -1759,8 +1766,8 @@ _APPENDMESSAGESRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4046,
-  serialized_end=4135,
+  serialized_start=4071,
+  serialized_end=4160,
 )
 
 
@@ -1811,8 +1818,8 @@ _UPDATESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4138,
-  serialized_end=4313,
+  serialized_start=4163,
+  serialized_end=4338,
 )
 
 
@@ -1842,8 +1849,8 @@ _UPDATESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4315,
-  serialized_end=4377,
+  serialized_start=4340,
+  serialized_end=4402,
 )
 
 
@@ -1880,8 +1887,8 @@ _DELETESESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4379,
-  serialized_end=4466,
+  serialized_start=4404,
+  serialized_end=4491,
 )
 
 
@@ -1904,8 +1911,8 @@ _DELETESESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4468,
-  serialized_end=4491,
+  serialized_start=4493,
+  serialized_end=4516,
 )
 
 
@@ -1956,8 +1963,8 @@ _FORKSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4493,
-  serialized_end=4604,
+  serialized_start=4518,
+  serialized_end=4629,
 )
 
 
@@ -1987,8 +1994,8 @@ _FORKSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4606,
-  serialized_end=4666,
+  serialized_start=4631,
+  serialized_end=4691,
 )
 
 
@@ -2032,8 +2039,8 @@ _REWINDSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4668,
-  serialized_end=4778,
+  serialized_start=4693,
+  serialized_end=4803,
 )
 
 
@@ -2063,8 +2070,8 @@ _REWINDSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4780,
-  serialized_end=4842,
+  serialized_start=4805,
+  serialized_end=4867,
 )
 
 
@@ -2108,8 +2115,8 @@ _SEARCHSESSIONSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4844,
-  serialized_end=4916,
+  serialized_start=4869,
+  serialized_end=4941,
 )
 
 
@@ -2153,8 +2160,8 @@ _SEARCHSESSIONSRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=4918,
-  serialized_end=5021,
+  serialized_start=4943,
+  serialized_end=5046,
 )
 
 
@@ -2191,8 +2198,8 @@ _WATCHSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5023,
-  serialized_end=5105,
+  serialized_start=5048,
+  serialized_end=5130,
 )
 
 
@@ -2250,8 +2257,8 @@ _WATCHSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5108,
-  serialized_end=5307,
+  serialized_start=5133,
+  serialized_end=5332,
 )
 
 
@@ -2274,8 +2281,8 @@ _GETSERVERINFOREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5309,
-  serialized_end=5331,
+  serialized_start=5334,
+  serialized_end=5356,
 )
 
 
@@ -2326,8 +2333,8 @@ _GETSERVERINFORESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5334,
-  serialized_end=5475,
+  serialized_start=5359,
+  serialized_end=5500,
 )
 
 
@@ -2378,8 +2385,8 @@ _TOKENACCESS = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5477,
-  serialized_end=5562,
+  serialized_start=5502,
+  serialized_end=5587,
 )
 
 
@@ -2416,8 +2423,8 @@ _APPENDSTREAMREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5564,
-  serialized_end=5650,
+  serialized_start=5589,
+  serialized_end=5675,
 )
 
 
@@ -2461,8 +2468,8 @@ _APPENDSTREAMRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5653,
-  serialized_end=5784,
+  serialized_start=5678,
+  serialized_end=5809,
 )
 
 
@@ -2506,8 +2513,8 @@ _APPENDSTATUS = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5786,
-  serialized_end=5870,
+  serialized_start=5811,
+  serialized_end=5895,
 )
 
 
@@ -2558,8 +2565,8 @@ _COMPACTSESSIONREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=5873,
-  serialized_end=6028,
+  serialized_start=5898,
+  serialized_end=6053,
 )
 
 
@@ -2589,8 +2596,8 @@ _COMPACTSESSIONRESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=6030,
-  serialized_end=6093,
+  serialized_start=6055,
+  serialized_end=6118,
 )
 
 
@@ -2648,8 +2655,8 @@ _COMPACTION = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=6096,
-  serialized_end=6261,
+  serialized_start=6121,
+  serialized_end=6286,
 )
 
 
@@ -2714,8 +2721,8 @@ _MESSAGEDELTA = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=6264,
-  serialized_end=6411,
+  serialized_start=6289,
+  serialized_end=6436,
 )
 
 
@@ -2787,8 +2794,8 @@ _APPENDDELTAREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=6414,
-  serialized_end=6605,
+  serialized_start=6439,
+  serialized_end=6630,
 )
 
 
@@ -2832,8 +2839,8 @@ _APPENDDELTARESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=6607,
-  serialized_end=6688,
+  serialized_start=6632,
+  serialized_end=6713,
 )
 
 
@@ -2891,8 +2898,8 @@ _FINISHMESSAGEREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=6691,
-  serialized_end=6864,
+  serialized_start=6716,
+  serialized_end=6889,
 )
 
 
@@ -2929,8 +2936,8 @@ _FINISHMESSAGERESPONSE = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=6866,
-  serialized_end=6946,
+  serialized_start=6891,
+  serialized_end=6971,
 )
 
 _CONTENTPART.fields_by_name['blob'].message_type = _BLOB
@@ -3507,8 +3514,8 @@ _SESSIONSTORESERVICE = _descriptor.ServiceDescriptor(
   file=DESCRIPTOR,
   index=0,
   options=None,
-  serialized_start=7477,
-  serialized_end=8975,
+  serialized_start=7502,
+  serialized_end=9000,
   methods=[
   _descriptor.MethodDescriptor(
     name='CreateSession',

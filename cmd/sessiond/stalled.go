@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+)
+
+// stallGrace is how long, at shutdown, a connection with no call running
+// but an answer not written may go without a read or write making
+// progress before it is taken as stalled and closed. A client that still
+// reads gets its last answers well within it.
+const stallGrace = time.Second
+
+// connTracker knows, for each gRPC connection, the calls running on it,
+// when the last one ended, and when its reads or writes last moved bytes.
+// GracefulStop waits for every stream to end, and a stream whose client
+// stopped reading never ends: its final status is queued in grpc-go behind
+// data the flow-control window will not let out, so nothing is written
+// after the call ended. Closing just those connections lets the shutdown
+// go on, while every other connection is drained with a GOAWAY (an idle
+// one, even of a client that answers the GOAWAY's ping late, is left to
+// grpc-go: closing it early makes grpc core clients, which share
+// connections between channels, fail their next call).
+type connTracker struct {
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+}
+
+func newConnTracker() *connTracker {
+	return &connTracker{conns: map[*trackedConn]struct{}{}}
+}
+
+// listener tracks the connections l accepts.
+func (t *connTracker) listener(l net.Listener) net.Listener {
+	return &trackedListener{Listener: l, t: t}
+}
+
+type trackedListener struct {
+	net.Listener
+	t *connTracker
+}
+
+func (l *trackedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, t: l.t}
+	tc.local = connAddr{Addr: c.LocalAddr(), conn: tc}
+	tc.progress.Store(time.Now().UnixNano())
+	l.t.mu.Lock()
+	l.t.conns[tc] = struct{}{}
+	l.t.mu.Unlock()
+	return tc, nil
+}
+
+type trackedConn struct {
+	net.Conn
+	t        *connTracker
+	local    connAddr
+	progress atomic.Int64 // UnixNano of the last read or write that moved bytes
+	written  atomic.Int64 // UnixNano of the last write that moved bytes
+	ended    atomic.Int64 // UnixNano of when the last call's handler returned
+	calls    atomic.Int64
+	once     sync.Once
+}
+
+// connAddr is a connection's local address carrying the connection: gRPC
+// hands it to each call as peer.LocalAddr, so calls are counted against
+// the connection they run on, with or without TLS.
+type connAddr struct {
+	net.Addr
+	conn *trackedConn
+}
+
+func (c *trackedConn) LocalAddr() net.Addr { return c.local }
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.progress.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *trackedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if n > 0 {
+		now := time.Now().UnixNano()
+		c.progress.Store(now)
+		c.written.Store(now)
+	}
+	return n, err
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.t.mu.Lock()
+		delete(c.t.conns, c)
+		c.t.mu.Unlock()
+	})
+	return err
+}
+
+// serverOptions count the calls running on each connection.
+func (t *connTracker) serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			defer callRunning(ctx)()
+			return handler(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			defer callRunning(ss.Context())()
+			return handler(srv, ss)
+		}),
+	}
+}
+
+// callRunning counts a call against its connection until the returned
+// function is called.
+func callRunning(ctx context.Context) func() {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return func() {}
+	}
+	a, ok := p.LocalAddr.(connAddr)
+	if !ok {
+		return func() {}
+	}
+	a.conn.calls.Add(1)
+	return func() {
+		a.conn.ended.Store(time.Now().UnixNano())
+		a.conn.calls.Add(-1)
+	}
+}
+
+// closeStalled runs during a graceful stop, until done is closed: every
+// stallGrace/4 it closes the connections that have no call running, an
+// answer unwritten, and have moved no byte for stallGrace since the stop
+// began. An answer is unwritten when nothing was written after the last
+// call ended, the stop's GOAWAY aside: for a call that ended before the
+// stop, what counts is whether anything was written before the stop.
+func (t *connTracker) closeStalled(done <-chan struct{}, log *zap.Logger) {
+	start := time.Now()
+	writtenAtStart := map[*trackedConn]int64{}
+	t.mu.Lock()
+	for c := range t.conns {
+		writtenAtStart[c] = c.written.Load()
+	}
+	t.mu.Unlock()
+	tick := time.NewTicker(stallGrace / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		var stalled []*trackedConn
+		t.mu.Lock()
+		for c := range t.conns {
+			last := time.Unix(0, max(c.progress.Load(), start.UnixNano()))
+			ended := c.ended.Load()
+			before, ok := writtenAtStart[c]
+			unwritten := ended > c.written.Load() || (ok && ended > before && ended <= start.UnixNano())
+			if c.calls.Load() == 0 && unwritten && now.Sub(last) >= stallGrace {
+				stalled = append(stalled, c)
+			}
+		}
+		t.mu.Unlock()
+		for _, c := range stalled {
+			_ = c.Close()
+		}
+		if len(stalled) > 0 {
+			log.Info("shutdown: closed connections whose clients stopped reading", zap.Int("connections", len(stalled)))
+		}
+	}
+}
