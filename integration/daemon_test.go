@@ -147,7 +147,7 @@ func TestSessionLifecycle(t *testing.T) {
 	wantCreated := &sessiondv1.Session{
 		Id: id, Alias: "weather", Title: "Weather chat", Summary: "asks about the weather",
 		Metadata: map[string]string{"model": "test-model"}, Labels: map[string]string{"team": "a"},
-		Revision: 1, MessageCount: 1,
+		Revision: 1, MessageCount: 1, ContextMessageCount: 1,
 	}
 	if diff := protoDiff(wantCreated, s, protocmp.IgnoreFields(&sessiondv1.Session{}, "created_at", "updated_at")); diff != "" {
 		t.Errorf("created session (-want +got):\n%s", diff)
@@ -494,7 +494,7 @@ func TestUpdateForkRewindDelete(t *testing.T) {
 		}
 		s := r.GetSession()
 		want := &sessiondv1.Session{
-			Id: id, Alias: "renamed", Title: "New title", Summary: "sum", Revision: 2, MessageCount: 4,
+			Id: id, Alias: "renamed", Title: "New title", Summary: "sum", Revision: 2, MessageCount: 4, ContextMessageCount: 4,
 			Metadata: map[string]string{"m": "1"}, Labels: map[string]string{"l": "2", "x": "y"},
 		}
 		if diff := protoDiff(want, s, protocmp.IgnoreFields(&sessiondv1.Session{}, "created_at", "updated_at")); diff != "" {
@@ -540,7 +540,7 @@ func TestUpdateForkRewindDelete(t *testing.T) {
 		}
 		f := r.GetSession()
 		want := &sessiondv1.Session{
-			Id: f.GetId(), Alias: "fork-2", Title: "New title", Summary: "sum", Revision: 1, MessageCount: 2,
+			Id: f.GetId(), Alias: "fork-2", Title: "New title", Summary: "sum", Revision: 1, MessageCount: 2, ContextMessageCount: 2,
 			Metadata: map[string]string{"m": "1"}, Labels: map[string]string{"l": "2", "x": "y"},
 			Parent: &sessiondv1.ForkOrigin{SessionId: id, MessageCount: 2},
 		}

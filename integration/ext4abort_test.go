@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,8 +149,8 @@ func ext4AbortRound(t *testing.T, writers int) {
 				}
 				inDoubt[w][id] = true
 				code := status.Code(err)
-				n, _ := failed.LoadOrStore(code, new(int))
-				*n.(*int)++
+				n, _ := failed.LoadOrStore(code, new(atomic.Int64))
+				n.(*atomic.Int64).Add(1)
 				if code != codes.Unavailable && code != codes.ResourceExhausted {
 					t.Errorf("append %s failed with %v, want UNAVAILABLE or RESOURCE_EXHAUSTED", id, err)
 					return
@@ -169,7 +170,7 @@ func ext4AbortRound(t *testing.T, writers int) {
 	close(aborted)
 	wg.Wait()
 	failed.Range(func(k, v any) bool {
-		t.Logf("appends that failed with %v: %d", k, *v.(*int))
+		t.Logf("appends that failed with %v: %d", k, v.(*atomic.Int64).Load())
 		return true
 	})
 

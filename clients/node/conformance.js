@@ -117,7 +117,7 @@ async function load(client, ref) {
 function normalize(m) {
   return {
     id: '', role: 'ROLE_UNSPECIFIED', content: '', parts: [], tool_calls: [], tool_call_id: '',
-    name: '', created_at: null, metadata: {}, reasoning: null, model: '', usage: null,
+    name: '', created_at: null, metadata: {}, reasoning: null, model: '', usage: null, state: 'MESSAGE_STATE_UNSPECIFIED',
     ...m,
     tool_calls: (m.tool_calls ?? []).map((c) => ({ id: '', name: '', arguments: '', ...c })),
     reasoning: m.reasoning ? { text: '', signature: '', ...m.reasoning } : null,
