@@ -9,7 +9,7 @@ import (
 )
 
 // A REPL keeps its conversation in a Handle, and resumes it by alias or id.
-// The README's Go SDK section shows this program.
+// docs/go.md and the README's Go example show this program.
 func Example() {
 	addr, stop := startSessiond() // a daemon for the example
 	defer stop()

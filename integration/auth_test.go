@@ -618,7 +618,7 @@ func TestTokenReload(t *testing.T) {
 	wantCode(t, infoErr(ctx, cc, toks.admin), codes.Unauthenticated)
 }
 
-// tlsExampleDaemon is a daemon serving TLS with tokens, for the README's
+// tlsExampleDaemon is a daemon serving TLS with tokens, for docs/security.md's
 // examples over TLS.
 type tlsExampleDaemon struct {
 	*daemon

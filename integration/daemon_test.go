@@ -47,7 +47,7 @@ func TestServerInfoAndHealth(t *testing.T) {
 	if info.GetBackend() != "file" {
 		t.Errorf("backend = %q, want %q", info.GetBackend(), "file")
 	}
-	// The limits with documented defaults (README "Running the daemon"); the others
+	// The limits with documented defaults (docs/operations.md); the others
 	// (summary, whole-session save) only have to be set.
 	want := proto.Clone(info.GetLimits()).(*sessiondv1.ServerLimits)
 	want.MaxMessageBytes = defaultMaxMessageBytes

@@ -30,7 +30,7 @@ import (
 
 // The tests in this file drive the HTTP side of the real daemon
 // (--http-listen): the JSON routes, their error statuses, tokens, TLS, the
-// event stream of a watch and its resumption, and the README's curl
+// event stream of a watch and its resumption, and docs/http.md's curl
 // walkthrough.
 
 // httpAPI calls a daemon's HTTP side.

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// unitPath is the systemd unit the README tells operators to install.
+// unitPath is the systemd unit docs/operations.md tells operators to install.
 const unitPath = "packaging/sessiond.service"
 
 // TestSystemdUnit checks packaging/sessiond.service with systemd's own

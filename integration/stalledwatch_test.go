@@ -23,7 +23,7 @@ import (
 // well within its --shutdown-timeout (10 s): it closes the connections
 // whose clients stopped reading instead of waiting for them. The heap in
 // use and the time SIGTERM takes are logged: what gRPC has already encoded
-// for a stalled stream stays until its connection closes (see the README's
+// for a stalled stream stays until its connection closes (see docs/operations.md's
 // memory table).
 func TestStalledWatchersEnded(t *testing.T) {
 	const (

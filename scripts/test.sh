@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command of sessiond: README, `make test` and CI all run it.
+# The one test command of sessiond: the README gives it, and `make test` and CI run it.
 #
 # On a fresh Debian machine (root or sudo; Go, the Go module proxy, Debian's
 # archive and the npm registry reachable) it first installs what the checks

@@ -8,7 +8,7 @@
 #   - Debian's python3-grpcio and python3-grpc-tools (the Python client
 #     tests and scripts/gen-python.sh), systemd (systemd-analyze checks
 #     packaging/sessiond.service), chromium (the viewer's browser tests
-#     drive it headless), curl (the README's HTTP walkthrough), prometheus
+#     drive it headless), curl (docs/http.md's walkthrough), prometheus
 #     (promtool checks packaging/prometheus's alert rules) and, when
 #     missing, postgresql (the tests' private server, scripts/postgres.sh),
 #     with apt-get;

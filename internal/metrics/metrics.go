@@ -6,7 +6,7 @@
 //
 // The store's numbers come through storage's plain types, so no backend
 // imports Prometheus and the server knows nothing of files or SQL. Every
-// metric is listed, with its meaning, in the README's Metrics section.
+// metric is listed, with its meaning, in docs/metrics.md.
 package metrics
 
 import (
