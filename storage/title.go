@@ -22,13 +22,24 @@ func DeriveTitle(m *Session, msgs []*sessiondv1.Message) bool {
 	if m.Title != "" {
 		return false
 	}
-	t := TitleFrom(msgs)
-	if t == "" {
-		return false
-	}
-	m.Title, m.TitleDerived = t, true
-	return true
+	m.Title, m.TitleDerived = titleOf("", msgs)
+	return m.TitleDerived
 }
+
+// CanTitle reports, without building the title, whether msgs would title
+// an untitled session (TitleFrom is not ""): a check cheap enough for every
+// append.
+func CanTitle(msgs []*sessiondv1.Message) bool {
+	for _, m := range msgs {
+		if m.GetRole() == sessiondv1.Role_ROLE_USER && strings.ContainsFunc(messageText(m), notBlank) {
+			return true
+		}
+	}
+	return false
+}
+
+func blank(r rune) bool    { return unicode.IsSpace(r) || unicode.IsControl(r) }
+func notBlank(r rune) bool { return !blank(r) }
 
 // TitleFrom returns the title DeriveTitle would take from msgs: the first
 // non-blank line of the first user message with text (its content, or else
@@ -61,9 +72,7 @@ func messageText(m *sessiondv1.Message) string {
 
 func titleLine(s string) string {
 	for line := range strings.Lines(s) {
-		if t := strings.Join(strings.FieldsFunc(line, func(r rune) bool {
-			return unicode.IsSpace(r) || unicode.IsControl(r)
-		}), " "); t != "" {
+		if t := strings.Join(strings.FieldsFunc(line, blank), " "); t != "" {
 			return cutWords(t, DerivedTitleRunes)
 		}
 	}

@@ -746,7 +746,7 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 // now (Unix ns), $6 the ids the client set, $7-$9 the messages' ids,
 // encodings and search texts, $10 the append event type, $11 the history
 // kept (historyEvents), $12 whether the batch would title an untitled
-// session (storage.TitleFrom; the general path then derives the title,
+// session (storage.CanTitle; the general path then derives the title,
 // since the row's meta says the title is empty when its second byte,
 // the title's length, is 0). It returns the session's id, new revision and
 // message count, all an append answers (scanAppended); no row: the append
@@ -809,7 +809,7 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 	m, err := s.runFast(&fastAppend{
 		ctx: ctx, q: q, key: req.Ref.Namespace + "\x00" + ref, next: make(chan []*fastAppend, 1),
 		args: []any{req.Ref.Namespace, ref, int64(req.ExpectedRevision), n, time.Now().UnixNano(), msgs.SentIDs(),
-			ids, bodies, texts, int16(storage.EventAppended), int64(historyEvents), storage.TitleFrom(msgs.Prepared) != ""},
+			ids, bodies, texts, int16(storage.EventAppended), int64(historyEvents), storage.CanTitle(msgs.Prepared)},
 	})
 	if m == nil || err != nil {
 		return res, false, err
@@ -896,16 +896,14 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 	m := cur
 	m.Revision, m.MessageCount, m.UpdatedAt = cur.Revision+1, cur.MessageCount+n, now(cur.UpdatedAt)
 	m.Tally = fresh.Tally
+	titled := storage.DeriveTitle(m, fresh.Prepared)
 	bump, err := bumpArgs(m)
 	if err != nil {
 		return storage.AppendResult{}, err
 	}
-	if storage.DeriveTitle(m, fresh.Prepared) {
+	if titled {
 		meta, err := encodeMeta(m)
 		if err != nil {
-			return storage.AppendResult{}, err
-		}
-		if bump, err = bumpArgs(m); err != nil {
 			return storage.AppendResult{}, err
 		}
 		b.Queue(bumpTitledSession, append(bump, meta)...)
