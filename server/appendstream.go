@@ -211,20 +211,11 @@ func (a *appendStream) run(p *pendingAppend) {
 		a.answer(p)
 		return
 	}
-	r := appendFromProto(req)
-	var err error
-	if r.Ref, err = refArg("ref", req.GetRef()); err != nil {
-		p.err = a.s.toStatus(mAppendStream, err)
-		a.answer(p)
-		return
-	}
-	res, err := a.s.store.Append(a.stream.Context(), r)
+	res, err := a.s.appendMessages(a.stream.Context(), mAppendStream, req)
 	if err != nil {
-		p.err = a.s.refStatus(mAppendStream, &r.Ref, err)
+		p.err = err
 	} else {
-		p.resp = &sessiondv1.AppendStreamResponse{Result: &sessiondv1.AppendMessagesResponse{
-			Revision: res.Revision, MessageCount: res.MessageCount, AppendedCount: res.Appended,
-		}}
+		p.resp = &sessiondv1.AppendStreamResponse{Result: res}
 	}
 	a.answer(p)
 }

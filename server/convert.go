@@ -191,14 +191,6 @@ func saveFromProto(h *sessiondv1.SaveSessionHeader, msgs []*sessiondv1.Message) 
 	}
 }
 
-func appendFromProto(r *sessiondv1.AppendMessagesRequest) storage.AppendRequest {
-	return storage.AppendRequest{
-		Ref:              refFromProto(r.GetRef()),
-		ExpectedRevision: r.GetExpectedRevision(),
-		Messages:         r.GetMessages(),
-	}
-}
-
 // updateFields maps update_mask paths to storage's field set.
 var updateFields = map[string]storage.UpdateField{
 	"alias":    storage.UpdateAlias,

@@ -52,14 +52,19 @@ func (s *Server) GetSession(ctx context.Context, req *sessiondv1.GetSessionReque
 
 // AppendMessages implements SessionStoreService.
 func (s *Server) AppendMessages(ctx context.Context, req *sessiondv1.AppendMessagesRequest) (*sessiondv1.AppendMessagesResponse, error) {
-	r := appendFromProto(req)
-	var err error
-	if r.Ref, err = refArg("ref", req.GetRef()); err != nil {
-		return nil, s.toStatus(mAppend, err)
-	}
-	res, err := s.store.Append(ctx, r)
+	return s.appendMessages(ctx, mAppend, req)
+}
+
+// appendMessages stores one append, for AppendMessages and for each
+// request of AppendStream (method names the call in errors).
+func (s *Server) appendMessages(ctx context.Context, method string, req *sessiondv1.AppendMessagesRequest) (*sessiondv1.AppendMessagesResponse, error) {
+	ref, err := refArg("ref", req.GetRef())
 	if err != nil {
-		return nil, s.refStatus(mAppend, &r.Ref, err)
+		return nil, s.toStatus(method, err)
+	}
+	res, err := s.store.Append(ctx, storage.AppendRequest{Ref: ref, ExpectedRevision: req.GetExpectedRevision(), Messages: req.GetMessages()})
+	if err != nil {
+		return nil, s.refStatus(method, &ref, err)
 	}
 	return &sessiondv1.AppendMessagesResponse{Revision: res.Revision, MessageCount: res.MessageCount, AppendedCount: res.Appended}, nil
 }
