@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -15,7 +17,9 @@ import (
 // field for a split tool call or an unknown view, ABORTED when stale).
 func TestCompactSession(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
-	ctx := t.Context()
+	// Bounded: a missed watch event fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
 	created, err := h.client.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Messages: parallelCalls()})
 	if err != nil {
 		t.Fatal(err)
@@ -23,6 +27,9 @@ func TestCompactSession(t *testing.T) {
 	ref := &sessiondv1.SessionRef{Key: &sessiondv1.SessionRef_Id{Id: created.GetSession().GetId()}}
 	watch, err := h.client.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: ref})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watch.Header(); err != nil { // the subscription is live
 		t.Fatal(err)
 	}
 	summary := &sessiondv1.Message{Id: "sum", Role: sessiondv1.Role_ROLE_SYSTEM, Content: "Paris is at 18°C."}

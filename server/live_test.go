@@ -1,7 +1,9 @@
 package server
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -13,12 +15,17 @@ import (
 // promises, and the finish closes the message for every reader.
 func TestLiveTurn(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
-	ctx := t.Context()
+	// Bounded: a missed watch event fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
 	sess := h.create(t, &sessiondv1.CreateSessionRequest{Messages: []*sessiondv1.Message{user("q", "hi")}})
 	ref := byID(sess.GetId())
 	w, err := h.client.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: ref})
 	if err != nil {
 		t.Fatalf("WatchSession: %v", err)
+	}
+	if _, err := w.Header(); err != nil { // the subscription is live
+		t.Fatal(err)
 	}
 	open := &sessiondv1.Message{Id: "a", Role: sessiondv1.Role_ROLE_ASSISTANT, State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING}
 	if _, err := h.client.AppendMessages(ctx, &sessiondv1.AppendMessagesRequest{Ref: ref, Messages: []*sessiondv1.Message{open}}); err != nil {

@@ -95,10 +95,10 @@ const (
 )
 
 // WithWALSegmentBytes sets the WAL segment size (default
-// DefaultWALSegmentBytes). Start-up replays at most about
-// (1+walMaxSealing) segments, so this bounds the work of an open after a
-// crash; a smaller segment means more frequent journal syncs in the
-// background.
+// DefaultWALSegmentBytes). While checkpoints keep up, start-up replays at
+// most about 1+walMaxSealing+walMaxUncovered segments, so this bounds the
+// work of an open after a crash; a smaller segment means more frequent
+// journal syncs in the background.
 func WithWALSegmentBytes(n int64) Option {
 	return func(o *options) { o.walSegment = max(n, 4<<10) }
 }

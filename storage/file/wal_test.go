@@ -357,6 +357,11 @@ func TestWALDamage(t *testing.T) {
 	}
 }
 
+// walMaxSegments bounds the log while checkpoints keep up: the current
+// segment, those waiting for the sealer, and the synced ones waiting for
+// the checkpoint they ask for.
+const walMaxSegments = 1 + walMaxSealing + walMaxUncovered
+
 // smallSegments opens dir with 16 KiB log segments and creates n sessions.
 func smallSegments(t *testing.T, dir string, n int) (*testStore, []string) {
 	t.Helper()
@@ -378,8 +383,8 @@ func TestWALBounded(t *testing.T) {
 		mustAppend(t, s, ids[i%len(ids)], msg(fmt.Sprintf("m%d", i), strings.Repeat("x", 512)))
 		most = max(most, len(walSegments(t, dir)))
 	}
-	if most > 1+walMaxSealing {
-		t.Errorf("up to %d log segments; want at most %d", most, 1+walMaxSealing)
+	if most > walMaxSegments {
+		t.Errorf("up to %d log segments; want at most %d", most, walMaxSegments)
 	}
 	crashed := crashCopy(t, dir)
 	s2 := open(t, crashed)
@@ -437,7 +442,7 @@ func walFiles(t *testing.T, dir string) (segs, spares int) {
 
 // TestWALRecycles: retired segments are kept as spares, at most
 // walMaxSpares, and new segments start in them, so that a long run creates
-// at most 1+walMaxSealing segment files; a clean close keeps the spares
+// at most walMaxSegments segment files; a clean close keeps the spares
 // (which fsck does not report), and the next run starts in one.
 func TestWALRecycles(t *testing.T) {
 	dir := t.TempDir()
@@ -445,8 +450,8 @@ func TestWALRecycles(t *testing.T) {
 	const n = 300
 	for i := range n {
 		mustAppend(t, s, ids[i%len(ids)], msg(fmt.Sprintf("m%d", i), strings.Repeat("x", 512)))
-		if segs, spares := walFiles(t, dir); segs > 1+walMaxSealing || spares > walMaxSpares {
-			t.Fatalf("after append %d: %d segments and %d spares; want at most %d and %d", i, segs, spares, 1+walMaxSealing, walMaxSpares)
+		if segs, spares := walFiles(t, dir); segs > walMaxSegments || spares > walMaxSpares {
+			t.Fatalf("after append %d: %d segments and %d spares; want at most %d and %d", i, segs, spares, walMaxSegments, walMaxSpares)
 		}
 	}
 	st, err := s.Stats(t.Context())
@@ -457,8 +462,8 @@ func TestWALRecycles(t *testing.T) {
 	if created+recycled < 8 {
 		t.Fatalf("%d segments started; the test wants at least 8", created+recycled)
 	}
-	if created > 1+walMaxSealing {
-		t.Errorf("%d segment files created, %d spares reused; want at most %d created", created, recycled, 1+walMaxSealing)
+	if created > walMaxSegments {
+		t.Errorf("%d segment files created, %d spares reused; want at most %d created", created, recycled, walMaxSegments)
 	}
 	// After a crash, the live segments are read past their reused files'
 	// earlier batches.
