@@ -87,6 +87,18 @@ class HandleTest(DaemonTest):
         with self.assertRaises(sc.Invalid) as c1:
             h.append(pb.Message(role=pb.ROLE_USER, id="x\u0085y"))
         self.assertIn("messages[0].id has a control character", str(c1.exception))
+        with self.assertRaises(sc.Invalid) as c1:
+            h.append(user("ok"), pb.Message(role=pb.ROLE_USER, id="\u00e9\u009b"))
+        self.assertIn("messages[1].id has a control character at byte 2", str(c1.exception))
+        # States: only an assistant message can be open, and a handle
+        # appends none (a live turn opens one).
+        with self.assertRaises(sc.Invalid) as state:
+            h.append(pb.Message(role=pb.ROLE_USER, state=pb.MESSAGE_STATE_STREAMING))
+        self.assertIn("messages[0].state is MESSAGE_STATE_STREAMING on a ROLE_USER message", str(state.exception))
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(role=pb.ROLE_ASSISTANT, state=pb.MESSAGE_STATE_STREAMING))
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(role=pb.ROLE_ASSISTANT, state=99))
         with self.assertRaises(sc.Invalid):
             h.append(pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id="c\u009f", name="f")]))
         with self.assertRaises(sc.Invalid):
