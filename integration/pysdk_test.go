@@ -49,6 +49,9 @@ var pythonSDKTests = []string{
 	"test_token_and_tls",
 	"test_client_compact_and_load_views",
 	"test_handle_compacts_at_its_revision",
+	"test_handle_streams_a_turn_that_a_watcher_follows",
+	"test_abandoned_turn_is_interrupted",
+	"test_client_turn_checks",
 }
 
 // needPython skips (or, in CI, fails) the test when Debian's Python cannot

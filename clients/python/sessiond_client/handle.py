@@ -18,6 +18,7 @@ from . import _spool
 from ._ids import new_id
 from ._rules import SYNTHETIC_KEY, check_message, is_synthetic, open_calls
 from .errors import Closed, Conflict, Invalid, SessiondError, SpoolError, retryable
+from .live import Turn
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -100,7 +101,7 @@ class Handle:
 
         # _close_mu serialises close() and the start and stop of the auto-save
         # thread. _save_mu serialises the handle's RPC sequences (saves,
-        # reload), so that entries change only by growing
+        # reload, opening a turn), so that entries change only by growing
         # while one runs; it is taken before _mu, never after. _mu guards the
         # state.
         self._close_mu = threading.Lock()
@@ -132,6 +133,9 @@ class Handle:
         self._update_uncertain = False
         self._summary_dirty = False
         self._metadata_dirty = False
+        # The id of the live turn this handle opened, until it ends: appends
+        # wait for it, as the daemon's do.
+        self._turn_id = ""
         # The final error that stopped auto-save (a conflict, a refusal); a
         # successful save() or reload() clears it.
         self._paused: Optional[SessiondError] = None
@@ -193,7 +197,7 @@ class Handle:
         synthetic result the daemon made up for it (metadata
         "sessiond.synthetic": "true"), so that a model API accepts the
         history; saves never send it, and appending the real result
-        replaces it."""
+        replaces it. A live turn's message joins them when it finishes."""
         with self._mu:
             out: List[pb.Message] = []
             syn, k = self._synthetic, 0
@@ -242,14 +246,17 @@ class Handle:
         unless it has one, and created_at unless set. The handle keeps copies.
         A message the daemon would refuse (no role, a bad id, a ROLE_TOOL
         result that answers no open tool call, a tool call whose id is still
-        open), an open message or an id already in the handle raises
-        Invalid, and then nothing is appended. A result
+        open), an open message (use stream_turn()) or an id already in the
+        handle raises Invalid, and then nothing is appended; so does any
+        append while a live turn of this handle is open (Conflict). A result
         for a call a resume closed with a synthetic result replaces that
         result."""
         add, ids = _prepare("append", messages)
         with self._mu:
             if self._closed:
                 raise Closed("append: handle closed")
+            if self._turn_id:
+                raise Conflict("append: the live turn %r is open; finish it first" % self._turn_id)
             for c in add:
                 if c.id in self._ids:
                     raise Invalid("append: message id %r is already in the session" % c.id)
@@ -459,8 +466,74 @@ class Handle:
                     self._summary = session.summary
                 if not self._metadata_dirty:
                     self._metadata = dict(session.metadata)
+                if self._turn_id and not (stored and stored[-1].id == self._turn_id
+                                          and stored[-1].state == pb.MESSAGE_STATE_STREAMING):
+                    self._turn_id = ""  # the daemon closed it: interrupted
                 self._paused = None
                 self._refresh_spool_locked()
+
+    # -- live turns ----------------------------------------------------------
+
+    def stream_turn(self, message: Optional[pb.Message] = None, timeout: Optional[float] = None) -> Turn:
+        """Saves what is unsaved, then opens a live turn in the session: an
+        assistant message (``message``, copied, or an empty one) stored open
+        (MESSAGE_STATE_STREAMING) at once, that the returned :class:`Turn`
+        writes a model's answer into as it streams, and finishes. Until the
+        turn ends, append() raises Conflict; when it finishes, the message
+        as stored joins the handle's messages. A session changed by another
+        writer raises Conflict, as a save does. If the program dies first,
+        the daemon closes the message as interrupted, and the next open
+        finds it so."""
+        m = _copy(message) if message is not None else pb.Message()
+        if m.role == pb.ROLE_UNSPECIFIED:
+            m.role = pb.ROLE_ASSISTANT
+        m.state = pb.MESSAGE_STATE_STREAMING
+        check_message("stream_turn", "message", m)
+        if not m.id:
+            m.id = new_id()
+        if not m.HasField("created_at"):
+            m.created_at.CopyFrom(_now())
+        deadline = _deadline(timeout)
+        with self._save_mu:
+            # The open message must be the session's last.
+            self._save_locked(deadline)
+            with self._mu:
+                if self._closed:
+                    raise Closed("stream_turn: handle closed")
+                if self._turn_id:
+                    raise Conflict("stream_turn: the live turn %r is open; finish it first" % self._turn_id)
+                if m.id in self._ids:
+                    raise Invalid("stream_turn: message id %r is already in the session" % m.id)
+                expected = self._revision
+            turn = self._c.open_turn(id=self._id, message=m, expected_revision=expected,
+                                     timeout=_remaining(deadline, self._c.timeout))
+            turn._on_finish = self._turn_ended
+            with self._mu:
+                self._revision = _own_revision(turn.revision, expected)
+                self._turn_id = m.id
+            return turn
+
+    def _turn_ended(self, message_id: str, message: Optional[pb.Message], revision: int) -> None:
+        # The turn's message is closed: finished (message is it as stored,
+        # revision the finish's), or closed by the daemon (None: a reload
+        # shows it interrupted).
+        with self._mu:
+            if message_id != self._turn_id:
+                return
+            self._turn_id = ""
+            if message is None:
+                return
+            # While the message was open no other writer could append, so
+            # the finish's revision follows the handle's own writes.
+            self._revision = revision
+            m = _copy(message)
+            for i, e in enumerate(self._entries):
+                if e.id == m.id:  # a reload met it open
+                    self._entries[i] = m
+                    return
+            self._entries.insert(self._synced, m)
+            self._synced += 1
+            self._ids.add(m.id)
 
     # -- compaction ----------------------------------------------------------
 
@@ -504,7 +577,8 @@ class Handle:
         handle is closed: later calls raise Closed and a second close() does
         nothing. If the save fails, close() raises its error and the handle
         stays open, auto-save included, its unsaved messages intact (and in
-        the spool, with spool_dir)."""
+        the spool, with spool_dir). A live turn left open stays open: finish
+        it first, or the daemon closes it as interrupted."""
         with self._close_mu:
             with self._mu:
                 if self._closed:
@@ -723,8 +797,8 @@ def _prepare(op: str, messages: Sequence[pb.Message]) -> Tuple[List[pb.Message],
     for i, m in enumerate(messages):
         check_message(op, "messages[%d]" % i, m)
         if m.state == pb.MESSAGE_STATE_STREAMING:
-            raise Invalid("%s: messages[%d].state is MESSAGE_STATE_STREAMING; a handle appends only closed "
-                          "messages" % (op, i))
+            raise Invalid("%s: messages[%d].state is MESSAGE_STATE_STREAMING; open a live turn with stream_turn()"
+                          % (op, i))
         c = _copy(m)
         if not c.id:
             c.id = new_id()
