@@ -117,13 +117,15 @@ class Handle:
         self._summary = session.summary
         self._metadata: Dict[str, str] = dict(session.metadata)
         self._revision = session.revision
-        # The synthetic results a load made up for tool calls left open
-        # (close_open_tool_calls) are never sent: they live in _synthetic,
-        # each with how many entries come before it, and `messages` shows
-        # them there. A real result for the call drops its synthetic one.
-        self._entries, self._synthetic = _split_synthetic(messages)
+        # The messages as loaded, then those appended since. The synthetic
+        # results a load made up for tool calls left open
+        # (close_open_tool_calls) sit among the stored ones, where `messages`
+        # shows them; they answer no call, and a real result for the call
+        # drops its synthetic one.
+        self._entries: List[pb.Message] = list(messages)
         self._ids = {m.id for m in self._entries}
-        # entries[:synced] are stored; a save sends what comes after.
+        # entries[:synced] are stored (or synthetic); a save sends what comes
+        # after.
         self._synced = len(self._entries)
         # How many unsaved messages (from synced on) the last append carried
         # when its outcome is unknown (it may have landed): the next save
@@ -199,15 +201,7 @@ class Handle:
         history; saves never send it, and appending the real result
         replaces it. A live turn's message joins them when it finishes."""
         with self._mu:
-            out: List[pb.Message] = []
-            syn, k = self._synthetic, 0
-            for i, m in enumerate(self._entries):
-                while k < len(syn) and syn[k][0] <= i:
-                    out.append(_copy(syn[k][1]))
-                    k += 1
-                out.append(_copy(m))
-            out.extend(_copy(m) for _, m in syn[k:])
-            return out
+            return [_copy(m) for m in self._entries]
 
     @property
     def open_tool_calls(self) -> List[str]:
@@ -215,7 +209,7 @@ class Handle:
         ROLE_TOOL message answers yet, in the order they were made (a
         synthetic result answers nothing)."""
         with self._mu:
-            return open_calls(self._entries)
+            return open_calls(_answerable(self._entries))
 
     @property
     def unsaved(self) -> int:
@@ -260,7 +254,7 @@ class Handle:
             for c in add:
                 if c.id in self._ids:
                     raise Invalid("append: message id %r is already in the session" % c.id)
-            open_calls(self._entries, add, "append")
+            open_calls(_answerable(self._entries), add, "append")
             n = len(self._entries)
             self._entries.extend(add)
             try:
@@ -275,8 +269,17 @@ class Handle:
     def _drop_answered_locked(self, messages: Sequence[pb.Message]) -> None:
         # Drops the synthetic results of the calls that messages answer.
         answered = {m.tool_call_id for m in messages if m.role == pb.ROLE_TOOL and m.tool_call_id}
-        if answered:
-            self._synthetic = [(at, m) for at, m in self._synthetic if m.tool_call_id not in answered]
+        if not answered:
+            return
+        kept, synced = [], self._synced
+        for i, m in enumerate(self._entries):
+            if is_synthetic(m) and m.tool_call_id in answered:
+                self._ids.discard(m.id)
+                if i < synced:
+                    self._synced -= 1
+            else:
+                kept.append(m)
+        self._entries = kept
 
     def set_summary(self, summary: str) -> None:
         """Sets the session's summary; the next save sends it."""
@@ -327,13 +330,13 @@ class Handle:
         # with close, until the handle is clean, closing it in the critical
         # section that finds it so. _save_mu held.
         with self._mu:
-            goal = len(self._entries)
+            pending = len(self._entries) - self._synced
             meta = self._summary_dirty or self._metadata_dirty
         while True:
             with self._mu:
                 if self._closed:
                     raise Closed("save: handle closed")
-                if self._synced < (len(self._entries) if close else goal):
+                if self._synced < len(self._entries) and (close or pending > 0):
                     n = self._uncertain or len(self._entries) - self._synced
                     req: Union[pb.AppendMessagesRequest, pb.UpdateSessionRequest] = pb.AppendMessagesRequest(
                         ref=self._ref(), messages=self._entries[self._synced:self._synced + n],
@@ -346,6 +349,7 @@ class Handle:
                     return
             if isinstance(req, pb.AppendMessagesRequest):
                 self._send_append(req, deadline)
+                pending -= len(req.messages)
             else:
                 self._send_update(req, deadline)
                 meta = False
@@ -450,17 +454,15 @@ class Handle:
             with self._mu:
                 if self._closed:
                     raise Closed("reload: handle closed")
-            session, loaded = self._c.load(id=self._id, close_open_tool_calls=True)
-            stored, synthetic = _split_synthetic(loaded)
+            session, stored = self._c.load(id=self._id, close_open_tool_calls=True)
             with self._mu:
                 stored_ids = {m.id for m in stored}
                 unsaved = [m for m in self._entries[self._synced:] if m.id not in stored_ids]
                 self._entries = stored + unsaved
-                self._synthetic = synthetic
-                self._drop_answered_locked(unsaved)
                 self._synced = len(stored)
-                self._uncertain, self._update_uncertain = 0, False
                 self._ids = {m.id for m in self._entries}
+                self._drop_answered_locked(unsaved)
+                self._uncertain, self._update_uncertain = 0, False
                 self._revision, self._alias, self._title = session.revision, session.alias, session.title
                 if not self._summary_dirty:
                     self._summary = session.summary
@@ -811,17 +813,10 @@ def _prepare(op: str, messages: Sequence[pb.Message]) -> Tuple[List[pb.Message],
     return out, ids
 
 
-def _split_synthetic(messages: Sequence[pb.Message]) -> Tuple[List[pb.Message], List[Tuple[int, pb.Message]]]:
-    # Separates the synthetic results from the other messages: each with
-    # how many of the others come before it.
-    kept: List[pb.Message] = []
-    synthetic: List[Tuple[int, pb.Message]] = []
-    for m in messages:
-        if is_synthetic(m):
-            synthetic.append((len(kept), _copy(m)))
-        else:
-            kept.append(m)
-    return kept, synthetic
+def _answerable(messages: Sequence[pb.Message]) -> List[pb.Message]:
+    # The messages that count for tool-call pairing: all but the synthetic
+    # results, which answer no call.
+    return [m for m in messages if not is_synthetic(m)]
 
 
 def _copy(m: pb.Message) -> pb.Message:
