@@ -41,6 +41,7 @@ var pythonSDKTests = []string{
 	"test_spool_replay_after_quitting_while_down",
 	"test_spool_that_replaces_is_kept_aside",
 	"test_lost_answer_then_another_writer",
+	"test_update_retry_after_lost_answer",
 	"test_damaged_spool_is_kept_aside",
 	"test_later_appends_share_a_stream",
 	"test_append_stream_falls_back_to_unary",

@@ -131,8 +131,6 @@ class Handle:
         # when its outcome is unknown (it may have landed): the next save
         # sends exactly those first, a no-op if they did land.
         self._uncertain = 0
-        # Whether the last UpdateSession's outcome is unknown.
-        self._update_uncertain = False
         self._summary_dirty = False
         self._metadata_dirty = False
         # The id of the live turn this handle opened, until it ends: appends
@@ -390,27 +388,10 @@ class Handle:
         return req
 
     def _send_update(self, req: pb.UpdateSessionRequest, deadline: Optional[float]) -> None:
-        timeout = _remaining(deadline, self._c.timeout)
-        try:
-            session = self._c.update(req, timeout=timeout)
-        except Conflict:
-            # An update whose answer was lost may have landed: then the
-            # session is one revision on and holds what this one sets.
-            if not self._update_uncertain:
-                raise
-            session = self._c.get(id=self._id)
-            sets = req.session
-            if (session.revision != req.expected_revision + 1
-                    or "summary" in req.update_mask.paths and session.summary != sets.summary
-                    or "metadata" in req.update_mask.paths and dict(session.metadata) != dict(sets.metadata)):
-                raise
-        except SessiondError as err:
-            if retryable(err):
-                with self._mu:
-                    self._update_uncertain = True
-            raise
+        # The retry of an update that landed changes nothing, which the
+        # daemon answers as a no-op whatever revision it expects.
+        session = self._c.update(req, timeout=_remaining(deadline, self._c.timeout))
         with self._mu:
-            self._update_uncertain = False
             self._revision = _own_revision(session.revision, req.expected_revision)
             self._alias, self._title = session.alias, session.title
             if "summary" in req.update_mask.paths and self._summary == req.session.summary:
@@ -462,7 +443,7 @@ class Handle:
                 self._synced = len(stored)
                 self._ids = {m.id for m in self._entries}
                 self._drop_answered_locked(unsaved)
-                self._uncertain, self._update_uncertain = 0, False
+                self._uncertain = 0
                 self._revision, self._alias, self._title = session.revision, session.alias, session.title
                 if not self._summary_dirty:
                     self._summary = session.summary

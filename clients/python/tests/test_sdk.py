@@ -358,6 +358,41 @@ class HandleTest(DaemonTest):
         self.assertEqual([m.content for m in self.stored(direct, h.id)], ["q1", "other", "q2"])
         h.close()
 
+    def test_update_retry_after_lost_answer(self) -> None:
+        # A summary and metadata update lands but its answer is lost: its
+        # retry changes nothing, a no-op for the daemon rather than a
+        # conflict, and the handle is at the session's revision after it.
+        proxy = Proxy(self.daemon.addr)
+        self.addCleanup(proxy.close)
+        c = sc.Client(proxy.addr, timeout=2)
+        self.addCleanup(c.close)
+        h = c.open_or_create(alias="lost-update")
+        h.set_summary("s1")
+        h.set_metadata({"k": "v"})
+        proxy.drop_answers = True
+        with self.assertRaises(sc.Unavailable):
+            h.save(timeout=1)
+        proxy.drop_answers = False
+        proxy.cut()
+        direct = self.client()
+        stored = direct.get(id=h.id)
+        self.assertEqual((stored.summary, dict(stored.metadata)), ("s1", {"k": "v"}), "the update did not land")
+        self.assertTrue(h.dirty)
+        h.save()
+        self.assertFalse(h.dirty)
+        self.assertEqual(h.revision, direct.get(id=h.id).revision)
+        h.append(user("after"))
+        h.save()
+        # Another writer's update is a conflict still.
+        direct.update(pb.UpdateSessionRequest(ref=direct.ref(id=h.id), session=pb.Session(title="other"),
+                                              update_mask={"paths": ["title"]}))
+        h.set_summary("s2")
+        with self.assertRaises(sc.Conflict):
+            h.save()
+        h.reload()
+        h.close()
+        self.assertEqual((direct.get(id=h.id).summary, direct.get(id=h.id).title), ("s2", "other"))
+
     def test_later_appends_share_a_stream(self) -> None:
         # A handle's first append is a unary call; later ones, of every
         # handle of the client and from several threads, go over one
