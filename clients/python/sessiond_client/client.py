@@ -129,8 +129,10 @@ class Client:
         self._metadata: Tuple[Tuple[str, str], ...] = (("authorization", "Bearer " + token),) if token else ()
         # Reconnect within a couple of seconds of a daemon's restart, as the
         # handle's retries expect (gRPC's default waits up to two minutes).
-        opts = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
-                ("grpc.max_reconnect_backoff_ms", 2000)] + list(options)
+        # Not grpc.min_reconnect_backoff_ms: gRPC takes it as the time a
+        # connection attempt may last, and 200 ms fails a busy machine's
+        # handshakes.
+        opts = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 2000)] + list(options)
         if isinstance(tls, TLS):
             if tls.server_name:
                 opts.append(("grpc.ssl_target_name_override", tls.server_name))
