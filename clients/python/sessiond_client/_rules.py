@@ -85,6 +85,13 @@ def is_synthetic(m: pb.Message) -> bool:
     return m.role == pb.ROLE_TOOL and m.metadata.get(SYNTHETIC_KEY) == "true"
 
 
+def touches_calls(batch: Sequence[pb.Message]) -> bool:
+    """Whether open_calls could refuse batch or change the open calls: one
+    of its messages makes a tool call or names the call it answers."""
+    return any(m.role == pb.ROLE_ASSISTANT and len(m.tool_calls) > 0 or m.role == pb.ROLE_TOOL and m.tool_call_id
+               for m in batch)
+
+
 def open_calls(messages: Sequence[pb.Message], batch: Sequence[pb.Message] = (), op: str = "") -> List[str]:
     """The tool calls of messages, then batch, that no later ROLE_TOOL
     message answers, in the order made (msgcheck.OpenCalls). In batch, the

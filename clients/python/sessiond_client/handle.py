@@ -16,7 +16,7 @@ from sessiond.v1 import sessiond_pb2 as pb
 
 from . import _spool
 from ._ids import new_id
-from ._rules import SYNTHETIC_KEY, check_message, is_synthetic, open_calls
+from ._rules import SYNTHETIC_KEY, check_message, is_synthetic, open_calls, touches_calls
 from .errors import Closed, Conflict, Invalid, SessiondError, SpoolError, retryable
 from .live import Turn
 
@@ -252,7 +252,9 @@ class Handle:
             for c in add:
                 if c.id in self._ids:
                     raise Invalid("append: message id %r is already in the session" % c.id)
-            open_calls(_answerable(self._entries), add, "append")
+            # A turn of plain text skips the walk of every message.
+            if touches_calls(add):
+                open_calls(_answerable(self._entries), add, "append")
             n = len(self._entries)
             self._entries.extend(add)
             try:
