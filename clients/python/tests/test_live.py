@@ -13,7 +13,7 @@ from sessiond.v1 import sessiond_pb2 as pb
 
 import sessiond_client as sc
 
-from .harness import DaemonTest, Proxy
+from .harness import DaemonTest
 from .test_sdk import user, wait_for
 
 
@@ -27,8 +27,7 @@ class LiveTurnTest(DaemonTest):
         return c
 
     def test_handle_streams_a_turn_that_a_watcher_follows(self) -> None:
-        proxy = Proxy(self.daemon.addr)
-        self.addCleanup(proxy.close)
+        proxy = self.proxy()
         c = self.client(proxy.addr)
         h = c.new(alias="live")
         self.addCleanup(h.close)

@@ -24,7 +24,7 @@ from sessiond.v1 import sessiond_pb2_grpc as pb_grpc
 import sessiond_client as sc
 from sessiond_client import _spool
 
-from .harness import ENV, Daemon, DaemonTest, Proxy
+from .harness import ENV, DaemonTest
 
 
 def user(text: str) -> pb.Message:
@@ -40,8 +40,8 @@ def wait_for(cond: Callable[[], bool], what: str, timeout: float = 15.0) -> None
 
 
 class HandleTest(DaemonTest):
-    def client(self, **kw: Any) -> sc.Client:
-        c = sc.Client(self.daemon.addr, timeout=10, **kw)
+    def client(self, addr: str = "", timeout: float = 10, **kw: Any) -> sc.Client:
+        c = sc.Client(addr or self.daemon.addr, timeout=timeout, **kw)
         self.addCleanup(c.close)
         return c
 
@@ -172,10 +172,8 @@ class HandleTest(DaemonTest):
         h.close()
 
     def test_retry_after_restart_without_duplicate(self) -> None:
-        proxy = Proxy(self.daemon.addr)
-        self.addCleanup(proxy.close)
-        c = sc.Client(proxy.addr, timeout=2)
-        self.addCleanup(c.close)
+        proxy = self.proxy()
+        c = self.client(proxy.addr, timeout=2)
         h = c.open_or_create(alias="retry")
         h.append(user("first"))
         h.save()
@@ -336,10 +334,8 @@ class HandleTest(DaemonTest):
     def test_lost_answer_then_another_writer(self) -> None:
         # An append whose answer was lost landed, then another writer
         # appended: the retry must not take the session as its own.
-        proxy = Proxy(self.daemon.addr)
-        self.addCleanup(proxy.close)
-        c = sc.Client(proxy.addr, timeout=2)
-        self.addCleanup(c.close)
+        proxy = self.proxy()
+        c = self.client(proxy.addr, timeout=2)
         h = c.open_or_create(alias="lost-then-other")
         proxy.drop_answers = True
         h.append(user("q1"))
@@ -362,10 +358,8 @@ class HandleTest(DaemonTest):
         # A summary and metadata update lands but its answer is lost: its
         # retry changes nothing, a no-op for the daemon rather than a
         # conflict, and the handle is at the session's revision after it.
-        proxy = Proxy(self.daemon.addr)
-        self.addCleanup(proxy.close)
-        c = sc.Client(proxy.addr, timeout=2)
-        self.addCleanup(c.close)
+        proxy = self.proxy()
+        c = self.client(proxy.addr, timeout=2)
         h = c.open_or_create(alias="lost-update")
         h.set_summary("s1")
         h.set_metadata({"k": "v"})
