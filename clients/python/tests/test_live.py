@@ -149,3 +149,8 @@ class LiveTurnTest(DaemonTest):
         with self.assertRaises(sc.Invalid):
             h.stream_turn(pb.Message(role=pb.ROLE_USER))
         h.close()
+        # A watch that cannot start fails as it is read, typed.
+        with self.assertRaises(sc.NotFound):
+            next(c.watch(alias="nosuch"))
+        with self.assertRaises(sc.WatchReset):
+            next(c.watch(id=sid, from_revision=10_000))
