@@ -35,8 +35,7 @@ class Turn:
     """
 
     def __init__(self, client: "Client", ref: pb.SessionRef, message_id: str, length: int,
-                 reasoning_length: int, revision: int,
-                 on_finish: Optional[Callable[[str, Optional[pb.Message], int], None]] = None) -> None:
+                 reasoning_length: int, revision: int) -> None:
         self._c = client
         self._ref = ref
         self._id = message_id
@@ -45,10 +44,10 @@ class Turn:
         self._reasoning_length = reasoning_length
         self._revision = revision
         self._done = False
-        # Told once the message is no longer open, with its id, the message
-        # as stored (None when the daemon had closed it) and the revision;
-        # called with _mu held.
-        self._on_finish = on_finish
+        # Set by a Handle that opened the turn: told once the message is no
+        # longer open, with its id, the message as stored (None when the
+        # daemon had closed it) and the revision; called with _mu held.
+        self._on_finish: Optional[Callable[[str, Optional[pb.Message], int], None]] = None
 
     @property
     def id(self) -> str:
