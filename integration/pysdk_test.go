@@ -41,6 +41,7 @@ var pythonSDKTests = []string{
 	"test_spool_replay_after_quitting_while_down",
 	"test_spool_that_replaces_is_kept_aside",
 	"test_lost_answer_then_another_writer",
+	"test_update_retry_after_lost_answer",
 	"test_damaged_spool_is_kept_aside",
 	"test_later_appends_share_a_stream",
 	"test_append_stream_falls_back_to_unary",
@@ -49,6 +50,9 @@ var pythonSDKTests = []string{
 	"test_token_and_tls",
 	"test_client_compact_and_load_views",
 	"test_handle_compacts_at_its_revision",
+	"test_handle_streams_a_turn_that_a_watcher_follows",
+	"test_abandoned_turn_is_interrupted",
+	"test_client_turn_checks",
 }
 
 // needPython skips (or, in CI, fails) the test when Debian's Python cannot

@@ -13,8 +13,10 @@ gen/python, with the Go SDK's semantics.
 Failures raise subclasses of SessiondError mapped from gRPC status codes
 (NotFound, AliasInUse, MessageConflict, Conflict, Invalid, TooLarge,
 DataLoss, WatchReset, Unavailable, Unauthenticated, PermissionDenied,
-Closed, SpoolError). Needs grpcio and protobuf (Debian: python3-grpcio,
-python3-protobuf) and gen/python on sys.path.
+Closed, SpoolError, MessageState). A model's answer is streamed into a
+session as a live turn: Handle.stream_turn or Client.open_turn returns a
+Turn. Needs grpcio and protobuf (Debian: python3-grpcio, python3-protobuf)
+and gen/python on sys.path.
 """
 
 from ._ids import new_id
@@ -26,6 +28,7 @@ from .errors import (
     DataLoss,
     Invalid,
     MessageConflict,
+    MessageState,
     NotFound,
     PermissionDenied,
     SessiondError,
@@ -36,10 +39,11 @@ from .errors import (
     WatchReset,
 )
 from .handle import DEFAULT_AUTOSAVE, DEFAULT_CLOSE_TIMEOUT, Handle
+from .live import Turn
 
 __all__ = [
     "Client", "Handle", "TLS", "TOKEN_ENV", "DEFAULT_TIMEOUT", "DEFAULT_AUTOSAVE", "DEFAULT_CLOSE_TIMEOUT",
-    "new_id", "SessiondError", "NotFound", "AliasInUse", "MessageConflict", "Conflict", "Invalid",
+    "Turn", "new_id", "SessiondError", "NotFound", "AliasInUse", "MessageConflict", "Conflict", "Invalid",
     "TooLarge", "DataLoss", "WatchReset", "Unavailable", "Unauthenticated", "PermissionDenied",
-    "Closed", "SpoolError",
+    "Closed", "SpoolError", "MessageState",
 ]

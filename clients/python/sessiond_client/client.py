@@ -16,7 +16,8 @@ from sessiond.v1 import sessiond_pb2_grpc as pb_grpc
 
 from ._ids import new_id
 from ._stream import AppendStream, Unsupported
-from .errors import AliasInUse, Closed, Invalid, NotFound, SessiondError, from_rpc_error
+from .errors import AliasInUse, Closed, Invalid, MessageState, NotFound, SessiondError, from_rpc_error
+from .live import Turn
 
 if TYPE_CHECKING:
     from .handle import Handle
@@ -128,8 +129,10 @@ class Client:
         self._metadata: Tuple[Tuple[str, str], ...] = (("authorization", "Bearer " + token),) if token else ()
         # Reconnect within a couple of seconds of a daemon's restart, as the
         # handle's retries expect (gRPC's default waits up to two minutes).
-        opts = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
-                ("grpc.max_reconnect_backoff_ms", 2000)] + list(options)
+        # Not grpc.min_reconnect_backoff_ms: gRPC takes it as the time a
+        # connection attempt may last, and 200 ms fails a busy machine's
+        # handshakes.
+        opts = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 2000)] + list(options)
         if isinstance(tls, TLS):
             if tls.server_name:
                 opts.append(("grpc.ssl_target_name_override", tls.server_name))
@@ -192,8 +195,8 @@ class Client:
         return self._call("GetSession", self.rpc.GetSession, pb.GetSessionRequest(ref=self.ref(id, alias))).session
 
     def load(self, id: str = "", alias: str = "", *, close_open_tool_calls: bool = False,
-             timeout: Optional[float] = None,
-             view: int = pb.LOAD_VIEW_FULL) -> Tuple[pb.Session, List[pb.Message]]:
+             timeout: Optional[float] = None, view: int = pb.LOAD_VIEW_FULL,
+             limit: int = 0, tail: bool = False) -> Tuple[pb.Session, List[pb.Message]]:
         """LoadSession: a session's metadata and all its messages. With
         close_open_tool_calls, each tool call that no result answers is
         followed by a synthetic ROLE_TOOL result (metadata
@@ -202,11 +205,13 @@ class Client:
 
         ``view`` selects the messages: LOAD_VIEW_FULL every stored message,
         LOAD_VIEW_CONTEXT what to send a model (the latest compaction's
-        summary, then the messages after its range; see compact())."""
+        summary, then the messages after its range; see compact()).
+        ``limit`` sends at most that many messages (0: all): the first ones,
+        or with ``tail`` the last ones."""
         if view not in pb.LoadView.values():
             raise Invalid("load: view %r is not a LoadView" % (view,))
         req = pb.LoadSessionRequest(ref=self.ref(id, alias), close_open_tool_calls=close_open_tool_calls,
-                                    view=view)
+                                    view=view, limit=limit, tail=tail)
         if self._closed:
             raise Closed("LoadSession: client closed")
         session: Optional[pb.Session] = None
@@ -306,6 +311,63 @@ class Client:
                                        summary=summary, expected_revision=expected_revision)
         return self._call("CompactSession", self.rpc.CompactSession, req, timeout).session
 
+    def watch(self, id: str = "", alias: str = "", from_revision: int = 0,
+              timeout: Optional[float] = None) -> Iterator[pb.WatchSessionResponse]:
+        """WatchSession: the session's changes as they happen, each an event
+        with its type and the revision after it: every change after
+        ``from_revision`` (0: from now on). It returns once the daemon has
+        subscribed, so that every change made after it returns is
+        delivered. A live turn's deltas are EVENT_TYPE_DELTA events, its end
+        EVENT_TYPE_FINISHED. Leave the loop (or close the iterator) to stop
+        watching; ``timeout`` bounds the whole watch (None: none). A watch
+        that cannot continue raises WatchReset: load the session and watch
+        again from its revision."""
+        req = pb.WatchSessionRequest(ref=self.ref(id, alias), from_revision=from_revision)
+        if self._closed:
+            raise Closed("WatchSession: client closed")
+        call = self.rpc.WatchSession(req, timeout=timeout, metadata=self._metadata)
+        call.initial_metadata()  # the daemon sends its headers once subscribed; a failure surfaces below
+        return _events(call)
+
+    # -- live turns ----------------------------------------------------------
+
+    def open_turn(self, id: str = "", alias: str = "", message: Optional[pb.Message] = None, *,
+                  expected_revision: int = 0, timeout: Optional[float] = None) -> Turn:
+        """Appends ``message`` (copied; default: an empty one) to the session
+        as an open message and returns its :class:`Turn`, which writes a
+        model's answer into it as it streams. The message gets
+        MESSAGE_STATE_STREAMING, ROLE_ASSISTANT when it names no role, and
+        an id when it has none (give it one to make a retry after
+        Unavailable safe: the same message is then stored once). A session
+        holds one open message at a time, as its last: appends, and opening
+        another, raise Conflict until it is finished. With
+        ``expected_revision`` non-zero, a session at another revision raises
+        Conflict."""
+        m = pb.Message()
+        if message is not None:
+            m.CopyFrom(message)
+        if m.role == pb.ROLE_UNSPECIFIED:
+            m.role = pb.ROLE_ASSISTANT
+        if not m.id:
+            m.id = new_id()
+        m.state = pb.MESSAGE_STATE_STREAMING
+        ref = self.ref(id, alias)
+        resp = self.append(pb.AppendMessagesRequest(ref=ref, messages=[m], expected_revision=expected_revision),
+                           timeout)
+        return Turn(self, ref, m.id, _utf8_len(m.content), _utf8_len(m.reasoning.text), resp.revision)
+
+    def resume_turn(self, id: str = "", alias: str = "", *, message_id: str) -> Turn:
+        """The Turn of the session's open message ``message_id``, as far as
+        it is stored: a program that restarted carries on where the daemon
+        has it. A message that is not open (finished, or interrupted by the
+        daemon) raises MessageState."""
+        session, last = self.load(id, alias, limit=1, tail=True)
+        if not last or last[0].id != message_id or last[0].state != pb.MESSAGE_STATE_STREAMING:
+            raise MessageState("resume_turn: message %r is not the session's open message" % message_id)
+        m = last[0]
+        return Turn(self, self.ref(id, alias), message_id, _utf8_len(m.content), _utf8_len(m.reasoning.text),
+                    session.revision)
+
     # -- handles -------------------------------------------------------------
 
     def open(self, id: str = "", alias: str = "", **options: Any) -> "Handle":
@@ -355,3 +417,16 @@ class Client:
         session = self.create(id=new_id(), alias=alias, title=title, labels=labels, metadata=metadata)
         return Handle(self, session, [], **options)
 
+
+def _utf8_len(s: str) -> int:
+    return len(s.encode("utf-8"))
+
+
+def _events(call: Any) -> Iterator[pb.WatchSessionResponse]:
+    try:
+        for event in call:
+            yield event
+    except grpc.RpcError as err:
+        raise from_rpc_error("WatchSession", err) from err
+    finally:
+        call.cancel()

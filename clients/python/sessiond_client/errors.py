@@ -35,6 +35,7 @@ __all__ = [
     "PermissionDenied",
     "Closed",
     "SpoolError",
+    "MessageState",
     "from_rpc_error",
     "retryable",
 ]
@@ -121,6 +122,12 @@ class SpoolError(SessiondError):
     file, which is kept."""
 
 
+class MessageState(SessiondError):
+    """AppendDelta or FinishMessage named a message that is not open (it was
+    finished, or the daemon interrupted it), or a delta's offset is past the
+    end of the message (FAILED_PRECONDITION; the message gives its length)."""
+
+
 _BY_CODE = {
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.ABORTED: Conflict,
@@ -139,6 +146,8 @@ def _class_for(op: str, code: Optional[grpc.StatusCode]) -> Type[SessiondError]:
     # The meaning of a code depends on the RPC, as in the Go SDK.
     if code == grpc.StatusCode.ALREADY_EXISTS:
         return MessageConflict if op == "AppendMessages" else AliasInUse
+    if code == grpc.StatusCode.FAILED_PRECONDITION and op in ("AppendDelta", "FinishMessage"):
+        return MessageState
     if code == grpc.StatusCode.OUT_OF_RANGE:
         return WatchReset if op == "WatchSession" else Invalid
     if code is None:
@@ -184,7 +193,7 @@ def _read_details(exc: SessiondError, err: grpc.RpcError) -> None:
 
 
 _FINAL = (NotFound, AliasInUse, MessageConflict, Conflict, Invalid, TooLarge, DataLoss,
-          Unauthenticated, PermissionDenied, Closed, SpoolError)
+          Unauthenticated, PermissionDenied, Closed, SpoolError, MessageState)
 
 
 def retryable(err: BaseException) -> bool:

@@ -9,23 +9,23 @@ import os
 import random
 import threading
 import time
-import unicodedata
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from google.protobuf import field_mask_pb2, timestamp_pb2
 from sessiond.v1 import sessiond_pb2 as pb
 
 from . import _spool
-from ._ids import new_id as _new_handle_id
+from ._ids import new_id
+from ._rules import SYNTHETIC_KEY, check_message, is_synthetic, open_calls, touches_calls
 from .errors import Closed, Conflict, Invalid, SessiondError, SpoolError, retryable
+from .live import Turn
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from .client import Client
 
-__all__ = ["Handle", "DEFAULT_AUTOSAVE", "DEFAULT_CLOSE_TIMEOUT"]
+__all__ = ["Handle", "DEFAULT_AUTOSAVE", "DEFAULT_CLOSE_TIMEOUT", "SYNTHETIC_KEY"]
 
 #: The auto-save period of ``autosave=True``, in seconds.
 DEFAULT_AUTOSAVE = 300.0
@@ -38,80 +38,20 @@ _AUTOSAVE_ATTEMPTS = 5
 _BACKOFF_BASE = 0.1
 _BACKOFF_MAX = 2.0
 
-# The daemon's limits on ids and model names (gen/msgcheck).
-_MAX_ID_BYTES = 256
-_MAX_MODEL_BYTES = 256
-
 
 class _Stopped(Exception):
     """The auto-save thread was asked to stop while it waited to retry."""
-
-
-@dataclass(eq=False)
-class _Write:
-    """One RPC of a save, built under the state lock and sent without it."""
-
-    request: Union[pb.AppendMessagesRequest, pb.UpdateSessionRequest]
-    expected: int
-    # The batch's last message: once it is stored, so is every entry up to it.
-    last: Optional[pb.Message] = None
-    # The summary and metadata an update carries; each is no longer dirty
-    # once saved unless a set_* changed it meanwhile.
-    summary: Optional[str] = None
-    metadata: Optional[Dict[str, str]] = field(default=None)
-
-
-def _check_id(op: str, where: str, value: str, what: str = "id", max_bytes: int = _MAX_ID_BYTES) -> None:
-    # An id (or model name): 1-256 bytes of UTF-8, no control character
-    # (C0, DEL or C1), as the daemon's msgcheck.ID.
-    if not value:
-        raise Invalid("%s: %s is empty" % (op, where))
-    try:
-        n = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise Invalid("%s: %s is not valid UTF-8" % (op, where)) from None
-    if n > max_bytes:
-        raise Invalid("%s: %s is %d bytes, more than %d" % (op, where, n, max_bytes))
-    for i, c in enumerate(value):
-        if unicodedata.category(c) == "Cc":
-            raise Invalid("%s: %s has a control character at character %d" % (op, where, i))
-
-
-def _check_message(op: str, i: int, m: object) -> None:
-    """The daemon's rules for one message (gen/msgcheck), so that a message
-    it would refuse fails in append(), not in a background save."""
-    where = "messages[%d]" % i
-    if not isinstance(m, pb.Message):
-        raise Invalid("%s: %s is a %s, not a sessiond.v1 Message" % (op, where, type(m).__name__))
-    if m.role == pb.ROLE_UNSPECIFIED:
-        raise Invalid("%s: %s.role is unspecified" % (op, where))
-    if m.role not in pb.Role.values():
-        raise Invalid("%s: %s.role %d is not a known role" % (op, where, m.role))
-    if m.id:
-        _check_id(op, where + ".id", m.id)
-    for j, tc in enumerate(m.tool_calls):
-        _check_id(op, "%s.tool_calls[%d].id" % (where, j), tc.id)
-    if m.model:
-        _check_id(op, where + ".model", m.model, max_bytes=_MAX_MODEL_BYTES)
-    if SYNTHETIC_KEY in m.metadata:
-        raise Invalid("%s: %s.metadata[%r] is reserved for the tool results a load with close_open_tool_calls "
-                      "makes up; such a result is never stored" % (op, where, SYNTHETIC_KEY))
-    if m.HasField("usage"):
-        for name in ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens"):
-            if getattr(m.usage, name) < 0:
-                raise Invalid("%s: %s.usage.%s is %d; a token count must not be negative"
-                              % (op, where, name, getattr(m.usage, name)))
-    if m.HasField("created_at"):
-        ts = m.created_at
-        # google.protobuf.Timestamp's valid range: 0001-01-01 to 9999-12-31.
-        if not (-62135596800 <= ts.seconds <= 253402300799 and 0 <= ts.nanos <= 999_999_999):
-            raise Invalid("%s: %s.created_at is not a valid time" % (op, where))
 
 
 class Handle:
     """An open session: messages appended to it live in memory until a save
     (explicit, automatic, or in close) sends what is new with
     AppendMessages. Every method is safe to call from several threads.
+
+    Saving needs no bookkeeping of what may have landed: a save sends the
+    unsaved messages with their ids, and the daemon stores only those it
+    does not hold yet. A write whose answer was lost is sent again as it
+    was, before anything appended since, so that its retry is a no-op.
 
     Made by :meth:`Client.open`, :meth:`Client.open_or_create` and
     :meth:`Client.new`, which pass these options on:
@@ -161,8 +101,9 @@ class Handle:
 
         # _close_mu serialises close() and the start and stop of the auto-save
         # thread. _save_mu serialises the handle's RPC sequences (saves,
-        # reload) so that the stored prefix and the revision change in one
-        # order; it is taken before _mu, never after. _mu guards the state.
+        # reload, opening a turn), so that entries change only by growing
+        # while one runs; it is taken before _mu, never after. _mu guards the
+        # state.
         self._close_mu = threading.Lock()
         self._save_mu = threading.Lock()
         self._mu = threading.Lock()
@@ -176,18 +117,25 @@ class Handle:
         self._summary = session.summary
         self._metadata: Dict[str, str] = dict(session.metadata)
         self._revision = session.revision
-        # The synthetic results a load made up for tool calls left open
-        # (close_open_tool_calls) are not stored and never sent: they live
-        # in _synthetic, each with how many entries come before it, and
-        # `messages` shows them there. A real result for the call drops
-        # its synthetic one.
-        entries, self._synthetic = _split_synthetic(messages)
-        self._entries: List[pb.Message] = entries
+        # The messages as loaded, then those appended since. The synthetic
+        # results a load made up for tool calls left open
+        # (close_open_tool_calls) sit among the stored ones, where `messages`
+        # shows them; they answer no call, and a real result for the call
+        # drops its synthetic one.
+        self._entries: List[pb.Message] = list(messages)
         self._ids = {m.id for m in self._entries}
-        # entries[:synced] are stored; a save sends what comes after.
+        # entries[:synced] are stored (or synthetic); a save sends what comes
+        # after.
         self._synced = len(self._entries)
+        # How many unsaved messages (from synced on) the last append carried
+        # when its outcome is unknown (it may have landed): the next save
+        # sends exactly those first, a no-op if they did land.
+        self._uncertain = 0
         self._summary_dirty = False
         self._metadata_dirty = False
+        # The id of the live turn this handle opened, until it ends: appends
+        # wait for it, as the daemon's do.
+        self._turn_id = ""
         # The final error that stopped auto-save (a conflict, a refusal); a
         # successful save() or reload() clears it.
         self._paused: Optional[SessiondError] = None
@@ -195,8 +143,7 @@ class Handle:
         self._spool_path = ""
         self._spooled = False
         if spool_dir:
-            self._spool_path = os.path.join(
-                spool_dir, _spool.prefix(client.namespace, self._id) + _new_handle_id() + _spool.EXT)
+            self._spool_path = os.path.join(spool_dir, _spool.prefix(client.namespace, self._id) + new_id() + _spool.EXT)
 
         self._thread: Optional[threading.Thread] = None
         self._wake = threading.Event()
@@ -250,17 +197,9 @@ class Handle:
         synthetic result the daemon made up for it (metadata
         "sessiond.synthetic": "true"), so that a model API accepts the
         history; saves never send it, and appending the real result
-        replaces it."""
+        replaces it. A live turn's message joins them when it finishes."""
         with self._mu:
-            out: List[pb.Message] = []
-            syn, k = self._synthetic, 0
-            for i, m in enumerate(self._entries):
-                while k < len(syn) and syn[k][0] <= i:
-                    out.append(_copy(syn[k][1]))
-                    k += 1
-                out.append(_copy(m))
-            out.extend(_copy(m) for _, m in syn[k:])
-            return out
+            return [_copy(m) for m in self._entries]
 
     @property
     def open_tool_calls(self) -> List[str]:
@@ -268,7 +207,7 @@ class Handle:
         ROLE_TOOL message answers yet, in the order they were made (a
         synthetic result answers nothing)."""
         with self._mu:
-            return _open_calls(self._entries)
+            return open_calls(_answerable(self._entries))
 
     @property
     def unsaved(self) -> int:
@@ -298,17 +237,24 @@ class Handle:
         """Adds messages, in memory (and in the spool): each gets a UUID id
         unless it has one, and created_at unless set. The handle keeps copies.
         A message the daemon would refuse (no role, a bad id, a ROLE_TOOL
-        result that answers no open tool call) or an id already in the
-        handle raises Invalid, and then nothing is appended. A result for a
-        call a resume closed with a synthetic result replaces that result."""
+        result that answers no open tool call, a tool call whose id is still
+        open), an open message (use stream_turn()) or an id already in the
+        handle raises Invalid, and then nothing is appended; so does any
+        append while a live turn of this handle is open (Conflict). A result
+        for a call a resume closed with a synthetic result replaces that
+        result."""
         add, ids = _prepare("append", messages)
         with self._mu:
             if self._closed:
                 raise Closed("append: handle closed")
+            if self._turn_id:
+                raise Conflict("append: the live turn %r is open; finish it first" % self._turn_id)
             for c in add:
                 if c.id in self._ids:
                     raise Invalid("append: message id %r is already in the session" % c.id)
-            _open_calls(self._entries, add, "append")
+            # A turn of plain text skips the walk of every message.
+            if touches_calls(add):
+                open_calls(_answerable(self._entries), add, "append")
             n = len(self._entries)
             self._entries.extend(add)
             try:
@@ -323,8 +269,17 @@ class Handle:
     def _drop_answered_locked(self, messages: Sequence[pb.Message]) -> None:
         # Drops the synthetic results of the calls that messages answer.
         answered = {m.tool_call_id for m in messages if m.role == pb.ROLE_TOOL and m.tool_call_id}
-        if answered:
-            self._synthetic = [(at, m) for at, m in self._synthetic if m.tool_call_id not in answered]
+        if not answered:
+            return
+        kept, synced = [], self._synced
+        for i, m in enumerate(self._entries):
+            if is_synthetic(m) and m.tool_call_id in answered:
+                self._ids.discard(m.id)
+                if i < synced:
+                    self._synced -= 1
+            else:
+                kept.append(m)
+        self._entries = kept
 
     def set_summary(self, summary: str) -> None:
         """Sets the session's summary; the next save sends it."""
@@ -366,157 +321,88 @@ class Handle:
         A session changed by another writer raises Conflict: reload(), then
         save()."""
         with self._save_mu:
-            self._save_locked(False, _deadline(timeout))
+            self._save_locked(_deadline(timeout))
             with self._mu:
                 self._paused = None
 
-    def _save_locked(self, close_when_clean: bool, deadline: Optional[float]) -> None:
-        # Runs the writes the handle needs until everything present when it
-        # was called is saved; with close_when_clean, until the handle is
-        # clean, closing it in the critical section that finds nothing left.
+    def _save_locked(self, deadline: Optional[float], close: bool = False) -> None:
+        # Sends writes until what was unsaved when it was called is saved;
+        # with close, until the handle is clean, closing it in the critical
+        # section that finds it so. _save_mu held.
         with self._mu:
-            goal = self._entries[-1] if self._entries else None
-            meta_goal = self._summary_dirty or self._metadata_dirty
-        # The messages, the metadata and, after a lost answer, one catch-up;
-        # close() allows for a few rounds of appends made meanwhile.
-        passes = 64 if close_when_clean else 4
-        for _ in range(passes):
+            pending = len(self._entries) - self._synced
+            meta = self._summary_dirty or self._metadata_dirty
+        while True:
             with self._mu:
                 if self._closed:
                     raise Closed("save: handle closed")
-                goal_saved = self._stored_locked(goal)
-                if not close_when_clean and goal_saved and not meta_goal:
+                if self._synced < len(self._entries) and (close or pending > 0):
+                    n = self._uncertain or len(self._entries) - self._synced
+                    req: Union[pb.AppendMessagesRequest, pb.UpdateSessionRequest] = pb.AppendMessagesRequest(
+                        ref=self._ref(), messages=self._entries[self._synced:self._synced + n],
+                        expected_revision=self._revision)
+                elif (close or meta) and (self._summary_dirty or self._metadata_dirty):
+                    req = self._update_request_locked()
+                else:
+                    if close:
+                        self._closed = True
                     return
-                w = self._next_write(meta_first=not close_when_clean and goal_saved)
-                if w is None and close_when_clean:
-                    self._closed = True
-            if w is None:
-                return
-            self._send(w, deadline)
-            if isinstance(w.request, pb.UpdateSessionRequest):
-                meta_goal = False
-        if close_when_clean:
-            raise SessiondError("close: the handle kept changing")
-        raise SessiondError("save %s: still unsaved after %d writes" % (self._id, passes))
-
-    def _index_locked(self, m: pb.Message) -> int:
-        # The index of the entry that is m (the object), or -1. _mu held.
-        for i in range(len(self._entries) - 1, -1, -1):
-            if self._entries[i] is m:
-                return i
-        return -1
-
-    def _stored_locked(self, m: Optional[pb.Message]) -> bool:
-        # Whether m is stored: no longer in the handle (a reload replaced
-        # it) or among entries[:synced]. _mu held.
-        if m is None:
-            return True
-        return self._index_locked(m) < self._synced
-
-    def _next_write(self, meta_first: bool) -> Optional[_Write]:
-        if meta_first:
-            w = self._update_write()
-            if w is not None:
-                return w
-        if self._synced < len(self._entries):
-            batch = self._entries[self._synced:]
-            req = pb.AppendMessagesRequest(ref=self._ref(), messages=batch, expected_revision=self._revision)
-            return _Write(req, self._revision, last=batch[-1])
-        return self._update_write()
-
-    def _update_write(self) -> Optional[_Write]:
-        if not self._summary_dirty and not self._metadata_dirty:
-            return None
-        req = pb.UpdateSessionRequest(ref=self._ref(), update_mask=field_mask_pb2.FieldMask(),
-                                      expected_revision=self._revision)
-        w = _Write(req, self._revision)
-        if self._summary_dirty:
-            req.session.summary = w.summary = self._summary
-            req.update_mask.paths.append("summary")
-        if self._metadata_dirty:
-            w.metadata = dict(self._metadata)
-            req.session.metadata.update(self._metadata)
-            req.update_mask.paths.append("metadata")
-        return w
+            if isinstance(req, pb.AppendMessagesRequest):
+                self._send_append(req, deadline)
+                pending -= len(req.messages)
+            else:
+                self._send_update(req, deadline)
+                meta = False
 
     def _ref(self) -> pb.SessionRef:
         return pb.SessionRef(namespace=self._c.namespace, id=self._id)
 
-    def _send(self, w: _Write, deadline: Optional[float]) -> None:
-        # Performs one write and records its outcome. A conflict that the
-        # handle's own earlier write explains (it landed, but its answer was
-        # lost) is caught up with instead of raised.
+    def _send_append(self, req: pb.AppendMessagesRequest, deadline: Optional[float]) -> None:
         timeout = _remaining(deadline, self._c.timeout)
-        session: Optional[pb.Session] = None
         try:
-            if isinstance(w.request, pb.AppendMessagesRequest):
-                # The first append is a unary call; later ones share the
-                # client's AppendStream (a handle that writes once opens none).
-                if self._appended:
-                    rev = self._c.append_streamed(w.request, timeout=timeout).revision
-                else:
-                    self._appended = True
-                    rev = self._c.append(w.request, timeout=timeout).revision
+            # The first append is a unary call; later ones share the
+            # client's AppendStream (a handle that writes once opens none).
+            if self._appended:
+                resp = self._c.append_streamed(req, timeout=timeout)
             else:
-                session = self._c.update(w.request, timeout=timeout)
-                rev = session.revision
-        except Conflict:
-            if self._catch_up(w, deadline):
-                return
+                self._appended = True
+                resp = self._c.append(req, timeout=timeout)
+        except SessiondError as err:
+            if retryable(err):
+                with self._mu:
+                    self._uncertain = len(req.messages)
             raise
         with self._mu:
-            # An answer beyond expected+1 means another writer changed the
-            # session too: keep expected+1 so that the next write finds the
-            # conflict instead of adopting a session the handle has not seen.
-            self._revision = min(rev, w.expected + 1)
-            if session is not None:
-                self._alias, self._title = session.alias, session.title
-            self._record_locked(w)
+            self._synced += len(req.messages)
+            self._uncertain = 0
+            self._revision = _own_revision(resp.revision, req.expected_revision)
             self._refresh_spool_locked()
 
-    def _record_locked(self, w: _Write) -> None:
-        # Marks what w carried as saved. _mu held.
-        if w.last is not None:
-            i = self._index_locked(w.last)
-            if i >= 0:
-                self._synced = max(self._synced, i + 1)
-        if w.summary is not None and self._summary == w.summary:
-            self._summary_dirty = False
-        if w.metadata is not None and self._metadata == w.metadata:
-            self._metadata_dirty = False
+    def _update_request_locked(self) -> pb.UpdateSessionRequest:
+        req = pb.UpdateSessionRequest(ref=self._ref(), update_mask=field_mask_pb2.FieldMask(),
+                                      expected_revision=self._revision)
+        if self._summary_dirty:
+            req.session.summary = self._summary
+            req.update_mask.paths.append("summary")
+        if self._metadata_dirty:
+            req.session.metadata.update(self._metadata)
+            req.update_mask.paths.append("metadata")
+        return req
 
-    def _catch_up(self, w: _Write, deadline: Optional[float]) -> bool:
-        # Answers a conflict on w: when the session is one write ahead of the
-        # handle and that write is the handle's own (its unsaved messages, in
-        # order, after those it knows stored, or the very summary and
-        # metadata it has not seen saved), an earlier write landed without
-        # its answer. The handle then takes that write as saved: True, and
-        # the save goes on. Anything else is another writer's change.
-        session, stored = self._c.load(id=self._id, timeout=_remaining(deadline, self._c.timeout))
+    def _send_update(self, req: pb.UpdateSessionRequest, deadline: Optional[float]) -> None:
+        # The retry of an update that landed changes nothing, which the
+        # daemon answers as a no-op whatever revision it expects.
+        session = self._c.update(req, timeout=_remaining(deadline, self._c.timeout))
         with self._mu:
-            if session.revision != w.expected + 1 or self._revision != w.expected:
-                return False
-            saved = self._entries[:self._synced]
-            if len(stored) < len(saved) or any(a.id != b.id for a, b in zip(stored, saved)):
-                return False
-            landed = stored[len(saved):]
-            unsaved = self._entries[self._synced:]
-            if landed:
-                if len(landed) > len(unsaved) or any(a.id != b.id for a, b in zip(landed, unsaved)):
-                    return False
-            elif (not (self._summary_dirty or self._metadata_dirty)
-                  or self._summary_dirty and session.summary != self._summary
-                  or self._metadata_dirty and dict(session.metadata) != self._metadata):
-                return False
-            self._revision, self._alias, self._title = session.revision, session.alias, session.title
-            if landed:
-                self._record_locked(_Write(w.request, w.expected, last=unsaved[len(landed) - 1]))
-            else:
-                self._summary_dirty = self._metadata_dirty = False
+            self._revision = _own_revision(session.revision, req.expected_revision)
+            self._alias, self._title = session.alias, session.title
+            if "summary" in req.update_mask.paths and self._summary == req.session.summary:
+                self._summary_dirty = False
+            if "metadata" in req.update_mask.paths and self._metadata == dict(req.session.metadata):
+                self._metadata_dirty = False
             self._refresh_spool_locked()
-            return True
 
-    def _save_retry(self, close_when_clean: bool, deadline: Optional[float], attempts: int = 0) -> None:
+    def _save_retry(self, deadline: Optional[float], attempts: int = 0, close: bool = False) -> None:
         # Saves, retrying what may succeed later with exponential backoff and
         # jitter, until it succeeds, fails for good, the deadline passes, or
         # (attempts > 0) it has tried that many times. _save_mu held.
@@ -525,7 +411,7 @@ class Handle:
         while True:
             n += 1
             try:
-                self._save_locked(close_when_clean, deadline)
+                self._save_locked(deadline, close)
                 return
             except SessiondError as err:
                 if not retryable(err) or (attempts and n >= attempts):
@@ -535,7 +421,7 @@ class Handle:
                     raise
                 self._log.debug("sessiond save of %s failed (attempt %d), retrying in %.2fs: %s",
                                 self._id, n, wait, err)
-                if close_when_clean:
+                if close:
                     time.sleep(wait)  # close() stopped the auto-save thread: _stop is set
                 elif self._stop.wait(wait):
                     raise _Stopped() from err
@@ -551,23 +437,88 @@ class Handle:
             with self._mu:
                 if self._closed:
                     raise Closed("reload: handle closed")
-            session, loaded = self._c.load(id=self._id, close_open_tool_calls=True)
-            stored, synthetic = _split_synthetic(loaded)
+            session, stored = self._c.load(id=self._id, close_open_tool_calls=True)
             with self._mu:
                 stored_ids = {m.id for m in stored}
                 unsaved = [m for m in self._entries[self._synced:] if m.id not in stored_ids]
                 self._entries = stored + unsaved
-                self._synthetic = synthetic
-                self._drop_answered_locked(unsaved)
                 self._synced = len(stored)
                 self._ids = {m.id for m in self._entries}
+                self._drop_answered_locked(unsaved)
+                self._uncertain = 0
                 self._revision, self._alias, self._title = session.revision, session.alias, session.title
                 if not self._summary_dirty:
                     self._summary = session.summary
                 if not self._metadata_dirty:
                     self._metadata = dict(session.metadata)
+                if self._turn_id and not (stored and stored[-1].id == self._turn_id
+                                          and stored[-1].state == pb.MESSAGE_STATE_STREAMING):
+                    self._turn_id = ""  # the daemon closed it: interrupted
                 self._paused = None
                 self._refresh_spool_locked()
+
+    # -- live turns ----------------------------------------------------------
+
+    def stream_turn(self, message: Optional[pb.Message] = None, timeout: Optional[float] = None) -> Turn:
+        """Saves what is unsaved, then opens a live turn in the session: an
+        assistant message (``message``, copied, or an empty one) stored open
+        (MESSAGE_STATE_STREAMING) at once, that the returned :class:`Turn`
+        writes a model's answer into as it streams, and finishes. Until the
+        turn ends, append() raises Conflict; when it finishes, the message
+        as stored joins the handle's messages. A session changed by another
+        writer raises Conflict, as a save does. If the program dies first,
+        the daemon closes the message as interrupted, and the next open
+        finds it so."""
+        m = _copy(message) if message is not None else pb.Message()
+        if m.role == pb.ROLE_UNSPECIFIED:
+            m.role = pb.ROLE_ASSISTANT
+        m.state = pb.MESSAGE_STATE_STREAMING
+        check_message("stream_turn", "message", m)
+        if not m.id:
+            m.id = new_id()
+        if not m.HasField("created_at"):
+            m.created_at.CopyFrom(_now())
+        deadline = _deadline(timeout)
+        with self._save_mu:
+            # The open message must be the session's last.
+            self._save_locked(deadline)
+            with self._mu:
+                if self._closed:
+                    raise Closed("stream_turn: handle closed")
+                if self._turn_id:
+                    raise Conflict("stream_turn: the live turn %r is open; finish it first" % self._turn_id)
+                if m.id in self._ids:
+                    raise Invalid("stream_turn: message id %r is already in the session" % m.id)
+                expected = self._revision
+            turn = self._c.open_turn(id=self._id, message=m, expected_revision=expected,
+                                     timeout=_remaining(deadline, self._c.timeout))
+            turn._on_finish = self._turn_ended
+            with self._mu:
+                self._revision = _own_revision(turn.revision, expected)
+                self._turn_id = m.id
+            return turn
+
+    def _turn_ended(self, message_id: str, message: Optional[pb.Message], revision: int) -> None:
+        # The turn's message is closed: finished (message is it as stored,
+        # revision the finish's), or closed by the daemon (None: a reload
+        # shows it interrupted).
+        with self._mu:
+            if message_id != self._turn_id:
+                return
+            self._turn_id = ""
+            if message is None:
+                return
+            # While the message was open no other writer could append, so
+            # the finish's revision follows the handle's own writes.
+            self._revision = revision
+            m = _copy(message)
+            for i, e in enumerate(self._entries):
+                if e.id == m.id:  # a reload met it open
+                    self._entries[i] = m
+                    return
+            self._entries.insert(self._synced, m)
+            self._synced += 1
+            self._ids.add(m.id)
 
     # -- compaction ----------------------------------------------------------
 
@@ -580,7 +531,7 @@ class Handle:
         see."""
         deadline = _deadline(timeout)
         with self._save_mu:
-            self._save_locked(False, deadline)
+            self._save_locked(deadline)
             with self._mu:
                 if self._closed:
                     raise Closed("compact: handle closed")
@@ -589,10 +540,7 @@ class Handle:
                                       expected_revision=expected,
                                       timeout=_remaining(deadline, self._c.timeout))
             with self._mu:
-                # As after a save: an answer beyond expected+1 (a repeated
-                # compaction answered with a session others changed since)
-                # must not let the handle adopt changes it has not seen.
-                self._revision = min(session.revision, expected + 1)
+                self._revision = _own_revision(session.revision, expected)
 
     def context_messages(self, timeout: Optional[float] = None) -> List[pb.Message]:
         """Saves what is unsaved, then loads the session's context view: the
@@ -601,7 +549,7 @@ class Handle:
         open tool call, as a model API wants them."""
         deadline = _deadline(timeout)
         with self._save_mu:
-            self._save_locked(False, deadline)
+            self._save_locked(deadline)
             _, messages = self._c.load(id=self._id, close_open_tool_calls=True, view=pb.LOAD_VIEW_CONTEXT,
                                        timeout=_remaining(deadline, self._c.timeout))
             return messages
@@ -614,7 +562,8 @@ class Handle:
         handle is closed: later calls raise Closed and a second close() does
         nothing. If the save fails, close() raises its error and the handle
         stays open, auto-save included, its unsaved messages intact (and in
-        the spool, with spool_dir)."""
+        the spool, with spool_dir). A live turn left open stays open: finish
+        it first, or the daemon closes it as interrupted."""
         with self._close_mu:
             with self._mu:
                 if self._closed:
@@ -623,7 +572,7 @@ class Handle:
             deadline = _deadline(timeout if timeout is not None else self._close_timeout)
             try:
                 with self._save_mu:
-                    self._save_retry(True, deadline)
+                    self._save_retry(deadline, close=True)
             except BaseException:
                 self._start_loop()
                 raise
@@ -694,7 +643,7 @@ class Handle:
                 return
         try:
             with self._save_mu:
-                self._save_retry(False, None, attempts=_AUTOSAVE_ATTEMPTS)
+                self._save_retry(None, attempts=_AUTOSAVE_ATTEMPTS)
             return
         except _Stopped:
             return  # close() saves next
@@ -793,7 +742,7 @@ class Handle:
                     # Left in place, it is sent again next time: a no-op then.
                     self._log.warning("sessiond: spool file %s not removed: %s", p, err)
             try:
-                self._save_locked(False, None)
+                self._save_locked(None)
             except SessiondError as err:
                 raise type(err)("open %s: send spooled messages (kept in %s): %s"
                                 % (self._id, self._spool_path, err), err.code, err.details) from err
@@ -815,6 +764,15 @@ class Handle:
             self._metadata, self._metadata_dirty = dict(st.session.metadata), True
 
 
+def _own_revision(answered: int, expected: int) -> int:
+    # The revision a handle takes from the answer to its write at expected.
+    # Beyond expected+1, another writer changed the session too (a retried
+    # write answers the current revision): the handle keeps expected+1 so
+    # that its next write finds the conflict instead of adopting changes it
+    # has not seen.
+    return min(answered, expected + 1)
+
+
 def _prepare(op: str, messages: Sequence[pb.Message]) -> Tuple[List[pb.Message], Set[str]]:
     # Copies messages for append, giving each an id and
     # created_at where missing; returns the copies and their ids.
@@ -822,10 +780,13 @@ def _prepare(op: str, messages: Sequence[pb.Message]) -> Tuple[List[pb.Message],
     out: List[pb.Message] = []
     ids: Set[str] = set()
     for i, m in enumerate(messages):
-        _check_message(op, i, m)
+        check_message(op, "messages[%d]" % i, m)
+        if m.state == pb.MESSAGE_STATE_STREAMING:
+            raise Invalid("%s: messages[%d].state is MESSAGE_STATE_STREAMING; open a live turn with stream_turn()"
+                          % (op, i))
         c = _copy(m)
         if not c.id:
-            c.id = _new_handle_id()
+            c.id = new_id()
         if not c.HasField("created_at"):
             c.created_at.CopyFrom(now)
         if c.id in ids:
@@ -835,50 +796,10 @@ def _prepare(op: str, messages: Sequence[pb.Message]) -> Tuple[List[pb.Message],
     return out, ids
 
 
-#: The metadata key that marks a result a load made up for a tool call left
-#: open (close_open_tool_calls); the daemon refuses to store such a message.
-SYNTHETIC_KEY = "sessiond.synthetic"
-
-
-def _is_synthetic(m: pb.Message) -> bool:
-    return m.role == pb.ROLE_TOOL and m.metadata.get(SYNTHETIC_KEY) == "true"
-
-
-def _split_synthetic(messages: Sequence[pb.Message]) -> Tuple[List[pb.Message], List[Tuple[int, pb.Message]]]:
-    # Separates the synthetic results from the other messages: each with
-    # how many of the others come before it.
-    kept: List[pb.Message] = []
-    synthetic: List[Tuple[int, pb.Message]] = []
-    for m in messages:
-        if _is_synthetic(m):
-            synthetic.append((len(kept), _copy(m)))
-        else:
-            kept.append(m)
-    return kept, synthetic
-
-
-def _open_calls(messages: Sequence[pb.Message], batch: Sequence[pb.Message] = (), op: str = "") -> List[str]:
-    # The tool calls of messages, then batch, that no later ROLE_TOOL message
-    # answers, in the order made. In batch, as the daemon's pairing rule
-    # (msgcheck.OpenCalls, strict), a result that answers no open call or a
-    # call whose id is still open raises Invalid naming the field.
-    open_: Dict[str, None] = {}
-    for strict, msgs in ((False, messages), (True, batch)):
-        for i, m in enumerate(msgs):
-            if m.role == pb.ROLE_ASSISTANT:
-                for j, tc in enumerate(m.tool_calls):
-                    if tc.id in open_ and strict:
-                        raise Invalid("%s: messages[%d].tool_calls[%d].id %r is the id of a tool call that is still "
-                                      "open; a session's open calls need distinct ids" % (op, i, j, tc.id))
-                    open_[tc.id] = None
-            elif m.role == pb.ROLE_TOOL and m.tool_call_id:
-                if m.tool_call_id in open_:
-                    del open_[m.tool_call_id]
-                elif strict:
-                    raise Invalid("%s: messages[%d].tool_call_id %r answers no open tool call: no earlier assistant "
-                                  "message of the session made it, or another ROLE_TOOL message answered it"
-                                  % (op, i, m.tool_call_id))
-    return list(open_)
+def _answerable(messages: Sequence[pb.Message]) -> List[pb.Message]:
+    # The messages that count for tool-call pairing: all but the synthetic
+    # results, which answer no call.
+    return [m for m in messages if not is_synthetic(m)]
 
 
 def _copy(m: pb.Message) -> pb.Message:

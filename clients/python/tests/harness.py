@@ -95,6 +95,12 @@ class DaemonTest(unittest.TestCase):
         self.daemon.start()
         self.addCleanup(self.daemon.stop)
 
+    def proxy(self) -> "Proxy":
+        """A Proxy to the daemon, closed when the test ends."""
+        p = Proxy(self.daemon.addr)
+        self.addCleanup(p.close)
+        return p
+
     def python(self, *args: str, input: Optional[str] = None) -> str:
         """Runs a Python program of this folder in its own process; returns its stdout."""
         out = subprocess.run([sys.executable] + list(args), env=ENV, input=input, capture_output=True,

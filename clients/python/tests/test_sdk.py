@@ -24,7 +24,7 @@ from sessiond.v1 import sessiond_pb2_grpc as pb_grpc
 import sessiond_client as sc
 from sessiond_client import _spool
 
-from .harness import ENV, Daemon, DaemonTest, Proxy
+from .harness import ENV, DaemonTest
 
 
 def user(text: str) -> pb.Message:
@@ -40,8 +40,8 @@ def wait_for(cond: Callable[[], bool], what: str, timeout: float = 15.0) -> None
 
 
 class HandleTest(DaemonTest):
-    def client(self, **kw: Any) -> sc.Client:
-        c = sc.Client(self.daemon.addr, timeout=10, **kw)
+    def client(self, addr: str = "", timeout: float = 10, **kw: Any) -> sc.Client:
+        c = sc.Client(addr or self.daemon.addr, timeout=timeout, **kw)
         self.addCleanup(c.close)
         return c
 
@@ -87,6 +87,18 @@ class HandleTest(DaemonTest):
         with self.assertRaises(sc.Invalid) as c1:
             h.append(pb.Message(role=pb.ROLE_USER, id="x\u0085y"))
         self.assertIn("messages[0].id has a control character", str(c1.exception))
+        with self.assertRaises(sc.Invalid) as c1:
+            h.append(user("ok"), pb.Message(role=pb.ROLE_USER, id="\u00e9\u009b"))
+        self.assertIn("messages[1].id has a control character at byte 2", str(c1.exception))
+        # States: only an assistant message can be open, and a handle
+        # appends none (a live turn opens one).
+        with self.assertRaises(sc.Invalid) as state:
+            h.append(pb.Message(role=pb.ROLE_USER, state=pb.MESSAGE_STATE_STREAMING))
+        self.assertIn("messages[0].state is MESSAGE_STATE_STREAMING on a ROLE_USER message", str(state.exception))
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(role=pb.ROLE_ASSISTANT, state=pb.MESSAGE_STATE_STREAMING))
+        with self.assertRaises(sc.Invalid):
+            h.append(pb.Message(role=pb.ROLE_ASSISTANT, state=99))
         with self.assertRaises(sc.Invalid):
             h.append(pb.Message(role=pb.ROLE_ASSISTANT, tool_calls=[pb.ToolCall(id="c\u009f", name="f")]))
         with self.assertRaises(sc.Invalid):
@@ -160,10 +172,8 @@ class HandleTest(DaemonTest):
         h.close()
 
     def test_retry_after_restart_without_duplicate(self) -> None:
-        proxy = Proxy(self.daemon.addr)
-        self.addCleanup(proxy.close)
-        c = sc.Client(proxy.addr, timeout=2)
-        self.addCleanup(c.close)
+        proxy = self.proxy()
+        c = self.client(proxy.addr, timeout=2)
         h = c.open_or_create(alias="retry")
         h.append(user("first"))
         h.save()
@@ -324,10 +334,8 @@ class HandleTest(DaemonTest):
     def test_lost_answer_then_another_writer(self) -> None:
         # An append whose answer was lost landed, then another writer
         # appended: the retry must not take the session as its own.
-        proxy = Proxy(self.daemon.addr)
-        self.addCleanup(proxy.close)
-        c = sc.Client(proxy.addr, timeout=2)
-        self.addCleanup(c.close)
+        proxy = self.proxy()
+        c = self.client(proxy.addr, timeout=2)
         h = c.open_or_create(alias="lost-then-other")
         proxy.drop_answers = True
         h.append(user("q1"))
@@ -345,6 +353,39 @@ class HandleTest(DaemonTest):
         h.save()
         self.assertEqual([m.content for m in self.stored(direct, h.id)], ["q1", "other", "q2"])
         h.close()
+
+    def test_update_retry_after_lost_answer(self) -> None:
+        # A summary and metadata update lands but its answer is lost: its
+        # retry changes nothing, a no-op for the daemon rather than a
+        # conflict, and the handle is at the session's revision after it.
+        proxy = self.proxy()
+        c = self.client(proxy.addr, timeout=2)
+        h = c.open_or_create(alias="lost-update")
+        h.set_summary("s1")
+        h.set_metadata({"k": "v"})
+        proxy.drop_answers = True
+        with self.assertRaises(sc.Unavailable):
+            h.save(timeout=1)
+        proxy.drop_answers = False
+        proxy.cut()
+        direct = self.client()
+        stored = direct.get(id=h.id)
+        self.assertEqual((stored.summary, dict(stored.metadata)), ("s1", {"k": "v"}), "the update did not land")
+        self.assertTrue(h.dirty)
+        h.save()
+        self.assertFalse(h.dirty)
+        self.assertEqual(h.revision, direct.get(id=h.id).revision)
+        h.append(user("after"))
+        h.save()
+        # Another writer's update is a conflict still.
+        direct.update(pb.UpdateSessionRequest(ref=direct.ref(id=h.id), session=pb.Session(title="other"),
+                                              update_mask={"paths": ["title"]}))
+        h.set_summary("s2")
+        with self.assertRaises(sc.Conflict):
+            h.save()
+        h.reload()
+        h.close()
+        self.assertEqual((direct.get(id=h.id).summary, direct.get(id=h.id).title), ("s2", "other"))
 
     def test_later_appends_share_a_stream(self) -> None:
         # A handle's first append is a unary call; later ones, of every
