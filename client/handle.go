@@ -483,7 +483,7 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 		return errorf("client: append: %w", ErrClosed)
 	}
 	if h.turn != "" {
-		return errorf("client: append: the live turn %s is open; finish it first: %w", h.turn, ErrMessageState)
+		return errorf("client: append: a live turn is open; finish it first: %w", ErrMessageState)
 	}
 	for _, e := range add {
 		if _, dup := h.ids[e.m.Id]; dup {

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +108,150 @@ func TestTurn(t *testing.T) {
 	}
 	if _, err := c.ResumeTurn(ctx, ref, turn.ID()); !errors.Is(err, client.ErrMessageState) {
 		t.Errorf("ResumeTurn of a finished message: %v, want ErrMessageState", err)
+	}
+}
+
+// TestHandleStreamTurn streams an answer through a Handle's turn while a
+// watcher follows it: the handle's view and revision stay in step, so the
+// next turn saves without a conflict.
+func TestHandleStreamTurn(t *testing.T) {
+	addr, stop := startSessiond()
+	defer stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h, err := c.New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	if err := h.Append(&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "question"}); err != nil {
+		t.Fatal(err)
+	}
+	// The watcher starts at the handle's revision: what StreamTurn saves
+	// first (the question) comes before the turn.
+	var deltas []string
+	watched := make(chan error, 1)
+	go func() {
+		for ev, err := range c.Watch(ctx, client.ID(h.ID()), h.Revision()) {
+			if err != nil {
+				watched <- err
+				return
+			}
+			switch ev.Type {
+			case client.EventDelta:
+				deltas = append(deltas, ev.Delta.GetContent())
+			case client.EventFinished:
+				watched <- nil
+				return
+			}
+		}
+	}()
+	turn, err := h.StreamTurn(ctx, &sessiondv1.Message{})
+	if err != nil {
+		t.Fatalf("StreamTurn: %v", err)
+	}
+	if h.Dirty() || len(h.Messages()) != 2 || h.Messages()[1].GetState() != sessiondv1.MessageState_MESSAGE_STATE_STREAMING {
+		t.Fatalf("after StreamTurn: dirty %v, messages %v", h.Dirty(), h.Messages())
+	}
+	if err := h.Append(&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "too soon"}); !errors.Is(err, client.ErrMessageState) {
+		t.Errorf("Append during the turn = %v, want ErrMessageState", err)
+	}
+	if _, err := h.StreamTurn(ctx, &sessiondv1.Message{}); !errors.Is(err, client.ErrMessageState) {
+		t.Errorf("a second StreamTurn = %v, want ErrMessageState", err)
+	}
+	for _, p := range []string{"The ", "answer."} {
+		if err := turn.Write(ctx, p); err != nil {
+			t.Fatalf("Write(%q): %v", p, err)
+		}
+	}
+	if _, err := turn.Finish(ctx, client.FinishOptions{Model: "m"}); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	if err := <-watched; err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	if got := strings.Join(deltas, "|"); got != "The |answer." {
+		t.Errorf("the watcher saw deltas %q, want %q", got, "The |answer.")
+	}
+	last := h.Messages()[1]
+	if last.GetContent() != "The answer." || last.GetState() != sessiondv1.MessageState_MESSAGE_STATE_COMPLETE || last.GetModel() != "m" {
+		t.Errorf("the handle's view after Finish: %v", last)
+	}
+	sess, err := c.Get(ctx, client.ID(h.ID()))
+	if err != nil || h.Revision() != sess.Revision {
+		t.Fatalf("handle at revision %d, daemon at %v (%v)", h.Revision(), sess, err)
+	}
+	// The revision is in step: the next turn saves at once.
+	if err := h.Append(&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "next"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Save(ctx); err != nil {
+		t.Fatalf("Save after the turn: %v", err)
+	}
+}
+
+// TestHandleStreamTurnInterrupted: a program that dies mid-turn finds the
+// message interrupted, with the text written, when it opens the session
+// again.
+func TestHandleStreamTurnInterrupted(t *testing.T) {
+	addr, stop := startSessiond("--stream-idle-timeout", "1s")
+	defer stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h, err := c.New(ctx, client.WithAlias("crashy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Append(&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "question"})
+	turn, err := h.StreamTurn(ctx, &sessiondv1.Message{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := turn.Write(ctx, "half an ans"); err != nil {
+		t.Fatal(err)
+	}
+	// The program dies here: no Finish. The next program opens the session
+	// once the daemon's sweep has closed the message.
+	var msgs []*sessiondv1.Message
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		again, err := c.Open(ctx, client.Alias("crashy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = again.Messages()
+		if err := again.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if msgs[len(msgs)-1].GetState() != sessiondv1.MessageState_MESSAGE_STATE_STREAMING || time.Now().After(deadline) {
+			break
+		}
+	}
+	last := msgs[len(msgs)-1]
+	if len(msgs) != 2 || last.GetState() != sessiondv1.MessageState_MESSAGE_STATE_INTERRUPTED || last.GetContent() != "half an ans" {
+		t.Fatalf("reopened: %d messages, last %v", len(msgs), last)
+	}
+	// The old handle learns it too: Finish finds the message closed, and
+	// the handle takes appends again.
+	if _, err := turn.Finish(ctx, client.FinishOptions{}); !errors.Is(err, client.ErrMessageState) {
+		t.Errorf("Finish after the sweep = %v, want ErrMessageState", err)
+	}
+	if err := h.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Append(&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "again"}); err != nil {
+		t.Errorf("Append after the interrupted turn: %v", err)
+	}
+	if err := h.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -30,8 +30,9 @@ func TestMain(m *testing.M) {
 }
 
 // startSessiond starts sessiond on a unix socket over a fresh data dir and
-// returns its address and a func that stops it and removes the dir.
-func startSessiond() (addr string, stop func()) {
+// returns its address and a func that stops it and removes the dir. args
+// are more flags for the daemon.
+func startSessiond(args ...string) (addr string, stop func()) {
 	buildOnce.Do(func() {
 		var dir string
 		if dir, buildErr = os.MkdirTemp("", "sessiond-sdk-bin"); buildErr != nil {
@@ -52,6 +53,7 @@ func startSessiond() (addr string, stop func()) {
 	}
 	sock := filepath.Join(dir, "sessiond.sock")
 	cmd := exec.Command(daemonBin, "--listen", "unix:"+sock, "--data-dir", filepath.Join(dir, "data"), "--log-format", "json")
+	cmd.Args = append(cmd.Args, args...)
 	if err := cmd.Start(); err != nil {
 		panic(err)
 	}
