@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sessiond/sessiond/client"
+	"github.com/sessiond/sessiond/clienttest"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -81,8 +82,8 @@ func (f *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // TestChatWithModel runs the REPL against a fake endpoint: each answer is
-// streamed to the terminal and stored with the model and usage the
-// endpoint reported; each request carries the whole conversation, the API
+// streamed to the terminal and stored, as a finished live turn, with the
+// model and usage the endpoint reported; each request carries the whole conversation, the API
 // key and stream_options.include_usage; a refused request stores nothing
 // and says why; the resume command keeps talking to the model.
 func TestChatWithModel(t *testing.T) {
@@ -150,10 +151,10 @@ func TestChatWithModel(t *testing.T) {
 	want := []*sessiondv1.Message{
 		{Role: sessiondv1.Role_ROLE_USER, Content: "hello"},
 		{Role: sessiondv1.Role_ROLE_ASSISTANT, Content: "Hello there, human.", Model: "fake-model-0613", Usage: usage(10, 3),
-			Reasoning: &sessiondv1.Reasoning{Text: "thinking about hello"}},
+			Reasoning: &sessiondv1.Reasoning{Text: "thinking about hello"}, State: sessiondv1.MessageState_MESSAGE_STATE_COMPLETE},
 		{Role: sessiondv1.Role_ROLE_USER, Content: "again"},
 		{Role: sessiondv1.Role_ROLE_ASSISTANT, Content: "Second answer.", Model: "fake-model-0613", Usage: usage(30, 2),
-			Reasoning: &sessiondv1.Reasoning{Text: "thinking about again"}},
+			Reasoning: &sessiondv1.Reasoning{Text: "thinking about again"}, State: sessiondv1.MessageState_MESSAGE_STATE_COMPLETE},
 	}
 	got := make([]*sessiondv1.Message, len(msgs))
 	for i, m := range msgs {
@@ -222,6 +223,118 @@ func TestModelFlags(t *testing.T) {
 		err := run(t.Context(), tc.args, strings.NewReader(""), &out, &errOut, nil)
 		if err == nil || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("run(%q): %v, stderr %q; want a usage error saying %q", tc.args, err, errOut.String(), tc.want)
+		}
+	}
+}
+
+// TestAnswerStreamedLive: a watcher of the session sees the model's answer
+// arrive piece by piece, as the endpoint streams it, and then finished.
+func TestAnswerStreamedLive(t *testing.T) {
+	srv := loopbackServer(t)
+	endpoint := httptest.NewServer(&fakeModel{answers: []string{"Hello there, human."}})
+	t.Cleanup(endpoint.Close)
+	c, err := client.Dial(t.Context(), srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.Create(t.Context(), client.CreateOptions{Alias: "live"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	type seen struct {
+		content, reasoning []string
+		finished           *sessiondv1.Message
+		err                error
+	}
+	watched := make(chan seen, 1)
+	go func() {
+		var s seen
+		for ev, err := range c.Watch(ctx, client.ID(sess.ID), sess.Revision) {
+			if err != nil {
+				s.err = err
+				break
+			}
+			if ev.Type == client.EventDelta {
+				if d := ev.Delta.GetContent(); d != "" {
+					s.content = append(s.content, d)
+				}
+				if d := ev.Delta.GetReasoning(); d != "" {
+					s.reasoning = append(s.reasoning, d)
+				}
+			}
+			if ev.Type == client.EventFinished {
+				s.finished = ev.Messages[0]
+				break
+			}
+		}
+		watched <- s
+	}()
+
+	out, errOut := runREPL(t, []string{"--addr", srv.Addr(), "--session", "live", "--openai-base-url", endpoint.URL + "/v1",
+		"--model", "fake-model", "--autosave", "0"}, "hello\n/quit\n")
+	if !strings.Contains(out, "assistant: Hello there, human.\n") {
+		t.Errorf("stdout lacks the answer:\n%s%s", out, errOut)
+	}
+	s := <-watched
+	if s.err != nil {
+		t.Fatalf("watch: %v", s.err)
+	}
+	// One delta per chunk the endpoint sent: the answer was written while
+	// it streamed, not stored whole at its end.
+	if want := []string{"Hello ", "there, ", "human."}; !slices.Equal(s.content, want) {
+		t.Errorf("content deltas %q, want %q", s.content, want)
+	}
+	if want := []string{"thinking about hello"}; !slices.Equal(s.reasoning, want) {
+		t.Errorf("reasoning deltas %q, want %q", s.reasoning, want)
+	}
+	if m := s.finished; m.GetContent() != "Hello there, human." || m.GetModel() != "fake-model-0613" ||
+		m.GetUsage().GetOutputTokens() != 3 || m.GetState() != sessiondv1.MessageState_MESSAGE_STATE_COMPLETE {
+		t.Errorf("finished message %v", m)
+	}
+}
+
+// TestResumeInterruptedAnswer: resuming a session whose last answer's
+// writer died mid-answer says that the answer was interrupted.
+func TestResumeInterruptedAnswer(t *testing.T) {
+	needBinaries(t)
+	d := clienttest.StartDaemon(t, daemonBin, t.TempDir(), "127.0.0.1:0", clienttest.WithArgs("--stream-idle-timeout", "1s"))
+	c, err := client.Dial(t.Context(), d.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h, err := c.New(t.Context(), client.WithAlias("cut"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Append(&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "tell me"})
+	turn, err := h.StreamTurn(t.Context(), &sessiondv1.Message{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := turn.Write(t.Context(), "the first half"); err != nil {
+		t.Fatal(err)
+	}
+	// The writer dies here; the daemon's sweep closes the answer.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, msgs, err := c.Load(t.Context(), client.Alias("cut"), client.LoadOptions{Tail: true, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msgs[0].GetState() == sessiondv1.MessageState_MESSAGE_STATE_INTERRUPTED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not interrupt the answer: %v", msgs[0])
+		}
+	}
+	out, errOut := runREPL(t, []string{"--addr", d.Addr, "--session", "cut"}, "/quit\n")
+	for _, want := range []string{"assistant: the first half\n", "(the last answer was interrupted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s%s", want, out, errOut)
 		}
 	}
 }
