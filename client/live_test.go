@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,15 +15,7 @@ import (
 // TestTurn streams an answer through a Turn while a watcher follows it,
 // resumes it as a restarted program would, and finishes it.
 func TestTurn(t *testing.T) {
-	addr, stop := startSessiond()
-	defer stop()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ctx := dialSessiond(t)
 	sess, err := c.Create(ctx, client.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -115,15 +108,7 @@ func TestTurn(t *testing.T) {
 // watcher follows it: the handle's view and revision stay in step, so the
 // next turn saves without a conflict.
 func TestHandleStreamTurn(t *testing.T) {
-	addr, stop := startSessiond()
-	defer stop()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ctx := dialSessiond(t)
 	h, err := c.New(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -132,25 +117,20 @@ func TestHandleStreamTurn(t *testing.T) {
 	if err := h.Append(&sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "question"}); err != nil {
 		t.Fatal(err)
 	}
-	// The watcher starts at the handle's revision: what StreamTurn saves
-	// first (the question) comes before the turn.
-	var deltas []string
-	watched := make(chan error, 1)
-	go func() {
-		for ev, err := range c.Watch(ctx, client.ID(h.ID()), h.Revision()) {
-			if err != nil {
-				watched <- err
-				return
-			}
-			switch ev.Type {
-			case client.EventDelta:
-				deltas = append(deltas, ev.Delta.GetContent())
-			case client.EventFinished:
-				watched <- nil
-				return
-			}
+	// A watcher in place before the turn: it sees each change from then on.
+	ready, watched := followTurn(ctx, c, client.ID(h.ID()))
+	for i := 0; ; i++ {
+		_ = h.SetSummary(fmt.Sprint("watching ", i))
+		if err := h.Save(ctx); err != nil {
+			t.Fatal(err)
 		}
-	}()
+		select {
+		case <-ready:
+		case <-time.After(100 * time.Millisecond):
+			continue
+		}
+		break
+	}
 	turn, err := h.StreamTurn(ctx, &sessiondv1.Message{})
 	if err != nil {
 		t.Fatalf("StreamTurn: %v", err)
@@ -172,7 +152,8 @@ func TestHandleStreamTurn(t *testing.T) {
 	if _, err := turn.Finish(ctx, client.FinishOptions{Model: "m"}); err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
-	if err := <-watched; err != nil {
+	deltas, err := (<-watched)()
+	if err != nil {
 		t.Fatalf("watch: %v", err)
 	}
 	if got := strings.Join(deltas, "|"); got != "The |answer." {
@@ -195,19 +176,47 @@ func TestHandleStreamTurn(t *testing.T) {
 	}
 }
 
+// followTurn watches r until the end of its next live turn and sends the
+// content of each delta it saw. It closes ready once it has seen a change,
+// so that the caller knows the watch is in place: until then it starts again
+// from the session's current revision when told to reload.
+func followTurn(ctx context.Context, c *client.Client, r client.Ref) (ready chan struct{}, done chan func() ([]string, error)) {
+	ready, done = make(chan struct{}), make(chan func() ([]string, error), 1)
+	go func() {
+		var deltas []string
+		result := func(err error) { done <- func() ([]string, error) { return deltas, err } }
+		for watching := false; ; {
+			s, err := c.Get(ctx, r)
+			if err != nil {
+				result(err)
+				return
+			}
+			for ev, err := range c.Watch(ctx, r, s.Revision) {
+				switch {
+				case errors.Is(err, client.ErrWatchReset) && !watching:
+				case err != nil:
+					result(err)
+					return
+				case !watching:
+					watching = true
+					close(ready)
+				case ev.Type == client.EventDelta:
+					deltas = append(deltas, ev.Delta.GetContent())
+				case ev.Type == client.EventFinished:
+					result(nil)
+					return
+				}
+			}
+		}
+	}()
+	return ready, done
+}
+
 // TestHandleStreamTurnInterrupted: a program that dies mid-turn finds the
 // message interrupted, with the text written, when it opens the session
 // again.
 func TestHandleStreamTurnInterrupted(t *testing.T) {
-	addr, stop := startSessiond("--stream-idle-timeout", "1s")
-	defer stop()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ctx := dialSessiond(t, "--stream-idle-timeout", "1s")
 	h, err := c.New(ctx, client.WithAlias("crashy"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sessiond/sessiond/client"
 )
 
 // The examples run against the real daemon, built from the repository this
@@ -72,4 +75,20 @@ func startSessiond(args ...string) (addr string, stop func()) {
 			panic("sessiond did not listen on " + sock + " within 30s")
 		}
 	}
+}
+
+// dialSessiond starts sessiond (with args) for the test and returns a
+// client of it and a ctx that ends with the test or after 30 seconds.
+func dialSessiond(t *testing.T, args ...string) (*client.Client, context.Context) {
+	t.Helper()
+	addr, stop := startSessiond(args...)
+	t.Cleanup(stop)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, ctx
 }

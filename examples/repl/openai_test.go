@@ -33,6 +33,7 @@ type fakeModel struct {
 	requests []chatRequest
 	auth     []string
 	answers  []string // the answer to each request, in turn; "!401" answers 401
+	midway   func()   // if set, called after the first word of each answer
 }
 
 func (f *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -70,6 +71,9 @@ func (f *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		send(map[string]any{"model": "fake-model-0613", "choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": word}}}, "usage": nil})
 		if i == 0 {
 			time.Sleep(20 * time.Millisecond) // a real stream: the answer arrives in pieces
+			if f.midway != nil {
+				f.midway()
+			}
 		}
 	}
 	send(map[string]any{"model": "fake-model-0613", "choices": []any{map[string]any{"index": 0, "delta": map[string]any{}, "finish_reason": "stop"}}})
@@ -227,72 +231,48 @@ func TestModelFlags(t *testing.T) {
 	}
 }
 
-// TestAnswerStreamedLive: a watcher of the session sees the model's answer
-// arrive piece by piece, as the endpoint streams it, and then finished.
+// TestAnswerStreamedLive: the model's answer is in the session while it
+// streams (an open message holding the pieces so far, which any watcher
+// follows), and finished with the endpoint's model and usage at its end.
 func TestAnswerStreamedLive(t *testing.T) {
 	srv := loopbackServer(t)
-	endpoint := httptest.NewServer(&fakeModel{answers: []string{"Hello there, human."}})
-	t.Cleanup(endpoint.Close)
 	c, err := client.Dial(t.Context(), srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	sess, err := c.Create(t.Context(), client.CreateOptions{Alias: "live"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	type seen struct {
-		content, reasoning []string
-		finished           *sessiondv1.Message
-		err                error
-	}
-	watched := make(chan seen, 1)
-	go func() {
-		var s seen
-		for ev, err := range c.Watch(ctx, client.ID(sess.ID), sess.Revision) {
-			if err != nil {
-				s.err = err
-				break
-			}
-			if ev.Type == client.EventDelta {
-				if d := ev.Delta.GetContent(); d != "" {
-					s.content = append(s.content, d)
-				}
-				if d := ev.Delta.GetReasoning(); d != "" {
-					s.reasoning = append(s.reasoning, d)
-				}
-			}
-			if ev.Type == client.EventFinished {
-				s.finished = ev.Messages[0]
-				break
+	var during *sessiondv1.Message
+	fake := &fakeModel{answers: []string{"Hello there, human."}, midway: func() {
+		// The endpoint holds the rest of the answer until the session
+		// has its first piece.
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			_, msgs, err := c.Load(t.Context(), client.Alias("live"), client.LoadOptions{Tail: true, Limit: 1})
+			if err == nil && len(msgs) == 1 && msgs[0].GetRole() == sessiondv1.Role_ROLE_ASSISTANT && msgs[0].GetContent() != "" {
+				during = msgs[0]
+				return
 			}
 		}
-		watched <- s
-	}()
+	}}
+	endpoint := httptest.NewServer(fake)
+	t.Cleanup(endpoint.Close)
 
 	out, errOut := runREPL(t, []string{"--addr", srv.Addr(), "--session", "live", "--openai-base-url", endpoint.URL + "/v1",
 		"--model", "fake-model", "--autosave", "0"}, "hello\n/quit\n")
 	if !strings.Contains(out, "assistant: Hello there, human.\n") {
 		t.Errorf("stdout lacks the answer:\n%s%s", out, errOut)
 	}
-	s := <-watched
-	if s.err != nil {
-		t.Fatalf("watch: %v", s.err)
+	if during.GetContent() != "Hello " || during.GetReasoning().GetText() != "thinking about hello" ||
+		during.GetState() != sessiondv1.MessageState_MESSAGE_STATE_STREAMING {
+		t.Errorf("mid-answer the session's last message was %v, want the open answer so far", during)
 	}
-	// One delta per chunk the endpoint sent: the answer was written while
-	// it streamed, not stored whole at its end.
-	if want := []string{"Hello ", "there, ", "human."}; !slices.Equal(s.content, want) {
-		t.Errorf("content deltas %q, want %q", s.content, want)
+	_, msgs, err := c.Load(t.Context(), client.Alias("live"), client.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if want := []string{"thinking about hello"}; !slices.Equal(s.reasoning, want) {
-		t.Errorf("reasoning deltas %q, want %q", s.reasoning, want)
-	}
-	if m := s.finished; m.GetContent() != "Hello there, human." || m.GetModel() != "fake-model-0613" ||
-		m.GetUsage().GetOutputTokens() != 3 || m.GetState() != sessiondv1.MessageState_MESSAGE_STATE_COMPLETE {
-		t.Errorf("finished message %v", m)
+	if len(msgs) != 2 || msgs[1].GetId() != during.GetId() || msgs[1].GetContent() != "Hello there, human." ||
+		msgs[1].GetModel() != "fake-model-0613" || msgs[1].GetUsage().GetOutputTokens() != 3 ||
+		msgs[1].GetState() != sessiondv1.MessageState_MESSAGE_STATE_COMPLETE {
+		t.Errorf("stored %v, want the question and the finished answer", msgs)
 	}
 }
 
