@@ -38,9 +38,10 @@ type liveAnswer struct {
 }
 
 func (a *liveAnswer) Write(p []byte) (int, error) {
+	n, err := a.shown.Write(p)
 	a.content += string(p)
 	a.send()
-	return a.shown.Write(p)
+	return n, err
 }
 
 func (a *liveAnswer) WriteReasoning(text string) {

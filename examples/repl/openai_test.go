@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -316,5 +317,111 @@ func TestResumeInterruptedAnswer(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s%s", want, out, errOut)
 		}
+	}
+}
+
+// TestModelAnswerWhileDaemonDown: with the daemon down the answer cannot be
+// a live turn; it is kept as a plain message in the spool, and the next run
+// sends it once.
+func TestModelAnswerWhileDaemonDown(t *testing.T) {
+	needBinaries(t)
+	d := clienttest.StartDaemon(t, daemonBin, t.TempDir(), "127.0.0.1:0")
+	endpoint := httptest.NewServer(&fakeModel{answers: []string{"Hello there, human.", "Second answer."}})
+	t.Cleanup(endpoint.Close)
+	state := t.TempDir()
+	args := []string{"--addr", d.Addr, "--session", "down", "--openai-base-url", endpoint.URL + "/v1", "--model", "fake-model"}
+	p := startREPL(t, state, args...)
+	p.waitFor("new session ")
+	// Lines are handled in turn: once /help is answered, the answer before
+	// it is finished (or, with the daemon down, in the spool).
+	answer := func(line, want string) {
+		p.send(line)
+		p.waitFor(want)
+		p.send("/help")
+		p.waitFor("/quit              save and quit")
+	}
+	answer("first", "assistant: Hello there, human.")
+	d.Kill(t)
+	answer("second", "assistant: Second answer.")
+	p.signal(syscall.SIGKILL)
+	_ = p.wait()
+	t.Logf("first run:\n%s", p.transcript())
+
+	d = d.Restart(t)
+	t.Setenv("XDG_STATE_HOME", state)
+	runREPL(t, args, "/quit\n")
+	c, err := client.Dial(t.Context(), d.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, msgs, err := c.Load(t.Context(), client.Alias("down"), client.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.GetContent()+" "+m.GetState().String())
+	}
+	want := []string{"first MESSAGE_STATE_UNSPECIFIED", "Hello there, human. MESSAGE_STATE_COMPLETE",
+		"second MESSAGE_STATE_UNSPECIFIED", "Second answer. MESSAGE_STATE_UNSPECIFIED"}
+	if !slices.Equal(got, want) {
+		t.Errorf("stored %q, want %q", got, want)
+	}
+}
+
+// TestDaemonGoneMidAnswer: when the daemon goes away in the middle of an
+// answer, the next line first finishes the open answer, whole, once the
+// daemon is back.
+func TestDaemonGoneMidAnswer(t *testing.T) {
+	needBinaries(t)
+	srv := loopbackServer(t)
+	c, err := client.Dial(t.Context(), srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	endpoint := httptest.NewServer(&fakeModel{answers: []string{"Hello there, human.", "Second answer."}, midway: func() {
+		once.Do(func() { close(reached); <-release })
+	}})
+	t.Cleanup(endpoint.Close)
+	p := startREPL(t, t.TempDir(), "--addr", srv.Addr(), "--session", "gone", "--openai-base-url", endpoint.URL+"/v1", "--model", "fake-model")
+	p.waitFor("new session ")
+	p.send("first")
+	<-reached
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, msgs, err := c.Load(t.Context(), client.Alias("gone"), client.LoadOptions{Tail: true, Limit: 1})
+		if err == nil && len(msgs) == 1 && msgs[0].GetContent() == "Hello " {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the answer's first piece never reached the session: %v %v", msgs, err)
+		}
+	}
+	srv.Stop()
+	close(release)
+	p.waitFor("is not answering")
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// Until the REPL has reconnected, the line is refused and can be sent
+	// again.
+	for i := 0; ; i++ {
+		p.send("second")
+		if strings.Contains(p.waitFor("Second answer.", "still open"), "Second answer.") {
+			break
+		}
+		if i == 50 {
+			t.Fatalf("the open answer was never finished:\n%s", p.transcript())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.send("/quit")
+	p.waitFor("resume with: ")
+	_, got := stored(t, srv.Addr(), client.Alias("gone"))
+	if want := []string{"first", "Hello there, human.", "second", "Second answer."}; !slices.Equal(got, want) {
+		t.Errorf("stored %q, want %q", got, want)
 	}
 }
