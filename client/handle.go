@@ -184,7 +184,8 @@ type Handle struct {
 	// refusal); a successful Save or Reload clears it.
 	paused error
 	closed bool
-	// turn is the id of the open message of a StreamTurn, or "".
+	// turn is the id of the open message of a StreamTurn ("opening" while
+	// StreamTurn opens it), or "". Appends wait for it.
 	turn string
 	// spoolPath is this handle's spool file (WithSpool), or ""; spooled
 	// says it exists.
