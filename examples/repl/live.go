@@ -124,15 +124,18 @@ func (a *liveAnswer) finish(rep *reply) error {
 }
 
 // finishLeftOpen finishes the answer an earlier line could not (the daemon
-// was away); until it is, the session takes no new line.
+// was away). It fails while the daemon still cannot take it.
 func (r *repl) finishLeftOpen() error {
 	if r.unfinished == nil {
 		return nil
 	}
 	err := r.unfinished.finish(nil)
 	if !r.unfinished.done {
-		return fmt.Errorf("the last answer is still open in sessiond (%s); try again once sessiond answers", r.describe(err, ""))
+		return fmt.Errorf("the last answer is still open in sessiond (%s)", r.describe(err, ""))
 	}
 	r.unfinished = nil
-	return err
+	if err != nil {
+		fmt.Fprintf(r.errOut, "%s\n", r.describe(err, "")) // closed as interrupted: the session goes on
+	}
+	return nil
 }

@@ -408,7 +408,8 @@ func (r *repl) chat(ctx context.Context, text string) error {
 		return nil
 	}
 	if err := r.finishLeftOpen(); err != nil {
-		return err
+		// Until it is finished, the session takes no new message.
+		return fmt.Errorf("%w; send the line again once it answers", err)
 	}
 	live := &liveAnswer{base: context.WithoutCancel(ctx), h: r.h, user: user, model: r.model.model,
 		shown: &prefixWriter{w: r.out, prefix: "assistant: "}}
@@ -526,6 +527,10 @@ func (r *repl) undo(ctx context.Context) error {
 // spool, are printed so that nothing is lost.
 func (r *repl) quit(ctx context.Context) error {
 	base := context.WithoutCancel(ctx)
+	if err := r.finishLeftOpen(); err != nil {
+		// Left open, the answer is closed as interrupted by the daemon.
+		fmt.Fprintf(r.errOut, "%s\n", err)
+	}
 	if r.h.Dirty() {
 		fctx, cancel := context.WithTimeout(base, firstSaveTimeout)
 		fctx, stop := r.interruptible(fctx)
