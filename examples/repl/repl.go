@@ -417,12 +417,12 @@ func (r *repl) chat(ctx context.Context, text string) error {
 	if live.shown.started {
 		fmt.Fprintln(r.out)
 	}
-	if live.turn == nil && err != nil && (rep == nil || rep.content == "") {
+	if !live.saved && err != nil && (rep == nil || rep.content == "") {
 		// Nothing was answered: the line is not kept, and can be sent again.
 		return err
 	}
-	// An answer cut short by Ctrl-C, or by the model, is kept as far as
-	// it came.
+	// Once the answer began, the line is kept, and an answer cut short by
+	// Ctrl-C or by the model is kept as far as it came.
 	if ferr := live.finish(rep); ferr != nil {
 		if live.turn != nil && !live.done {
 			r.unfinished = live
