@@ -33,8 +33,8 @@ type fakeModel struct {
 	mu       sync.Mutex
 	requests []chatRequest
 	auth     []string
-	answers  []string // the answer to each request, in turn; "!401" answers 401
-	midway   func()   // if set, called after the first word of each answer
+	answers  []string    // the answer to each request, in turn; "!401" answers 401
+	midway   func(n int) // if set, called after the first word of answer n (0, 1...)
 }
 
 func (f *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -73,7 +73,7 @@ func (f *fakeModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if i == 0 {
 			time.Sleep(20 * time.Millisecond) // a real stream: the answer arrives in pieces
 			if f.midway != nil {
-				f.midway()
+				f.midway(n)
 			}
 		}
 	}
@@ -243,7 +243,7 @@ func TestAnswerStreamedLive(t *testing.T) {
 	}
 	defer c.Close()
 	var during *sessiondv1.Message
-	fake := &fakeModel{answers: []string{"Hello there, human."}, midway: func() {
+	fake := &fakeModel{answers: []string{"Hello there, human."}, midway: func(int) {
 		// The endpoint holds the rest of the answer until the session
 		// has its first piece.
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -370,38 +370,51 @@ func TestModelAnswerWhileDaemonDown(t *testing.T) {
 	}
 }
 
+// midAnswer starts the REPL on the session alias with a fake endpoint, sends
+// "first", and returns once the session holds the first piece of the open
+// answer ("Hello "): the endpoint holds the rest until release is called
+// (the test's end calls it too). The second answer comes whole.
+func midAnswer(t *testing.T, srv *clienttest.Server, alias string) (p *replProc, c *client.Client, release func()) {
+	t.Helper()
+	reached, held := make(chan struct{}), make(chan struct{})
+	endpoint := httptest.NewServer(&fakeModel{answers: []string{"Hello there, human.", "Second answer."}, midway: func(n int) {
+		if n == 0 {
+			close(reached)
+			<-held
+		}
+	}})
+	t.Cleanup(endpoint.Close)
+	release = sync.OnceFunc(func() { close(held) })
+	t.Cleanup(release) // before endpoint.Close, which waits for the held answer
+	c, err := client.Dial(t.Context(), srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	p = startREPL(t, t.TempDir(), "--addr", srv.Addr(), "--session", alias, "--openai-base-url", endpoint.URL+"/v1", "--model", "fake-model")
+	p.waitFor("new session ")
+	p.send("first")
+	<-reached
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, msgs, err := c.Load(t.Context(), client.Alias(alias), client.LoadOptions{Tail: true, Limit: 1})
+		if err == nil && len(msgs) == 1 && msgs[0].GetContent() == "Hello " {
+			return p, c, release
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the answer's first piece never reached the session: %v %v", msgs, err)
+		}
+	}
+}
+
 // TestDaemonGoneMidAnswer: when the daemon goes away in the middle of an
 // answer, the next line first finishes the open answer, whole, once the
 // daemon is back.
 func TestDaemonGoneMidAnswer(t *testing.T) {
 	needBinaries(t)
 	srv := loopbackServer(t)
-	c, err := client.Dial(t.Context(), srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	reached, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	endpoint := httptest.NewServer(&fakeModel{answers: []string{"Hello there, human.", "Second answer."}, midway: func() {
-		once.Do(func() { close(reached); <-release })
-	}})
-	t.Cleanup(endpoint.Close)
-	p := startREPL(t, t.TempDir(), "--addr", srv.Addr(), "--session", "gone", "--openai-base-url", endpoint.URL+"/v1", "--model", "fake-model")
-	p.waitFor("new session ")
-	p.send("first")
-	<-reached
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		_, msgs, err := c.Load(t.Context(), client.Alias("gone"), client.LoadOptions{Tail: true, Limit: 1})
-		if err == nil && len(msgs) == 1 && msgs[0].GetContent() == "Hello " {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the answer's first piece never reached the session: %v %v", msgs, err)
-		}
-	}
+	p, _, release := midAnswer(t, srv, "gone")
 	srv.Stop()
-	close(release)
+	release()
 	p.waitFor("is not answering")
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
@@ -422,6 +435,31 @@ func TestDaemonGoneMidAnswer(t *testing.T) {
 	p.waitFor("resume with: ")
 	_, got := stored(t, srv.Addr(), client.Alias("gone"))
 	if want := []string{"first", "Hello there, human.", "second", "Second answer."}; !slices.Equal(got, want) {
+		t.Errorf("stored %q, want %q", got, want)
+	}
+}
+
+// TestCtrlCMidAnswer: Ctrl-C in the middle of an answer stops the model and
+// finishes the live turn with what came, so the session goes on.
+func TestCtrlCMidAnswer(t *testing.T) {
+	needBinaries(t)
+	srv := loopbackServer(t)
+	p, c, _ := midAnswer(t, srv, "cut")
+	p.signal(syscall.SIGINT)
+	p.waitFor("error: interrupted")
+	_, msgs, err := c.Load(t.Context(), client.Alias("cut"), client.LoadOptions{Tail: true, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := msgs[0]; m.GetContent() != "Hello " || m.GetState() != sessiondv1.MessageState_MESSAGE_STATE_COMPLETE {
+		t.Errorf("after Ctrl-C the answer is %v, want it finished as far as it came", m)
+	}
+	p.send("second")
+	p.waitFor("assistant: Second answer.")
+	p.send("/quit")
+	p.waitFor("resume with: ")
+	_, got := stored(t, srv.Addr(), client.Alias("cut"))
+	if want := []string{"first", "Hello ", "second", "Second answer."}; !slices.Equal(got, want) {
 		t.Errorf("stored %q, want %q", got, want)
 	}
 }
