@@ -18,14 +18,14 @@
 //
 // # Saving
 //
-// A Handle appends in memory. Save sends the messages the daemon does not
-// have with AppendMessages, guarded by the revision the handle last saw, and
-// a changed summary or metadata with UpdateSession. The SDK gives every
-// message an id, and the daemon stores only the messages of a batch it does
-// not hold yet, so a save retried after a timeout or a lost connection
-// simply sends everything unsaved again and never duplicates a turn. When
-// the lost write did land, the retry finds the session one revision ahead;
-// the handle sees that the change is its own and goes on.
+// A Handle appends in memory. Save sends a changed summary or metadata with
+// UpdateSession and the messages the daemon does not have with
+// AppendMessages, each guarded by the revision the handle last saw. The SDK
+// gives every message an id, and the daemon stores only the messages of a
+// batch it does not hold yet, so a save retried after a timeout or a lost
+// connection resends the batch whose answer it missed, which stores nothing
+// twice and succeeds even at a stale revision, and then what was appended
+// since. No turn is ever duplicated.
 //
 // Auto-save (WithAutoSave, WithIdleSave) runs on its own goroutine, skips a
 // clean handle, retries a few times with exponential backoff and jitter

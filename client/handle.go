@@ -1,7 +1,6 @@
 package client
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -155,13 +154,17 @@ type Handle struct {
 	loopDone chan struct{}
 
 	// saveMu serialises the handle's RPC sequences (saves, Reload, Rewind,
-	// Fork) so that the stored prefix and the revision change in one order.
-	// It is taken before mu, never after.
+	// Fork, StreamTurn) so that the stored prefix and the revision change
+	// in one order. It is taken before mu, never after.
 	saveMu sync.Mutex
-	// appended: the handle has sent an append (saveMu guards it). Its
-	// later ones go over the connection's AppendStream, which a handle
-	// that writes once never opens.
+	// appended: the handle has sent an append, so later ones go over the
+	// connection's AppendStream, which a handle that writes once never opens.
 	appended bool
+	// resend is the size of the last append that failed: its outcome is
+	// unknown, so the next append sends exactly those messages again (a
+	// no-op for the daemon if they landed) before any appended since, which
+	// a stale expected revision would otherwise make a conflict.
+	resend int
 
 	mu           sync.Mutex // guards everything below
 	id           string
@@ -173,8 +176,7 @@ type Handle struct {
 	revision     uint64
 	entries      []entry
 	ids          map[string]struct{} // ids of entries, to refuse a repeated one
-	// synced: entries[:synced] are stored (or local). Saves send what comes
-	// after.
+	// synced: entries[:synced] are stored (or local). Saves send the rest.
 	synced int
 	// summaryDirty and metadataDirty say what UpdateSession must send.
 	summaryDirty, metadataDirty bool
@@ -182,6 +184,9 @@ type Handle struct {
 	// refusal); a successful Save or Reload clears it.
 	paused error
 	closed bool
+	// turn is the id of the open message of a StreamTurn ("opening" while
+	// StreamTurn opens it), or "". Appends wait for it.
+	turn string
 	// spoolPath is this handle's spool file (WithSpool), or ""; spooled
 	// says it exists.
 	spoolPath string
@@ -200,14 +205,17 @@ type Handle struct {
 // counts (Rewind, Fork) leave them out. OpenToolCalls still lists the
 // calls, which the program may answer: appending a real result for one
 // drops its synthetic result from the handle.
+//
+// A live turn the program left open (see StreamTurn) is loaded as the
+// daemon has it: MESSAGE_STATE_INTERRUPTED once the daemon's idle sweep
+// closed it, with the text written so far.
 func (c *Client) Open(ctx context.Context, r Ref, opts ...HandleOption) (*Handle, error) {
 	hc := c.In(r.namespace(c.namespace))
 	sess, msgs, err := hc.Load(ctx, r, LoadOptions{CloseOpenToolCalls: true})
 	if err != nil {
 		return nil, err
 	}
-	stored, synthetic := splitSynthetic(msgs)
-	h := newHandle(hc, sess, stored, synthetic, opts)
+	h := newHandle(hc, sess, withLocals(msgs, nil), opts)
 	if h.spoolPath != "" {
 		if err := h.replaySpools(ctx); err != nil {
 			h.closeMu.Lock()
@@ -241,7 +249,7 @@ func (c *Client) OpenOrCreate(ctx context.Context, r Ref, opts ...HandleOption) 
 	if err != nil {
 		return nil, err
 	}
-	return newHandle(hc, sess, nil, nil, opts), nil
+	return newHandle(hc, sess, nil, opts), nil
 }
 
 // New creates a session (with the WithAlias, WithTitle, WithLabels and
@@ -252,7 +260,7 @@ func (c *Client) New(ctx context.Context, opts ...HandleOption) (*Handle, error)
 	if err != nil {
 		return nil, err
 	}
-	return newHandle(c, sess, nil, nil, opts), nil
+	return newHandle(c, sess, nil, opts), nil
 }
 
 func applyOptions(opts []HandleOption) handleOptions {
@@ -274,59 +282,64 @@ func newID() string {
 	return uuid.NewString()
 }
 
-// localAt is a local entry and how many stored messages come before it.
-type localAt struct {
-	e     entry
-	after int64
-}
-
-// splitSynthetic separates what a load with CloseOpenToolCalls made up
-// (msgcheck.IsSynthetic: the daemon refuses to store such a message, so
-// only a load makes one) from the stored messages: the synthetic results
-// become local entries at their positions.
-func splitSynthetic(msgs []*sessiondv1.Message) ([]*sessiondv1.Message, []localAt) {
-	stored := msgs[:0:0]
-	var synthetic []localAt
-	for _, m := range msgs {
-		if msgcheck.IsSynthetic(m) {
-			synthetic = append(synthetic, localAt{e: entry{m: m, local: true}, after: int64(len(stored))})
-			continue
-		}
-		stored = append(stored, m)
+// withLocals returns the entries of loaded, a load's messages (its
+// synthetic results marked local), with the handle's own local entries
+// among prior (system messages kept out of the store) put back where they
+// were: after as many stored messages as came before them. prior's
+// synthetic results are dropped; the load made fresh ones.
+func withLocals(loaded []*sessiondv1.Message, prior []entry) []entry {
+	type localAt struct {
+		e     entry
+		after int
 	}
-	return stored, synthetic
-}
-
-// withSynthetic returns the handle's own local entries among locals (its
-// system messages) together with synthetic, a fresh load's synthetic
-// results, in position order: a reload replaces the old synthetic results.
-func withSynthetic(locals, synthetic []localAt) []localAt {
-	out := slices.DeleteFunc(slices.Clone(locals), func(l localAt) bool { return msgcheck.IsSynthetic(l.e.m) })
-	out = append(out, synthetic...)
-	slices.SortStableFunc(out, func(a, b localAt) int { return cmp.Compare(a.after, b.after) })
-	return out
-}
-
-// merge interleaves local entries among stored messages at their positions.
-func merge(stored []*sessiondv1.Message, locals []localAt) []entry {
-	out := make([]entry, 0, len(stored)+len(locals))
-	li := 0
-	for i := 0; i <= len(stored); i++ {
-		for li < len(locals) && locals[li].after <= int64(i) {
-			out = append(out, locals[li].e)
-			li++
-		}
-		if i < len(stored) {
-			out = append(out, entry{m: stored[i]})
+	var locals []localAt
+	n := 0
+	for _, e := range prior {
+		switch {
+		case !e.local:
+			n++
+		case !msgcheck.IsSynthetic(e.m):
+			locals = append(locals, localAt{e, n})
 		}
 	}
-	for ; li < len(locals); li++ {
-		out = append(out, locals[li].e)
+	out := make([]entry, 0, len(loaded)+len(locals))
+	n = 0
+	for _, m := range loaded {
+		for len(locals) > 0 && locals[0].after <= n {
+			out, locals = append(out, locals[0].e), locals[1:]
+		}
+		synthetic := msgcheck.IsSynthetic(m)
+		out = append(out, entry{m: m, local: synthetic})
+		if !synthetic {
+			n++
+		}
+	}
+	for _, l := range locals {
+		out = append(out, l.e)
 	}
 	return out
 }
 
-func newHandle(c *Client, sess *Session, stored []*sessiondv1.Message, locals []localAt, opts []HandleOption) *Handle {
+// firstStored returns the prefix of entries before their (keep+1)-th
+// stored message: the first keep stored messages and the local entries
+// among and right after them. keep < 0 returns entries.
+func firstStored(entries []entry, keep int64) []entry {
+	if keep < 0 {
+		return entries
+	}
+	var n int64
+	for i, e := range entries {
+		if !e.local {
+			if n == keep {
+				return entries[:i]
+			}
+			n++
+		}
+	}
+	return entries
+}
+
+func newHandle(c *Client, sess *Session, entries []entry, opts []HandleOption) *Handle {
 	h := &Handle{
 		c:            c,
 		opts:         applyOptions(opts),
@@ -340,19 +353,24 @@ func newHandle(c *Client, sess *Session, stored []*sessiondv1.Message, locals []
 		metadata:     sess.Metadata,
 		revision:     sess.Revision,
 	}
-	h.entries = merge(stored, locals)
-	h.synced = len(h.entries)
+	h.setEntriesLocked(entries, len(entries))
 	if h.opts.spoolDir != "" {
 		h.spoolPath = filepath.Join(h.opts.spoolDir, spoolPrefix(c.namespace, h.id)+newID()+spoolExt)
-	}
-	h.ids = make(map[string]struct{}, len(h.entries))
-	for _, e := range h.entries {
-		h.ids[e.m.GetId()] = struct{}{}
 	}
 	h.closeMu.Lock()
 	h.startLoop()
 	h.closeMu.Unlock()
 	return h
+}
+
+// setEntriesLocked replaces the handle's entries, of which the first synced
+// are stored (or local). Called with mu held, or before the handle is shared.
+func (h *Handle) setEntriesLocked(entries []entry, synced int) {
+	h.entries, h.synced = entries, synced
+	h.ids = make(map[string]struct{}, len(entries))
+	for _, e := range entries {
+		h.ids[e.m.GetId()] = struct{}{}
+	}
 }
 
 // ID returns the session's id: what resumes it.
@@ -416,13 +434,9 @@ func (h *Handle) Messages() []*sessiondv1.Message {
 func (h *Handle) OpenToolCalls() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	open, _ := msgcheck.OpenCalls(nil, "", h.savedMessagesLocked(), false)
+	open, _ := msgcheck.OpenCalls(nil, "", savedOf(h.entries), false)
 	return open
 }
-
-// savedMessagesLocked returns the messages a save sends or sent: every
-// entry but the local ones.
-func (h *Handle) savedMessagesLocked() []*sessiondv1.Message { return savedOf(h.entries) }
 
 // savedOf returns the messages of entries that saves send: all but the
 // local ones.
@@ -440,29 +454,14 @@ func savedOf(entries []entry) []*sessiondv1.Message {
 func (h *Handle) Unsaved() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.savable(h.synced, len(h.entries))
+	return len(savedOf(h.entries[h.synced:]))
 }
 
 // Dirty reports whether the handle has anything unsaved.
 func (h *Handle) Dirty() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.dirtyLocked()
-}
-
-func (h *Handle) dirtyLocked() bool {
-	return h.summaryDirty || h.metadataDirty || h.savable(h.synced, len(h.entries)) > 0
-}
-
-// savable counts the entries of entries[from:to] that a save sends.
-func (h *Handle) savable(from, to int) int {
-	n := 0
-	for _, e := range h.entries[from:to] {
-		if !e.local {
-			n++
-		}
-	}
-	return n
+	return h.summaryDirty || h.metadataDirty || len(savedOf(h.entries[h.synced:])) > 0
 }
 
 // Append adds messages to the handle, in memory: each gets a UUID id unless
@@ -472,9 +471,10 @@ func (h *Handle) savable(from, to int) int {
 // already in the handle, or a ROLE_TOOL result that answers no open tool
 // call (OpenToolCalls, or a call earlier in msgs) is ErrInvalid, and then
 // nothing is appended. A result for a call a resume closed with a synthetic
-// result (see Open) replaces that synthetic result.
+// result (see Open) replaces that synthetic result. While a StreamTurn is
+// open, Append is ErrMessageState: the turn's message comes first.
 func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
-	add, ids, err := h.prepare("append", msgs)
+	add, err := h.prepare(msgs)
 	if err != nil {
 		return err
 	}
@@ -482,6 +482,9 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	defer h.mu.Unlock()
 	if h.closed {
 		return errorf("client: append: %w", ErrClosed)
+	}
+	if h.turn != "" {
+		return errorf("client: append: a live turn is open; finish it first: %w", ErrMessageState)
 	}
 	for _, e := range add {
 		if _, dup := h.ids[e.m.Id]; dup {
@@ -492,7 +495,7 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 	// The session's open calls (a walk of every message) matter only to a
 	// batch that makes or answers calls; a turn of plain text skips it.
 	if msgcheck.TouchesCalls(batch) {
-		open, _ := msgcheck.OpenCalls(nil, "", h.savedMessagesLocked(), false)
+		open, _ := msgcheck.OpenCalls(nil, "", savedOf(h.entries), false)
 		if _, f := msgcheck.OpenCalls(open, "messages", batch, true); f != nil {
 			return errorf("client: append: %s %s: %w", f.Field, f.Description, ErrInvalid)
 		}
@@ -504,7 +507,9 @@ func (h *Handle) Append(msgs ...*sessiondv1.Message) error {
 		h.restoreLocked(old)
 		return errorf("client: append: %w", err)
 	}
-	maps.Copy(h.ids, ids)
+	for _, e := range add {
+		h.ids[e.m.Id] = struct{}{}
+	}
 	h.poke()
 	return nil
 }
@@ -526,38 +531,23 @@ func (h *Handle) dropSyntheticLocked(batch []*sessiondv1.Message) {
 	if !slices.ContainsFunc(h.entries, drop) {
 		return
 	}
-	// Positions are compared with synced as it was before any entry was
-	// dropped.
-	synced := h.synced
-	kept := make([]entry, 0, len(h.entries))
-	h.ids = maps.Clone(h.ids)
-	for i, e := range h.entries {
-		if !drop(e) {
-			kept = append(kept, e)
-			continue
-		}
-		delete(h.ids, e.m.GetId())
-		if i < synced {
-			h.synced--
-		}
-	}
-	h.entries = kept
+	synced := len(slices.DeleteFunc(slices.Clone(h.entries[:h.synced]), drop))
+	h.setEntriesLocked(slices.DeleteFunc(slices.Clone(h.entries), drop), synced)
 }
 
-// prepare copies msgs into entries for Append, giving each
-// an id and created_at where missing, and returns their ids. A message that
-// breaks the daemon's rules for one message (msgcheck.Message: nil, no or
-// unknown role, invalid UTF-8, a bad id) or an id repeated within msgs is
-// ErrInvalid.
-func (h *Handle) prepare(op string, msgs []*sessiondv1.Message) ([]entry, map[string]struct{}, error) {
+// prepare copies msgs into entries for Append, giving each an id and
+// created_at where missing. A message that breaks the daemon's rules for
+// one message (msgcheck.Message: nil, no or unknown role, invalid UTF-8, a
+// bad id) or an id repeated within msgs is ErrInvalid.
+func (h *Handle) prepare(msgs []*sessiondv1.Message) ([]entry, error) {
 	now := timestamppb.Now()
 	entries := make([]entry, 0, len(msgs))
 	ids := make(map[string]struct{}, len(msgs))
 	for i, m := range msgs {
-		// The daemon's own rules for one message: a message the daemon
-		// would refuse fails here, not in a background save.
+		// A message the daemon would refuse fails here, not in a
+		// background save.
 		if f := msgcheck.Message(fmt.Sprintf("messages[%d]", i), m); f != nil {
-			return nil, nil, errorf("client: %s: %s %s: %w", op, f.Field, f.Description, ErrInvalid)
+			return nil, errorf("client: append: %s %s: %w", f.Field, f.Description, ErrInvalid)
 		}
 		c := proto.CloneOf(m)
 		if c.Id == "" {
@@ -567,43 +557,36 @@ func (h *Handle) prepare(op string, msgs []*sessiondv1.Message) ([]entry, map[st
 			c.CreatedAt = now
 		}
 		if _, dup := ids[c.Id]; dup {
-			return nil, nil, errorf("client: %s: message id %q repeats: %w", op, c.Id, ErrInvalid)
+			return nil, errorf("client: append: message id %q repeats: %w", c.Id, ErrInvalid)
 		}
 		ids[c.Id] = struct{}{}
 		entries = append(entries, entry{m: c, local: h.opts.noSystem && c.GetRole() == sessiondv1.Role_ROLE_SYSTEM})
 	}
-	return entries, ids, nil
+	return entries, nil
 }
 
 // SetSummary sets the session's summary; the next save sends it.
 func (h *Handle) SetSummary(summary string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return errorf("client: set summary: %w", ErrClosed)
-	}
-	old := h.snapshotLocked()
-	h.summary, h.summaryDirty = summary, true
-	if err := h.syncSpoolLocked(); err != nil {
-		h.restoreLocked(old)
-		return errorf("client: set summary: %w", err)
-	}
-	h.poke()
-	return nil
+	return h.set("set summary", func() { h.summary, h.summaryDirty = summary, true })
 }
 
 // SetMetadata replaces the session's metadata; the next save sends it.
 func (h *Handle) SetMetadata(md map[string]string) error {
+	return h.set("set metadata", func() { h.metadata, h.metadataDirty = maps.Clone(md), true })
+}
+
+// set applies a Set* change, undoing it if the spool cannot record it.
+func (h *Handle) set(op string, change func()) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return errorf("client: set metadata: %w", ErrClosed)
+		return errorf("client: %s: %w", op, ErrClosed)
 	}
 	old := h.snapshotLocked()
-	h.metadata, h.metadataDirty = maps.Clone(md), true
+	change()
 	if err := h.syncSpoolLocked(); err != nil {
 		h.restoreLocked(old)
-		return errorf("client: set metadata: %w", err)
+		return errorf("client: %s: %w", op, err)
 	}
 	h.poke()
 	return nil
@@ -617,24 +600,9 @@ func (h *Handle) poke() {
 	}
 }
 
-// write is one RPC of a save, built from the handle's state under mu and
-// sent without it.
-type write struct {
-	append   *sessiondv1.AppendMessagesRequest
-	update   *sessiondv1.UpdateSessionRequest
-	expected uint64
-	// last is the batch's last message: once it is stored, so is every
-	// entry up to it.
-	last *sessiondv1.Message
-	// The summary and metadata an update carries; each is no longer dirty
-	// once saved unless a Set* changed it meanwhile.
-	summary, metadata bool
-	summaryVal        string
-	metadataVal       map[string]string
-}
-
-// Save sends what the handle has that the daemon does not: new messages with
-// AppendMessages, then a changed summary or metadata with UpdateSession. It
+// Save sends what the handle has that the daemon does not: a changed
+// summary or metadata with UpdateSession, then new messages with
+// AppendMessages, each guarded by the revision the handle last saw. It
 // returns when the daemon has acknowledged, or with ctx's error. Nothing
 // unsaved is dropped on failure; a later Save sends it again, and the daemon
 // stores only the messages it lacks. A session changed by another writer is
@@ -655,254 +623,145 @@ func (h *Handle) Save(ctx context.Context) error {
 // not final, so Close keeps trying until its ctx ends.
 var errKeptChanging = errors.New("client: the handle kept changing during Close")
 
-// saveLocked runs the writes the handle needs, one after another, until
-// everything present when it was called is saved (later appends go along
-// when they are already there). With closeWhenClean it instead saves until
-// the handle is clean and closes it in the same critical section that finds
-// nothing left, so that no Append can slip in between. saveMu must be held.
+// saveLocked sends what is unsaved: one update at most, then appends until
+// the messages present when it was called are stored. With closeWhenClean
+// it instead saves until the handle is clean and closes it in the same
+// critical section that finds nothing left, so that no Append can slip in
+// between. saveMu must be held.
 func (h *Handle) saveLocked(ctx context.Context, closeWhenClean bool) error {
-	h.mu.Lock()
-	goal := h.lastSavableLocked()
-	metaGoal := h.summaryDirty || h.metadataDirty
-	h.mu.Unlock()
-	// A save needs the messages, the metadata and, after a lost answer, one
-	// catch-up; Close allows for a few rounds of appends made meanwhile.
-	passes := 4
-	if closeWhenClean {
-		passes = 64
-	}
-	for range passes {
+	updated := false
+	for range 64 {
 		h.mu.Lock()
 		if h.closed {
 			h.mu.Unlock()
 			return errorf("client: save: %w", ErrClosed)
 		}
-		goalSaved := h.storedLocked(goal)
-		if !closeWhenClean && goalSaved && !metaGoal {
-			h.mu.Unlock()
-			return nil
+		var update *sessiondv1.UpdateSessionRequest
+		if !updated || closeWhenClean {
+			update = h.updateLocked()
 		}
-		w := h.nextWrite(!closeWhenClean && goalSaved)
-		if w == nil && closeWhenClean {
+		var batch []*sessiondv1.Message
+		if update == nil {
+			batch = savedOf(h.entries[h.synced:])
+			if len(batch) == 0 {
+				// Only local messages are new, if anything.
+				h.synced = len(h.entries)
+			}
+		}
+		partial := h.resend > 0 && h.resend < len(batch)
+		if partial {
+			batch = batch[:h.resend]
+		}
+		done := update == nil && len(batch) == 0
+		if done && closeWhenClean {
 			h.closed = true
 		}
+		expected := h.revision
 		h.mu.Unlock()
-		if w == nil {
+		var err error
+		switch {
+		case done:
 			return nil
+		case update != nil:
+			err = h.sendUpdate(ctx, update, expected)
+			updated = true
+		default:
+			err = h.sendAppend(ctx, batch, expected)
+			if err == nil && !partial && !closeWhenClean {
+				return nil
+			}
 		}
-		if err := h.send(ctx, w); err != nil {
-			return err
-		}
-		if w.update != nil {
-			metaGoal = false
+		if err != nil {
+			return errorf("save %s: %w", h.id, err)
 		}
 	}
 	if closeWhenClean {
 		return errKeptChanging
 	}
-	return errorf("client: save %s: still unsaved after %d writes", h.id, passes)
+	return errorf("client: save %s: still unsaved after 64 writes", h.id)
 }
 
-// lastSavableLocked returns the last message a save sends, or nil. Called
-// with mu held.
-func (h *Handle) lastSavableLocked() *sessiondv1.Message {
-	for i := len(h.entries) - 1; i >= 0; i-- {
-		if !h.entries[i].local {
-			return h.entries[i].m
-		}
-	}
-	return nil
-}
-
-// storedLocked reports whether m (an entry's message, or nil) is stored: no
-// longer in the handle (a Reload or Rewind replaced it) or among
-// entries[:synced]. Called with mu held.
-func (h *Handle) storedLocked(m *sessiondv1.Message) bool {
-	if m == nil {
-		return true
-	}
-	i := h.indexLocked(m)
-	return i < 0 || i < h.synced
-}
-
-// indexLocked returns the index of the entry holding m, or -1. Called with
-// mu held.
-func (h *Handle) indexLocked(m *sessiondv1.Message) int {
-	for i := len(h.entries) - 1; i >= 0; i-- {
-		if h.entries[i].m == m {
-			return i
-		}
-	}
-	return -1
-}
-
-// nextWrite builds the next RPC a save needs, or nil when the handle is
-// clean. metaFirst sends a changed summary or metadata before new messages:
-// a Save whose messages are out already must not be kept waiting by appends
-// made since. Called with mu held.
-func (h *Handle) nextWrite(metaFirst bool) *write {
-	if metaFirst {
-		if w := h.updateWrite(); w != nil {
-			return w
-		}
-	}
-	if w := h.appendWrite(); w != nil {
-		return w
-	}
-	return h.updateWrite()
-}
-
-// appendWrite is an AppendMessages of the savable entries after synced, or
-// nil. Called with mu held.
-func (h *Handle) appendWrite() *write {
-	batch := savedOf(h.entries[h.synced:])
-	if len(batch) == 0 {
-		// Only local system messages are new, if anything: nothing to send.
-		h.synced = len(h.entries)
-		return nil
-	}
-	return &write{expected: h.revision, last: batch[len(batch)-1],
-		append: &sessiondv1.AppendMessagesRequest{Ref: h.c.ref(ID(h.id)), Messages: batch, ExpectedRevision: h.revision}}
-}
-
-// updateWrite is an UpdateSession of a changed summary or metadata, or nil.
-// Called with mu held.
-func (h *Handle) updateWrite() *write {
+// updateLocked returns the UpdateSession a changed summary or metadata
+// needs, or nil. Called with mu held.
+func (h *Handle) updateLocked() *sessiondv1.UpdateSessionRequest {
 	if !h.summaryDirty && !h.metadataDirty {
 		return nil
 	}
-	w := &write{expected: h.revision, summary: h.summaryDirty, metadata: h.metadataDirty,
-		summaryVal: h.summary, metadataVal: h.metadata}
-	w.update = &sessiondv1.UpdateSessionRequest{
-		Ref: h.c.ref(ID(h.id)), Session: &sessiondv1.Session{}, UpdateMask: &fieldmaskpb.FieldMask{}, ExpectedRevision: h.revision,
+	req := &sessiondv1.UpdateSessionRequest{Ref: h.c.ref(ID(h.id)), Session: &sessiondv1.Session{},
+		UpdateMask: &fieldmaskpb.FieldMask{}, ExpectedRevision: h.revision}
+	if h.summaryDirty {
+		req.Session.Summary = h.summary
+		req.UpdateMask.Paths = append(req.UpdateMask.Paths, "summary")
 	}
-	if w.summary {
-		w.update.Session.Summary = h.summary
-		w.update.UpdateMask.Paths = append(w.update.UpdateMask.Paths, "summary")
+	if h.metadataDirty {
+		req.Session.Metadata = maps.Clone(h.metadata)
+		req.UpdateMask.Paths = append(req.UpdateMask.Paths, "metadata")
 	}
-	if w.metadata {
-		w.update.Session.Metadata = maps.Clone(h.metadata)
-		w.update.UpdateMask.Paths = append(w.update.UpdateMask.Paths, "metadata")
-	}
-	return w
+	return req
 }
 
-// send performs one write and records its outcome. A conflict that the
-// handle's own earlier write explains (it landed, but its answer was lost)
-// is caught up with instead of returned.
-func (h *Handle) send(ctx context.Context, w *write) error {
-	var (
-		rev  uint64
-		sess *Session
-		err  error
-	)
-	if w.append != nil {
-		var res AppendResult
-		if h.appended {
-			res, err = h.c.appendStreamed(ctx, w.append)
-		} else {
-			res, err = h.c.append(ctx, w.append)
-		}
-		h.appended = true
-		rev = res.Revision
-	} else {
-		sess, err = h.c.update(ctx, w.update)
-		if sess != nil {
-			rev = sess.Revision
-		}
-	}
-	if errors.Is(err, ErrConflict) {
-		if caught, cerr := h.catchUp(ctx, w); cerr != nil {
-			return errorf("save %s: %w; then: %w", h.id, err, cerr)
-		} else if caught {
-			return nil
-		}
-	}
+// advanceLocked takes the answer of a write sent at revision expected. An
+// answer beyond expected+1 means the write was a retry of one that landed
+// and another writer changed the session since: keeping expected+1 makes
+// the next write find that conflict rather than adopt a session the handle
+// has not seen. Called with mu held.
+func (h *Handle) advanceLocked(rev, expected uint64) {
+	h.revision = min(rev, expected+1)
+}
+
+// sendUpdate sends a changed summary or metadata. Setting what is already
+// stored is a no-op for the daemon, so a retry of an update that landed
+// succeeds.
+func (h *Handle) sendUpdate(ctx context.Context, req *sessiondv1.UpdateSessionRequest, expected uint64) error {
+	sess, err := h.c.update(ctx, req)
 	if err != nil {
-		return errorf("save %s: %w", h.id, err)
+		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	// An answer beyond expected+1 means another writer changed the session
-	// too (our append stored nothing new, or landed after theirs was
-	// answered). Keep expected+1 so that the next write finds the conflict
-	// instead of silently adopting a session the handle has not seen.
-	h.revision = min(rev, w.expected+1)
-	if sess != nil {
-		h.alias, h.title, h.titleDerived = sess.Alias, sess.Title, sess.TitleDerived
+	h.advanceLocked(sess.Revision, expected)
+	h.alias, h.title, h.titleDerived = sess.Alias, sess.Title, sess.TitleDerived
+	// A Set* made while the update was out leaves the field dirty.
+	if slices.Contains(req.UpdateMask.Paths, "summary") && h.summary == req.Session.Summary {
+		h.summaryDirty = false
 	}
-	h.recordLocked(w)
+	if slices.Contains(req.UpdateMask.Paths, "metadata") && maps.Equal(h.metadata, req.Session.Metadata) {
+		h.metadataDirty = false
+	}
 	h.refreshSpoolLocked()
 	return nil
 }
 
-// recordLocked marks what w carried as saved. Called with mu held.
-func (h *Handle) recordLocked(w *write) {
-	if w.last != nil {
-		if i := h.indexLocked(w.last); i >= 0 {
-			h.synced = max(h.synced, i+1)
-		}
+// sendAppend appends batch, the first unsaved messages. The daemon skips
+// those it holds already, so resending a batch whose answer was lost
+// stores nothing twice.
+func (h *Handle) sendAppend(ctx context.Context, batch []*sessiondv1.Message, expected uint64) error {
+	req := &sessiondv1.AppendMessagesRequest{Ref: h.c.ref(ID(h.id)), Messages: batch, ExpectedRevision: expected}
+	var res AppendResult
+	var err error
+	if h.appended {
+		res, err = h.c.appendStreamed(ctx, req)
+	} else {
+		res, err = h.c.append(ctx, req)
 	}
-	if w.summary && h.summary == w.summaryVal {
-		h.summaryDirty = false
-	}
-	if w.metadata && maps.Equal(h.metadata, w.metadataVal) {
-		h.metadataDirty = false
-	}
-}
-
-// catchUp answers a conflict on w: when the session is one write ahead of
-// the handle and that write is the handle's own (messages it has not seen
-// stored, or the very summary and metadata it has not seen saved), an
-// earlier write of it landed without an answer reaching it. The handle then takes that write
-// as saved and reports true; the save goes on with what is left. Anything
-// else is another writer's change: false, and the conflict stands.
-func (h *Handle) catchUp(ctx context.Context, w *write) (bool, error) {
-	sess, stored, err := h.c.Load(ctx, ID(h.id), LoadOptions{})
+	h.appended = true
 	if err != nil {
-		return false, err
+		h.resend = len(batch)
+		return err
 	}
+	h.resend = 0
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if sess.Revision != w.expected+1 || h.revision != w.expected {
-		return false, nil
-	}
-	saved := savedOf(h.entries[:h.synced])
-	if len(stored) < len(saved) {
-		return false, nil
-	}
-	for i, m := range saved {
-		if stored[i].GetId() != m.GetId() {
-			return false, nil
+	h.advanceLocked(res.Revision, expected)
+	// Entries after synced are only ever appended (a dropped synthetic
+	// result is local), so the batch is the first len(batch) saved ones.
+	for n := 0; n < len(batch); h.synced++ {
+		if !h.entries[h.synced].local {
+			n++
 		}
-	}
-	landed := stored[len(saved):]
-	var last *sessiondv1.Message
-	if len(landed) > 0 {
-		unsaved := savedOf(h.entries[h.synced:])
-		if len(landed) > len(unsaved) {
-			return false, nil
-		}
-		for i, m := range landed {
-			if unsaved[i].GetId() != m.GetId() {
-				return false, nil
-			}
-		}
-		last = unsaved[len(landed)-1]
-	} else if !h.summaryDirty && !h.metadataDirty ||
-		h.summaryDirty && sess.Summary != h.summary ||
-		h.metadataDirty && !maps.Equal(sess.Metadata, h.metadata) {
-		return false, nil
-	}
-	h.revision = sess.Revision
-	h.alias, h.title, h.titleDerived = sess.Alias, sess.Title, sess.TitleDerived
-	if last != nil {
-		h.recordLocked(&write{last: last})
-	} else {
-		h.summaryDirty, h.metadataDirty = false, false
 	}
 	h.refreshSpoolLocked()
-	return true, nil
+	return nil
 }
 
 // saveRetry saves, retrying what may succeed later with exponential backoff
@@ -967,29 +826,21 @@ func (h *Handle) Reload(ctx context.Context) error {
 	if err != nil {
 		return errorf("reload %s: %w", h.id, err)
 	}
-	stored, synthetic := splitSynthetic(loaded)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	storedIDs := make(map[string]struct{}, len(stored))
-	for _, m := range stored {
+	entries := withLocals(loaded, h.entries[:h.synced])
+	synced := len(entries)
+	storedIDs := make(map[string]struct{}, len(loaded))
+	for _, m := range loaded {
 		storedIDs[m.GetId()] = struct{}{}
 	}
-	// entries[:base] are the handle's view of the stored messages (and its
-	// local system messages among them); the rest is unsaved.
-	base := h.synced
-	entries := merge(stored, withSynthetic(h.localsLocked(base, -1), synthetic))
-	synced := len(entries)
-	for _, e := range h.entries[base:] {
-		if _, ok := storedIDs[e.m.GetId()]; ok && !e.local {
-			continue
+	for _, e := range h.entries[h.synced:] {
+		if _, ok := storedIDs[e.m.GetId()]; !ok || e.local {
+			entries = append(entries, e)
 		}
-		entries = append(entries, e)
 	}
-	h.entries, h.synced = entries, synced
-	h.ids = make(map[string]struct{}, len(entries))
-	for _, e := range entries {
-		h.ids[e.m.GetId()] = struct{}{}
-	}
+	h.setEntriesLocked(entries, synced)
+	h.resend = 0
 	h.revision, h.alias, h.title, h.titleDerived = sess.Revision, sess.Alias, sess.Title, sess.TitleDerived
 	if !h.summaryDirty {
 		h.summary = sess.Summary
@@ -997,27 +848,13 @@ func (h *Handle) Reload(ctx context.Context) error {
 	if !h.metadataDirty {
 		h.metadata = sess.Metadata
 	}
+	if n := len(loaded); h.turn != "" && (n == 0 || loaded[n-1].GetId() != h.turn ||
+		loaded[n-1].GetState() != sessiondv1.MessageState_MESSAGE_STATE_STREAMING) {
+		h.turn = "" // the daemon closed it
+	}
 	h.paused = nil
 	h.refreshSpoolLocked()
 	return nil
-}
-
-// localsLocked returns the local entries of entries[:upto] that come before
-// the (keep+1)-th stored message (keep < 0: all), with their positions.
-func (h *Handle) localsLocked(upto int, keep int64) []localAt {
-	var out []localAt
-	var n int64
-	for _, e := range h.entries[:upto] {
-		if !e.local {
-			n++
-			continue
-		}
-		if keep >= 0 && n > keep {
-			break
-		}
-		out = append(out, localAt{e: e, after: n})
-	}
-	return out
 }
 
 func (h *Handle) checkOpen(op string) error {
@@ -1040,7 +877,7 @@ func (h *Handle) Rewind(ctx context.Context, keep int64) error {
 		return err
 	}
 	h.mu.Lock()
-	stored := int64(h.savable(0, h.synced))
+	stored := int64(len(savedOf(h.entries[:h.synced])))
 	rev := h.revision
 	h.mu.Unlock()
 	if keep < 0 || keep > stored {
@@ -1052,25 +889,10 @@ func (h *Handle) Rewind(ctx context.Context, keep int64) error {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var kept []entry
-	var n int64
-	for _, e := range h.entries[:h.synced] {
-		if !e.local {
-			if n == keep {
-				break
-			}
-			n++
-		}
-		kept = append(kept, e)
-	}
+	kept := slices.Clone(firstStored(h.entries[:h.synced], keep))
 	synced := len(kept)
-	kept = append(kept, h.entries[h.synced:]...)
-	h.entries, h.synced = kept, synced
-	h.ids = make(map[string]struct{}, len(kept))
-	for _, e := range kept {
-		h.ids[e.m.GetId()] = struct{}{}
-	}
-	h.revision = min(sess.Revision, rev+1)
+	h.setEntriesLocked(append(kept, h.entries[h.synced:]...), synced)
+	h.advanceLocked(sess.Revision, rev)
 	h.refreshSpoolLocked()
 	return nil
 }
@@ -1100,16 +922,14 @@ func (h *Handle) Fork(ctx context.Context, o ForkOptions, opts ...HandleOption) 
 	if err != nil {
 		return nil, errorf("fork %s: open %s: %w", h.id, sess.ID, err)
 	}
-	stored, synthetic := splitSynthetic(loaded)
-	h.mu.Lock()
 	keep := o.MessageCount
 	if keep == 0 {
 		keep = -1
 	}
-	locals := withSynthetic(h.localsLocked(h.synced, keep), synthetic)
+	h.mu.Lock()
+	entries := withLocals(loaded, firstStored(h.entries[:h.synced], keep))
 	h.mu.Unlock()
-	all := append(slices.Clone(h.base), opts...)
-	return newHandle(h.c, fsess, stored, locals, all), nil
+	return newHandle(h.c, fsess, entries, append(slices.Clone(h.base), opts...)), nil
 }
 
 // Close stops auto-save, then saves what is left, retrying with backoff
@@ -1117,6 +937,8 @@ func (h *Handle) Fork(ctx context.Context, o ForkOptions, opts ...HandleOption) 
 // success the handle is closed: later calls return ErrClosed and a second
 // Close returns nil. If the save fails, Close returns its error and the
 // handle stays open, auto-save included, with its unsaved messages intact.
+// A live turn still open stays open: the daemon's idle sweep closes it as
+// interrupted.
 func (h *Handle) Close(ctx context.Context) error {
 	h.closeMu.Lock()
 	defer h.closeMu.Unlock()
@@ -1194,9 +1016,9 @@ func (h *Handle) loop(ctx context.Context, done chan<- struct{}) {
 // autoSave runs one auto-save round: a few attempts, then a report.
 func (h *Handle) autoSave(ctx context.Context) {
 	h.mu.Lock()
-	skip := h.paused != nil || h.closed || !h.dirtyLocked()
+	skip := h.paused != nil || h.closed
 	h.mu.Unlock()
-	if skip {
+	if skip || !h.Dirty() {
 		return
 	}
 	h.saveMu.Lock()

@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sessiond/sessiond/client"
 )
 
 // The examples run against the real daemon, built from the repository this
@@ -30,8 +33,9 @@ func TestMain(m *testing.M) {
 }
 
 // startSessiond starts sessiond on a unix socket over a fresh data dir and
-// returns its address and a func that stops it and removes the dir.
-func startSessiond() (addr string, stop func()) {
+// returns its address and a func that stops it and removes the dir. args
+// are more flags for the daemon.
+func startSessiond(args ...string) (addr string, stop func()) {
 	buildOnce.Do(func() {
 		var dir string
 		if dir, buildErr = os.MkdirTemp("", "sessiond-sdk-bin"); buildErr != nil {
@@ -52,6 +56,7 @@ func startSessiond() (addr string, stop func()) {
 	}
 	sock := filepath.Join(dir, "sessiond.sock")
 	cmd := exec.Command(daemonBin, "--listen", "unix:"+sock, "--data-dir", filepath.Join(dir, "data"), "--log-format", "json")
+	cmd.Args = append(cmd.Args, args...)
 	if err := cmd.Start(); err != nil {
 		panic(err)
 	}
@@ -70,4 +75,20 @@ func startSessiond() (addr string, stop func()) {
 			panic("sessiond did not listen on " + sock + " within 30s")
 		}
 	}
+}
+
+// dialSessiond starts sessiond (with args) for the test and returns a
+// client of it and a ctx that ends with the test or after 30 seconds.
+func dialSessiond(t *testing.T, args ...string) (*client.Client, context.Context) {
+	t.Helper()
+	addr, stop := startSessiond(args...)
+	t.Cleanup(stop)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	c, err := client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, ctx
 }

@@ -198,7 +198,12 @@ func (c *chatModel) stream(ctx context.Context, msgs []*sessiondv1.Message, w io
 	return r, nil
 }
 
-// add reads one chunk into r, writing its text to w.
+// reasoningWriter is a stream's writer that takes the reasoning text too:
+// a live turn stores it, the terminal shows only the answer.
+type reasoningWriter interface{ WriteReasoning(text string) }
+
+// add reads one chunk into r, writing its text to w (and its reasoning, if
+// w is a reasoningWriter).
 func (r *reply) add(payload string, w io.Writer) error {
 	var ch chatChunk
 	if err := json.Unmarshal([]byte(payload), &ch); err != nil {
@@ -211,7 +216,12 @@ func (r *reply) add(payload string, w io.Writer) error {
 		r.model = ch.Model
 	}
 	for _, c := range ch.Choices {
-		r.reasoning += c.Delta.ReasoningContent
+		if c.Delta.ReasoningContent != "" {
+			r.reasoning += c.Delta.ReasoningContent
+			if rw, ok := w.(reasoningWriter); ok {
+				rw.WriteReasoning(c.Delta.ReasoningContent)
+			}
+		}
 		if c.Delta.Content != "" {
 			r.content += c.Delta.Content
 			_, _ = io.WriteString(w, c.Delta.Content)

@@ -109,9 +109,9 @@ func (p *replProc) signal(sig syscall.Signal) {
 	}
 }
 
-// waitFor returns the next stdout or stderr line that contains s, without
-// its tag.
-func (p *replProc) waitFor(s string) string {
+// waitFor returns the next stdout or stderr line that contains s (or one of
+// more), without its tag.
+func (p *replProc) waitFor(s string, more ...string) string {
 	p.t.Helper()
 	timeout := time.After(20 * time.Second)
 	for {
@@ -120,8 +120,10 @@ func (p *replProc) waitFor(s string) string {
 			if !ok {
 				p.t.Fatalf("the REPL ended before printing %q:\n%s", s, p.transcript())
 			}
-			if strings.Contains(l, s) {
-				return l[len("out: "):]
+			for _, sub := range append([]string{s}, more...) {
+				if strings.Contains(l, sub) {
+					return l[len("out: "):]
+				}
 			}
 		case <-timeout:
 			p.t.Fatalf("no %q within 20s:\n%s", s, p.transcript())

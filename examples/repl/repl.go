@@ -61,8 +61,9 @@ type repl struct {
 	out        io.Writer // stdout, safe for concurrent use
 	errOut     io.Writer // stderr, safe for concurrent use
 	interrupts <-chan os.Signal
-	resumeTLS  string     // TLS flags for the resume command
-	model      *chatModel // nil: the echoing stand-in answers
+	resumeTLS  string      // TLS flags for the resume command
+	model      *chatModel  // nil: the echoing stand-in answers
+	unfinished *liveAnswer // an answer the daemon holds open that could not be finished yet
 }
 
 // lockedWriter serialises writes, since auto-save reports from its own
@@ -244,6 +245,12 @@ func (r *repl) greet() {
 	}
 	fmt.Fprintf(r.out, "resumed session %s (%d messages)\n", r.h.ID(), len(msgs))
 	printMessages(r.out, msgs)
+	switch msgs[len(msgs)-1].GetState() {
+	case sessiondv1.MessageState_MESSAGE_STATE_INTERRUPTED:
+		fmt.Fprintln(r.out, "(the last answer was interrupted: its writer stopped before the end; the session keeps what it had)")
+	case sessiondv1.MessageState_MESSAGE_STATE_STREAMING:
+		fmt.Fprintln(r.out, "(the last answer is still being written, or its writer stopped and sessiond will close it as interrupted)")
+	}
 }
 
 func speaker(role sessiondv1.Role) string {
@@ -400,19 +407,27 @@ func (r *repl) chat(ctx context.Context, text string) error {
 		fmt.Fprintf(r.out, "assistant: %s\n", reply)
 		return nil
 	}
-	shown := &prefixWriter{w: r.out, prefix: "assistant: "}
-	rep, err := r.model.stream(ctx, append(r.h.Messages(), user), shown)
-	if shown.started {
+	if err := r.finishLeftOpen(); err != nil {
+		// Until it is finished, the session takes no new message.
+		return fmt.Errorf("%w; send the line again once it answers", err)
+	}
+	live := &liveAnswer{base: context.WithoutCancel(ctx), h: r.h, user: user, model: r.model.model,
+		shown: &prefixWriter{w: r.out, prefix: "assistant: "}}
+	rep, err := r.model.stream(ctx, append(r.h.Messages(), user), live)
+	if live.shown.started {
 		fmt.Fprintln(r.out)
 	}
-	if err != nil && (rep == nil || rep.content == "") {
+	if !live.saved && err != nil && (rep == nil || rep.content == "") {
 		// Nothing was answered: the line is not kept, and can be sent again.
 		return err
 	}
-	// An answer cut short by Ctrl-C is kept as far as it was shown,
-	// marked finish_reason "interrupted".
-	if aerr := r.h.Append(user, rep.message()); aerr != nil {
-		return aerr
+	// Once the answer began, the line is kept, and an answer cut short by
+	// Ctrl-C or by the model is kept as far as it came.
+	if ferr := live.finish(rep); ferr != nil {
+		if live.turn != nil && !live.done {
+			r.unfinished = live
+		}
+		return ferr
 	}
 	return err
 }
@@ -512,6 +527,10 @@ func (r *repl) undo(ctx context.Context) error {
 // spool, are printed so that nothing is lost.
 func (r *repl) quit(ctx context.Context) error {
 	base := context.WithoutCancel(ctx)
+	if err := r.finishLeftOpen(); err != nil {
+		// Left open, the answer is closed as interrupted by the daemon.
+		fmt.Fprintf(r.errOut, "%s\n", err)
+	}
 	if r.h.Dirty() {
 		fctx, cancel := context.WithTimeout(base, firstSaveTimeout)
 		fctx, stop := r.interruptible(fctx)
