@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/net/http2"
 )
 
 // certs serves the TLS configuration of --tls-cert, --tls-key and
@@ -44,6 +45,19 @@ func (c *certs) serverConfig() *tls.Config {
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			return c.cur.Load(), nil
+		},
+	}
+}
+
+// refusalConfig is serverConfig for refuseGRPC, which speaks HTTP/2 itself
+// and so must offer it by ALPN, as grpc-go does for the server.
+func (c *certs) refusalConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			cfg := c.cur.Load().Clone()
+			cfg.NextProtos = []string{http2.NextProtoTLS}
+			return cfg, nil
 		},
 	}
 }
