@@ -13,22 +13,30 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-// A watcher that stops reading is cut off once WatchQueueBytes of events
-// wait unsent, long before storage.WatchBuffer events of 512 KiB (128 MiB)
-// would: it receives what gRPC took before its window shut, then
-// OUT_OF_RANGE naming the bytes.
-func TestWatchQueueBytesBound(t *testing.T) {
+// watchBroker starts a watch, live when it returns, served from a broker
+// the test publishes to, and ended after 20 s at the latest.
+func watchBroker(t *testing.T, opts ...grpc.CallOption) (*storage.Broker, grpc.ServerStreamingClient[sessiondv1.WatchSessionResponse]) {
+	t.Helper()
 	broker := storage.NewBroker()
 	h := newHarness(t, harnessConfig{wrap: func(d storage.Driver) storage.Driver { return &brokerStore{Driver: d, broker: broker} }})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	stream, err := h.client.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: byAlias("any")})
+	t.Cleanup(cancel)
+	stream, err := h.client.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: byAlias("any")}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stream.Header(); err != nil {
 		t.Fatal(err)
 	}
+	return broker, stream
+}
+
+// A watcher that stops reading is cut off once WatchQueueBytes of events
+// wait unsent, long before storage.WatchBuffer events of 512 KiB (128 MiB)
+// would: it receives what gRPC took before its window shut, then
+// OUT_OF_RANGE naming the bytes.
+func TestWatchQueueBytesBound(t *testing.T) {
+	broker, stream := watchBroker(t)
 	payload := []*sessiondv1.Message{user("big", strings.Repeat("x", 512<<10))}
 	const published = 3 * WatchQueueBytes / (512 << 10)
 	for rev := uint64(2); rev < 2+published; rev++ {
@@ -51,17 +59,7 @@ func TestWatchQueueBytesBound(t *testing.T) {
 // An event larger than WatchQueueBytes still reaches a watcher with nothing
 // else queued, and the watch goes on.
 func TestWatchEventOverQueueBytes(t *testing.T) {
-	broker := storage.NewBroker()
-	h := newHarness(t, harnessConfig{wrap: func(d storage.Driver) storage.Driver { return &brokerStore{Driver: d, broker: broker} }})
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	stream, err := h.client.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: byAlias("any")}, grpc.MaxCallRecvMsgSize(4*WatchQueueBytes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stream.Header(); err != nil {
-		t.Fatal(err)
-	}
+	broker, stream := watchBroker(t, grpc.MaxCallRecvMsgSize(4*WatchQueueBytes))
 	huge := user("huge", strings.Repeat("y", WatchQueueBytes+1<<20))
 	broker.Publish("watched", storage.Event{Type: storage.EventAppended, Revision: 2, Session: &storage.Session{ID: "watched", Revision: 2}, Messages: []*sessiondv1.Message{huge}})
 	for rev := uint64(2); rev <= 3; rev++ {

@@ -30,14 +30,7 @@ func TestRefusalsBounded(t *testing.T) {
 			}
 		}
 	}()
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
+	dial := func() net.Conn { return dialTCP(t, inner.Addr().String()) }
 	// closedWithin says whether the server closed c within d.
 	closedWithin := func(c net.Conn, d time.Duration) bool {
 		_ = c.SetReadDeadline(time.Now().Add(d))
