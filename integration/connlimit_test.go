@@ -1,6 +1,9 @@
 package integration
 
 import (
+	"encoding/json"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,8 +22,35 @@ import (
 // held, a grpc-go client's call on a new connection fails at once with
 // UNAVAILABLE naming the limit, not a reset connection, over plaintext and
 // over TLS; the daemon serves new connections again once the first one
-// closes.
+// closes. An HTTP client over the HTTP listener's limit gets 503 with the
+// same message.
 func TestConnectionLimitAnswer(t *testing.T) {
+	t.Run("http", func(t *testing.T) {
+		d := startDaemon(t, t.TempDir(), "--max-connections", "1", "--http-listen", "127.0.0.1:0")
+		addr := httpAddr(t, d)
+		held, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = held.Close() }()
+		time.Sleep(100 * time.Millisecond) // accepted: it holds the place
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + addr + "/v1/sessions")
+		if err != nil {
+			t.Fatalf("GET over the limit: %v; want a 503 answer", err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var body struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		const want = "sessiond: connection limit (--max-connections=1) reached"
+		if resp.StatusCode != http.StatusServiceUnavailable || body.Code != int(codes.Unavailable) || body.Message != want {
+			t.Fatalf("GET over the limit: %d %+v; want 503 {code: 14, message: %q}", resp.StatusCode, body, want)
+		}
+	})
 	t.Run("plaintext", func(t *testing.T) {
 		d := startDaemon(t, t.TempDir(), "--max-connections", "1")
 		testConnectionLimit(t, func() *grpc.ClientConn {

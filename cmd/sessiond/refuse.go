@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -14,8 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// Refusals answered at once: each is a goroutine with a few KiB of
-// buffers for at most 1.25 refuseTimeout; past maxRefusing, more
+// Refusals answered at once, per listener: each is a goroutine with a few
+// KiB of buffers for at most 1.25 refuseTimeout; past maxRefusing, more
 // connections over the cap are closed without an answer.
 const (
 	maxRefusing   = 64
@@ -33,9 +36,72 @@ func grpcRefusal(sec *security, max int) func(net.Conn) {
 	msg := connLimitMessage(int64(max))
 	var cfg *tls.Config
 	if sec.certs != nil {
-		cfg = sec.certs.refusalConfig()
+		cfg = sec.certs.refusalConfig(http2.NextProtoTLS)
 	}
 	return func(c net.Conn) { refuseGRPC(c, cfg, msg) }
+}
+
+// httpRefusal is how the HTTP listener answers a connection over its
+// --max-connections (max): refuseHTTP, over TLS when the daemon serves TLS.
+func httpRefusal(sec *security, max int) func(net.Conn) {
+	msg := connLimitMessage(int64(max))
+	var cfg *tls.Config
+	if sec.certs != nil {
+		cfg = sec.certs.refusalConfig("http/1.1")
+	}
+	return func(c net.Conn) { refuseHTTP(c, cfg, msg) }
+}
+
+// refuseHTTP answers a connection over the cap as the HTTP API answers
+// UNAVAILABLE: it reads the first request's head and answers 503 with the
+// status {"code": 14, "message": msg} as its body, then closes, all within
+// 1.25 refuseTimeout. With tlsConfig (HTTP/1.1 only) it first does the TLS
+// handshake.
+func refuseHTTP(c net.Conn, tlsConfig *tls.Config, msg string) {
+	defer func() { _ = c.Close() }()
+	c, ok := startRefusal(c, tlsConfig)
+	if !ok {
+		return
+	}
+	if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Now().Add(refuseTimeout / 4))
+	body, _ := json.Marshal(struct {
+		Code    codes.Code `json:"code"`
+		Message string     `json:"message"`
+	}{codes.Unavailable, msg}) // a struct of a number and a string always encodes
+	head := fmt.Sprintf("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", len(body))
+	if _, err := c.Write(append([]byte(head), body...)); err != nil {
+		return
+	}
+	finishRefusal(c)
+}
+
+// startRefusal sets the refusal's deadline and, with tlsConfig, does the
+// TLS handshake; it returns the connection to speak on (and to close), and
+// whether to go on.
+func startRefusal(c net.Conn, tlsConfig *tls.Config) (net.Conn, bool) {
+	_ = c.SetDeadline(time.Now().Add(refuseTimeout))
+	if tlsConfig == nil {
+		return c, true
+	}
+	tc := tls.Server(c, tlsConfig)
+	if err := tc.Handshake(); err != nil {
+		return c, false
+	}
+	return tc, true
+}
+
+// finishRefusal ends a refusal once its answer is written. Closing with the
+// client's bytes unread would reset the connection, and the client could
+// lose the answer: stop writing, then read until the client closes (or
+// the deadline).
+func finishRefusal(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, 1<<20))
 }
 
 // refuseGRPC answers a connection over the cap as a gRPC server that
@@ -46,13 +112,9 @@ func grpcRefusal(sec *security, max int) func(net.Conn) {
 // connection.
 func refuseGRPC(c net.Conn, tlsConfig *tls.Config, msg string) {
 	defer func() { _ = c.Close() }()
-	_ = c.SetDeadline(time.Now().Add(refuseTimeout))
-	if tlsConfig != nil {
-		tc := tls.Server(c, tlsConfig)
-		if err := tc.Handshake(); err != nil {
-			return
-		}
-		c = tc
+	c, ok := startRefusal(c, tlsConfig)
+	if !ok {
+		return
 	}
 	preface := make([]byte, len(http2.ClientPreface))
 	if _, err := io.ReadFull(c, preface); err != nil || string(preface) != http2.ClientPreface {
@@ -101,13 +163,7 @@ func refuseGRPC(c net.Conn, tlsConfig *tls.Config, msg string) {
 	if err := fr.WriteGoAway(lastStream, http2.ErrCodeNo, []byte(msg)); err != nil {
 		return
 	}
-	// Closing with the client's frames unread would reset the connection,
-	// and the client could lose the answer: stop writing, then read until
-	// the client closes (or the deadline).
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(c, 1<<20))
+	finishRefusal(c)
 }
 
 // unavailableTrailers is the HPACK block of a trailers-only gRPC response

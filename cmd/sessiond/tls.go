@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/net/http2"
 )
 
 // certs serves the TLS configuration of --tls-cert, --tls-key and
@@ -49,14 +48,14 @@ func (c *certs) serverConfig() *tls.Config {
 	}
 }
 
-// refusalConfig is serverConfig for refuseGRPC, which speaks HTTP/2 itself
-// and so must offer it by ALPN, as grpc-go does for the server.
-func (c *certs) refusalConfig() *tls.Config {
+// refusalConfig is serverConfig for a refusal (refuseGRPC, refuseHTTP),
+// which speaks its protocol itself and so offers it by ALPN.
+func (c *certs) refusalConfig(proto string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			cfg := c.cur.Load().Clone()
-			cfg.NextProtos = []string{http2.NextProtoTLS}
+			cfg.NextProtos = []string{proto}
 			return cfg, nil
 		},
 	}
