@@ -33,12 +33,15 @@ func watchBroker(t *testing.T, opts ...grpc.CallOption) (*storage.Broker, grpc.S
 
 // A watcher that stops reading is cut off once WatchQueueBytes of events
 // wait unsent, long before storage.WatchBuffer events of 512 KiB (128 MiB)
-// would: it receives what gRPC took before its window shut, then
+// would: it receives what gRPC took before its windows shut, then
 // OUT_OF_RANGE naming the bytes.
 func TestWatchQueueBytesBound(t *testing.T) {
 	broker, stream := watchBroker(t)
 	payload := []*sessiondv1.Message{user("big", strings.Repeat("x", 512<<10))}
-	const published = 3 * WatchQueueBytes / (512 << 10)
+	// More than the 16 MiB a grpc-go client's window estimation may let
+	// in unread, plus three times the queue's bound: still far from
+	// storage.WatchBuffer events.
+	const published = (16<<20 + 3*WatchQueueBytes) / (512 << 10)
 	for rev := uint64(2); rev < 2+published; rev++ {
 		broker.Publish("watched", storage.Event{Type: storage.EventAppended, Revision: rev, Session: &storage.Session{ID: "watched", Revision: rev}, Messages: payload})
 	}
