@@ -33,6 +33,17 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return err
 }
 
+// Marshal sends a watch event's shared encoding as it is, so that the
+// session's watchers send the same bytes instead of a copy each (in a
+// pooled buffer rounded up to the next size class: 1 MiB for an event of
+// 64 KiB); anything else goes through grpc-go's codec.
+func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(*encodedEvent); ok {
+		return mem.BufferSlice{mem.SliceBuffer(e.b)}, nil
+	}
+	return c.CodecV2.Marshal(v)
+}
+
 // codecOption makes the grpc server decode requests with requestCodec.
 func (s *Server) codecOption() grpc.ServerOption {
 	return grpc.ForceServerCodecV2(requestCodec{CodecV2: encoding.GetCodecV2(proto.Name), s: s})

@@ -135,11 +135,12 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 // receive limit set to max_frame_bytes (grpc-go's default of 4 MiB would
 // refuse requests the limits allow; a larger frame is RESOURCE_EXHAUSTED
 // from grpc-go itself), the logging and panic-recovery interceptors, a
-// pool of StreamWorkers goroutines that serve calls, and fixed
-// flow-control windows (StreamWindow, ConnWindow). grpc-go's own codec
-// decodes requests: bytes no generated client sends (a string field
-// holding invalid UTF-8, say) are its INTERNAL "error unmarshalling
-// request", which the daemon logs (requestCodec).
+// pool of StreamWorkers goroutines that serve calls, fixed flow-control
+// windows (StreamWindow, ConnWindow), and the codec that sends watch
+// events encoded once for all watchers (without it, no watch event can be
+// sent). grpc-go's own codec decodes requests: bytes no generated client
+// sends (a string field holding invalid UTF-8, say) are its INTERNAL
+// "error unmarshalling request", which the daemon logs (requestCodec).
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	maxRecv := s.limits.MaxFrameBytes
 	if maxRecv > math.MaxInt32 {

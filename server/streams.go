@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -179,18 +180,21 @@ func (s *Server) SearchSessions(req *sessiondv1.SearchSessionsRequest, stream gr
 // WatchSession implements SessionStoreService. The response headers are sent
 // once the subscription is live, so a client that waits for them knows every
 // later change will reach it. The stream ends OK after EVENT_TYPE_DELETED,
-// OUT_OF_RANGE when the watcher fell storage.WatchBuffer events behind (the
-// store drops a slow watcher rather than ever blocking a writer), and
-// UNAVAILABLE when the server drains or the store closes.
+// OUT_OF_RANGE when the watcher fell behind (storage.WatchBuffer events, or
+// WatchQueueBytes of them, not yet sent: the store drops a slow watcher
+// rather than ever blocking a writer), and UNAVAILABLE when the server
+// drains or the store closes.
 //
-// Events are sent from a goroutine of their own, through a queue of
-// storage.WatchBuffer events: a watcher that stops reading shuts its
-// flow-control window and blocks Send, and the handler must still see its
-// backlog grow. When the queue is full the handler returns OUT_OF_RANGE
-// without waiting for the blocked Send; returning makes grpc-go cancel the
-// stream, which ends that Send. So a stalled watch holds at most
-// storage.WatchBuffer unsent events (shared with the session's other
-// watchers) plus what gRPC has encoded for it, and never outlives a drain.
+// Each event is encoded once for all the session's watchers
+// (storage.Event.Encoded) and sent as those bytes (requestCodec.Marshal).
+// Events are sent from a goroutine of their own, through a queue: a watcher
+// that stops reading shuts its flow-control window and blocks Send, and the
+// handler must still see its backlog grow. When the queue is full the
+// handler returns OUT_OF_RANGE without waiting for the blocked Send;
+// returning makes grpc-go cancel the stream, which ends that Send. So a
+// stalled watch holds at most its queue (shared with the session's other
+// watchers) plus what gRPC took for its stream before Send blocked (about
+// one event past its 64 KiB write quota), and never outlives a drain.
 func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.ServerStreamingServer[sessiondv1.WatchSessionResponse]) error {
 	ctx := stream.Context()
 	ref, err := refArg("ref", req.GetRef())
@@ -237,15 +241,33 @@ func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.S
 					return w.stop(errDraining)
 				}
 			}
-			select {
-			case w.queue <- ev:
-			default:
-				return w.stop(s.refStatus(mWatch, &ref,
-					fmt.Errorf("watcher has %d events not yet sent (it stopped reading): %w", storage.WatchBuffer, storage.ErrWatchReset)))
+			b, err := ev.Encoded(encodeEvent)
+			if err != nil {
+				return w.stop(s.toStatus(mWatch, err))
+			}
+			if err := w.enqueue(b); err != nil {
+				return w.stop(s.refStatus(mWatch, &ref, err))
 			}
 		}
 	}
 }
+
+// WatchQueueBytes bounds the encoded events a watch may have queued and not
+// yet sent, besides the storage.WatchBuffer events: past it the watch ends
+// OUT_OF_RANGE, so that a stalled watcher of a session receiving large
+// appends pins a few MiB, not storage.WatchBuffer large events. A single
+// event larger than this is still sent to a watcher that has nothing else
+// queued.
+const WatchQueueBytes = 4 << 20
+
+// encodeEvent is the wire encoding of a WatchSessionResponse carrying ev.
+func encodeEvent(ev storage.Event) ([]byte, error) {
+	return proto.Marshal(eventToProto(ev))
+}
+
+// encodedEvent is a WatchSessionResponse already encoded, and shared with
+// the session's other watchers: requestCodec sends its bytes as they are.
+type encodedEvent struct{ b []byte }
 
 // stuckSendGrace is how long a watch that ends waits for its sender's Send
 // in progress to finish before returning anyway: a Send blocked on a shut
@@ -254,15 +276,16 @@ const stuckSendGrace = 200 * time.Millisecond
 
 // watchSender sends a watch's events from a goroutine of its own.
 type watchSender struct {
-	queue chan storage.Event // closed: send what is queued, then finish
-	quit  chan struct{}      // closed by stop: send nothing more
-	done  chan struct{}      // closed when the goroutine returns
-	err   error              // why Send failed; read after done
+	queue  chan []byte   // closed: send what is queued, then finish
+	quit   chan struct{} // closed by stop: send nothing more
+	done   chan struct{} // closed when the goroutine returns
+	err    error         // why Send failed; read after done
+	queued atomic.Int64  // bytes queued or being sent
 }
 
 func startWatchSender(stream grpc.ServerStreamingServer[sessiondv1.WatchSessionResponse]) *watchSender {
 	w := &watchSender{
-		queue: make(chan storage.Event, storage.WatchBuffer),
+		queue: make(chan []byte, storage.WatchBuffer),
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
@@ -272,18 +295,37 @@ func startWatchSender(stream grpc.ServerStreamingServer[sessiondv1.WatchSessionR
 			select {
 			case <-w.quit:
 				return
-			case ev, ok := <-w.queue:
+			case b, ok := <-w.queue:
 				if !ok {
 					return
 				}
-				if err := stream.Send(eventToProto(ev)); err != nil {
+				if err := stream.SendMsg(&encodedEvent{b: b}); err != nil {
 					w.err = err
 					return
 				}
+				w.queued.Add(-int64(len(b)))
 			}
 		}
 	}()
 	return w
+}
+
+// enqueue queues b for sending, or says why the watcher is too far behind
+// to take it: storage.WatchBuffer events, or WatchQueueBytes, unsent.
+func (w *watchSender) enqueue(b []byte) error {
+	n := int64(len(b))
+	if q := w.queued.Load(); q > 0 && q+n > WatchQueueBytes {
+		return fmt.Errorf("watcher has %d bytes of events not yet sent, and at most %d may wait (it stopped reading): %w",
+			q, WatchQueueBytes, storage.ErrWatchReset)
+	}
+	w.queued.Add(n)
+	select {
+	case w.queue <- b:
+		return nil
+	default:
+		w.queued.Add(-n)
+		return fmt.Errorf("watcher has %d events not yet sent (it stopped reading): %w", storage.WatchBuffer, storage.ErrWatchReset)
+	}
 }
 
 // stop tells the sender to send nothing more, gives a Send in progress

@@ -195,6 +195,11 @@ func (b *Broker) Publish(sessionID string, ev Event) {
 		b.lru.MoveToFront(h.elem)
 		b.trimLocked(h)
 	}
+	// The subscribers' copies share one encoding; the history's copy,
+	// kept for rare replays, holds none, so that it costs what it counts.
+	if len(b.subs[sessionID]) > 0 {
+		ev.encoding = new(sharedEncoding)
+	}
 	for s := range b.subs[sessionID] {
 		select {
 		case s.ch <- ev:

@@ -398,4 +398,6 @@ type Event struct {
 	// Delta is what an AppendDelta added (EventDelta only): its offsets are
 	// where it landed, and it holds only bytes that were new.
 	Delta *sessiondv1.MessageDelta
+
+	encoding *sharedEncoding // set by Broker.Publish; see Encoded
 }

@@ -93,7 +93,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.IntVar(&maxConns, "postgres-max-conns", maxConns, "with --storage postgres: most database connections this replica holds (one more while anything is watched)")
 	fs.IntVar(&minConns, "postgres-min-conns", minConns, "with --storage postgres: connections kept open when idle")
 	fs.DurationVar(&cfg.postgresConnectTimeout, "postgres-connect-timeout", 30*time.Second, "with --storage postgres: how long start-up waits for an unreachable database before it fails")
-	fs.IntVar(&cfg.maxConns, "max-connections", 0, "most client connections at once; more are closed at once (clients see UNAVAILABLE). 0: from the descriptor limit (ulimit -n), leaving room for the store, at most 4096")
+	fs.IntVar(&cfg.maxConns, "max-connections", 0, "most client connections at once; more are refused (clients get UNAVAILABLE, or HTTP 503, naming this limit). 0: from the descriptor limit (ulimit -n), leaving room for the store, at most 4096")
 	fs.UintVar(&cfg.maxStreams, "max-concurrent-streams", 128, "most calls in progress on one connection (watches included); more wait for one to end")
 	fs.DurationVar(&cfg.maxConnIdle, "max-connection-idle", 5*time.Minute, "close a connection with no call in progress for this long (clients reconnect when they next call); 0 keeps idle connections")
 	fs.IntVar(&cfg.maxLoads, "max-concurrent-loads", server.DefaultMaxLoads, "most LoadSession calls served at once (each holds about one 1 MiB frame); more are answered RESOURCE_EXHAUSTED")

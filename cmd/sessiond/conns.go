@@ -36,23 +36,28 @@ func autoMaxConnections(maxOpenJournals int) int {
 }
 
 // limitListener accepts at most max connections at once. A connection over
-// the cap is accepted and closed at once, so that its client sees
-// UNAVAILABLE (and may retry elsewhere or later) instead of waiting in the
-// kernel's backlog; refusals are logged at most once per refusalLogEvery.
+// the cap is accepted and answered by refuse (in a goroutine of its own, at
+// most maxRefusing at once), or closed at once without refuse or past
+// maxRefusing, so that its client sees UNAVAILABLE (and may retry
+// elsewhere or later) instead of waiting in the kernel's backlog; refusals
+// are logged at most once per refusalLogEvery.
 type limitListener struct {
 	net.Listener
-	max    int64
-	log    *zap.Logger
-	active atomic.Int64
-	cond   *ratelog.Limiter
-	spare  *spareFD
+	max      int64
+	log      *zap.Logger
+	active   atomic.Int64
+	cond     *ratelog.Limiter
+	spare    *spareFD
+	refuse   func(net.Conn) // closes the connection when done; nil: close at once
+	refusing chan struct{}  // one per refuse running
 }
 
 // refusalLogEvery spaces the log lines of refused connections.
 const refusalLogEvery = 10 * time.Second
 
 func newLimitListener(l net.Listener, max int, log *zap.Logger) *limitListener {
-	return &limitListener{Listener: l, max: int64(max), log: log, cond: ratelog.New(refusalLogEvery), spare: newSpareFD()}
+	return &limitListener{Listener: l, max: int64(max), log: log, cond: ratelog.New(refusalLogEvery), spare: newSpareFD(),
+		refusing: make(chan struct{}, maxRefusing)}
 }
 
 // Accept returns the next connection within the cap.
@@ -71,9 +76,27 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return &limitConn{Conn: c, l: l}, nil
 		}
 		l.active.Add(-1)
-		_ = c.Close()
+		l.refuseConn(c)
 		l.cond.Log(l.log, zapcore.WarnLevel, "connection limit", "connection limit reached: refusing new connections",
 			zap.Int64("max_connections", l.max), zap.String("hint", "raise --max-connections (and ulimit -n)"))
+	}
+}
+
+// refuseConn answers c with refuse if a place is free for it, else closes
+// it.
+func (l *limitListener) refuseConn(c net.Conn) {
+	if l.refuse == nil {
+		_ = c.Close()
+		return
+	}
+	select {
+	case l.refusing <- struct{}{}:
+		go func() {
+			defer func() { <-l.refusing }()
+			l.refuse(c)
+		}()
+	default:
+		_ = c.Close()
 	}
 }
 

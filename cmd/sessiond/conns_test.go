@@ -31,14 +31,7 @@ func TestLimitListener(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	dial := func() net.Conn {
-		c, err := net.Dial("tcp", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
+	dial := func() net.Conn { return dialTCP(t, inner.Addr().String()) }
 	closedByServer := func(c net.Conn) bool {
 		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		_, err := c.Read(make([]byte, 1))
@@ -62,6 +55,17 @@ func TestLimitListener(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("closing an accepted connection did not give its place back")
 	}
+}
+
+// dialTCP connects to addr, closing the connection when the test ends.
+func dialTCP(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func isTimeout(err error) bool {

@@ -185,7 +185,9 @@ func (hs *httpSide) start(ctx context.Context, cfg *config, sec *security, srv *
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          zap.NewStdLog(log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
 	}
-	var ln net.Listener = newLimitListener(hs.lis, maxConns, log)
+	limited := newLimitListener(hs.lis, maxConns, log)
+	limited.refuse = httpRefusal(sec, maxConns)
+	var ln net.Listener = limited
 	if sec.certs != nil {
 		ln = tls.NewListener(ln, httpTLSConfig(sec.certs))
 	}

@@ -175,7 +175,9 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		maxConns = autoMaxConnections(cfg.maxOpenJournals)
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- gs.Serve(conns.listener(newLimitListener(lis, maxConns, log))) }()
+	limited := newLimitListener(lis, maxConns, log)
+	limited.refuse = grpcRefusal(sec, maxConns)
+	go func() { serveErr <- gs.Serve(conns.listener(limited)) }()
 
 	if err := web.start(ctx, cfg, sec, srv, maxConns, log, mx.serverOptions()...); err != nil {
 		gs.Stop()

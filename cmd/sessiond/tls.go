@@ -48,6 +48,19 @@ func (c *certs) serverConfig() *tls.Config {
 	}
 }
 
+// refusalConfig is serverConfig for a refusal (refuseGRPC, refuseHTTP),
+// which speaks its protocol itself and so offers it by ALPN.
+func (c *certs) refusalConfig(proto string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			cfg := c.cur.Load().Clone()
+			cfg.NextProtos = []string{proto}
+			return cfg, nil
+		},
+	}
+}
+
 // mutual reports whether clients must present a certificate.
 func (c *certs) mutual() bool { return c.caFile != "" }
 
