@@ -3,7 +3,6 @@ package file
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -112,7 +111,7 @@ func (e *entry) stored(v *view) storage.StoredFunc {
 		if !ok || i >= len(v.msgs) {
 			return nil, false, nil
 		}
-		m, err := unmarshalMessage(e.id, v.msgs[i])
+		m, err := unmarshalMessage(e.id, v.at(i))
 		return m, err == nil, err
 	}
 }
@@ -120,6 +119,12 @@ func (e *entry) stored(v *view) storage.StoredFunc {
 // replaceLast writes rec (a change of e's last message, now enc, leaving
 // the session's tally as tally) durably, and makes it e's state. It
 // returns the new metadata. Caller holds e.wmu and has loaded e.
+//
+// Views are shared with readers, so the new view cannot change the
+// message list in place; nor does it copy it, which would make each delta
+// cost as much as the session is long. It shares the list and holds the
+// new last message beside it (view.last). The next append copies the list
+// once, with the open message's final bytes in place.
 func (s *Store) replaceLast(e *entry, v *view, what string, rec record, enc []byte, tally storage.Tally) (*storage.Session, error) {
 	s.beginWrite(e)
 	m := cloneMeta(v.meta)
@@ -130,15 +135,41 @@ func (s *Store) replaceLast(e *entry, v *view, what string, rec record, enc []by
 	if err := s.writeJournal(e, encodeCommit([]record{rec}), 1); err != nil {
 		return nil, fmt.Errorf("file: %s session %s: %w", what, e.id, err)
 	}
-	// Views are shared with readers: the new one gets its own slice.
-	last := len(v.msgs) - 1
-	msgs := slices.Clone(v.msgs)
-	msgs[last] = enc
-	e.view.Store(&view{meta: m, msgs: msgs, size: v.size - int64(len(v.msgs[last])) + int64(len(enc))})
+	e.view.Store(&view{meta: m, msgs: v.msgs, last: enc, size: v.size - int64(len(v.at(len(v.msgs)-1))) + int64(len(enc)), cs: v.cs})
 	s.setMeta(e, m)
 	s.touch(e)
 	s.maybeFold(e)
 	return m, nil
+}
+
+// at returns v's message i.
+func (v *view) at(i int) []byte {
+	if v.last != nil && i == len(v.msgs)-1 {
+		return v.last
+	}
+	return v.msgs[i]
+}
+
+// span returns v's messages from up to to, for reading only: v.msgs
+// itself unless the span ends with a replaced last message, then a copy.
+func (v *view) span(from, to int) [][]byte {
+	if v.last == nil || to < len(v.msgs) || from == to {
+		return v.msgs[from:to]
+	}
+	out := make([][]byte, to-from)
+	copy(out, v.msgs[from:to])
+	out[len(out)-1] = v.last
+	return out
+}
+
+// all returns every message of v, as span does.
+func (v *view) all() [][]byte { return v.span(0, len(v.msgs)) }
+
+// with returns a view of v's messages with other metadata and compactions.
+func (v *view) with(meta *storage.Session, cs []storage.StoredCompaction) *view {
+	c := *v
+	c.meta, c.cs = meta, cs
+	return &c
 }
 
 // replayDelta applies a delta record, as written, to the stored message b.
