@@ -249,8 +249,10 @@ func (h *history) add(ev Event) int64 {
 	return h.cost - before
 }
 
-// dropOldest forgets the n oldest events. It copies rather than reslices,
-// so that dropped events are freed.
+// dropOldest forgets the n oldest events. It zeroes them, so that they
+// are freed, and reslices: the next append that finds no room copies
+// the kept events to a new array, once per about WatchHistory events
+// rather than at every event of a watched session.
 func (h *history) dropOldest(n int) {
 	if n == 0 {
 		return
@@ -258,8 +260,8 @@ func (h *history) dropOldest(n int) {
 	for _, sz := range h.sizes[:n] {
 		h.cost -= sz
 	}
-	h.events = append(h.events[:0:0], h.events[n:]...)
-	h.sizes = append(h.sizes[:0:0], h.sizes[n:]...)
+	clear(h.events[:n])
+	h.events, h.sizes = h.events[n:], h.sizes[n:]
 }
 
 // trimLocked brings the histories back within maxTotal. It releases the

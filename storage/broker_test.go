@@ -414,3 +414,29 @@ func mustSubscribeID(t *testing.T, b *Broker, id string, current, from uint64) *
 	}
 	return s
 }
+
+// TestBrokerHistoryAppendAllocs: once a watched session's history is full,
+// keeping one more event (and dropping the oldest) allocates nothing on
+// most publishes: it does not copy the history each time.
+func TestBrokerHistoryAppendAllocs(t *testing.T) {
+	b := NewBroker()
+	mustSubscribeID(t, b, testSession, 1, 0).Close() // watched once: history is kept
+	publishRange(b, testSession, 2, 2*WatchHistory)
+	rev := uint64(2 * WatchHistory)
+	e := ev(EventAppended, 0)
+	allocs := testing.AllocsPerRun(10*WatchHistory, func() {
+		rev++
+		e.Revision = rev
+		b.Publish(testSession, e)
+	})
+	if allocs > 0.1 {
+		t.Errorf("%.2f allocations per publish to a full history, want about none", allocs)
+	}
+	b.mu.Lock()
+	h := b.history[testSession]
+	n, first, last := len(h.events), h.events[0].Revision, h.events[len(h.events)-1].Revision
+	b.mu.Unlock()
+	if n != WatchHistory || last != rev || first != rev-WatchHistory+1 {
+		t.Errorf("history holds %d events, revisions %d..%d; want %d, %d..%d", n, first, last, WatchHistory, rev-WatchHistory+1, rev)
+	}
+}

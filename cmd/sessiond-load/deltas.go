@@ -31,6 +31,9 @@ type deltasReport struct {
 	// Lag is from a delta's send to its arrival at the watcher that joined
 	// mid-stream, over the deltas sent after it joined.
 	Lag latencyMS `json:"lag_ms"`
+	// Ack is from a delta's send to its writer's answer (the delta
+	// durable): the part of Lag before the watch delivers it.
+	Ack latencyMS `json:"ack_ms"`
 }
 
 func (r *deltasReport) rows() [][2]string {
@@ -43,7 +46,7 @@ func (r *deltasReport) rows() [][2]string {
 		{"deltas seen by watchers", strconv.FormatInt(r.Seen, 10)},
 		{"elapsed", fmt.Sprintf("%.2f s", r.Seconds)},
 		{"throughput", fmtRate(r.PerSec)},
-	}, r.Lag.rows("watcher lag")...)
+	}, append(r.Ack.rows("writer ack"), r.Lag.rows("watcher lag")...)...)
 }
 
 // runDeltas: each session has an open message written by one writer at
@@ -80,6 +83,7 @@ func runDeltas(ctx context.Context, c *config, stderr io.Writer) (report, error)
 	runCtx, stop := context.WithTimeout(ctx, c.duration)
 	defer stop()
 	start := time.Now()
+	acks := make([][]time.Duration, len(ids))
 	var writers sync.WaitGroup
 	for i, id := range ids {
 		writers.Go(func() {
@@ -94,13 +98,15 @@ func runDeltas(ctx context.Context, c *config, stderr io.Writer) (report, error)
 				case <-tick.C:
 				}
 				cctx, cancel := context.WithTimeout(ctx, c.timeout)
+				sent := time.Now()
 				resp, err := cl.AppendDelta(cctx, &sessiondv1.AppendDeltaRequest{Ref: ref, MessageId: "live", Offset: off,
-					Content: fmt.Sprintf("%016x", time.Now().UnixNano())})
+					Content: fmt.Sprintf("%016x", sent.UnixNano())})
 				cancel()
 				if err != nil {
 					failed.Add(1)
 					continue // the next delta goes at the same offset
 				}
+				acks[i] = append(acks[i], time.Since(sent))
 				off = resp.GetLength()
 				acked.Add(1)
 			}
@@ -149,13 +155,16 @@ func runDeltas(ctx context.Context, c *config, stderr io.Writer) (report, error)
 			return nil, fmt.Errorf("session %s: the watcher's copy (%d bytes) differs from the stored message (%d bytes): a delta was lost, repeated or reordered", id, len(copies[i]), len(stored))
 		}
 	}
-	var all []time.Duration
+	var all, allAcks []time.Duration
 	for _, l := range lags {
 		all = append(all, l...)
 	}
+	for _, a := range acks {
+		allAcks = append(allAcks, a...)
+	}
 	fmt.Fprintf(stderr, "sessiond-load: deltas: %d sessions, watchers' copies match the stored messages\n", len(ids))
 	return &deltasReport{Mode: "deltas", Sessions: c.sessions, Rate: c.rate, Size: c.size, Acked: acked.Load(), Errors: failed.Load(),
-		Seen: seen.Load(), Seconds: elapsed.Seconds(), PerSec: float64(acked.Load()) / elapsed.Seconds(), Lag: summarize(all)}, nil
+		Seen: seen.Load(), Seconds: elapsed.Seconds(), PerSec: float64(acked.Load()) / elapsed.Seconds(), Lag: summarize(all), Ack: summarize(allAcks)}, nil
 }
 
 // followTurn joins a live turn: it loads the open message, then watches

@@ -23,8 +23,8 @@ func (s *Store) Compact(ctx context.Context, req storage.CompactRequest, summary
 			return storage.ThroughNotFound(e.id, req.ThroughMessageID)
 		}
 		after := make([]*sessiondv1.Message, 0, len(v.msgs)-i-1)
-		for _, b := range v.msgs[i+1:] {
-			m, err := unmarshalMessage(e.id, b)
+		for j := i + 1; j < len(v.msgs); j++ {
+			m, err := unmarshalMessage(e.id, v.at(j))
 			if err != nil {
 				return err
 			}
@@ -54,7 +54,7 @@ func (s *Store) Compact(ctx context.Context, req storage.CompactRequest, summary
 		if err := s.writeJournal(e, encodeCommit([]record{rec}), 0); err != nil {
 			return fmt.Errorf("file: compact session %s: %w", e.id, err)
 		}
-		e.view.Store(&view{meta: m, msgs: v.msgs, size: v.size, cs: append(v.cs[:len(v.cs):len(v.cs)], c)})
+		e.view.Store(v.with(m, append(v.cs[:len(v.cs):len(v.cs)], c)))
 		s.setMeta(e, m)
 		s.broker.Publish(e.id, storage.Event{Type: storage.EventCompacted, Revision: m.Revision, Session: cloneMeta(m)})
 		out = cloneMeta(m)

@@ -3,7 +3,6 @@ package file
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -41,7 +40,7 @@ func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limit
 		if err != nil {
 			return fmt.Errorf("file: encode delta for session %s: %w", e.id, err)
 		}
-		m, err := s.replaceLast(e, v, "append a delta to", record{kind: recDelta, index: uint64(len(v.msgs) - 1), delta: raw}, enc, v.meta.Tally)
+		m, err := s.replaceLast(e, v, "append a delta to", record{kind: recDelta, index: uint64(len(v.msgs) - 1), delta: raw}, next, enc, v.meta.Tally)
 		if err != nil {
 			return err
 		}
@@ -69,7 +68,7 @@ func (s *Store) FinishMessage(ctx context.Context, req storage.FinishRequest, li
 			out = storage.FinishResult{Revision: v.meta.Revision, Message: cur}
 			return nil
 		}
-		m, err := s.replaceLast(e, v, "finish a message of", record{kind: recClose, index: uint64(len(v.msgs) - 1), msgs: [][]byte{enc}}, enc, tally)
+		m, err := s.replaceLast(e, v, "finish a message of", record{kind: recClose, index: uint64(len(v.msgs) - 1), msgs: [][]byte{enc}}, closed, enc, tally)
 		if err != nil {
 			return err
 		}
@@ -112,15 +111,26 @@ func (e *entry) stored(v *view) storage.StoredFunc {
 		if !ok || i >= len(v.msgs) {
 			return nil, false, nil
 		}
-		m, err := unmarshalMessage(e.id, v.msgs[i])
+		if v.lastMsg != nil && i == len(v.msgs)-1 {
+			// A copy shares the strings: no decoding, no copying the text.
+			return proto.Clone(v.lastMsg).(*sessiondv1.Message), true, nil
+		}
+		m, err := unmarshalMessage(e.id, v.at(i))
 		return m, err == nil, err
 	}
 }
 
-// replaceLast writes rec (a change of e's last message, now enc, leaving
-// the session's tally as tally) durably, and makes it e's state. It
+// replaceLast writes rec (a change of e's last message, now msg and
+// encoded enc, leaving the session's tally as tally) durably, and makes it
+// e's state; msg is kept, and must not change. It
 // returns the new metadata. Caller holds e.wmu and has loaded e.
-func (s *Store) replaceLast(e *entry, v *view, what string, rec record, enc []byte, tally storage.Tally) (*storage.Session, error) {
+//
+// Views are shared with readers, so the new view cannot change the
+// message list in place; nor does it copy it, which would make each delta
+// cost as much as the session is long. It shares the list and holds the
+// new last message beside it (view.last). The next append copies the list
+// once, with the open message's final bytes in place.
+func (s *Store) replaceLast(e *entry, v *view, what string, rec record, msg *sessiondv1.Message, enc []byte, tally storage.Tally) (*storage.Session, error) {
 	s.beginWrite(e)
 	m := cloneMeta(v.meta)
 	m.Tally = tally
@@ -130,15 +140,41 @@ func (s *Store) replaceLast(e *entry, v *view, what string, rec record, enc []by
 	if err := s.writeJournal(e, encodeCommit([]record{rec}), 1); err != nil {
 		return nil, fmt.Errorf("file: %s session %s: %w", what, e.id, err)
 	}
-	// Views are shared with readers: the new one gets its own slice.
-	last := len(v.msgs) - 1
-	msgs := slices.Clone(v.msgs)
-	msgs[last] = enc
-	e.view.Store(&view{meta: m, msgs: msgs, size: v.size - int64(len(v.msgs[last])) + int64(len(enc))})
+	e.view.Store(&view{meta: m, msgs: v.msgs, last: enc, lastMsg: msg, size: v.size - int64(len(v.at(len(v.msgs)-1))) + int64(len(enc)), cs: v.cs})
 	s.setMeta(e, m)
 	s.touch(e)
 	s.maybeFold(e)
 	return m, nil
+}
+
+// at returns v's message i.
+func (v *view) at(i int) []byte {
+	if v.last != nil && i == len(v.msgs)-1 {
+		return v.last
+	}
+	return v.msgs[i]
+}
+
+// span returns v's messages from up to to, for reading only: v.msgs
+// itself unless the span ends with a replaced last message, then a copy.
+func (v *view) span(from, to int) [][]byte {
+	if v.last == nil || to < len(v.msgs) || from == to {
+		return v.msgs[from:to]
+	}
+	out := make([][]byte, to-from)
+	copy(out, v.msgs[from:to])
+	out[len(out)-1] = v.last
+	return out
+}
+
+// all returns every message of v, as span does.
+func (v *view) all() [][]byte { return v.span(0, len(v.msgs)) }
+
+// with returns a view of v's messages with other metadata and compactions.
+func (v *view) with(meta *storage.Session, cs []storage.StoredCompaction) *view {
+	c := *v
+	c.meta, c.cs = meta, cs
+	return &c
 }
 
 // replayDelta applies a delta record, as written, to the stored message b.

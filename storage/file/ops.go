@@ -65,7 +65,7 @@ func unmarshalMessage(id string, b []byte) (*sessiondv1.Message, error) {
 
 // storedAt reads v's messages for the shared rule functions.
 func (v *view) storedAt(i int) (*sessiondv1.Message, error) {
-	return unmarshalMessage(v.meta.ID, v.msgs[i])
+	return unmarshalMessage(v.meta.ID, v.at(i))
 }
 
 // Create makes a session at revision req.Revision.
@@ -345,8 +345,8 @@ func (v *view) window(opts storage.LoadOptions, each func(*sessiondv1.Message) e
 			return err
 		}
 	}
-	for _, b := range v.msgs[from:to] {
-		m, err := unmarshalMessage(v.meta.ID, b)
+	for i := from; i < to; i++ {
+		m, err := unmarshalMessage(v.meta.ID, v.at(int(i)))
 		if err != nil {
 			return err
 		}
@@ -634,7 +634,7 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	}
 	v := e.view.Load()
 	meta := *v.meta
-	msgs := v.msgs
+	msgs := v.all()
 	added := map[string]int{} // ids appended earlier in this batch -> index in msgs
 	type change struct {
 		op   *appendOp
@@ -743,7 +743,7 @@ func (s *Store) maybeFold(e *entry) {
 	v := e.view.Load()
 	fold := func() error { return s.foldLocked(e, v.meta) }
 	if e.segs != nil && e.segs.bytes()+e.j.tail > 2*v.size+s.opts.foldBytes {
-		fold = func() error { return s.replaceLocked(e, v.meta, v.msgs, v.cs) }
+		fold = func() error { return s.replaceLocked(e, v.meta, v.all(), v.cs) }
 	}
 	if err := fold(); err != nil {
 		// The journal still holds everything; folding is only an optimisation.
@@ -796,7 +796,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 			unreserve()
 			return fmt.Errorf("file: update session %s: %w", e.id, err)
 		}
-		e.view.Store(&view{meta: m, msgs: v.msgs, size: v.size, cs: v.cs})
+		e.view.Store(v.with(m, v.cs))
 		s.setMeta(e, m)
 		s.broker.Publish(e.id, storage.Event{Type: storage.EventUpdated, Revision: m.Revision, Session: cloneMeta(m)})
 		out = cloneMeta(m)
@@ -877,7 +877,8 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 	if n == 0 {
 		n = int64(len(v.msgs))
 	}
-	tally, err := tallyStored(v.meta.ID, storage.Tally{}, v.msgs[:n])
+	kept := v.span(0, int(n))
+	tally, err := tallyStored(v.meta.ID, storage.Tally{}, kept)
 	if err != nil {
 		return nil, damage(v.meta.ID, err)
 	}
@@ -895,7 +896,7 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 	}
 	cs := storage.KeepCompactions(v.cs, n)
 	m.Compaction = storage.LatestCompaction(cs)
-	msgs := append([][]byte(nil), v.msgs[:n]...)
+	msgs := append([][]byte(nil), kept...)
 	return s.create(ctx, m, msgs, cs, nil, false)
 }
 
@@ -917,7 +918,8 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		if err := storage.CheckRevision(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
 			return err
 		}
-		tally, err := tallyStored(e.id, storage.Tally{}, v.msgs[:req.MessageCount])
+		kept := v.span(0, int(req.MessageCount))
+		tally, err := tallyStored(e.id, storage.Tally{}, kept)
 		if err != nil {
 			return damage(e.id, err)
 		}
@@ -926,7 +928,7 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		m.Tally = tally
 		cs := storage.KeepCompactions(v.cs, req.MessageCount)
 		m.Compaction = storage.LatestCompaction(cs)
-		if err := s.replaceWrite(e, "rewind", m, v.msgs[:req.MessageCount], cs); err != nil {
+		if err := s.replaceWrite(e, "rewind", m, kept, cs); err != nil {
 			return err
 		}
 		out = cloneMeta(m)

@@ -47,7 +47,7 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 				break
 			}
 		}
-		for i, b := range v.msgs {
+		for i, b := range v.all() {
 			msg, err := unmarshalMessage(m.ID, b)
 			if err != nil {
 				break // damaged message: skip the rest of this session

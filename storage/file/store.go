@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/ratelog"
 	"github.com/sessiond/sessiond/storage"
 )
@@ -183,8 +184,14 @@ type entry struct {
 // backing array with later views, which only append beyond len(msgs).
 type view struct {
 	meta *storage.Session
-	msgs [][]byte // protobuf-encoded messages
-	size int64    // msgsSize(msgs): kept so that touch costs no walk over msgs
+	// msgs are the protobuf-encoded messages, the last one replaced by
+	// last when that is set: read them with at, span and all.
+	msgs [][]byte
+	last []byte // see replaceLast
+	// lastMsg is last decoded, when last is set: the next delta's rules
+	// read it (a copy of it) instead of decoding the message again.
+	lastMsg *sessiondv1.Message
+	size    int64 // msgsSize of the messages: kept so that touch costs no walk over them
 	// cs are the session's compactions, oldest first (meta.Compaction is
 	// the last's range); never modified in place.
 	cs []storage.StoredCompaction
