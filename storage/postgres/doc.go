@@ -46,13 +46,21 @@
 //     of the namespace. There is no foreign key to sessions: every write of
 //     a session's messages holds the session's row lock, and Delete removes
 //     them.
+//   - Since schema version 6, live turns: sessions.open_message_id is the
+//     id of the session's open message (the tally's OpenMessageID; NULL
+//     when none; index sessions_streaming on updated_ns of the sessions
+//     that have one, for the idle sweeper). The open message is a messages
+//     row that each delta and the finish rewrite in place, body and search
+//     text, under the session's row lock (live.go).
 //   - events: the last storage.WatchHistory events of each session, with
 //     the session's state after the change in the sessions row's columns.
 //     An append's event names its messages by position rather than copying
 //     them (a copy would double an append's WAL); a save or rewind, which
 //     rewrites positions, first copies into its messages column the
 //     messages of every kept append event it would overwrite, so a replay
-//     from history delivers what each append added.
+//     from history delivers what each append added. A delta's event keeps
+//     the delta as applied (delta), a finish's the closed message
+//     (messages).
 //
 // # Concurrency
 //
@@ -65,8 +73,8 @@
 //
 // An append, the hot path, is first tried as one statement (one round
 // trip, its own transaction): it updates the session's row only if
-// expected_revision is absent or current and none of the batch's ids is
-// stored, and inserts the messages and the event from the row it updated.
+// expected_revision is absent or current, no message is open and none of
+// the batch's ids is stored, and inserts the messages and the event from the row it updated.
 // Those conditions are the case where CheckAppend finds the whole batch
 // new, so the rule stays in one place: when the statement updates nothing
 // (or a concurrent append of the same ids committed first and the message

@@ -19,7 +19,8 @@ import (
 )
 
 // sessionCols are the sessions columns scanSession reads, in its order.
-const sessionCols = `id::text, namespace, coalesce(alias, ''), created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns`
+const sessionCols = `id::text, namespace, coalesce(alias, ''), created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns,
+	coalesce(open_message_id, '')`
 
 // The unique constraints whose violation means something to a client.
 const (
@@ -33,8 +34,9 @@ func scanSession(row pgx.Row) (*storage.Session, error) {
 		created, upd int64
 		rev, expire  int64
 		meta, tally  []byte
+		open         string
 	)
-	if err := row.Scan(&m.ID, &m.Namespace, &m.Alias, &created, &upd, &rev, &m.MessageCount, &meta, &tally, &expire); err != nil {
+	if err := row.Scan(&m.ID, &m.Namespace, &m.Alias, &created, &upd, &rev, &m.MessageCount, &meta, &tally, &expire, &open); err != nil {
 		return nil, err
 	}
 	if err := decodeMeta(meta, &m); err != nil {
@@ -43,6 +45,7 @@ func scanSession(row pgx.Row) (*storage.Session, error) {
 	if err := decodeTally(tally, &m); err != nil {
 		return nil, fmt.Errorf("postgres: session %s tally does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
 	}
+	m.OpenMessageID = open
 	m.ExpireAfter = time.Duration(expire)
 	m.CreatedAt, m.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, upd).UTC()
 	m.Revision = uint64(rev)
@@ -147,7 +150,7 @@ func wrapErr(err error) error {
 		return nil
 	}
 	for _, e := range []error{storage.ErrNotFound, storage.ErrConflict, storage.ErrAliasInUse, storage.ErrAlreadyExists,
-		storage.ErrMessageConflict, storage.ErrInvalid, storage.ErrDataLoss, storage.ErrNoSpace, storage.ErrUnavailable, storage.ErrClosed} {
+		storage.ErrMessageConflict, storage.ErrMessageState, storage.ErrTooLarge, storage.ErrInvalid, storage.ErrDataLoss, storage.ErrNoSpace, storage.ErrUnavailable, storage.ErrClosed} {
 		if errors.Is(err, e) {
 			return err
 		}
@@ -188,6 +191,14 @@ func labelPairs(labels map[string]string) [][]byte {
 func sessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string, err error) {
 	meta, err = encodeMeta(m)
 	return aliasCol(m), meta, labelPairs(m.Labels), searchText(m.GivenTitle(), m.Alias, m.Summary), err
+}
+
+// openCol is m's open_message_id column: NULL for none.
+func openCol(m *storage.Session) any {
+	if m.OpenMessageID == "" {
+		return nil
+	}
+	return m.OpenMessageID
 }
 
 // aliasCol is m's alias column: NULL for none.
@@ -263,31 +274,32 @@ func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search,
-			tally, models, expire_after_ns)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			tally, models, expire_after_ns, open_message_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		m.ID, m.Namespace, alias, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount,
-		meta, labels, search, tally, models(m), int64(m.ExpireAfter))
+		meta, labels, search, tally, models(m), int64(m.ExpireAfter), openCol(m))
 	return aliasErr(err, m)
 }
 
 // bumpSession writes a session's new time, revision, message count and
-// tally (arguments: id, updated_ns, revision, message_count, tally, models)
-// when only its messages changed, as in Append and Rewind; bumpArgs makes
-// the arguments.
-const bumpSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6 WHERE id = $1`
+// tally (arguments: id, updated_ns, revision, message_count, tally, models,
+// open_message_id) when only its messages changed, as in Append and Rewind;
+// bumpArgs makes the arguments.
+const bumpSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6,
+	open_message_id = $7 WHERE id = $1`
 
 // bumpTitledSession is bumpSession for an append that also derived the
 // session's title (storage.DeriveTitle), which meta holds; meta_search
 // holds only a title a client gave.
 const bumpTitledSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6,
-	meta = $7 WHERE id = $1`
+	open_message_id = $7, meta = $8 WHERE id = $1`
 
 func bumpArgs(m *storage.Session) ([]any, error) {
 	tally, err := encodeTally(m)
 	if err != nil {
 		return nil, err
 	}
-	return []any{m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, tally, models(m)}, nil
+	return []any{m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, tally, models(m), openCol(m)}, nil
 }
 
 // updateSession writes m's metadata, revision and count.
@@ -301,9 +313,9 @@ func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, `UPDATE sessions SET alias = $2, updated_ns = $3, revision = $4, message_count = $5, meta = $6, label_pairs = $7, meta_search = $8,
-			tally = $9, models = $10, expire_after_ns = $11
+			tally = $9, models = $10, expire_after_ns = $11, open_message_id = $12
 		WHERE id = $1`, m.ID, alias, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, meta, labels, search,
-		tally, models(m), int64(m.ExpireAfter))
+		tally, models(m), int64(m.ExpireAfter), openCol(m))
 	return aliasErr(err, m)
 }
 
@@ -350,6 +362,12 @@ func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Messa
 // An append's event names its messages by position: the count messages
 // before m.MessageCount. withTx sends the wake-up after the commit.
 func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, count int) error {
+	return queueEventRow(b, tx, typ, m, count, nil, nil)
+}
+
+// queueEventRow is queueEvent for any event: delta is a delta event's
+// delta as applied (encoded), messages a finish event's closed message.
+func queueEventRow(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, count int, delta []byte, messages [][]byte) error {
 	// Not sessionRow: an event needs no label pairs or search text, and
 	// this runs on every append.
 	meta, err := encodeMeta(m)
@@ -361,10 +379,11 @@ func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session
 		return err
 	}
 	b.Queue(`INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
-			tally, expire_after_ns)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			tally, expire_after_ns, open_message_id, delta, messages)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
 		m.ID, int64(m.Revision), int16(typ), m.MessageCount-int64(count), count,
-		m.Namespace, aliasCol(m), m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta, tally, int64(m.ExpireAfter))
+		m.Namespace, aliasCol(m), m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta, tally, int64(m.ExpireAfter),
+		openCol(m), delta, messages)
 	b.Queue(`DELETE FROM events WHERE session_id = $1 AND revision <= $2`, m.ID, int64(m.Revision)-historyEvents)
 	tx.changed = append(tx.changed, m.ID)
 	return nil
@@ -708,8 +727,8 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 		var err error
 		// The one-statement append leaves the tally as it is: only for a
 		// batch that does not change it (no tool call or result, usage or
-		// model), which needs no pairing check either.
-		if !storage.AffectsTally(msgs.Prepared) {
+		// model, no open message), which needs no pairing check either.
+		if !storage.AffectsTally(msgs.Prepared) && !opens(msgs.Prepared) {
 			if res, ok, err = s.appendFast(ctx, req, msgs); err != nil || ok {
 				return err
 			}
@@ -737,9 +756,15 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 	return res, nil
 }
 
+// opens reports whether msgs end with an open message (live turns).
+func opens(msgs []*sessiondv1.Message) bool {
+	return len(msgs) > 0 && msgs[len(msgs)-1].GetState() == sessiondv1.MessageState_MESSAGE_STATE_STREAMING
+}
+
 // appendFastSQL appends in one statement when the append is plainly new:
 // it updates the session's row (which locks it) only if expected_revision
-// is absent or current and none of the batch's ids is stored, and then
+// is absent or current, no message of the session is open and none of the
+// batch's ids is stored, and then
 // inserts the messages at the positions after the row's count, the event
 // and the trim of history from the row it updated. Arguments: $1 namespace,
 // $2 id or alias, $3 expected revision (0: any), $4 the batch's size, $5
@@ -767,7 +792,7 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 const appendFastSQL = `WITH s AS (
 	UPDATE sessions SET revision = revision + 1, message_count = message_count + $4,
 		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END
-	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint)
+	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint) AND open_message_id IS NULL
 		AND NOT ($12::boolean AND get_byte(meta, 1) = 0)
 		AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = ANY($6::text[]))
 	RETURNING id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns
