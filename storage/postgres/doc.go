@@ -30,11 +30,16 @@
 //     into every index of sessions, and an entry for an empty value served
 //     no query.
 //   - messages: one row per message: its protobuf encoding (body; fields
-//     this version does not know survive), its position, its id (unique per
-//     session: idempotent appends), and its lowered text. Message search
-//     uses messages_search, a GiST index over the pg_trgm trigrams of that
+//     this version does not know survive), its position and its id (unique
+//     per session: idempotent appends). Since schema version 7 its lowered
+//     text is in message_search, which the search indexer (indexer.go)
+//     fills in batches off the append path, each session's messages in
+//     order up to sessions.search_count (index sessions_unindexed: the
+//     sessions it has yet to reach); search reads the messages past
+//     search_count from their rows. Message search uses messages_search, a
+//     GiST index on message_search over the pg_trgm trigrams of that
 //     text as a tsvector (sessiond_trgm), whose leaf entry is a fixed-size
-//     signature: an append writes little to it (a pg_trgm GiST index keeps
+//     signature: an entry writes little to it (a pg_trgm GiST index keeps
 //     every trigram at the leaf, about 3 KB per 1 KiB message, and refuses
 //     messages of some 12 KB of varied text; a GIN index writes an entry per
 //     trigram). A query looks up the trigrams every text containing it holds
@@ -50,8 +55,8 @@
 //     id of the session's open message (the tally's OpenMessageID; NULL
 //     when none; index sessions_streaming on updated_ns of the sessions
 //     that have one, for the idle sweeper). The open message is a messages
-//     row that each delta and the finish rewrite in place, body and search
-//     text, under the session's row lock (live.go).
+//     row that each delta and the finish rewrite in place under the
+//     session's row lock (live.go); it is indexed for search once closed.
 //   - events: the last storage.WatchHistory events of each session, with
 //     the session's state after the change in the sessions row's columns.
 //     An append's event names its messages by position rather than copying

@@ -14,8 +14,8 @@ import (
 )
 
 // Live turns: the open message is a messages row like any other, rewritten
-// in place by each delta (body and search text, so that a load and a search
-// see its text so far) and by the finish that closes it. Each change is one
+// in place by each delta (so that a load and a search see its text so
+// far) and by the finish that closes it. Each change is one
 // transaction under the session's row lock that bumps the revision and
 // adds its event: a delta event keeps the delta as applied, a finish event
 // the closed message, so that a watcher on any replica reads every delta
@@ -41,7 +41,7 @@ func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limit
 		}
 		m := clone(cur)
 		m.Revision, m.UpdatedAt = cur.Revision+1, now(cur.UpdatedAt)
-		queueRewrite(b, m.ID, at.pos, next, enc)
+		queueRewrite(b, m.ID, at.pos, enc)
 		b.Queue(`UPDATE sessions SET updated_ns = $2, revision = $3 WHERE id = $1`, m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision))
 		if err := queueEventRow(b, w, storage.EventDelta, m, 0, raw, nil); err != nil {
 			return err
@@ -66,7 +66,7 @@ func (s *Store) FinishMessage(ctx context.Context, req storage.FinishRequest, li
 		}
 		m := clone(cur)
 		m.Revision, m.UpdatedAt, m.Tally = cur.Revision+1, now(cur.UpdatedAt), tally
-		queueRewrite(b, m.ID, at.pos, closed, enc)
+		queueRewrite(b, m.ID, at.pos, enc)
 		bump, err := bumpArgs(m)
 		if err != nil {
 			return err
@@ -110,11 +110,11 @@ type liveMessage struct {
 	stored storage.StoredFunc
 }
 
-// queueRewrite queues the rewrite of session id's message at pos as m
-// (encoded as enc).
-func queueRewrite(b *pgx.Batch, id string, pos int64, m *sessiondv1.Message, enc []byte) {
-	b.Queue(`UPDATE messages SET body = $3, search = $4 WHERE session_id = $1 AND pos = $2`,
-		id, pos, enc, searchText(storage.MessageTexts(m)...))
+// queueRewrite queues the rewrite of session id's message at pos as enc.
+// An open message is not indexed (the indexer waits for its close), so
+// search reads its text from the row.
+func queueRewrite(b *pgx.Batch, id string, pos int64, enc []byte) {
+	b.Queue(`UPDATE messages SET body = $3 WHERE session_id = $1 AND pos = $2`, id, pos, enc)
 }
 
 // liveWrite runs a write to ref's message msgID as one transaction in two

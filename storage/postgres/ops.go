@@ -319,11 +319,11 @@ func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 	return aliasErr(err, m)
 }
 
-// messageRows returns the columns of msgs' rows: ids, protobuf encodings
-// (enc, the portable Store's, when given; made here otherwise) and search
-// texts.
-func messageRows(msgs []*sessiondv1.Message, enc [][]byte) (ids []string, bodies [][]byte, texts []string, err error) {
-	ids, texts = make([]string, len(msgs)), make([]string, len(msgs))
+// messageRows returns the columns of msgs' rows: ids and protobuf
+// encodings (enc, the portable Store's, when given; made here otherwise).
+// Their search text is the indexer's to write.
+func messageRows(msgs []*sessiondv1.Message, enc [][]byte) (ids []string, bodies [][]byte, err error) {
+	ids = make([]string, len(msgs))
 	bodies = enc
 	if bodies == nil {
 		bodies = make([][]byte, len(msgs))
@@ -331,12 +331,12 @@ func messageRows(msgs []*sessiondv1.Message, enc [][]byte) (ids []string, bodies
 	for i, m := range msgs {
 		if enc == nil {
 			if bodies[i], err = proto.Marshal(m); err != nil {
-				return nil, nil, nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
+				return nil, nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
 			}
 		}
-		ids[i], texts[i] = m.GetId(), searchText(storage.MessageTexts(m)...)
+		ids[i] = m.GetId()
 	}
-	return ids, bodies, texts, nil
+	return ids, bodies, nil
 }
 
 // queueMessages queues the insert of msgs at positions from, from+1, ...
@@ -345,14 +345,14 @@ func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Messa
 	if len(msgs) == 0 {
 		return nil
 	}
-	ids, bodies, texts, err := messageRows(msgs, enc)
+	ids, bodies, err := messageRows(msgs, enc)
 	if err != nil {
 		return err
 	}
-	b.Queue(`INSERT INTO messages (session_id, pos, msg_id, body, search)
-		SELECT $1, $2 + t.ord - 1, t.mid, t.body, t.search
-		FROM unnest($3::text[], $4::bytea[], $5::text[]) WITH ORDINALITY AS t(mid, body, search, ord)`,
-		id, from, ids, bodies, texts)
+	b.Queue(`INSERT INTO messages (session_id, pos, msg_id, body)
+		SELECT $1, $2 + t.ord - 1, t.mid, t.body
+		FROM unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS t(mid, body, ord)`,
+		id, from, ids, bodies)
 	return nil
 }
 
@@ -406,6 +406,17 @@ func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs 
 	if err := queueMessages(b, id, from, msgs, enc); err != nil || b.Len() == 0 {
 		return err
 	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// dropSearch forgets the indexed text of session id's messages from
+// position keep on, which a rewind or save is replacing: the indexer
+// indexes what takes their place, and a pass that read the messages
+// before the change writes nothing (search_epoch).
+func dropSearch(ctx context.Context, tx pgx.Tx, id string, keep int64) error {
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM message_search WHERE session_id = $1 AND pos >= $2`, id, keep)
+	b.Queue(`UPDATE sessions SET search_count = least(search_count, $2), search_epoch = nextval('sessions_search_epoch') WHERE id = $1`, id, keep)
 	return tx.SendBatch(ctx, b).Close()
 }
 
@@ -568,6 +579,7 @@ func (s *Store) createNew(ctx context.Context, tx *wtx, m *storage.Session, msgs
 		b := &pgx.Batch{}
 		b.Queue(`DELETE FROM events WHERE session_id = $1`, m.ID)
 		b.Queue(`DELETE FROM messages WHERE session_id = $1`, m.ID)
+		b.Queue(`DELETE FROM message_search WHERE session_id = $1`, m.ID)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return nil, err
 		}
@@ -682,6 +694,9 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, m.ID); err != nil {
 				return err
 			}
+			if err := dropSearch(ctx, tx, m.ID, 0); err != nil {
+				return err
+			}
 			// The compactions' ranges went with the messages.
 			if _, err := tx.Exec(ctx, `DELETE FROM compactions WHERE session_id = $1`, m.ID); err != nil {
 				return err
@@ -768,9 +783,9 @@ func opens(msgs []*sessiondv1.Message) bool {
 // inserts the messages at the positions after the row's count, the event
 // and the trim of history from the row it updated. Arguments: $1 namespace,
 // $2 id or alias, $3 expected revision (0: any), $4 the batch's size, $5
-// now (Unix ns), $6 the ids the client set, $7-$9 the messages' ids,
-// encodings and search texts, $10 the append event type, $11 the history
-// kept (historyEvents), $12 whether the batch would title an untitled
+// now (Unix ns), $6 the ids the client set, $7-$8 the messages' ids and
+// encodings, $9 the append event type, $10 the history kept
+// (historyEvents), $11 whether the batch would title an untitled
 // session (storage.CanTitle; the general path then derives the title,
 // since the row's meta says the title is empty when its second byte,
 // the title's length, is 0). It returns the session's id, new revision and
@@ -793,20 +808,20 @@ const appendFastSQL = `WITH s AS (
 	UPDATE sessions SET revision = revision + 1, message_count = message_count + $4,
 		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END
 	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint) AND open_message_id IS NULL
-		AND NOT ($12::boolean AND get_byte(meta, 1) = 0)
+		AND NOT ($11::boolean AND get_byte(meta, 1) = 0)
 		AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = ANY($6::text[]))
 	RETURNING id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns
 ), m AS (
-	INSERT INTO messages (session_id, pos, msg_id, body, search)
-	SELECT s.id, s.message_count - $4 + t.ord - 1, t.mid, t.body, t.search
-	FROM s, unnest($7::text[], $8::bytea[], $9::text[]) WITH ORDINALITY AS t(mid, body, search, ord)
+	INSERT INTO messages (session_id, pos, msg_id, body)
+	SELECT s.id, s.message_count - $4 + t.ord - 1, t.mid, t.body
+	FROM s, unnest($7::text[], $8::bytea[]) WITH ORDINALITY AS t(mid, body, ord)
 ), e AS (
 	INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
 		tally, expire_after_ns)
-	SELECT id, revision, $10, message_count - $4, $4, namespace, alias, created_ns, updated_ns, message_count, meta,
+	SELECT id, revision, $9, message_count - $4, $4, namespace, alias, created_ns, updated_ns, message_count, meta,
 		tally, expire_after_ns FROM s
 ), d AS (
-	DELETE FROM events WHERE session_id = (SELECT id FROM s) AND revision = (SELECT revision FROM s) - $11
+	DELETE FROM events WHERE session_id = (SELECT id FROM s) AND revision = (SELECT revision FROM s) - $10
 )
 SELECT id::text, revision, message_count FROM s`
 
@@ -822,7 +837,7 @@ const messageKey = "messages_session_id_msg_id_key"
 // appendFast tries the append as appendFastSQL, through the group commit
 // (runFast); ok is false when the append must take the general path.
 func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (res storage.AppendResult, ok bool, err error) {
-	ids, bodies, texts, err := messageRows(msgs.Prepared, msgs.Encoded)
+	ids, bodies, err := messageRows(msgs.Prepared, msgs.Encoded)
 	if err != nil || len(ids) == 0 {
 		return res, false, err
 	}
@@ -834,7 +849,7 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 	m, err := s.runFast(&fastAppend{
 		ctx: ctx, q: q, key: req.Ref.Namespace + "\x00" + ref, next: make(chan []*fastAppend, 1),
 		args: []any{req.Ref.Namespace, ref, int64(req.ExpectedRevision), n, time.Now().UnixNano(), msgs.SentIDs(),
-			ids, bodies, texts, int16(storage.EventAppended), int64(historyEvents), storage.CanTitle(msgs.Prepared)},
+			ids, bodies, int16(storage.EventAppended), int64(historyEvents), storage.CanTitle(msgs.Prepared)},
 	})
 	if m == nil || err != nil {
 		return res, false, err
@@ -987,6 +1002,9 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, cur.ID); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `DELETE FROM message_search WHERE session_id = $1`, cur.ID); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, cur.ID); err != nil {
 			return err
 		}
@@ -1031,9 +1049,14 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 			}
 		}
 		out, err = s.insertNew(ctx, tx, m, func() error {
-			_, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search)
-				SELECT $1, pos, msg_id, body, search FROM messages WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
-			if err != nil || m.Compaction == nil {
+			b := &pgx.Batch{}
+			b.Queue(`INSERT INTO messages (session_id, pos, msg_id, body)
+				SELECT $1, pos, msg_id, body FROM messages WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
+			// The copies are indexed as far as the source is.
+			b.Queue(`INSERT INTO message_search (session_id, pos, search)
+				SELECT $1, pos, search FROM message_search WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
+			b.Queue(`UPDATE sessions SET search_count = (SELECT count(*) FROM message_search WHERE session_id = $1) WHERE id = $1`, m.ID)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil || m.Compaction == nil {
 				return err
 			}
 			_, err = tx.Exec(ctx, `INSERT INTO compactions (session_id, seq, revision, through_count, through_id, created_ns, summary_id, summary)
@@ -1068,6 +1091,9 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1 AND pos >= $2`, cur.ID, req.MessageCount); err != nil {
+			return err
+		}
+		if err := dropSearch(ctx, tx, cur.ID, req.MessageCount); err != nil {
 			return err
 		}
 		kept, err := readMessages(ctx, tx, cur.ID, 0, req.MessageCount)

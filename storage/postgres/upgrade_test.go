@@ -77,9 +77,15 @@ func TestUpgradeFromReleased(t *testing.T) {
 	if ev.Type != storage.EventAppended || ev.Revision != 2 || len(ev.Messages) != 1 || ev.Messages[0].GetId() != "m1" {
 		t.Fatalf("replay of the old append: %v at %d with %v", ev.Type, ev.Revision, ev.Messages)
 	}
-	var hits int
-	if err := s.Search(ctx, storage.SearchOptions{Namespace: "ns", Query: "hello"}, func(storage.SearchHit) error { hits++; return nil }); err != nil || hits != 1 {
-		t.Fatalf("search after the upgrade: %d hits, %v", hits, err)
+	if n := hits(t, s, "hello"); n != 1 {
+		t.Fatalf("search after the upgrade: %d hits", n)
+	}
+	// The indexed text moved with the index (schema version 7).
+	var indexed string
+	var count int64
+	if err := connect(t, dsn).QueryRow(ctx, `SELECT ms.search, s.search_count FROM message_search ms JOIN sessions s ON s.id = ms.session_id
+		WHERE ms.session_id = $1 AND ms.pos = 0`, id).Scan(&indexed, &count); err != nil || indexed != "hello there" || count != 1 {
+		t.Fatalf("indexed text after the upgrade: %q, search_count %d, %v", indexed, count, err)
 	}
 
 	open := &sessiondv1.Message{Id: "a", Role: sessiondv1.Role_ROLE_ASSISTANT, State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING}
