@@ -28,7 +28,10 @@
 //     have some (partial indexes; the queries repeat the condition): an
 //     append moves updated_ns, so PostgreSQL writes the row's new version
 //     into every index of sessions, and an entry for an empty value served
-//     no query.
+//     no query. Since schema version 8 the same holds for meta_search's
+//     index: a session with no given title, alias or summary (meta_search
+//     is then just the two newlines between them) has no entry in
+//     sessions_search, whose writers all serialise on its pending list.
 //   - messages: one row per message: its protobuf encoding (body; fields
 //     this version does not know survive), its position and its id (unique
 //     per session: idempotent appends). Since schema version 7 its lowered

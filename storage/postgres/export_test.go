@@ -33,6 +33,9 @@ func MessageSearch(query string, indexed bool) (string, []any) {
 	return f.messages(nil)
 }
 
+// MetaSearched is the condition of the session search index.
+const MetaSearched = metaSearched
+
 // ListWhere is the WHERE clause (and its arguments) List reads sessions
 // with, for tests that check the indexes serve it.
 var ListWhere = listWhere

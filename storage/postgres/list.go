@@ -148,7 +148,7 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 			var err error
 			// A session with messages the indexer has not reached is a
 			// candidate: searchSession reads those from their rows.
-			cands, err = collectSessions(qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (meta_search LIKE $%d
+			cands, err = collectSessions(qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (`+metaSearched+` AND meta_search LIKE $%d
 				OR search_count < message_count
 				OR EXISTS (SELECT 1 FROM message_search m WHERE m.session_id = s.id AND %s))
 				ORDER BY updated_ns DESC, s.id LIMIT $%d`, sessionCols, where, p, msgs, len(args)), args...))
@@ -179,6 +179,12 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 		after = &storage.Cursor{UpdatedAt: last.UpdatedAt, ID: last.ID}
 	}
 }
+
+// metaSearched is sessions_search's condition (migration 8): the session
+// has a given title, an alias or a summary, which its meta_search holds
+// (searchText of the three, joined by newlines). A session without them
+// has no metadata hit, whatever the query.
+const metaSearched = `meta_search <> E'\n\n'`
 
 // searchFilter is the condition on a message_search row m that a search's
 // candidates meet.

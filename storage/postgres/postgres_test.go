@@ -137,7 +137,7 @@ func TestSearchUsesIndexes(t *testing.T) {
 		indexes []string
 	}{
 		{"SELECT 1 FROM message_search m WHERE " + msgs, msgArgs, []string{"messages_search", "messages_long"}},
-		{"SELECT 1 FROM sessions WHERE meta_search LIKE '%weather in paris%'", nil, []string{"sessions_search"}},
+		{"SELECT 1 FROM sessions WHERE " + postgres.MetaSearched + " AND meta_search LIKE '%weather in paris%'", nil, []string{"sessions_search"}},
 	} {
 		rows, err := conn.Query(t.Context(), "EXPLAIN "+c.query, c.args...)
 		if err != nil {
