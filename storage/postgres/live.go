@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -125,13 +126,7 @@ func queueRewrite(b *pgx.Batch, id string, pos int64, enc []byte) {
 // commit.
 func (s *Store) liveWrite(ctx context.Context, ref storage.Ref, msgID string, fn func(cur *storage.Session, at *liveMessage, b *pgx.Batch, w *wtx) error) error {
 	return s.call(func() error {
-		conn, err := s.pool.Acquire(ctx)
-		if err != nil {
-			return err
-		}
-		defer conn.Release() // a connection left inside a transaction is closed, not reused
-		w := &wtx{}
-		err = func() error {
+		return s.onConn(ctx, func(conn *pgxpool.Conn, w *wtx) error {
 			where, args := refWhere(ref)
 			b := &pgx.Batch{}
 			b.Queue("BEGIN")
@@ -177,16 +172,6 @@ func (s *Store) liveWrite(ctx context.Context, ref storage.Ref, msgID string, fn
 			}
 			b.Queue("COMMIT")
 			return conn.SendBatch(ctx, b).Close()
-		}()
-		if err != nil {
-			if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
-				_ = conn.Conn().Close(context.Background())
-			}
-			return err
-		}
-		for _, id := range w.changed {
-			s.wake(id)
-		}
-		return nil
+		})
 	})
 }
