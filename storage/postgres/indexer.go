@@ -31,6 +31,9 @@ const (
 	// waits before it looks again: a message is indexed within about this
 	// long of its append when the indexer keeps up.
 	indexInterval = 200 * time.Millisecond
+	// indexRetry is how long the indexer waits after a failed pass (the
+	// database unreachable, say).
+	indexRetry = time.Second
 	// indexSessions and indexPerSession bound a pass: the sessions it
 	// reads and the messages of each it indexes.
 	indexSessions   = 32
@@ -70,17 +73,26 @@ WHERE x.sid IN (SELECT id FROM u)
 ON CONFLICT (session_id, pos) DO UPDATE SET search = EXCLUDED.search`
 
 // indexer runs passes until ctx ends, one after another while there is
-// work, else every indexInterval.
+// work, else every indexInterval; after a failure, every indexRetry until
+// a pass succeeds, saying so once.
 func (s *Store) indexer(ctx context.Context) {
 	defer close(s.indexDone)
+	failing := false
 	for ctx.Err() == nil {
 		more, err := s.indexPass(ctx)
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("postgres: search indexing failed; retrying (search reads what is not indexed from the messages meanwhile)",
-				zap.String("error", safeText(mapErr(err))))
-		}
-		if !more || err != nil {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if !failing {
+				s.log.Warn("postgres: search indexing failed; retrying (search reads what is not indexed from the messages meanwhile)",
+					zap.String("error", safeText(mapErr(err))))
+			}
+			failing = true
+			sleep(ctx, indexRetry)
+		case !more:
+			failing = false
 			sleep(ctx, indexInterval)
+		default:
+			failing = false
 		}
 	}
 }
