@@ -27,10 +27,12 @@ import (
 // hit.
 
 const (
-	// indexInterval is how long an indexer that found nothing to index
-	// waits before it looks again: a message is indexed within about this
-	// long of its append when the indexer keeps up.
-	indexInterval = 200 * time.Millisecond
+	// indexInterval is how long an indexer that found nothing more to
+	// index waits before it looks again: a message is indexed within
+	// about this long (and one pass) of its append when the indexer keeps
+	// up. Each pass writes a new version of every session row it moves,
+	// so a longer wait shares that among more appends.
+	indexInterval = time.Second
 	// indexRetry is how long the indexer waits after a failed pass (the
 	// database unreachable, say).
 	indexRetry = time.Second
