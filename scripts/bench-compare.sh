@@ -50,17 +50,21 @@
 #   BASELINE=DIR   a second source tree (e.g. `git worktree add /tmp/base
 #                  main`): its sessiond runs beside this tree's on the same
 #                  16-client workload, every round, and the table compares the
-#                  daemons' CPU per append
+#                  daemons' CPU per append; with PG_ONLY=1, both on
+#                  PostgreSQL (unary and streamed, each its own database on
+#                  the same server), compared in appends/s and WAL bytes
 #   SYSTEMS        the 16-client systems each round runs, a space-separated
 #                  subset of "sessiond_many sessiond_stream_many redis_many
-#                  pg_many sessiond_pg_many baseline_many" (default: all
-#                  that apply)
+#                  pg_many sessiond_pg_many sessiond_pg_stream_many
+#                  baseline_many baseline_pg_many baseline_pg_stream_many"
+#                  (default: all that apply)
 #   WIDE=0         skip the 64-client runs
 #   PG_ONLY=1      of the rounds, run only raw pgbench INSERTs and sessiond
-#                  on PostgreSQL (CLIENTS clients; the rows of the others
-#                  print "-"), and log per round the writing transactions
-#                  (commits) and WAL bytes per sessiond append: a quicker run
-#                  for work on the PostgreSQL driver. Loading and listing
+#                  on PostgreSQL, unary and streamed (CLIENTS clients; the
+#                  rows of the others print "-"), and log per round the
+#                  writing transactions (commits) per sessiond append: a
+#                  quicker run for work on the PostgreSQL driver. Every
+#                  PostgreSQL run records its WAL bytes per append (INSERT). Loading and listing
 #                  still run: make them small with LOAD_MESSAGES and
 #                  LIST_SESSIONS
 #   REPORT=FILE    also write the tables as a Markdown page, headed by the
@@ -309,6 +313,15 @@ start_sessiond "$work/sessiond-pg" "$SDPG_PORT" --storage postgres --postgres-ma
 SDPG=127.0.0.1:$SDPG_PORT
 SDPG_PID=${pids[-1]}
 log "sessiond --storage postgres on $SDPG"
+if [[ -n ${BASELINE:-} && $PG_ONLY == 1 ]]; then
+	psql_ -c "CREATE DATABASE sessiond_base"
+	BASEPG_PORT=$(free_port)
+	SESSIOND_BIN=$work/bin/sessiond-baseline start_sessiond "$work/sessiond-base-pg" "$BASEPG_PORT" --storage postgres \
+		--postgres-max-conns "$CLIENTS" --postgres-dsn "postgres://postgres@127.0.0.1:$PG_PORT/sessiond_base?sslmode=disable"
+	BASEPG=127.0.0.1:$BASEPG_PORT
+	BASEPG_PID=${pids[-1]}
+	log "baseline sessiond --storage postgres on $BASEPG"
+fi
 
 # The same 1 KiB of letters for every store's message body.
 body=$(python3 -c "import random,string; print(''.join(random.choice(string.ascii_letters+string.digits) for _ in range($SIZE)))")
@@ -433,25 +446,31 @@ sessiond_long() {
 	done
 }
 
-sessiond_pg_many() {
-	local r=$1 out xact0 wal0 before after n
-	if [[ $PG_ONLY == 1 ]]; then
-		read -r xact0 wal0 < <(pg_counters)
-	fi
-	before=$(cpu_mark "$SDPG_PID")
-	out=$("$LOAD" --json --addr "$SDPG" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
+# pg_daemon_run ROUND NAME ADDR PID RPC: CLIENTS clients append to a daemon
+# on PostgreSQL (RPC unary or stream), recorded as NAME_*, with the WAL
+# bytes per append.
+pg_daemon_run() {
+	local r=$1 name=$2 addr=$3 pid=$4 rpc=$5 out xact0 wal0 xact1 wal1 before after n
+	read -r xact0 wal0 < <(pg_counters)
+	before=$(cpu_mark "$pid")
+	out=$("$LOAD" --json --addr "$addr" --namespace "$name-$r" append --rpc "$rpc" --clients "$CLIENTS" --sessions "$CLIENTS" \
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
-	after=$(cpu_mark "$SDPG_PID")
+	after=$(cpu_mark "$pid")
+	read -r xact1 wal1 < <(pg_counters)
 	n=$(json "d['ops']" <<<"$out")
-	record_cpu "$r" sessiond_pg "$before" "$after" "$n" "$SDPG_PID"
-	record "$r" sessiond_pg_ops "$(json "d['ops_per_sec']" <<<"$out")"
-	record "$r" sessiond_pg_16c_p50_ms "$(json "d['latency_ms']['p50']" <<<"$out")"
+	record_cpu "$r" "$name" "$before" "$after" "$n" "$pid"
+	record "$r" "${name}_ops" "$(json "d['ops_per_sec']" <<<"$out")"
+	record "$r" "${name}_16c_p50_ms" "$(json "d['latency_ms']['p50']" <<<"$out")"
+	record "$r" "${name}_wal_bytes" "$(python3 -c "print(($wal1 - $wal0) / max($n, 1))")"
 	if [[ $PG_ONLY == 1 ]]; then
-		local xact1 wal1
-		read -r xact1 wal1 < <(pg_counters)
-		log "round $r: sessiond on PostgreSQL: $n appends, $(python3 -c "print(round(($xact1 - $xact0) / max($n, 1), 2))") writing transactions and $(python3 -c "print(round(($wal1 - $wal0) / max($n, 1)))") WAL bytes per append"
+		log "round $r: $name: $n appends, $(python3 -c "print(round(($xact1 - $xact0) / max($n, 1), 2))") writing transactions and $(python3 -c "print(round(($wal1 - $wal0) / max($n, 1)))") WAL bytes per append"
 	fi
 }
+
+sessiond_pg_many() { pg_daemon_run "$1" sessiond_pg "$SDPG" "$SDPG_PID" unary; }
+sessiond_pg_stream_many() { pg_daemon_run "$1" sessiond_pg_stream "$SDPG" "$SDPG_PID" stream; }
+baseline_pg_many() { pg_daemon_run "$1" baseline_pg "$BASEPG" "$BASEPG_PID" unary; }
+baseline_pg_stream_many() { pg_daemon_run "$1" baseline_pg_stream "$BASEPG" "$BASEPG_PID" stream; }
 
 # pg_counters prints the server's next transaction id (the count of
 # writing transactions so far) and its WAL position in bytes.
@@ -479,12 +498,16 @@ redis_many() {
 }
 
 pg_many() {
-	local r=$1 out before after
+	local r=$1 out before after wal0 wal1 n
+	read -r _ wal0 < <(pg_counters)
 	before=$(cpu_mark)
 	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c "$CLIENTS" -j 2 -T "$DURATION" \
 		-f "$work/pg/append.sql" postgres 2>&1) || die "pgbench failed: $out"
 	after=$(cpu_mark)
-	record_cpu "$r" pg "$before" "$after" "$(awk '/^number of transactions actually processed/{split($NF, a, "/"); print a[1]}' <<<"$out")"
+	read -r _ wal1 < <(pg_counters)
+	n=$(awk '/^number of transactions actually processed/{split($NF, a, "/"); print a[1]}' <<<"$out")
+	record_cpu "$r" pg "$before" "$after" "$n"
+	record "$r" pg_wal_bytes "$(python3 -c "print(($wal1 - $wal0) / max($n, 1))")"
 	record "$r" pg_ops "$(awk '/^tps = /{print $3}' <<<"$out")"
 	record "$r" pg_16c_avg_ms "$(awk '/^latency average = /{print $4}' <<<"$out")"
 	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c 1 -T 2 -f "$work/pg/append.sql" postgres 2>&1) ||
@@ -495,9 +518,11 @@ pg_many() {
 systems=(sessiond_many sessiond_stream_many redis_many pg_many sessiond_pg_many)
 wide=(sessiond_wide sessiond_stream_wide redis_wide pg_wide)
 if [[ $PG_ONLY == 1 ]]; then
-	systems=(pg_many sessiond_pg_many)
+	systems=(pg_many sessiond_pg_many sessiond_pg_stream_many)
+	[[ -n ${BASELINE:-} ]] && systems+=(baseline_pg_many baseline_pg_stream_many)
+elif [[ -n ${BASELINE:-} ]]; then
+	systems+=(baseline_many)
 fi
-[[ -n ${BASELINE:-} ]] && systems+=(baseline_many)
 if [[ -n ${SYSTEMS:-} ]]; then
 	read -r -a systems <<<"$SYSTEMS"
 fi
@@ -620,11 +645,20 @@ row(f"sessiond streamed appends/s, {clients} clients on {clients} sessions", "se
 row(f"Redis appendfsync always RPUSH/s, {clients} clients on {clients} keys", "redis_ops", "{:.0f}")
 row(f"PostgreSQL synchronous_commit on INSERT/s, {clients} clients", "pg_ops", "{:.0f}")
 row(f"sessiond on PostgreSQL appends/s, {clients} clients on {clients} sessions", "sessiond_pg_ops", "{:.0f}")
+row(f"sessiond on PostgreSQL streamed appends/s, {clients} clients on {clients} sessions", "sessiond_pg_stream_ops", "{:.0f}")
+row(f"baseline sessiond on PostgreSQL appends/s, {clients} clients on {clients} sessions", "baseline_pg_ops", "{:.0f}")
+row(f"baseline sessiond on PostgreSQL streamed appends/s, {clients} clients on {clients} sessions", "baseline_pg_stream_ops", "{:.0f}")
+row(f"PostgreSQL WAL bytes per INSERT, {clients} clients", "pg_wal_bytes", "{:.0f}")
+row(f"sessiond on PostgreSQL WAL bytes per append, {clients} clients", "sessiond_pg_wal_bytes", "{:.0f}")
+row(f"sessiond on PostgreSQL WAL bytes per streamed append, {clients} clients", "sessiond_pg_stream_wal_bytes", "{:.0f}")
+row(f"baseline sessiond on PostgreSQL WAL bytes per append, {clients} clients", "baseline_pg_wal_bytes", "{:.0f}")
+row(f"baseline sessiond on PostgreSQL WAL bytes per streamed append, {clients} clients", "baseline_pg_stream_wal_bytes", "{:.0f}")
 row(f"sessiond append p50 at {clients} clients (ms)", "sessiond_16c_p50_ms")
 row(f"sessiond streamed append p50 at {clients} clients (ms)", "sessiond_stream_16c_p50_ms")
 row(f"Redis RPUSH p50 at {clients} clients (ms)", "redis_16c_p50_ms")
 row(f"PostgreSQL mean latency at {clients} clients (ms)", "pg_16c_avg_ms")
 row(f"sessiond on PostgreSQL append p50 at {clients} clients (ms)", "sessiond_pg_16c_p50_ms")
+row(f"sessiond on PostgreSQL streamed append p50 at {clients} clients (ms)", "sessiond_pg_stream_16c_p50_ms")
 row(f"sessiond mean appends per flush, {clients} clients", "sessiond_16c_batch", "{:.1f}")
 row(f"sessiond mean appends per flush, {clients} clients, streamed", "sessiond_stream_16c_batch", "{:.1f}")
 row(f"CPU per append, whole machine, {clients} clients: sessiond (us)", "sessiond_cpu_us", "{:.0f}")
@@ -635,6 +669,12 @@ row(f"CPU per append, whole machine, {clients} clients: sessiond on PostgreSQL (
 row(f"CPU per append, the daemon alone, {clients} clients: sessiond (us)", "sessiond_daemon_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: sessiond streamed (us)", "sessiond_stream_daemon_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: sessiond on PostgreSQL (us)", "sessiond_pg_daemon_cpu_us", "{:.0f}")
+row(f"CPU per append, whole machine, {clients} clients: sessiond on PostgreSQL streamed (us)", "sessiond_pg_stream_cpu_us", "{:.0f}")
+row(f"CPU per append, whole machine, {clients} clients: baseline sessiond on PostgreSQL (us)", "baseline_pg_cpu_us", "{:.0f}")
+row(f"CPU per append, whole machine, {clients} clients: baseline sessiond on PostgreSQL streamed (us)", "baseline_pg_stream_cpu_us", "{:.0f}")
+row(f"CPU per append, the daemon alone, {clients} clients: sessiond on PostgreSQL streamed (us)", "sessiond_pg_stream_daemon_cpu_us", "{:.0f}")
+row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond on PostgreSQL (us)", "baseline_pg_daemon_cpu_us", "{:.0f}")
+row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond on PostgreSQL streamed (us)", "baseline_pg_stream_daemon_cpu_us", "{:.0f}")
 row(f"baseline sessiond appends/s, {clients} clients on {clients} sessions", "baseline_ops", "{:.0f}")
 row(f"CPU per append, whole machine, {clients} clients: baseline sessiond (us)", "baseline_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond (us)", "baseline_daemon_cpu_us", "{:.0f}")
@@ -686,8 +726,13 @@ if "sessiond_stream_ops" in med:
     print(f"| daemon CPU per append, {clients} clients: streamed <= 0.6 x unary | {get('sessiond_stream_daemon_cpu_us'):.0f} vs {get('sessiond_daemon_cpu_us'):.0f} us = {q:.2f} x | {'yes' if q <= 0.6 else 'NO'} |")
 q = get(f"sessiond_len{nlong}_p50_ms") / get("sessiond_len10_p50_ms")
 print(f"| append p50 at {nlong} messages <= 1.2 x at 10 | {get(f'sessiond_len{nlong}_p50_ms'):.3f} vs {get('sessiond_len10_p50_ms'):.3f} ms = {q:.2f} x | {'yes' if q <= 1.2 else 'NO'} |")
-q = get("sessiond_pg_ops") / get("pg_ops")
-print(f"| sessiond on PostgreSQL >= 0.7 x raw PostgreSQL INSERT/s | {get('sessiond_pg_ops'):.0f} vs {get('pg_ops'):.0f} = {q:.2f} x | {'yes' if q >= 0.7 else 'NO'} |")
+for label, key, need in (("streamed", "sessiond_pg_stream_ops", 0.7), ("unary", "sessiond_pg_ops", 0.5)):
+    if key in med:
+        q = get(key) / get("pg_ops")
+        print(f"| sessiond on PostgreSQL, {clients} clients, {label} appends/s >= {need} x raw PostgreSQL INSERT/s | {get(key):.0f} vs {get('pg_ops'):.0f} = {q:.2f} x | {'yes' if q >= need else 'NO'} |")
+if "sessiond_pg_wal_bytes" in med:
+    q = get("sessiond_pg_wal_bytes") / get("pg_wal_bytes")
+    print(f"| sessiond on PostgreSQL WAL bytes per {size} B append <= 2 x PostgreSQL's per INSERT | {get('sessiond_pg_wal_bytes'):.0f} vs {get('pg_wal_bytes'):.0f} = {q:.2f} x | {'yes' if q <= 2 else 'NO'} |")
 f, a = get("list_first_ms"), get("list_all_ms")
 print(f"| list {nlist}: first < 50 ms, all < 0.5 s | first {f:.1f} ms, all {a:.0f} ms | {'yes' if f < 50 and a < 500 else 'NO'} |")
 s = get("startup_s")

@@ -28,13 +28,21 @@
 //     have some (partial indexes; the queries repeat the condition): an
 //     append moves updated_ns, so PostgreSQL writes the row's new version
 //     into every index of sessions, and an entry for an empty value served
-//     no query.
+//     no query. Since schema version 8 the same holds for meta_search's
+//     index: a session with no given title, alias or summary (meta_search
+//     is then just the two newlines between them) has no entry in
+//     sessions_search, whose writers all serialise on its pending list.
 //   - messages: one row per message: its protobuf encoding (body; fields
-//     this version does not know survive), its position, its id (unique per
-//     session: idempotent appends), and its lowered text. Message search
-//     uses messages_search, a GiST index over the pg_trgm trigrams of that
+//     this version does not know survive), its position and its id (unique
+//     per session: idempotent appends). Since schema version 7 its lowered
+//     text is in message_search, which the search indexer (indexer.go)
+//     fills in batches off the append path, each session's messages in
+//     order up to sessions.search_count (index sessions_unindexed: the
+//     sessions it has yet to reach); search reads the messages past
+//     search_count from their rows. Message search uses messages_search, a
+//     GiST index on message_search over the pg_trgm trigrams of that
 //     text as a tsvector (sessiond_trgm), whose leaf entry is a fixed-size
-//     signature: an append writes little to it (a pg_trgm GiST index keeps
+//     signature: an entry writes little to it (a pg_trgm GiST index keeps
 //     every trigram at the leaf, about 3 KB per 1 KiB message, and refuses
 //     messages of some 12 KB of varied text; a GIN index writes an entry per
 //     trigram). A query looks up the trigrams every text containing it holds
@@ -46,13 +54,21 @@
 //     of the namespace. There is no foreign key to sessions: every write of
 //     a session's messages holds the session's row lock, and Delete removes
 //     them.
+//   - Since schema version 6, live turns: sessions.open_message_id is the
+//     id of the session's open message (the tally's OpenMessageID; NULL
+//     when none; index sessions_streaming on updated_ns of the sessions
+//     that have one, for the idle sweeper). The open message is a messages
+//     row that each delta and the finish rewrite in place under the
+//     session's row lock (live.go); it is indexed for search once closed.
 //   - events: the last storage.WatchHistory events of each session, with
 //     the session's state after the change in the sessions row's columns.
 //     An append's event names its messages by position rather than copying
 //     them (a copy would double an append's WAL); a save or rewind, which
 //     rewrites positions, first copies into its messages column the
 //     messages of every kept append event it would overwrite, so a replay
-//     from history delivers what each append added.
+//     from history delivers what each append added. A delta's event keeps
+//     the delta as applied (delta), a finish's the closed message
+//     (messages).
 //
 // # Concurrency
 //
@@ -65,8 +81,8 @@
 //
 // An append, the hot path, is first tried as one statement (one round
 // trip, its own transaction): it updates the session's row only if
-// expected_revision is absent or current and none of the batch's ids is
-// stored, and inserts the messages and the event from the row it updated.
+// expected_revision is absent or current, no message is open and none of
+// the batch's ids is stored, and inserts the messages and the event from the row it updated.
 // Those conditions are the case where CheckAppend finds the whole batch
 // new, so the rule stays in one place: when the statement updates nothing
 // (or a concurrent append of the same ids committed first and the message

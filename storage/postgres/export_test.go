@@ -2,8 +2,12 @@ package postgres
 
 import (
 	"context"
+	"io/fs"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/sessiond/sessiond/storage"
 )
@@ -28,6 +32,9 @@ func MessageSearch(query string, indexed bool) (string, []any) {
 	f.pattern = "%" + likeEscape(f.text) + "%"
 	return f.messages(nil)
 }
+
+// MetaSearched is the condition of the session search index.
+const MetaSearched = metaSearched
 
 // ListWhere is the WHERE clause (and its arguments) List reads sessions
 // with, for tests that check the indexes serve it.
@@ -71,5 +78,37 @@ func WaitQueued(t testing.TB, d *Store, n int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d appends queued after 10 s; want %d", Queued(d), n)
 		}
+	}
+}
+
+// MigrateTo brings the schema of the database dsn names to version, as a
+// sessiond of that version would have left it, for tests of the upgrades
+// after it.
+func MigrateTo(t testing.TB, dsn string, version int32) {
+	t.Helper()
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	m, err := migrate.NewMigrator(ctx, conn.Conn(), versionTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(sub); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, version); err != nil {
+		t.Fatalf("migrate to version %d: %v", version, err)
 	}
 }

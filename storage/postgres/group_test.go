@@ -248,7 +248,7 @@ func TestGroupCommitStatementFails(t *testing.T) {
 	if _, err := tx.Exec(ctx, `UPDATE sessions SET revision = revision + 1, message_count = message_count + 1 WHERE id = $1`, x.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search) VALUES ($1, 0, 'dup', $2, 'content of dup')`, x.ID, body); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body) VALUES ($1, 0, 'dup', $2)`, x.ID, body); err != nil {
 		t.Fatal(err)
 	}
 	release := postgres.HoldAppends(t, d)

@@ -146,8 +146,11 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 			msgs, args := f.messages(args)
 			args = append(args, searchPage)
 			var err error
-			cands, err = collectSessions(qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (meta_search LIKE $%d
-				OR EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id AND %s))
+			// A session with messages the indexer has not reached is a
+			// candidate: searchSession reads those from their rows.
+			cands, err = collectSessions(qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (`+metaSearched+` AND meta_search LIKE $%d
+				OR search_count < message_count
+				OR EXISTS (SELECT 1 FROM message_search m WHERE m.session_id = s.id AND %s))
 				ORDER BY updated_ns DESC, s.id LIMIT $%d`, sessionCols, where, p, msgs, len(args)), args...))
 			return err
 		})
@@ -177,7 +180,13 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 	}
 }
 
-// searchFilter is the condition on a messages row m that a search's
+// metaSearched is sessions_search's condition (migration 8): the session
+// has a given title, an alias or a summary, which its meta_search holds
+// (searchText of the three, joined by newlines). A session without them
+// has no metadata hit, whatever the query.
+const metaSearched = `meta_search <> E'\n\n'`
+
+// searchFilter is the condition on a message_search row m that a search's
 // candidates meet.
 type searchFilter struct {
 	text    string // the query as the search column holds text
@@ -206,8 +215,9 @@ func (f searchFilter) messages(args []any) (string, []any) {
 const maxIndexedSearch = 65536
 
 // searchSession returns m's hits: its metadata hit first, then its
-// messages' in order. A message that does not decode ends the session's
-// hits (damaged sessions are skipped, as documented).
+// messages' in order: those whose indexed text f matches, and every one
+// the indexer has not reached. A message that does not decode ends the
+// session's hits (damaged sessions are skipped, as documented).
 func (s *Store) searchSession(ctx context.Context, m *storage.Session, q string, f searchFilter) ([]storage.SearchHit, error) {
 	var out []storage.SearchHit
 	for _, fld := range []string{m.GivenTitle(), m.Alias, m.Summary} {
@@ -218,7 +228,10 @@ func (s *Store) searchSession(ctx context.Context, m *storage.Session, q string,
 	}
 	err := s.withConn(func(qr querier) error {
 		cond, args := f.messages([]any{m.ID})
-		rows, err := qr.Query(ctx, `SELECT pos, body FROM messages m WHERE session_id = $1 AND `+cond+` ORDER BY pos`, args...)
+		rows, err := qr.Query(ctx, `SELECT pos, body FROM messages WHERE session_id = $1
+			AND (pos >= (SELECT search_count FROM sessions WHERE id = $1)
+				OR pos IN (SELECT m.pos FROM message_search m WHERE m.session_id = $1 AND `+cond+`))
+			ORDER BY pos`, args...)
 		if err != nil {
 			return err
 		}

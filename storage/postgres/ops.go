@@ -19,7 +19,8 @@ import (
 )
 
 // sessionCols are the sessions columns scanSession reads, in its order.
-const sessionCols = `id::text, namespace, coalesce(alias, ''), created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns`
+const sessionCols = `id::text, namespace, coalesce(alias, ''), created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns,
+	coalesce(open_message_id, '')`
 
 // The unique constraints whose violation means something to a client.
 const (
@@ -33,8 +34,9 @@ func scanSession(row pgx.Row) (*storage.Session, error) {
 		created, upd int64
 		rev, expire  int64
 		meta, tally  []byte
+		open         string
 	)
-	if err := row.Scan(&m.ID, &m.Namespace, &m.Alias, &created, &upd, &rev, &m.MessageCount, &meta, &tally, &expire); err != nil {
+	if err := row.Scan(&m.ID, &m.Namespace, &m.Alias, &created, &upd, &rev, &m.MessageCount, &meta, &tally, &expire, &open); err != nil {
 		return nil, err
 	}
 	if err := decodeMeta(meta, &m); err != nil {
@@ -43,6 +45,7 @@ func scanSession(row pgx.Row) (*storage.Session, error) {
 	if err := decodeTally(tally, &m); err != nil {
 		return nil, fmt.Errorf("postgres: session %s tally does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
 	}
+	m.OpenMessageID = open
 	m.ExpireAfter = time.Duration(expire)
 	m.CreatedAt, m.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, upd).UTC()
 	m.Revision = uint64(rev)
@@ -122,6 +125,29 @@ func (s *Store) withTx(ctx context.Context, fn func(tx *wtx) error) error {
 	})
 }
 
+// onConn runs fn, a write that sends its own BEGIN and COMMIT in batches
+// (fewer round trips than withTx), on a pooled connection: a failed write
+// is rolled back, and a successful one wakes the watchers of the sessions
+// whose events it queued.
+func (s *Store) onConn(ctx context.Context, fn func(conn *pgxpool.Conn, w *wtx) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release() // a connection left inside a transaction is closed, not reused
+	w := &wtx{}
+	if err := fn(conn, w); err != nil {
+		if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
+			_ = conn.Conn().Close(context.Background())
+		}
+		return err
+	}
+	for _, id := range w.changed {
+		s.wake(id)
+	}
+	return nil
+}
+
 // withSnapshot runs fn in a read-only repeatable-read transaction: one
 // consistent snapshot.
 func (s *Store) withSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) error {
@@ -147,7 +173,7 @@ func wrapErr(err error) error {
 		return nil
 	}
 	for _, e := range []error{storage.ErrNotFound, storage.ErrConflict, storage.ErrAliasInUse, storage.ErrAlreadyExists,
-		storage.ErrMessageConflict, storage.ErrInvalid, storage.ErrDataLoss, storage.ErrNoSpace, storage.ErrUnavailable, storage.ErrClosed} {
+		storage.ErrMessageConflict, storage.ErrMessageState, storage.ErrTooLarge, storage.ErrInvalid, storage.ErrDataLoss, storage.ErrNoSpace, storage.ErrUnavailable, storage.ErrClosed} {
 		if errors.Is(err, e) {
 			return err
 		}
@@ -188,6 +214,14 @@ func labelPairs(labels map[string]string) [][]byte {
 func sessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string, err error) {
 	meta, err = encodeMeta(m)
 	return aliasCol(m), meta, labelPairs(m.Labels), searchText(m.GivenTitle(), m.Alias, m.Summary), err
+}
+
+// openCol is m's open_message_id column: NULL for none.
+func openCol(m *storage.Session) any {
+	if m.OpenMessageID == "" {
+		return nil
+	}
+	return m.OpenMessageID
 }
 
 // aliasCol is m's alias column: NULL for none.
@@ -263,31 +297,32 @@ func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search,
-			tally, models, expire_after_ns)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			tally, models, expire_after_ns, open_message_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		m.ID, m.Namespace, alias, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount,
-		meta, labels, search, tally, models(m), int64(m.ExpireAfter))
+		meta, labels, search, tally, models(m), int64(m.ExpireAfter), openCol(m))
 	return aliasErr(err, m)
 }
 
 // bumpSession writes a session's new time, revision, message count and
-// tally (arguments: id, updated_ns, revision, message_count, tally, models)
-// when only its messages changed, as in Append and Rewind; bumpArgs makes
-// the arguments.
-const bumpSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6 WHERE id = $1`
+// tally (arguments: id, updated_ns, revision, message_count, tally, models,
+// open_message_id) when only its messages changed, as in Append and Rewind;
+// bumpArgs makes the arguments.
+const bumpSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6,
+	open_message_id = $7 WHERE id = $1`
 
 // bumpTitledSession is bumpSession for an append that also derived the
 // session's title (storage.DeriveTitle), which meta holds; meta_search
 // holds only a title a client gave.
 const bumpTitledSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6,
-	meta = $7 WHERE id = $1`
+	open_message_id = $7, meta = $8 WHERE id = $1`
 
 func bumpArgs(m *storage.Session) ([]any, error) {
 	tally, err := encodeTally(m)
 	if err != nil {
 		return nil, err
 	}
-	return []any{m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, tally, models(m)}, nil
+	return []any{m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, tally, models(m), openCol(m)}, nil
 }
 
 // updateSession writes m's metadata, revision and count.
@@ -301,17 +336,17 @@ func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, `UPDATE sessions SET alias = $2, updated_ns = $3, revision = $4, message_count = $5, meta = $6, label_pairs = $7, meta_search = $8,
-			tally = $9, models = $10, expire_after_ns = $11
+			tally = $9, models = $10, expire_after_ns = $11, open_message_id = $12
 		WHERE id = $1`, m.ID, alias, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, meta, labels, search,
-		tally, models(m), int64(m.ExpireAfter))
+		tally, models(m), int64(m.ExpireAfter), openCol(m))
 	return aliasErr(err, m)
 }
 
-// messageRows returns the columns of msgs' rows: ids, protobuf encodings
-// (enc, the portable Store's, when given; made here otherwise) and search
-// texts.
-func messageRows(msgs []*sessiondv1.Message, enc [][]byte) (ids []string, bodies [][]byte, texts []string, err error) {
-	ids, texts = make([]string, len(msgs)), make([]string, len(msgs))
+// messageRows returns the columns of msgs' rows: ids and protobuf
+// encodings (enc, the portable Store's, when given; made here otherwise).
+// Their search text is the indexer's to write.
+func messageRows(msgs []*sessiondv1.Message, enc [][]byte) (ids []string, bodies [][]byte, err error) {
+	ids = make([]string, len(msgs))
 	bodies = enc
 	if bodies == nil {
 		bodies = make([][]byte, len(msgs))
@@ -319,12 +354,12 @@ func messageRows(msgs []*sessiondv1.Message, enc [][]byte) (ids []string, bodies
 	for i, m := range msgs {
 		if enc == nil {
 			if bodies[i], err = proto.Marshal(m); err != nil {
-				return nil, nil, nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
+				return nil, nil, fmt.Errorf("postgres: encode message %d: %w", i, err)
 			}
 		}
-		ids[i], texts[i] = m.GetId(), searchText(storage.MessageTexts(m)...)
+		ids[i] = m.GetId()
 	}
-	return ids, bodies, texts, nil
+	return ids, bodies, nil
 }
 
 // queueMessages queues the insert of msgs at positions from, from+1, ...
@@ -333,14 +368,14 @@ func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Messa
 	if len(msgs) == 0 {
 		return nil
 	}
-	ids, bodies, texts, err := messageRows(msgs, enc)
+	ids, bodies, err := messageRows(msgs, enc)
 	if err != nil {
 		return err
 	}
-	b.Queue(`INSERT INTO messages (session_id, pos, msg_id, body, search)
-		SELECT $1, $2 + t.ord - 1, t.mid, t.body, t.search
-		FROM unnest($3::text[], $4::bytea[], $5::text[]) WITH ORDINALITY AS t(mid, body, search, ord)`,
-		id, from, ids, bodies, texts)
+	b.Queue(`INSERT INTO messages (session_id, pos, msg_id, body)
+		SELECT $1, $2 + t.ord - 1, t.mid, t.body
+		FROM unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS t(mid, body, ord)`,
+		id, from, ids, bodies)
 	return nil
 }
 
@@ -350,6 +385,12 @@ func queueMessages(b *pgx.Batch, id string, from int64, msgs []*sessiondv1.Messa
 // An append's event names its messages by position: the count messages
 // before m.MessageCount. withTx sends the wake-up after the commit.
 func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, count int) error {
+	return queueEventRow(b, tx, typ, m, count, nil, nil)
+}
+
+// queueEventRow is queueEvent for any event: delta is a delta event's
+// delta as applied (encoded), messages a finish event's closed message.
+func queueEventRow(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, count int, delta []byte, messages [][]byte) error {
 	// Not sessionRow: an event needs no label pairs or search text, and
 	// this runs on every append.
 	meta, err := encodeMeta(m)
@@ -361,10 +402,11 @@ func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session
 		return err
 	}
 	b.Queue(`INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
-			tally, expire_after_ns)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			tally, expire_after_ns, open_message_id, delta, messages)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
 		m.ID, int64(m.Revision), int16(typ), m.MessageCount-int64(count), count,
-		m.Namespace, aliasCol(m), m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta, tally, int64(m.ExpireAfter))
+		m.Namespace, aliasCol(m), m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta, tally, int64(m.ExpireAfter),
+		openCol(m), delta, messages)
 	b.Queue(`DELETE FROM events WHERE session_id = $1 AND revision <= $2`, m.ID, int64(m.Revision)-historyEvents)
 	tx.changed = append(tx.changed, m.ID)
 	return nil
@@ -387,6 +429,17 @@ func insertMessages(ctx context.Context, tx pgx.Tx, id string, from int64, msgs 
 	if err := queueMessages(b, id, from, msgs, enc); err != nil || b.Len() == 0 {
 		return err
 	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// dropSearch forgets the indexed text of session id's messages from
+// position keep on, which a rewind or save is replacing: the indexer
+// indexes what takes their place, and a pass that read the messages
+// before the change writes nothing (search_epoch).
+func dropSearch(ctx context.Context, tx pgx.Tx, id string, keep int64) error {
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM message_search WHERE session_id = $1 AND pos >= $2`, id, keep)
+	b.Queue(`UPDATE sessions SET search_count = least(search_count, $2), search_epoch = nextval('sessions_search_epoch') WHERE id = $1`, id, keep)
 	return tx.SendBatch(ctx, b).Close()
 }
 
@@ -549,6 +602,7 @@ func (s *Store) createNew(ctx context.Context, tx *wtx, m *storage.Session, msgs
 		b := &pgx.Batch{}
 		b.Queue(`DELETE FROM events WHERE session_id = $1`, m.ID)
 		b.Queue(`DELETE FROM messages WHERE session_id = $1`, m.ID)
+		b.Queue(`DELETE FROM message_search WHERE session_id = $1`, m.ID)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return nil, err
 		}
@@ -663,6 +717,9 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, m.ID); err != nil {
 				return err
 			}
+			if err := dropSearch(ctx, tx, m.ID, 0); err != nil {
+				return err
+			}
 			// The compactions' ranges went with the messages.
 			if _, err := tx.Exec(ctx, `DELETE FROM compactions WHERE session_id = $1`, m.ID); err != nil {
 				return err
@@ -708,28 +765,16 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 		var err error
 		// The one-statement append leaves the tally as it is: only for a
 		// batch that does not change it (no tool call or result, usage or
-		// model), which needs no pairing check either.
-		if !storage.AffectsTally(msgs.Prepared) {
+		// model, no open message), which needs no pairing check either.
+		if !storage.AffectsTally(msgs.Prepared) && !opens(msgs.Prepared) {
 			if res, ok, err = s.appendFast(ctx, req, msgs); err != nil || ok {
 				return err
 			}
 		}
-		conn, err := s.pool.Acquire(ctx)
-		if err != nil {
+		return s.onConn(ctx, func(conn *pgxpool.Conn, w *wtx) error {
+			res, err = s.appendOn(ctx, conn, req, msgs, w)
 			return err
-		}
-		defer conn.Release() // a connection left inside a transaction is closed, not reused
-		w := &wtx{}
-		if res, err = s.appendOn(ctx, conn, req, msgs, w); err != nil {
-			if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
-				_ = conn.Conn().Close(context.Background())
-			}
-			return err
-		}
-		for _, id := range w.changed {
-			s.wake(id)
-		}
-		return nil
+		})
 	})
 	if err != nil {
 		return storage.AppendResult{}, err
@@ -737,15 +782,21 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 	return res, nil
 }
 
+// opens reports whether msgs end with an open message (live turns).
+func opens(msgs []*sessiondv1.Message) bool {
+	return len(msgs) > 0 && msgs[len(msgs)-1].GetState() == sessiondv1.MessageState_MESSAGE_STATE_STREAMING
+}
+
 // appendFastSQL appends in one statement when the append is plainly new:
 // it updates the session's row (which locks it) only if expected_revision
-// is absent or current and none of the batch's ids is stored, and then
+// is absent or current, no message of the session is open and none of the
+// batch's ids is stored, and then
 // inserts the messages at the positions after the row's count, the event
 // and the trim of history from the row it updated. Arguments: $1 namespace,
 // $2 id or alias, $3 expected revision (0: any), $4 the batch's size, $5
-// now (Unix ns), $6 the ids the client set, $7-$9 the messages' ids,
-// encodings and search texts, $10 the append event type, $11 the history
-// kept (historyEvents), $12 whether the batch would title an untitled
+// now (Unix ns), $6 the ids the client set, $7-$8 the messages' ids and
+// encodings, $9 the append event type, $10 the history kept
+// (historyEvents), $11 whether the batch would title an untitled
 // session (storage.CanTitle; the general path then derives the title,
 // since the row's meta says the title is empty when its second byte,
 // the title's length, is 0). It returns the session's id, new revision and
@@ -767,21 +818,21 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 const appendFastSQL = `WITH s AS (
 	UPDATE sessions SET revision = revision + 1, message_count = message_count + $4,
 		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END
-	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint)
-		AND NOT ($12::boolean AND get_byte(meta, 1) = 0)
+	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint) AND open_message_id IS NULL
+		AND NOT ($11::boolean AND get_byte(meta, 1) = 0)
 		AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = ANY($6::text[]))
 	RETURNING id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns
 ), m AS (
-	INSERT INTO messages (session_id, pos, msg_id, body, search)
-	SELECT s.id, s.message_count - $4 + t.ord - 1, t.mid, t.body, t.search
-	FROM s, unnest($7::text[], $8::bytea[], $9::text[]) WITH ORDINALITY AS t(mid, body, search, ord)
+	INSERT INTO messages (session_id, pos, msg_id, body)
+	SELECT s.id, s.message_count - $4 + t.ord - 1, t.mid, t.body
+	FROM s, unnest($7::text[], $8::bytea[]) WITH ORDINALITY AS t(mid, body, ord)
 ), e AS (
 	INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
 		tally, expire_after_ns)
-	SELECT id, revision, $10, message_count - $4, $4, namespace, alias, created_ns, updated_ns, message_count, meta,
+	SELECT id, revision, $9, message_count - $4, $4, namespace, alias, created_ns, updated_ns, message_count, meta,
 		tally, expire_after_ns FROM s
 ), d AS (
-	DELETE FROM events WHERE session_id = (SELECT id FROM s) AND revision = (SELECT revision FROM s) - $11
+	DELETE FROM events WHERE session_id = (SELECT id FROM s) AND revision = (SELECT revision FROM s) - $10
 )
 SELECT id::text, revision, message_count FROM s`
 
@@ -797,7 +848,7 @@ const messageKey = "messages_session_id_msg_id_key"
 // appendFast tries the append as appendFastSQL, through the group commit
 // (runFast); ok is false when the append must take the general path.
 func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (res storage.AppendResult, ok bool, err error) {
-	ids, bodies, texts, err := messageRows(msgs.Prepared, msgs.Encoded)
+	ids, bodies, err := messageRows(msgs.Prepared, msgs.Encoded)
 	if err != nil || len(ids) == 0 {
 		return res, false, err
 	}
@@ -809,7 +860,7 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 	m, err := s.runFast(&fastAppend{
 		ctx: ctx, q: q, key: req.Ref.Namespace + "\x00" + ref, next: make(chan []*fastAppend, 1),
 		args: []any{req.Ref.Namespace, ref, int64(req.ExpectedRevision), n, time.Now().UnixNano(), msgs.SentIDs(),
-			ids, bodies, texts, int16(storage.EventAppended), int64(historyEvents), storage.CanTitle(msgs.Prepared)},
+			ids, bodies, int16(storage.EventAppended), int64(historyEvents), storage.CanTitle(msgs.Prepared)},
 	})
 	if m == nil || err != nil {
 		return res, false, err
@@ -962,6 +1013,9 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, cur.ID); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, `DELETE FROM message_search WHERE session_id = $1`, cur.ID); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM events WHERE session_id = $1`, cur.ID); err != nil {
 			return err
 		}
@@ -1006,9 +1060,14 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 			}
 		}
 		out, err = s.insertNew(ctx, tx, m, func() error {
-			_, err := tx.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search)
-				SELECT $1, pos, msg_id, body, search FROM messages WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
-			if err != nil || m.Compaction == nil {
+			b := &pgx.Batch{}
+			b.Queue(`INSERT INTO messages (session_id, pos, msg_id, body)
+				SELECT $1, pos, msg_id, body FROM messages WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
+			// The copies are indexed as far as the source is.
+			b.Queue(`INSERT INTO message_search (session_id, pos, search)
+				SELECT $1, pos, search FROM message_search WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
+			b.Queue(`UPDATE sessions SET search_count = (SELECT count(*) FROM message_search WHERE session_id = $1) WHERE id = $1`, m.ID)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil || m.Compaction == nil {
 				return err
 			}
 			_, err = tx.Exec(ctx, `INSERT INTO compactions (session_id, seq, revision, through_count, through_id, created_ns, summary_id, summary)
@@ -1043,6 +1102,9 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1 AND pos >= $2`, cur.ID, req.MessageCount); err != nil {
+			return err
+		}
+		if err := dropSearch(ctx, tx, cur.ID, req.MessageCount); err != nil {
 			return err
 		}
 		kept, err := readMessages(ctx, tx, cur.ID, 0, req.MessageCount)

@@ -136,8 +136,8 @@ func TestSearchUsesIndexes(t *testing.T) {
 		args    []any
 		indexes []string
 	}{
-		{"SELECT 1 FROM messages m WHERE " + msgs, msgArgs, []string{"messages_search", "messages_long"}},
-		{"SELECT 1 FROM sessions WHERE meta_search LIKE '%weather in paris%'", nil, []string{"sessions_search"}},
+		{"SELECT 1 FROM message_search m WHERE " + msgs, msgArgs, []string{"messages_search", "messages_long"}},
+		{"SELECT 1 FROM sessions WHERE " + postgres.MetaSearched + " AND meta_search LIKE '%weather in paris%'", nil, []string{"sessions_search"}},
 	} {
 		rows, err := conn.Query(t.Context(), "EXPLAIN "+c.query, c.args...)
 		if err != nil {
@@ -220,8 +220,10 @@ func TestFilterIndexes(t *testing.T) {
 // TestSearchLongAndShort: a message longer than messages_search indexes is
 // still found (through messages_long), and so is a query too short to have
 // a trigram; a word of the query may continue in the text on either side.
+// The hits are the same before the indexer reaches the messages and after.
 func TestSearchLongAndShort(t *testing.T) {
-	s := open(t, pgtest.Schema(t))
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
 	ctx := t.Context()
 	var long strings.Builder
 	for i := 0; long.Len() < 200_000; i++ {
@@ -235,25 +237,30 @@ func TestSearchLongAndShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for query, want := range map[string][]int64{
-		"needle at":         {1},
-		"EATHER IN PAR":     {0},
-		"ny":                {0},
-		"y weather in pari": {0},
-		"weather in berlin": nil,
-	} {
-		var got []int64
-		if err := s.Search(ctx, storage.SearchOptions{Namespace: "ns", Query: query}, func(h storage.SearchHit) error {
-			if h.Session.ID != se.ID {
-				t.Errorf("Search %q: a hit in session %s", query, h.Session.ID)
-			}
-			got = append(got, h.MessageIndex)
-			return nil
-		}); err != nil {
-			t.Fatalf("Search %q: %v", query, err)
+	for _, indexed := range []bool{false, true} {
+		if indexed {
+			waitIndexed(t, dsn, 10*time.Second)
 		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("Search %q: hits at %v, want %v", query, got, want)
+		for query, want := range map[string][]int64{
+			"needle at":         {1},
+			"EATHER IN PAR":     {0},
+			"ny":                {0},
+			"y weather in pari": {0},
+			"weather in berlin": nil,
+		} {
+			var got []int64
+			if err := s.Search(ctx, storage.SearchOptions{Namespace: "ns", Query: query}, func(h storage.SearchHit) error {
+				if h.Session.ID != se.ID {
+					t.Errorf("Search %q: a hit in session %s", query, h.Session.ID)
+				}
+				got = append(got, h.MessageIndex)
+				return nil
+			}); err != nil {
+				t.Fatalf("Search %q: %v", query, err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("Search %q (indexed: %v): hits at %v, want %v", query, indexed, got, want)
+			}
 		}
 	}
 }
@@ -405,7 +412,7 @@ func TestCreateOverOrphanMessages(t *testing.T) {
 	ctx := t.Context()
 	const id = "0190a000-0000-7000-8000-000000000001"
 	conn := connect(t, dsn)
-	if _, err := conn.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body, search) VALUES ($1, 0, 'orphan', '', 'orphan')`, id); err != nil {
+	if _, err := conn.Exec(ctx, `INSERT INTO messages (session_id, pos, msg_id, body) VALUES ($1, 0, 'orphan', '')`, id); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", ID: id, Messages: []*sessiondv1.Message{

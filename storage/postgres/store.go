@@ -66,6 +66,9 @@ type Store struct {
 	stopNotify func()        // ends the notifier
 	notifyDone chan struct{} // closed when the notifier has ended
 
+	stopIndex func()        // ends the search indexer
+	indexDone chan struct{} // closed when the indexer has ended
+
 	mu     sync.RWMutex // guards closed; writers hold it shared
 	closed bool
 }
@@ -128,11 +131,14 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, log: log, wakeCh: make(chan string, wakeBuffer), notifyDone: make(chan struct{})}
+	s := &Store{pool: pool, log: log, wakeCh: make(chan string, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{})}
 	s.group.max = groupBatches
 	nctx, stop := context.WithCancel(context.Background())
 	s.stopNotify = stop
 	go s.notifier(nctx)
+	ictx, stopIndex := context.WithCancel(context.Background())
+	s.stopIndex = stopIndex
+	go s.indexer(ictx)
 	poll := opts.PollInterval
 	if poll <= 0 {
 		poll = 2 * time.Second
@@ -197,6 +203,8 @@ func (s *Store) Close() error {
 	s.w.close()
 	s.stopNotify()
 	<-s.notifyDone
+	s.stopIndex()
+	<-s.indexDone
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

@@ -10,7 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
 )
 
@@ -108,9 +110,9 @@ func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]stora
 			upper = 1<<63 - 1
 		}
 		rows, err := q.Query(ctx, `SELECT e.revision, e.type, e.session, e.count,
-				CASE WHEN e.type = $4 THEN `+eventBodies+` END,
+				CASE WHEN e.type = $4 THEN `+eventBodies+` ELSE e.messages END,
 				coalesce(e.namespace, ''), coalesce(e.alias, ''), coalesce(e.created_ns, 0), coalesce(e.updated_ns, 0),
-				coalesce(e.message_count, 0), e.meta, e.tally, e.expire_after_ns
+				coalesce(e.message_count, 0), e.meta, e.tally, e.expire_after_ns, coalesce(e.open_message_id, ''), e.delta
 			FROM events e WHERE e.session_id = $1 AND e.revision > $2 AND e.revision <= $3 ORDER BY e.revision`,
 			id, int64(from), upper, int16(storage.EventAppended))
 		if err != nil {
@@ -126,13 +128,17 @@ func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]stora
 			created, upd int64
 			meta, tally  []byte
 			expire       int64
+			open         string
+			delta        []byte
 		)
-		_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &count, &bodies, &m.Namespace, &m.Alias, &created, &upd, &m.MessageCount, &meta, &tally, &expire}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &count, &bodies, &m.Namespace, &m.Alias, &created, &upd, &m.MessageCount, &meta, &tally, &expire,
+			&open, &delta}, func() error {
 			ev := storage.Event{Type: storage.EventType(typ), Revision: uint64(rev), Session: &storage.Session{}}
 			m.Tally, m.ExpireAfter = storage.Tally{}, time.Duration(expire)
 			if err := decodeTally(tally, &m); err != nil {
 				return fmt.Errorf("postgres: event %d of session %s: tally: %v: %w", rev, id, err, storage.ErrDataLoss)
 			}
+			m.OpenMessageID = open
 			if err := eventSession(ev.Session, id, rev, snap, m, created, upd, meta); err != nil {
 				return fmt.Errorf("postgres: event %d of session %s does not decode: %v: %w", rev, id, err, storage.ErrDataLoss)
 			}
@@ -140,9 +146,17 @@ func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]stora
 				if len(bodies) != int(count) {
 					return fmt.Errorf("postgres: event %d of session %s appended %d messages but %d are stored: %w", rev, id, count, len(bodies), storage.ErrDataLoss)
 				}
+			}
+			switch ev.Type {
+			case storage.EventAppended, storage.EventFinished:
 				var err error
 				if ev.Messages, err = decodeAll(id, bodies); err != nil {
 					return err
+				}
+			case storage.EventDelta:
+				ev.Delta = new(sessiondv1.MessageDelta)
+				if err := proto.Unmarshal(delta, ev.Delta); err != nil {
+					return fmt.Errorf("postgres: the delta of event %d of session %s does not decode: %v: %w", rev, id, err, storage.ErrDataLoss)
 				}
 			}
 			out = append(out, ev)

@@ -1,0 +1,131 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage/postgres/pgtest"
+)
+
+// TestPostgresLiveTurnAcrossReplicas streams deltas into an open message
+// through replica A while watchers on replica B, one from the start and one
+// joining mid-message from a revision it loaded, each see every delta once,
+// in order, one revision per delta; B's loads and searches see the text so
+// far, and the finish reaches both watchers.
+func TestPostgresLiveTurnAcrossReplicas(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	a, b := startPostgresDaemon(t, dsn), startPostgresDaemon(t, dsn)
+	ctx := testContext(t, 60*time.Second)
+	ca, cb := a.client(t), b.client(t)
+
+	created, err := ca.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Messages: []*sessiondv1.Message{
+		textMsg("q", sessiondv1.Role_ROLE_USER, "tell me a story"),
+		{Id: "open", Role: sessiondv1.Role_ROLE_ASSISTANT, State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING}}})
+	if err != nil {
+		t.Fatalf("CreateSession on A: %v", err)
+	}
+	ref := byID("", created.GetSession().GetId())
+	start := created.GetSession().GetRevision()
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	early := watchFrom(t, wctx, cb, ref, start)
+
+	// Each delta names its number, so a gap, a reordering or a repeat shows.
+	const deltas = 200
+	piece := func(i int) string { return fmt.Sprintf("d%05d ", i) }
+	var text strings.Builder
+	var midRev uint64
+	var midText string
+	var late sessiondv1.SessionStoreService_WatchSessionClient
+	for i := range deltas {
+		res, err := ca.AppendDelta(ctx, &sessiondv1.AppendDeltaRequest{Ref: ref, MessageId: "open", Offset: int64(text.Len()), Content: piece(i)})
+		if err != nil {
+			t.Fatalf("AppendDelta %d on A: %v", i, err)
+		}
+		text.WriteString(piece(i))
+		if want := start + uint64(i) + 1; res.GetRevision() != want {
+			t.Fatalf("delta %d: revision %d, want %d (one revision per delta)", i, res.GetRevision(), want)
+		}
+		if i == deltas/2 {
+			// A reader on B mid-message: the text so far, at a revision it
+			// then watches from.
+			sess, msgs := mustLoad(t, ctx, cb, &sessiondv1.LoadSessionRequest{Ref: ref})
+			midRev, midText = sess.GetRevision(), msgs[1].GetContent()
+			if !strings.HasPrefix(text.String(), midText) || len(midText) < len(piece(0))*(i+1) {
+				t.Fatalf("load on B mid-message: %d bytes %.40q, want at least the %d deltas acknowledged", len(midText), midText, i+1)
+			}
+		}
+		if i == deltas/2+20 {
+			// It watches from that revision some deltas later: a replay
+			// of those from the kept history, then the live ones.
+			late = watchFrom(t, wctx, cb, ref, midRev)
+		}
+	}
+
+	// B's load and search see the text so far.
+	_, msgs := mustLoad(t, ctx, cb, &sessiondv1.LoadSessionRequest{Ref: ref})
+	if got := msgs[1]; got.GetContent() != text.String() || got.GetState() != sessiondv1.MessageState_MESSAGE_STATE_STREAMING {
+		t.Fatalf("load on B: %v with %d bytes, want the open message with all %d", got.GetState(), len(got.GetContent()), text.Len())
+	}
+	search, err := cb.SearchSessions(ctx, &sessiondv1.SearchSessionsRequest{Query: piece(deltas - 1)})
+	if err != nil {
+		t.Fatalf("SearchSessions on B: %v", err)
+	}
+	hit, err := search.Recv()
+	if err != nil || hit.GetSession().GetId() != created.GetSession().GetId() {
+		t.Fatalf("search on B for the last delta: %v, %v; want a hit in the session", hit, err)
+	}
+
+	fin, err := ca.FinishMessage(ctx, &sessiondv1.FinishMessageRequest{Ref: ref, MessageId: "open"})
+	if err != nil {
+		t.Fatalf("FinishMessage on A: %v", err)
+	}
+
+	for _, w := range []struct {
+		name string
+		sub  sessiondv1.SessionStoreService_WatchSessionClient
+		from uint64
+		text string
+	}{{"the early watcher", early, start, ""}, {"the watcher from mid-message", late, midRev, midText}} {
+		got := w.text
+		rev := w.from
+		for rev < fin.GetRevision()-1 {
+			ev, err := w.sub.Recv()
+			if err != nil {
+				t.Fatalf("%s on B, after revision %d: %v", w.name, rev, err)
+			}
+			d := ev.GetDelta()
+			if ev.GetType() != sessiondv1.EventType_EVENT_TYPE_DELTA || ev.GetRevision() != rev+1 || d.GetOffset() != int64(len(got)) {
+				t.Fatalf("%s on B: %v at revision %d offset %d, want a delta at revision %d offset %d", w.name, ev.GetType(), ev.GetRevision(), d.GetOffset(), rev+1, len(got))
+			}
+			got += d.GetContent()
+			rev = ev.GetRevision()
+		}
+		if got != text.String() {
+			t.Fatalf("%s on B built %d bytes, want the %d streamed", w.name, len(got), text.Len())
+		}
+		ev, err := w.sub.Recv()
+		if err != nil || ev.GetType() != sessiondv1.EventType_EVENT_TYPE_FINISHED || ev.GetRevision() != fin.GetRevision() {
+			t.Fatalf("%s on B after the deltas: %v, %v; want FINISHED at revision %d", w.name, ev, err, fin.GetRevision())
+		}
+	}
+}
+
+// watchFrom starts a watch of ref on c after revision from.
+func watchFrom(t *testing.T, ctx context.Context, c sessiondv1.SessionStoreServiceClient, ref *sessiondv1.SessionRef, from uint64) sessiondv1.SessionStoreService_WatchSessionClient {
+	t.Helper()
+	w, err := c.WatchSession(ctx, &sessiondv1.WatchSessionRequest{Ref: ref, FromRevision: from})
+	if err != nil {
+		t.Fatalf("WatchSession from revision %d: %v", from, err)
+	}
+	if _, err := w.Header(); err != nil && err != io.EOF {
+		t.Fatalf("watch header: %v", err)
+	}
+	return w
+}

@@ -1,0 +1,167 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+	"github.com/sessiond/sessiond/storage/postgres/pgtest"
+)
+
+// unindexed returns how many messages of the database dsn names the search
+// indexer has not reached, counting each open message.
+func unindexed(t *testing.T, dsn string) int64 {
+	t.Helper()
+	var n int64
+	if err := connect(t, dsn).QueryRow(t.Context(), `SELECT coalesce(sum(message_count - search_count), 0) FROM sessions`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitIndexed waits until every message but the open ones is indexed,
+// failing the test after limit.
+func waitIndexed(t *testing.T, dsn string, limit time.Duration) time.Duration {
+	t.Helper()
+	conn := connect(t, dsn)
+	start := time.Now()
+	for {
+		var n int64
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM sessions
+			WHERE search_count < message_count - (open_message_id IS NOT NULL)::int`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("%d sessions still have messages to index after %v", n, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSearchIndexerUnderLoad: with 16 writers appending, each message is
+// indexed within 2 s of its append, and a search finds every message the
+// moment its append returns, indexed or not.
+func TestSearchIndexerUnderLoad(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
+	ctx := t.Context()
+	const writers, each = 16, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns"})
+			if err != nil {
+				errs <- err
+				return
+			}
+			for i := range each {
+				word := fmt.Sprintf("zq%02dx%03d", w, i)
+				if _, err := s.Append(ctx, storage.AppendRequest{Ref: storage.Ref{Namespace: "ns", ID: se.ID},
+					Messages: []*sessiondv1.Message{{Role: sessiondv1.Role_ROLE_USER, Content: "say " + word + " now"}}}); err != nil {
+					errs <- err
+					return
+				}
+				if i%10 == 0 {
+					if n, err := searchCount(s, word); n != 1 || err != nil {
+						errs <- fmt.Errorf("search for %s right after its append: %d hits, %v; want 1", word, n, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if took := waitIndexed(t, dsn, 2*time.Second); took > 0 {
+		t.Logf("indexed %d messages %v after the last append", writers*each, took)
+	}
+	if n := unindexed(t, dsn); n != 0 {
+		t.Fatalf("%d messages unindexed", n)
+	}
+	for w := range writers {
+		if n := hits(t, s, fmt.Sprintf("zq%02dx%03d", w, each-1)); n != 1 {
+			t.Fatalf("search for writer %d's last message once indexed: %d hits", w, n)
+		}
+	}
+}
+
+// TestSearchIndexRewrites: a rewind, a save and a delete drop the indexed
+// text of the messages they remove, so text that is gone is never found
+// and what takes its place is.
+func TestSearchIndexRewrites(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
+	ctx := context.Background()
+	user := func(id, text string) *sessiondv1.Message {
+		return &sessiondv1.Message{Id: id, Role: sessiondv1.Role_ROLE_USER, Content: text}
+	}
+	se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Messages: []*sessiondv1.Message{user("a", "alpha words"), user("b", "bravo words")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := storage.Ref{Namespace: "ns", ID: se.ID}
+	waitIndexed(t, dsn, 10*time.Second)
+	if _, err := s.Rewind(ctx, storage.RewindRequest{Ref: ref, MessageCount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{user("c", "charlie words")}}); err != nil {
+		t.Fatal(err)
+	}
+	waitIndexed(t, dsn, 10*time.Second)
+	if n, m := hits(t, s, "bravo"), hits(t, s, "charlie"); n != 0 || m != 1 {
+		t.Fatalf("after a rewind and an append at its place: bravo %d hits, charlie %d; want 0 and 1", n, m)
+	}
+	if _, err := s.Save(ctx, storage.SaveRequest{Ref: ref, Messages: []*sessiondv1.Message{user("d", "delta words")}}); err != nil {
+		t.Fatal(err)
+	}
+	waitIndexed(t, dsn, 10*time.Second)
+	if n, m := hits(t, s, "alpha"), hits(t, s, "delta"); n != 0 || m != 1 {
+		t.Fatalf("after a save: alpha %d hits, delta %d; want 0 and 1", n, m)
+	}
+	fork, err := s.Fork(ctx, storage.ForkRequest{Ref: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := hits(t, s, "delta"); n != 2 {
+		t.Fatalf("after a fork: delta %d hits, want 2", n)
+	}
+	if err := s.Delete(ctx, ref, 0); err != nil {
+		t.Fatal(err)
+	}
+	var left int64
+	if err := connect(t, dsn).QueryRow(ctx, `SELECT count(*) FROM message_search WHERE session_id = $1`, se.ID).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("indexed text left of a deleted session: %d, %v", left, err)
+	}
+	if n := hits(t, s, "delta"); n != 1 {
+		t.Fatalf("after deleting the source: delta %d hits, want the fork's (%s)", n, fork.ID)
+	}
+}
+
+// hits counts the search hits for query in namespace "ns".
+func hits(t *testing.T, s *storage.Store, query string) int {
+	t.Helper()
+	n, err := searchCount(s, query)
+	if err != nil {
+		t.Fatalf("Search %q: %v", query, err)
+	}
+	return n
+}
+
+func searchCount(s *storage.Store, query string) (int, error) {
+	n := 0
+	err := s.Search(context.Background(), storage.SearchOptions{Namespace: "ns", Query: query}, func(storage.SearchHit) error { n++; return nil })
+	return n, err
+}

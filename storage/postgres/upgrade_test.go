@@ -1,0 +1,126 @@
+package postgres_test
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+	"github.com/sessiond/sessiond/storage/postgres"
+	"github.com/sessiond/sessiond/storage/postgres/pgtest"
+)
+
+// lastReleasedSchema is the schema version of the last release: the one
+// an upgrade starts from.
+const lastReleasedSchema = 5
+
+// seedReleased writes, with plain SQL as a sessiond of schema version 5
+// did, a session in namespace "ns" titled "old" holding one user message
+// ("hello there", id "m1") at revision 2, with its two events (the create
+// and the append), and returns its id.
+func seedReleased(t *testing.T, dsn string) string {
+	t.Helper()
+	const id = "0190a000-0000-7000-8000-0000000000a5"
+	ctx := t.Context()
+	meta, err := postgres.EncodeMeta(&storage.Session{Title: "old"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := proto.Marshal(&sessiondv1.Message{Id: "m1", Role: sessiondv1.Role_ROLE_USER, Content: "hello there"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now().Add(-time.Hour).UnixNano()
+	conn := connect(t, dsn)
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO sessions (id, namespace, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search, tally)
+			VALUES ($1, 'ns', $2::bigint, $2::bigint + 1000, 2, 1, $3, '{}', 'old', $4)`, []any{id, created, meta, []byte{}}},
+		{`INSERT INTO messages (session_id, pos, msg_id, body, search) VALUES ($1, 0, 'm1', $2, 'hello there')`, []any{id, body}},
+		{`INSERT INTO events (session_id, revision, type, namespace, created_ns, updated_ns, message_count, meta, tally)
+			VALUES ($1, 1, $2, 'ns', $3, $3, 0, $4, $5)`, []any{id, int16(storage.EventUpdated), created, meta, []byte{}}},
+		{`INSERT INTO events (session_id, revision, type, first_pos, count, namespace, created_ns, updated_ns, message_count, meta, tally)
+			VALUES ($1, 2, $2, 0, 1, 'ns', $3::bigint, $3::bigint + 1000, 1, $4, $5)`, []any{id, int16(storage.EventAppended), created, meta, []byte{}}},
+	} {
+		if _, err := conn.Exec(ctx, q.sql, q.args...); err != nil {
+			t.Fatalf("seed the version %d schema: %v", lastReleasedSchema, err)
+		}
+	}
+	return id
+}
+
+// TestUpgradeFromReleased: a database the last release wrote, data in it,
+// opens migrated to the current schema: its session reads, replays,
+// searches and takes live turns as a new one does.
+func TestUpgradeFromReleased(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	postgres.MigrateTo(t, dsn, lastReleasedSchema)
+	id := seedReleased(t, dsn)
+	s := open(t, dsn)
+	ctx := t.Context()
+	ref := storage.Ref{Namespace: "ns", ID: id}
+
+	got, msgs, err := s.Load(ctx, ref, storage.LoadOptions{})
+	if err != nil || got.Revision != 2 || got.Title != "old" || got.OpenMessageID != "" || len(msgs) != 1 || msgs[0].GetContent() != "hello there" {
+		t.Fatalf("Load after the upgrade: %+v %v, %v", got, msgs, err)
+	}
+	sub, err := s.Watch(ctx, ref, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ev := nextEvent(t, sub)
+	if ev.Type != storage.EventAppended || ev.Revision != 2 || len(ev.Messages) != 1 || ev.Messages[0].GetId() != "m1" {
+		t.Fatalf("replay of the old append: %v at %d with %v", ev.Type, ev.Revision, ev.Messages)
+	}
+	if n := hits(t, s, "hello"); n != 1 {
+		t.Fatalf("search after the upgrade: %d hits", n)
+	}
+	// The indexed text moved with the index (schema version 7).
+	var indexed string
+	var count int64
+	if err := connect(t, dsn).QueryRow(ctx, `SELECT ms.search, s.search_count FROM message_search ms JOIN sessions s ON s.id = ms.session_id
+		WHERE ms.session_id = $1 AND ms.pos = 0`, id).Scan(&indexed, &count); err != nil || indexed != "hello there" || count != 1 {
+		t.Fatalf("indexed text after the upgrade: %q, search_count %d, %v", indexed, count, err)
+	}
+
+	open := &sessiondv1.Message{Id: "a", Role: sessiondv1.Role_ROLE_ASSISTANT, State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING}
+	if _, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{open}}); err != nil {
+		t.Fatalf("open a message in the old session: %v", err)
+	}
+	d, err := s.AppendDelta(ctx, storage.DeltaRequest{Ref: ref, Delta: &sessiondv1.MessageDelta{MessageId: "a", Content: "hi"}})
+	if err != nil || d.Revision != 4 || d.Length != 2 {
+		t.Fatalf("AppendDelta: %+v, %v; want revision 4, length 2", d, err)
+	}
+	for _, want := range []storage.EventType{storage.EventAppended, storage.EventDelta} {
+		if ev := nextEvent(t, sub); ev.Type != want {
+			t.Fatalf("event %v, want %v", ev.Type, want)
+		}
+	}
+	fin, err := s.FinishMessage(ctx, storage.FinishRequest{Ref: ref, MessageID: "a"})
+	if err != nil || !fin.Closed || fin.Message.GetContent() != "hi" {
+		t.Fatalf("FinishMessage: %+v, %v", fin, err)
+	}
+	if got, err := s.Get(ctx, ref); err != nil || got.OpenMessageID != "" || got.MessageCount != 2 {
+		t.Fatalf("after the finish: %+v, %v", got, err)
+	}
+}
+
+// nextEvent returns sub's next event, failing the test after 10 s.
+func nextEvent(t *testing.T, sub *storage.Subscription) storage.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-sub.Events():
+		if !ok {
+			t.Fatalf("subscription ended: %v", sub.Err())
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10 s")
+	}
+	return storage.Event{}
+}
