@@ -28,8 +28,10 @@ func TestSoak(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("report %q: %v", stdout.String(), err)
 	}
-	if rep.Kills != 2 || rep.Lost != 0 || rep.Appends == 0 || rep.WatchEvents == 0 {
-		t.Errorf("report %+v: want 2 kills, appends and watch events, nothing lost", rep)
+	// At least 2 kills: a restart slowed by a busy machine can leave one
+	// more kill tick pending before the run ends.
+	if rep.Kills < 2 || rep.Lost != 0 || rep.Appends == 0 || rep.WatchEvents == 0 {
+		t.Errorf("report %+v: want at least 2 kills, appends and watch events, nothing lost", rep)
 	}
 	if len(rep.Samples) < 5 {
 		t.Errorf("%d RSS samples, want one a second", len(rep.Samples))
