@@ -7,7 +7,8 @@ import "testing"
 func TestStartup(t *testing.T) {
 	var rep startupReport
 	runDaemonMode(t, &rep, "startup", "--repeat", "2", "--load", "500ms", "--clients", "2")
-	if len(rep.CleanMS) != 2 || len(rep.KilledMS) != 2 || rep.CleanMSMedian <= 0 || rep.KilledMSMedian <= 0 || rep.Appends == 0 {
-		t.Errorf("report %+v: want 2 timed start-ups of each kind and appends before the kills", rep)
+	if len(rep.CleanMS) != 2 || len(rep.KilledMS) != 2 || rep.CleanMSMedian <= 0 || rep.KilledMSMedian <= 0 || rep.Appends == 0 ||
+		rep.CleanOpenMSMedian <= 0 || rep.CleanOpenMSMedian > rep.CleanMSMedian {
+		t.Errorf("report %+v: want 2 timed start-ups of each kind appends before the kills, and the store's open time within the start-up's", rep)
 	}
 }
