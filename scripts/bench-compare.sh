@@ -69,7 +69,8 @@
 #                  LIST_SESSIONS
 #   REPORT=FILE    also write the tables as a Markdown page, headed by the
 #                  machine they ran on and the command (docs/performance.md
-#                  is this page); MACHINE_NOTE adds a sentence about the machine
+#                  is this page), keeping what the old page had after its
+#                  keep marker; MACHINE_NOTE adds a sentence about the machine
 #
 # Usage: scripts/bench-compare.sh
 set -euo pipefail
@@ -247,6 +248,13 @@ start_sessiond() {
 	"${SESSIOND_BIN:-$work/bin/sessiond}" --listen "127.0.0.1:$2" --data-dir "$1" --log-level warn "${@:3}" >>"$work/sessiond-$2.log" 2>&1 &
 	pids+=($!)
 	wait_ready "$2" || die "sessiond on port $2 did not start; see $work/sessiond-$2.log"
+}
+
+# seconds_since NS: the seconds since NS (date +%s%N), taken now: timing
+# in the shell, as an interpreter's own start-up would add to the figure.
+seconds_since() {
+	local ms=$((($(date +%s%N) - $1) / 1000000))
+	printf '%d.%03d\n' $((ms / 1000)) $((ms % 1000))
 }
 
 # wait_ready PORT: until a health check succeeds (at most 60 s). A check
@@ -572,9 +580,9 @@ stop_pid "${pids[-1]}"
 log "created them in $(python3 -c "print(round($populate_s, 1))") s"
 log "restarting the listing daemon with $LIST_SESSIONS sessions on disk"
 for ((r = 1; r <= ROUNDS; r++)); do
-	start=$(date +%s.%N)
+	start=$(date +%s%N)
 	start_sessiond "$listwork/data" "$LIST_PORT"
-	record "$r" startup_s "$(python3 -c "import time; print(time.time() - $start)")"
+	record "$r" startup_s "$(seconds_since "$start")"
 	out=$("$LOAD" --json --addr "127.0.0.1:$LIST_PORT" --namespace list list --repeat 1)
 	[[ $(json "d['sessions']" <<<"$out") == "$LIST_SESSIONS" ]] || die "listed $(json "d['sessions']" <<<"$out") sessions, not $LIST_SESSIONS"
 	record "$r" list_first_ms "$(json "d['first_ms_median']" <<<"$out")"
@@ -593,16 +601,16 @@ for ((r = 1; r <= ROUNDS; r++)); do
 	kill -KILL "${pids[-2]}"
 	stop_pid "${pids[-2]}"
 	stop_pid "$loader"
-	start=$(date +%s.%N)
+	start=$(date +%s%N)
 	start_sessiond "$listwork/data" "$LIST_PORT"
-	record "$r" startup_kill_s "$(python3 -c "import time; print(time.time() - $start)")"
+	record "$r" startup_kill_s "$(seconds_since "$start")"
 	stop_pid "${pids[-1]}"
 	# An empty daemon's start-up on this machine now: what the above cost
 	# beyond starting at all (a loaded machine slows both).
 	rm -rf "$listwork/empty"
-	start=$(date +%s.%N)
+	start=$(date +%s%N)
 	start_sessiond "$listwork/empty" "$LIST_PORT"
-	record "$r" startup_empty_s "$(python3 -c "import time; print(time.time() - $start)")"
+	record "$r" startup_empty_s "$(seconds_since "$start")"
 	stop_pid "${pids[-1]}"
 done
 
@@ -748,6 +756,19 @@ EOF
 } | tee "$work/table.md"
 
 if [[ -n $REPORT ]]; then
-	write_report "$work/table.md" >"$REPORT"
+	# What follows the keep marker in the old page is written by hand: kept.
+	keep='<!-- scripts/bench-compare.sh keeps what follows this line when it rewrites the page -->'
+	kept=""
+	if [[ -f $REPORT ]]; then
+		kept=$(sed -n "\|^$keep\$|,\$p" "$REPORT")
+	fi
+	{
+		write_report "$work/table.md"
+		if [[ -n $kept ]]; then
+			echo
+			printf '%s\n' "$kept"
+		fi
+	} >"$REPORT.tmp"
+	mv "$REPORT.tmp" "$REPORT"
 	log "wrote $REPORT"
 fi

@@ -29,6 +29,16 @@ func timeToProto(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
+// timeInto sets ts to t and returns it; the zero time is nil, as in
+// timeToProto.
+func timeInto(ts *timestamppb.Timestamp, t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	ts.Seconds, ts.Nanos = t.Unix(), int32(t.Nanosecond())
+	return ts
+}
+
 func refFromProto(r *sessiondv1.SessionRef) storage.Ref {
 	return storage.Ref{Namespace: r.GetNamespace(), ID: r.GetId(), Alias: r.GetAlias()}
 }
@@ -53,30 +63,35 @@ func sessionToProto(s *storage.Session) *sessiondv1.Session {
 	if s == nil {
 		return nil
 	}
-	return &sessiondv1.Session{
-		Id:           s.ID,
-		Namespace:    s.Namespace,
-		Alias:        s.Alias,
-		Title:        s.Title,
-		CreatedAt:    timeToProto(s.CreatedAt),
-		UpdatedAt:    timeToProto(s.UpdatedAt),
-		Revision:     s.Revision,
-		MessageCount: s.MessageCount,
-		Summary:      s.Summary,
-		Metadata:     s.Metadata,
-		Labels:       s.Labels,
-		Parent:       forkOriginToProto(s.Parent),
-		// The tally. Usage is left out when it is all zero (or unknown), as
-		// proto3 leaves out every zero value: a client's getters read 0.
-		OpenToolCallIds: s.OpenToolCallIDs,
-		Usage:           usageToProto(s.Tally),
-		Models:          s.Models,
-		ExpireAfter:     durationToProto(s.ExpireAfter),
-		TitleDerived:    s.TitleDerived,
-		// Compactions.
-		ContextMessageCount: s.ContextMessageCount(),
-		Compaction:          compactionToProto(s.Compaction),
-	}
+	return sessionInto(new(sessiondv1.Session), s, timeToProto(s.CreatedAt), timeToProto(s.UpdatedAt))
+}
+
+// sessionInto sets the fields of p, a new message, from s, with the
+// timestamps given, and returns p.
+func sessionInto(p *sessiondv1.Session, s *storage.Session, created, updated *timestamppb.Timestamp) *sessiondv1.Session {
+	p.Id = s.ID
+	p.Namespace = s.Namespace
+	p.Alias = s.Alias
+	p.Title = s.Title
+	p.CreatedAt = created
+	p.UpdatedAt = updated
+	p.Revision = s.Revision
+	p.MessageCount = s.MessageCount
+	p.Summary = s.Summary
+	p.Metadata = s.Metadata
+	p.Labels = s.Labels
+	p.Parent = forkOriginToProto(s.Parent)
+	// The tally. Usage is left out when it is all zero (or unknown), as
+	// proto3 leaves out every zero value: a client's getters read 0.
+	p.OpenToolCallIds = s.OpenToolCallIDs
+	p.Usage = usageToProto(s.Tally)
+	p.Models = s.Models
+	p.ExpireAfter = durationToProto(s.ExpireAfter)
+	p.TitleDerived = s.TitleDerived
+	// Compactions.
+	p.ContextMessageCount = s.ContextMessageCount()
+	p.Compaction = compactionToProto(s.Compaction)
+	return p
 }
 
 func compactionToProto(c *storage.Compaction) *sessiondv1.Compaction {
@@ -171,11 +186,21 @@ func listOptionsFromProto(r *sessiondv1.ListSessionsRequest, after *storage.Curs
 	}
 }
 
+// listFrame is one ListSessions frame with its session and timestamps, in
+// one allocation: a listing builds one per session.
+type listFrame struct {
+	resp             sessiondv1.ListSessionsResponse
+	sess             sessiondv1.Session
+	created, updated timestamppb.Timestamp
+}
+
+// listFrameToProto builds s's ListSessions frame. The frame shares s's maps
+// and slices, which it only reads.
 func listFrameToProto(s *storage.Session) *sessiondv1.ListSessionsResponse {
-	return &sessiondv1.ListSessionsResponse{
-		Session:       sessionToProto(s),
-		NextPageToken: encodePageToken(storage.Cursor{UpdatedAt: s.UpdatedAt, ID: s.ID}),
-	}
+	f := new(listFrame)
+	f.resp.Session = sessionInto(&f.sess, s, timeInto(&f.created, s.CreatedAt), timeInto(&f.updated, s.UpdatedAt))
+	f.resp.NextPageToken = encodePageToken(storage.Cursor{UpdatedAt: s.UpdatedAt, ID: s.ID})
+	return &f.resp
 }
 
 // saveFromProto builds a save from a stream's header and all its messages.

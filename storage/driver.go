@@ -75,7 +75,8 @@ type Driver interface {
 
 	// List yields matching sessions in list order (UpdatedAt newest first,
 	// then ID; opts.Model, when set, among Models), without locks held while yield runs, and stops at the first
-	// error yield returns, returning it.
+	// error yield returns, returning it. The sessions it yields are
+	// read-only: a driver may share them with its own index.
 	List(ctx context.Context, opts ListOptions, yield func(*Session) error) error
 
 	// Save replaces messages (msgs.Prepared, with msgs.Tally), title,

@@ -279,7 +279,9 @@ func validLoad(ref Ref, opts LoadOptions) (Ref, error) {
 
 // List calls yield for each matching session, newest-updated first, then
 // by ID; it stops at the first error yield returns and returns it. yield
-// runs without store locks held, so it may be slow. Errors: ErrInvalid.
+// runs without store locks held, so it may be slow; it must not modify the
+// session (or its maps and slices), which the driver may share with its
+// index. Errors: ErrInvalid.
 func (s *Store) List(ctx context.Context, opts ListOptions, yield func(*Session) error) error {
 	if err := s.enter(ctx); err != nil {
 		return err

@@ -309,6 +309,7 @@ func TestErrors(t *testing.T) {
 		{"unknown rpc", []string{"--addr", d.addr, "append", "--rpc", "bidi"}, true, "--rpc"},
 		{"negative prefill", []string{"--addr", d.addr, "append", "--prefill", "-1"}, true, "--prefill"},
 		{"list of no namespace", []string{"--addr", d.addr, "list"}, true, "--namespace"},
+		{"startup of no data dir", []string{"startup", "--sessiond", "sessiond"}, true, "--dir"},
 		{"stray argument", []string{"--addr", d.addr, "health", "extra"}, true, "extra"},
 		{"bad namespace", []string{"--addr", d.addr, "--namespace", "no/slash", "append", "--count", "1"}, true, "--namespace"},
 		{"refused by the daemon", []string{"--addr", d.addr, "load", "--messages", "1", "--size", "16777216"}, false, "max_message_bytes"},

@@ -160,6 +160,19 @@ var modes = []mode{
 		run: runDeltas,
 	},
 	{
+		name: "startup",
+		help: "starts sessiond over an existing --dir --repeat times, timing each start to its first SERVING health check, after a clean stop and (with --load) after kill -9 under append load; the sessions the load creates stay",
+		flags: func(fs *flag.FlagSet, c *config) {
+			fs.StringVar(&c.sessiond, "sessiond", "sessiond", "the sessiond binary to run")
+			fs.StringVar(&c.dir, "dir", "", "the daemon's data dir (required: the sessions to start with)")
+			fs.IntVar(&c.repeat, "repeat", 3, "start-ups timed (each kind)")
+			fs.DurationVar(&c.duration, "load", 0, "append for this long before each kill -9 (0: time clean start-ups only)")
+			fs.IntVar(&c.clients, "clients", 16, "appending clients, each on its own new session")
+			fs.IntVar(&c.size, "size", 1024, "bytes of content per appended message")
+		},
+		run: runStartup,
+	},
+	{
 		name: "soak",
 		help: "starts sessiond over --dir and runs appenders, watchers and stalled readers for --duration, kill -9 and restart every --kill-every; prints the daemon's RSS over time and fails if an acknowledged append is lost",
 		flags: func(fs *flag.FlagSet, c *config) {
@@ -394,6 +407,13 @@ func (c *config) check(m *mode) error {
 		if c.messages < 1 || c.batch < 1 {
 			return usagef("--messages and --batch must be positive")
 		}
+	case "startup":
+		if c.sessiond == "" || c.dir == "" {
+			return usagef("startup needs --sessiond, the daemon's binary, and --dir, its data dir")
+		}
+		if c.clients < 1 || c.clients > 1024 || c.duration < 0 {
+			return usagef("--clients must be 1..1024 and --load >= 0")
+		}
 	case "soak":
 		if c.sessiond == "" {
 			return usagef("soak needs --sessiond, the daemon's binary")
@@ -422,7 +442,7 @@ func (c *config) check(m *mode) error {
 		if c.count < 1 || c.duration <= 0 {
 			return usagef("--count and --duration must be positive")
 		}
-	case "list", "load":
+	case "list", "load", "startup":
 		if c.repeat < 1 || c.repeat > 1000 {
 			return usagef("--repeat must be 1..1000")
 		}

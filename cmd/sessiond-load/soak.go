@@ -63,7 +63,9 @@ func (r *soakReport) rows() [][2]string {
 type soakDaemon struct {
 	cmd  *exec.Cmd
 	addr string
-	done chan struct{}
+	// storeOpen is how long the daemon said opening its file store took.
+	storeOpen time.Duration
+	done      chan struct{}
 }
 
 // startSoakDaemon runs c.sessiond on a free loopback port over c.dir and
@@ -83,8 +85,14 @@ func startSoakDaemon(ctx context.Context, c *config) (*soakDaemon, error) {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
-			var line struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "sessiond started" {
+			var line struct{ Msg, Addr, Took string }
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				continue
+			}
+			switch line.Msg {
+			case "file store opened": // logged before "sessiond started"
+				d.storeOpen, _ = time.ParseDuration(line.Took)
+			case "sessiond started":
 				started <- line.Addr
 			}
 		}

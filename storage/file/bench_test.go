@@ -21,12 +21,13 @@ import (
 var fixture struct {
 	once sync.Once
 	dir  string
+	kept bool // named by SESSIOND_BENCH_FIXTURE: reused, not removed
 	err  error
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if fixture.dir != "" {
+	if fixture.dir != "" && !fixture.kept {
 		_ = os.RemoveAll(fixture.dir)
 	}
 	os.Exit(code)
@@ -148,18 +149,40 @@ func benchAppend(b *testing.B, length, writers, nsessions int, opts ...Option) {
 
 const fixtureSessions = 100_000
 
+// fixtureDir is where bigFixture builds: the data dir "data" in
+// SESSIOND_BENCH_FIXTURE if set (kept; the file data.built beside it says
+// the build finished), else a new temporary directory.
+func fixtureDir() (string, error) {
+	if parent := os.Getenv("SESSIOND_BENCH_FIXTURE"); parent != "" {
+		fixture.kept = true
+		return filepath.Join(parent, "data"), os.MkdirAll(parent, dirPerm)
+	}
+	return os.MkdirTemp("", "sessiond-bench-")
+}
+
 // bigFixture writes a data dir with 100,000 small sessions directly (no
 // fsyncs: it is a fixture), then opens and closes it once so that the index
-// files are there. Built once per test binary run.
+// files are there. Built once per test binary run, or, when the environment
+// variable SESSIOND_BENCH_FIXTURE names a directory, once in it and reused
+// by later runs (building it takes minutes).
 func bigFixture(b *testing.B) string {
 	b.Helper()
 	fixture.once.Do(func() {
-		dir, err := os.MkdirTemp("", "sessiond-bench-")
+		dir, err := fixtureDir()
 		if err != nil {
 			fixture.err = err
 			return
 		}
 		fixture.dir = dir
+		if fixture.kept {
+			if _, err := os.Stat(dir + ".built"); err == nil {
+				return
+			}
+			if err := os.RemoveAll(dir); err != nil { // a build cut short
+				fixture.err = err
+				return
+			}
+		}
 		fixture.err = func() error {
 			if err := os.MkdirAll(filepath.Join(dir, "sessions"), dirPerm); err != nil {
 				return err
@@ -203,7 +226,13 @@ func bigFixture(b *testing.B) string {
 			if err != nil {
 				return err
 			}
-			return s.Close()
+			if err := s.Close(); err != nil {
+				return err
+			}
+			if fixture.kept {
+				return os.WriteFile(dir+".built", nil, filePerm)
+			}
+			return nil
 		}()
 	})
 	if fixture.err != nil {

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
+
+	"github.com/sessiond/sessiond/storage"
 )
 
 // isSessionID must accept exactly what uuid.Parse accepts and String
@@ -78,5 +81,69 @@ func TestReadDirNames(t *testing.T) {
 	}
 	if err := readDirNames(filepath.Join(dir, "missing"), func(string, byte) error { return nil }); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("readDirNames of a missing folder: %v", err)
+	}
+}
+
+// TestOpenAliasClaimedTwice: when damage leaves two sessions claiming one
+// alias in the checkpoint, Open keeps it for the lower id, drops it from
+// the other, and lists both.
+func TestOpenAliasClaimedTwice(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openPortable(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, alias := range []string{"x", "y", "z"} {
+		se, err := s.Create(t.Context(), storage.CreateRequest{Alias: alias})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, se.ID)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Every session claims "x" in the checkpoint's index file.
+	files, err := filepath.Glob(filepath.Join(dir, "index", ckptPref+"*", defaultNS))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("index files %v, %v", files, err)
+	}
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, ns, metas, err := decodeIndex(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range metas {
+		c := cloneMeta(m)
+		c.Alias = "x"
+		metas[i] = c
+	}
+	if err := os.WriteFile(files[0], encodeIndex(epoch, ns, metas), filePerm); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = openPortable(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lowest := slices.Min(ids)
+	got, err := s.Get(t.Context(), storage.Ref{Alias: "x"})
+	if err != nil || got.ID != lowest {
+		t.Fatalf("alias x is %v, %v; want the lowest id %s", got, err, lowest)
+	}
+	listed := 0
+	if err := s.List(t.Context(), storage.ListOptions{}, func(se *storage.Session) error {
+		listed++
+		if se.ID != lowest && se.Alias != "" {
+			t.Errorf("session %s kept alias %q; only %s may", se.ID, se.Alias, lowest)
+		}
+		return nil
+	}); err != nil || listed != 3 {
+		t.Fatalf("listed %d sessions, %v; want 3", listed, err)
 	}
 }

@@ -358,9 +358,11 @@ func (v *view) window(opts storage.LoadOptions, each func(*sessiondv1.Message) e
 }
 
 // List calls yield for each matching session in list order. It collects a
-// page under the read lock, then yields it with no lock held.
+// page under the read lock, then yields it with no lock held. It yields the
+// index's own metadata, which is never modified once published: a listing
+// copies nothing.
 func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*storage.Session) error) error {
-	return s.walkList(ctx, &opts, func(_ *entry, m *storage.Session) error { return yield(cloneMeta(m)) })
+	return s.walkList(ctx, &opts, func(_ *entry, m *storage.Session) error { return yield(m) })
 }
 
 // walkList calls each for every session matching opts in list order, with

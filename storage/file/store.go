@@ -882,43 +882,47 @@ func (n *nsIndex) remove(e *entry) {
 	}
 }
 
-// buildIndexes makes the namespace indexes from byID at open.
+// buildIndexes makes the namespace indexes from byID at open: each
+// namespace's list, sorted once, then its aliases in that order. Should
+// damage have made two sessions claim one alias, the one with the lower id
+// keeps it, whatever the order.
 func (s *Store) buildIndexes() {
-	ids := make([]string, 0, len(s.byID))
-	for id := range s.byID {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids) // deterministic winner if damage made two sessions claim one alias
-	for _, id := range ids {
-		e := s.byID[id]
+	for _, e := range s.byID {
 		if e.meta == nil {
 			continue
 		}
 		n := s.nsFor(e.meta.Namespace)
-		if a := e.meta.Alias; a != "" {
-			if other := n.byAlias[a]; other != nil {
-				s.log.Error("two sessions claim one alias; keeping the first", zap.String("alias", a),
-					zap.String("kept", other.id), zap.String("session", id))
-				m := cloneMeta(e.meta)
-				m.Alias = ""
-				e.meta = m
-			} else {
-				n.byAlias[a] = e
-			}
-		}
 		e.key = listKey{t: e.meta.UpdatedAt, id: e.id}
 		n.list = append(n.list, e)
 	}
 	for _, n := range s.ns {
 		slices.SortFunc(n.list, func(a, b *entry) int {
-			if keyLess(a.key, b.key) {
-				return -1
+			if c := a.key.t.Compare(b.key.t); c != 0 {
+				return c
 			}
-			if keyLess(b.key, a.key) {
-				return 1
-			}
-			return 0
+			return strings.Compare(b.id, a.id) // keyLess's order
 		})
+		for _, e := range n.list {
+			a := e.meta.Alias
+			if a == "" {
+				continue
+			}
+			other := n.byAlias[a]
+			if other == nil {
+				n.byAlias[a] = e
+				continue
+			}
+			kept, lost := other, e
+			if e.id < other.id {
+				kept, lost = e, other
+				n.byAlias[a] = e
+			}
+			s.log.Error("two sessions claim one alias; keeping the one with the lower id", zap.String("alias", a),
+				zap.String("kept", kept.id), zap.String("session", lost.id))
+			m := cloneMeta(lost.meta)
+			m.Alias = ""
+			lost.meta = m
+		}
 	}
 }
 
