@@ -470,3 +470,58 @@ func TestGroupCommitLockedSessionInBatch(t *testing.T) {
 	}
 	checkRevisions(t, s, refs, 2, 2, 2)
 }
+
+// TestGroupCommitStatementsPerBatch: a batch of appends to distinct
+// sessions, named by id or by alias, is written with the same statements
+// whether it holds 2 appends or 32, and each append is stored.
+func TestGroupCommitStatementsPerBatch(t *testing.T) {
+	d, s := openDriver(t, pgtest.Schema(t), 4)
+	ctx := t.Context()
+	var perBatch []uint64
+	for _, n := range []int{2, 32} {
+		refs := make([]storage.Ref, n)
+		for i := range refs {
+			alias := fmt.Sprintf("batch-%d-%d", n, i)
+			se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "batch", Alias: alias})
+			if err != nil {
+				t.Fatal(err)
+			}
+			refs[i] = storage.Ref{Namespace: "ns", ID: se.ID}
+			if i%2 == 1 {
+				refs[i] = storage.Ref{Namespace: "ns", Alias: alias}
+			}
+		}
+		before, grouped := postgres.Statements(d), postgres.Grouped(d)
+		release := postgres.HoldAppends(t, d)
+		errs := make(chan error, n)
+		for i, ref := range refs {
+			go func() {
+				_, err := s.Append(ctx, storage.AppendRequest{Ref: ref, ExpectedRevision: 1,
+					Messages: []*sessiondv1.Message{userMsg(fmt.Sprint("m", i)), userMsg(fmt.Sprint("n", i))}})
+				errs <- err
+			}()
+		}
+		release(n)
+		for range refs {
+			if err := <-errs; err != nil {
+				t.Fatalf("Append: %v", err)
+			}
+		}
+		if got := postgres.Grouped(d) - grouped; got != uint64(n) {
+			t.Fatalf("batch of %d: %d appends written in batches; want all", n, got)
+		}
+		perBatch = append(perBatch, postgres.Statements(d)-before)
+		for i, ref := range refs {
+			se, msgs, err := s.Load(ctx, ref, storage.LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if se.Revision != 2 || len(msgs) != 2 || msgs[0].GetId() != fmt.Sprint("m", i) || msgs[1].GetId() != fmt.Sprint("n", i) {
+				t.Errorf("batch of %d, session %d: revision %d, %d messages; want revision 2 with m%d, n%d", n, i, se.Revision, len(msgs), i, i)
+			}
+		}
+	}
+	if perBatch[0] != perBatch[1] {
+		t.Errorf("statements per batch: %d for 2 appends, %d for 32; want the same", perBatch[0], perBatch[1])
+	}
+}
