@@ -25,7 +25,8 @@ import (
 // that this statement's snapshot already holds every append committed
 // before the lock was granted: its ids check is then exact.
 const appendBatchSQL = `WITH a AS (
-	SELECT * FROM unnest($1::int[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[])
+	SELECT a.*, ARRAY(SELECT sent.mid FROM unnest($9::int[], $10::text[]) AS sent(ord, mid) WHERE sent.ord = a.ord) AS sent
+	FROM unnest($1::int[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[])
 		AS a(ord, ref_ns, ref_id, ref_alias, expected, n, now_ns, titles)
 ), r AS (
 	SELECT a.*, x.id AS session_id FROM a JOIN sessions x ON x.namespace = a.ref_ns AND x.id = a.ref_id
@@ -38,8 +39,7 @@ const appendBatchSQL = `WITH a AS (
 	WHERE sessions.id = r.session_id AND (r.expected = 0 OR sessions.revision = r.expected)
 		AND sessions.open_message_id IS NULL
 		AND NOT (r.titles AND get_byte(sessions.meta, 1) = 0)
-		AND NOT EXISTS (SELECT 1 FROM messages m JOIN unnest($9::int[], $10::text[]) AS sent(ord, mid) ON m.msg_id = sent.mid
-			WHERE m.session_id = sessions.id AND sent.ord = r.ord)
+		AND NOT EXISTS (SELECT 1 FROM unnest(r.sent) AS sent(mid) JOIN messages m ON m.session_id = sessions.id AND m.msg_id = sent.mid)
 	RETURNING r.ord, r.n, sessions.id, sessions.namespace, sessions.alias, sessions.created_ns, sessions.updated_ns,
 		sessions.revision, sessions.message_count, sessions.meta, sessions.tally, sessions.expire_after_ns
 ), m AS (
@@ -52,7 +52,7 @@ const appendBatchSQL = `WITH a AS (
 	SELECT id, revision, $15, message_count - n, n, namespace, alias, created_ns, updated_ns, message_count, meta,
 		tally, expire_after_ns FROM s
 ), d AS (
-	DELETE FROM events USING s WHERE events.session_id = s.id AND events.revision = s.revision - $16
+	DELETE FROM events WHERE (session_id, revision) IN (SELECT id, revision - $16 FROM s)
 )
 SELECT ord, id::text, revision, message_count FROM s`
 
@@ -60,9 +60,10 @@ SELECT ord, id::text, revision, message_count FROM s`
 // $3 aliases, as appendBatchSQL's $2-$4) in the order of their ids, so
 // that two replicas' batches on the same sessions wait for each other
 // instead of deadlocking, whatever refs they name them by.
-const lockBatchSQL = `SELECT x.id FROM sessions x
-	JOIN unnest($1::text[], $2::uuid[], $3::text[]) AS a(ref_ns, ref_id, ref_alias)
-		ON x.namespace = a.ref_ns AND (x.id = a.ref_id OR x.alias = a.ref_alias)
+const lockBatchSQL = `SELECT x.id FROM sessions x WHERE x.id IN (
+	SELECT y.id FROM unnest($1::text[], $2::uuid[]) AS a(ref_ns, ref_id) JOIN sessions y ON y.namespace = a.ref_ns AND y.id = a.ref_id
+	UNION ALL
+	SELECT y.id FROM unnest($1::text[], $3::text[]) AS a(ref_ns, ref_alias) JOIN sessions y ON y.namespace = a.ref_ns AND y.alias = a.ref_alias)
 	ORDER BY x.id FOR UPDATE OF x`
 
 // batchArgs are appendBatchSQL's arrays.
