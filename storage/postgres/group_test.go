@@ -224,9 +224,10 @@ func TestGroupCommitBatch(t *testing.T) {
 }
 
 // TestGroupCommitStatementFails: a statement of a batch that PostgreSQL
-// refuses (here: the message key, because another writer stored the same
-// id while the batch waited for the session's row lock) rolls back the
-// batch; every append of it is then written alone and acknowledged once.
+// refuses (here: the lock timeout, because another writer holds a
+// session's row lock for longer, and then stores one of the batch's ids)
+// rolls back the batch; every append of it is then written alone and
+// acknowledged once.
 func TestGroupCommitStatementFails(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	d, s := openDriver(t, dsn, 4)
@@ -261,7 +262,8 @@ func TestGroupCommitStatementFails(t *testing.T) {
 		}()
 	}
 	release(len(ids))
-	// The batch waits for x's row lock; then the other writer commits.
+	// The batch times out on x's row lock, x's append alone waits for
+	// it; then the other writer commits.
 	mon := connect(t, dsn)
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var waiting int
@@ -523,5 +525,39 @@ func TestGroupCommitStatementsPerBatch(t *testing.T) {
 	}
 	if perBatch[0] != perBatch[1] {
 		t.Errorf("statements per batch: %d for 2 appends, %d for 32; want the same", perBatch[0], perBatch[1])
+	}
+}
+
+// TestGroupCommitIDAndAlias: two appends of one batch naming one session,
+// one by id and one by alias, are both written, one after the other.
+func TestGroupCommitIDAndAlias(t *testing.T) {
+	d, s := openDriver(t, pgtest.Schema(t), 4)
+	ctx := t.Context()
+	se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "batch", Alias: "both"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := []storage.Ref{{Namespace: "ns", ID: se.ID}, {Namespace: "ns", Alias: "both"}}
+	release := postgres.HoldAppends(t, d)
+	revs := make(chan uint64, len(refs))
+	for i, ref := range refs {
+		go func() {
+			res, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{userMsg(fmt.Sprint("m", i))}})
+			if err != nil {
+				t.Errorf("Append: %v", err)
+			}
+			revs <- res.Revision
+		}()
+	}
+	release(len(refs))
+	if a, b := <-revs, <-revs; a+b != 2+3 || a == b {
+		t.Errorf("revisions %d and %d; want 2 and 3", a, b)
+	}
+	got, msgs, err := s.Load(ctx, refs[0], storage.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Revision != 3 || len(msgs) != 2 {
+		t.Errorf("revision %d with %d messages; want 3 with 2", got.Revision, len(msgs))
 	}
 }
