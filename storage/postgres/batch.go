@@ -11,7 +11,7 @@ import (
 // appendBatchSQL writes a group commit's appends in one statement, each
 // under appendFastSQL's rules, from arrays with one entry per append
 // ($1-$8: its ordinal in the batch, namespace, id or alias (the other
-// NULL), expected revision, the batch's size, now, whether it would title
+// NULL), expected revision, its number of messages, now, whether it would title
 // an untitled session), one per id the client set ($9-$10: the append's
 // ordinal, the id), and one per message ($11-$14: the append's ordinal,
 // the message's ordinal in its append, its id and encoding); $15 is the
@@ -21,7 +21,7 @@ import (
 //
 // Each session may appear once: an UPDATE changes a row once per
 // statement, so a second append to a session waits for the batch's next
-// round (writeRounds). The sessions are locked first, by lockBatchSQL, so
+// round (rounds). The sessions are locked first, by lockBatchSQL, so
 // that this statement's snapshot already holds every append committed
 // before the lock was granted: its ids check is then exact.
 const appendBatchSQL = `WITH a AS (
