@@ -21,7 +21,9 @@ import (
 //
 // Each session may appear once: an UPDATE changes a row once per
 // statement, so a second append to a session waits for the batch's next
-// round (rounds). The sessions are locked first, by lockBatchSQL, so
+// round (rounds); of two appends naming one session by id and by alias,
+// which rounds cannot tell apart, one is written and the other takes the
+// general path. The sessions are locked first, by lockBatchSQL, so
 // that this statement's snapshot already holds every append committed
 // before the lock was granted: its ids check is then exact.
 const appendBatchSQL = `WITH a AS (
