@@ -94,21 +94,23 @@
 // One-statement appends share commits (a group commit, as the file store's
 // appends share an fdatasync): the appends that arrive while a Store is
 // writing queue, and when it is done the first of them writes them all as
-// one transaction in one round trip: BEGIN, each append's statement in the
-// order of their refs, COMMIT. A lone append is written at once, alone;
-// no append waits for a timer. Each statement keeps its own conditions and sees what
-// the statements before it wrote, so every append is decided as if it ran
+// one transaction in one round trip of five statements, whatever their
+// number: BEGIN, lock_timeout, the row locks of their sessions in the
+// order of the sessions' ids, one statement that writes every append from
+// arrays (a second append to a session in the batch takes one more
+// statement), COMMIT. A lone append is written at once, alone; no append
+// waits for a timer. Each append keeps its own conditions and sees what
+// the appends before it wrote, so every append is decided as if it ran
 // alone in queue order, and one that the statement does not apply takes
 // the general path after the batch's commit. A statement PostgreSQL
-// refuses (a message id another replica stored while the batch waited for
-// a row lock; a deadlock PostgreSQL broke) rolls the batch back, and each
-// of its appends is retried alone. Ordering by ref keeps two replicas'
-// batches from deadlocking over the same sessions. A session's row lock
-// held long by another transaction holds up only that session's appends: a
-// batch waits at most 100 ms for a row lock (lock_timeout; then its
-// appends are retried alone), and a write still going after 100 ms lets
-// the next batch start. An append whose caller gives up while it is
-// queued returns at once, unwritten.
+// refuses (a deadlock PostgreSQL broke, the lock timeout) rolls the batch
+// back, and each of its appends is retried alone. Locking in id order
+// keeps two replicas' batches from deadlocking over the same sessions. A
+// session's row lock held long by another transaction holds up only that
+// session's appends: a batch waits at most 100 ms for its row locks
+// (lock_timeout; then its appends are retried alone), and a write still
+// going after 100 ms lets the next batch start. An append whose caller
+// gives up while it is queued returns at once, unwritten.
 //
 // Creates race on the primary key and the (namespace, alias) unique key:
 // exactly one wins. Reads (Get, Load) run in a read-only repeatable-read

@@ -112,3 +112,7 @@ func MigrateTo(t testing.TB, dsn string, version int32) {
 		t.Fatalf("migrate to version %d: %v", version, err)
 	}
 }
+
+// Statements is how many statements d has sent to write its batches of two
+// or more appends.
+func Statements(d *Store) uint64 { return d.group.statements.Load() }

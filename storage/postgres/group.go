@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sessiond/sessiond/storage"
 )
 
 // Group commit: the one-statement appends (appendFastSQL) that arrive while
@@ -19,36 +20,37 @@ import (
 // appends share an fdatasync. No append waits for a timer: the first append that
 // finds nothing in flight leads and is written at once, alone, as its own
 // statement; the appends that arrive meanwhile queue, and when it is done
-// the first of them leads them all as one batch: BEGIN, each append's
-// statement, COMMIT, in one round trip on one connection. One commit (one
-// WAL flush) and one round trip then serve N appends, whose statements
-// PostgreSQL executes back to back. One batch is in flight per Store at a
-// time, except that a write still going after groupLockWait (stuck on a
-// row lock) hands the queue on to the next batch then.
+// the first of them leads them all as one batch, in one round trip on one
+// connection: BEGIN, the lock of every session the batch names
+// (lockBatchSQL), one statement writing all of its appends from arrays
+// (appendBatchSQL), COMMIT. One commit (one WAL flush), one round trip and
+// the same five statements then serve N appends. One batch is in flight
+// per Store at a time, except that a write still going after
+// groupLockWait (stuck on a row lock) hands the queue on to the next batch
+// then.
 //
-// Each statement keeps its own conditions, so each append is decided as if
-// it ran alone, in queue order: one whose statement updates no row (stale
+// Each append keeps its own conditions, so each is decided as if it ran
+// alone, in queue order: one that updates no row (stale
 // expected_revision, a stored id, no such session) leaves the batch's
 // others committed and takes the general path afterwards, which classifies
-// it with storage.CheckAppend under the row lock. Two appends to one
-// session in a batch run in arrival order; the second statement sees the
-// first's rows (a statement of a read-committed transaction sees what the
-// transaction wrote before it), so its expected_revision and its ids are
-// checked against the session after the first append.
+// it with storage.CheckAppend under the row lock. A statement updates a
+// session's row once, so a second append to a session in the batch is
+// written by one more statement after the first's (rounds): it sees the
+// first's rows, and its expected_revision and its ids are checked against
+// the session after the first append. The write statement runs after the
+// lock is granted, on a snapshot that holds every append committed before,
+// so its ids check sees them all.
 //
-// A statement that fails (a unique violation when another replica appended
-// one of the ids while this statement waited for the row lock, a deadlock
-// that PostgreSQL broke) aborts the transaction: nothing of the batch is
-// written, and each of its appends is retried alone, by its own caller,
-// once the group has moved on to the next batch. A batch waits at most
-// groupLockWait for a session's row lock: a session that another
-// transaction holds for long (a large delete or save, another replica's
-// write) fails the batch that way, and only that session's append then
-// waits for it, alone, while the others are written. Batches lock sessions
-// in the order of their refs, so two replicas' batches on the same sessions
-// wait for each other instead of deadlocking (a session named by id in one
-// and by alias in the other can still deadlock; PostgreSQL then fails one
-// batch, whose appends are retried alone). A connection lost during the
+// A statement that fails (a deadlock that PostgreSQL broke, the lock
+// timeout) aborts the transaction: nothing of the batch is written, and
+// each of its appends is retried alone, by its own caller, once the group
+// has moved on to the next batch. A batch waits at most groupLockWait for
+// its sessions' row locks: a session that another transaction holds for
+// long (a large delete or save, another replica's write) fails the batch
+// that way, and only that session's append then waits for it, alone,
+// while the others are written. Batches lock sessions in the order of
+// their ids, so two replicas' batches on the same sessions wait for each
+// other instead of deadlocking. A connection lost during the
 // batch fails all its appends with ErrUnavailable, as it fails a single
 // append: whether the COMMIT landed is unknown, and a retry with the same
 // message ids is what tells. An append whose caller gives up while it is
@@ -63,8 +65,8 @@ import (
 // smaller, with more commits per append.
 const groupBatches = 1
 
-// groupLockWait is how long a batch's statement waits for a session's row
-// lock (lock_timeout) before the batch gives up and its appends are
+// groupLockWait is how long a batch waits for its sessions' row
+// locks (lock_timeout) before the batch gives up and its appends are
 // retried alone: longer than another replica's batch holds its locks, short
 // enough that one busy session does not stall every append of the Store.
 const groupLockWait = 100 * time.Millisecond
@@ -80,14 +82,22 @@ type appendGroup struct {
 	queue   []*fastAppend // arrived while max batches were being written, in order
 
 	batches, grouped atomic.Uint64 // batches of two or more written, appends in them
+	statements       atomic.Uint64 // statements sent to write them
 }
 
-// fastAppend is one append waiting to be written by appendFastSQL.
+// fastAppend is one append waiting to be written by appendFastSQL, or
+// with others by appendBatchSQL.
 type fastAppend struct {
-	ctx  context.Context
-	q    string // appendFastByID or appendFastByAlias
-	args []any
-	key  string // the lock order: namespace, then the ref
+	ctx      context.Context
+	ns, ref  string // the session's namespace, and its id or alias
+	byID     bool   // ref is the id
+	key      string // ns and ref: appends with one key are written in arrival order
+	expected int64  // the expected revision, 0 for any
+	nowNS    int64
+	sent     []string // the ids the client set
+	msgIDs   []string
+	bodies   [][]byte
+	titles   bool // storage.CanTitle
 
 	// Set by the leader that wrote it, before next delivers.
 	done  *appended // nil: the statement updated no row
@@ -195,9 +205,6 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 		s.writeOne(live[0])
 		return
 	}
-	// Lock order: a stable sort keeps two appends to one session in
-	// arrival order.
-	slices.SortStableFunc(live, func(a, b *fastAppend) int { return cmp.Compare(a.key, b.key) })
 	ctx, stop := groupContext(live)
 	defer stop()
 	err := s.writeTx(ctx, live)
@@ -222,7 +229,12 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 
 // writeOne writes a as its own statement and transaction.
 func (s *Store) writeOne(a *fastAppend) {
-	a.done, a.err = fastResult(scanAppended(s.pool.QueryRow(a.ctx, a.q, a.args...)))
+	q := appendFastByAlias
+	if a.byID {
+		q = appendFastByID
+	}
+	a.done, a.err = fastResult(scanAppended(s.pool.QueryRow(a.ctx, q, a.ns, a.ref, a.expected, int64(len(a.msgIDs)), a.nowNS,
+		a.sent, a.msgIDs, a.bodies, int16(storage.EventAppended), int64(historyEvents), a.titles)))
 }
 
 // fastResult is the outcome of one appendFastSQL row: no row, or a unique
@@ -248,11 +260,10 @@ func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(groupLockTimeout)
-	for _, a := range batch {
-		b.Queue(a.q, a.args...)
-	}
+	rs := queueBatch(b, batch)
 	b.Queue("COMMIT")
-	err = readTx(conn.SendBatch(ctx, b), batch)
+	s.group.statements.Add(uint64(b.Len()))
+	err = readTx(conn.SendBatch(ctx, b), rs)
 	if err != nil {
 		if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
 			_ = conn.Conn().Close(context.Background())
@@ -261,21 +272,18 @@ func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
 	return err
 }
 
-// readTx reads the results of writeTx's batch and closes it.
-func readTx(br pgx.BatchResults, batch []*fastAppend) error {
+// readTx reads the results of writeTx's batch, written in rounds rs, and
+// closes it.
+func readTx(br pgx.BatchResults, rs [][]*fastAppend) error {
 	for range 2 { // BEGIN, SET LOCAL
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			return err
 		}
 	}
-	for _, a := range batch {
-		m, err := scanAppended(br.QueryRow())
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			_ = br.Close()
-			return err
-		}
-		a.done = m
+	if err := readBatch(br, rs); err != nil {
+		_ = br.Close()
+		return err
 	}
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()

@@ -224,9 +224,10 @@ func TestGroupCommitBatch(t *testing.T) {
 }
 
 // TestGroupCommitStatementFails: a statement of a batch that PostgreSQL
-// refuses (here: the message key, because another writer stored the same
-// id while the batch waited for the session's row lock) rolls back the
-// batch; every append of it is then written alone and acknowledged once.
+// refuses (here: the lock timeout, because another writer holds a
+// session's row lock for longer, and then stores one of the batch's ids)
+// rolls back the batch; every append of it is then written alone and
+// acknowledged once.
 func TestGroupCommitStatementFails(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	d, s := openDriver(t, dsn, 4)
@@ -261,7 +262,8 @@ func TestGroupCommitStatementFails(t *testing.T) {
 		}()
 	}
 	release(len(ids))
-	// The batch waits for x's row lock; then the other writer commits.
+	// The batch times out on x's row lock, x's append alone waits for
+	// it; then the other writer commits.
 	mon := connect(t, dsn)
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var waiting int
@@ -469,4 +471,93 @@ func TestGroupCommitLockedSessionInBatch(t *testing.T) {
 		t.Errorf("the append that waited for the row lock: %v", err)
 	}
 	checkRevisions(t, s, refs, 2, 2, 2)
+}
+
+// TestGroupCommitStatementsPerBatch: a batch of appends to distinct
+// sessions, named by id or by alias, is written with the same statements
+// whether it holds 2 appends or 32, and each append is stored.
+func TestGroupCommitStatementsPerBatch(t *testing.T) {
+	d, s := openDriver(t, pgtest.Schema(t), 4)
+	ctx := t.Context()
+	var perBatch []uint64
+	for _, n := range []int{2, 32} {
+		refs := make([]storage.Ref, n)
+		for i := range refs {
+			alias := fmt.Sprintf("batch-%d-%d", n, i)
+			se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "batch", Alias: alias})
+			if err != nil {
+				t.Fatal(err)
+			}
+			refs[i] = storage.Ref{Namespace: "ns", ID: se.ID}
+			if i%2 == 1 {
+				refs[i] = storage.Ref{Namespace: "ns", Alias: alias}
+			}
+		}
+		before, grouped := postgres.Statements(d), postgres.Grouped(d)
+		release := postgres.HoldAppends(t, d)
+		errs := make(chan error, n)
+		for i, ref := range refs {
+			go func() {
+				_, err := s.Append(ctx, storage.AppendRequest{Ref: ref, ExpectedRevision: 1,
+					Messages: []*sessiondv1.Message{userMsg(fmt.Sprint("m", i)), userMsg(fmt.Sprint("n", i))}})
+				errs <- err
+			}()
+		}
+		release(n)
+		for range refs {
+			if err := <-errs; err != nil {
+				t.Fatalf("Append: %v", err)
+			}
+		}
+		if got := postgres.Grouped(d) - grouped; got != uint64(n) {
+			t.Fatalf("batch of %d: %d appends written in batches; want all", n, got)
+		}
+		perBatch = append(perBatch, postgres.Statements(d)-before)
+		for i, ref := range refs {
+			se, msgs, err := s.Load(ctx, ref, storage.LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if se.Revision != 2 || len(msgs) != 2 || msgs[0].GetId() != fmt.Sprint("m", i) || msgs[1].GetId() != fmt.Sprint("n", i) {
+				t.Errorf("batch of %d, session %d: revision %d, %d messages; want revision 2 with m%d, n%d", n, i, se.Revision, len(msgs), i, i)
+			}
+		}
+	}
+	if perBatch[0] != perBatch[1] {
+		t.Errorf("statements per batch: %d for 2 appends, %d for 32; want the same", perBatch[0], perBatch[1])
+	}
+}
+
+// TestGroupCommitIDAndAlias: two appends of one batch naming one session,
+// one by id and one by alias, are both written, one after the other.
+func TestGroupCommitIDAndAlias(t *testing.T) {
+	d, s := openDriver(t, pgtest.Schema(t), 4)
+	ctx := t.Context()
+	se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "batch", Alias: "both"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := []storage.Ref{{Namespace: "ns", ID: se.ID}, {Namespace: "ns", Alias: "both"}}
+	release := postgres.HoldAppends(t, d)
+	revs := make(chan uint64, len(refs))
+	for i, ref := range refs {
+		go func() {
+			res, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{userMsg(fmt.Sprint("m", i))}})
+			if err != nil {
+				t.Errorf("Append: %v", err)
+			}
+			revs <- res.Revision
+		}()
+	}
+	release(len(refs))
+	if a, b := <-revs, <-revs; a+b != 2+3 || a == b {
+		t.Errorf("revisions %d and %d; want 2 and 3", a, b)
+	}
+	got, msgs, err := s.Load(ctx, refs[0], storage.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Revision != 3 || len(msgs) != 2 {
+		t.Errorf("revision %d with %d messages; want 3 with 2", got.Revision, len(msgs))
+	}
 }

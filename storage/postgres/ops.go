@@ -852,15 +852,15 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 	if err != nil || len(ids) == 0 {
 		return res, false, err
 	}
-	q, ref := appendFastByID, req.Ref.ID
+	ref, byID := req.Ref.ID, true
 	if ref == "" {
-		q, ref = appendFastByAlias, req.Ref.Alias
+		ref, byID = req.Ref.Alias, false
 	}
 	n := int64(len(ids))
 	m, err := s.runFast(&fastAppend{
-		ctx: ctx, q: q, key: req.Ref.Namespace + "\x00" + ref, next: make(chan []*fastAppend, 1),
-		args: []any{req.Ref.Namespace, ref, int64(req.ExpectedRevision), n, time.Now().UnixNano(), msgs.SentIDs(),
-			ids, bodies, int16(storage.EventAppended), int64(historyEvents), storage.CanTitle(msgs.Prepared)},
+		ctx: ctx, ns: req.Ref.Namespace, ref: ref, byID: byID, key: req.Ref.Namespace + "\x00" + ref,
+		expected: int64(req.ExpectedRevision), nowNS: time.Now().UnixNano(), sent: msgs.SentIDs(),
+		msgIDs: ids, bodies: bodies, titles: storage.CanTitle(msgs.Prepared), next: make(chan []*fastAppend, 1),
 	})
 	if m == nil || err != nil {
 		return res, false, err

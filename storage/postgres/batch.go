@@ -1,0 +1,184 @@
+package postgres
+
+import (
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sessiond/sessiond/storage"
+)
+
+// appendBatchSQL writes a group commit's appends in one statement, each
+// under appendFastSQL's rules, from arrays with one entry per append
+// ($1-$8: its ordinal in the batch, namespace, id or alias (the other
+// NULL), expected revision, its number of messages, now, whether it would title
+// an untitled session), one per id the client set ($9-$10: the append's
+// ordinal, the id), and one per message ($11-$14: the append's ordinal,
+// the message's ordinal in its append, its id and encoding); $15 is the
+// append event type, $16 the history kept. It returns one row per append
+// it wrote, named by its ordinal; an append without a row is not plainly
+// new (or names no session) and takes the general path.
+//
+// Each session may appear once: an UPDATE changes a row once per
+// statement, so a second append to a session waits for the batch's next
+// round (rounds); of two appends naming one session by id and by alias,
+// which rounds cannot tell apart, one is written and the other takes the
+// general path. The sessions are locked first, by lockBatchSQL, so
+// that this statement's snapshot already holds every append committed
+// before the lock was granted: its ids check is then exact.
+const appendBatchSQL = `WITH a AS (
+	SELECT a.*, ARRAY(SELECT sent.mid FROM unnest($9::int[], $10::text[]) AS sent(ord, mid) WHERE sent.ord = a.ord) AS sent
+	FROM unnest($1::int[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[])
+		AS a(ord, ref_ns, ref_id, ref_alias, expected, n, now_ns, titles)
+), r AS (
+	SELECT a.*, x.id AS session_id FROM a JOIN sessions x ON x.namespace = a.ref_ns AND x.id = a.ref_id
+	UNION ALL
+	SELECT a.*, x.id FROM a JOIN sessions x ON x.namespace = a.ref_ns AND x.alias = a.ref_alias
+), s AS (
+	UPDATE sessions SET revision = revision + 1, message_count = message_count + r.n,
+		updated_ns = CASE WHEN r.now_ns > updated_ns THEN r.now_ns ELSE updated_ns + 1000 END
+	FROM r
+	WHERE sessions.id = r.session_id AND (r.expected = 0 OR sessions.revision = r.expected)
+		AND sessions.open_message_id IS NULL
+		AND NOT (r.titles AND get_byte(sessions.meta, 1) = 0)
+		AND NOT EXISTS (SELECT 1 FROM unnest(r.sent) AS sent(mid) JOIN messages m ON m.session_id = sessions.id AND m.msg_id = sent.mid)
+	RETURNING r.ord, r.n, sessions.id, sessions.namespace, sessions.alias, sessions.created_ns, sessions.updated_ns,
+		sessions.revision, sessions.message_count, sessions.meta, sessions.tally, sessions.expire_after_ns
+), m AS (
+	INSERT INTO messages (session_id, pos, msg_id, body)
+	SELECT s.id, s.message_count - s.n + t.i - 1, t.mid, t.body
+	FROM s JOIN unnest($11::int[], $12::bigint[], $13::text[], $14::bytea[]) AS t(ord, i, mid, body) ON t.ord = s.ord
+), e AS (
+	INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
+		tally, expire_after_ns)
+	SELECT id, revision, $15, message_count - n, n, namespace, alias, created_ns, updated_ns, message_count, meta,
+		tally, expire_after_ns FROM s
+), d AS (
+	DELETE FROM events WHERE (session_id, revision) IN (SELECT id, revision - $16 FROM s)
+)
+SELECT ord, id::text, revision, message_count FROM s`
+
+// lockBatchSQL locks the sessions a batch names ($1 namespaces, $2 ids,
+// $3 aliases, as appendBatchSQL's $2-$4) in the order of their ids, so
+// that two replicas' batches on the same sessions wait for each other
+// instead of deadlocking, whatever refs they name them by.
+const lockBatchSQL = `SELECT x.id FROM sessions x WHERE x.id IN (
+	SELECT y.id FROM unnest($1::text[], $2::uuid[]) AS a(ref_ns, ref_id) JOIN sessions y ON y.namespace = a.ref_ns AND y.id = a.ref_id
+	UNION ALL
+	SELECT y.id FROM unnest($1::text[], $3::text[]) AS a(ref_ns, ref_alias) JOIN sessions y ON y.namespace = a.ref_ns AND y.alias = a.ref_alias)
+	ORDER BY x.id FOR UPDATE OF x`
+
+// batchArgs are appendBatchSQL's arrays.
+type batchArgs struct {
+	ord                []int32
+	ns                 []string
+	ids, aliases       []*string
+	expected, n, nowNS []int64
+	titles             []bool
+	sentOrd            []int32
+	sent               []string
+	msgOrd             []int32
+	msgIndex           []int64
+	msgIDs             []string
+	bodies             [][]byte
+}
+
+// add appends a, the batch's ord-th, to the arrays.
+func (b *batchArgs) add(ord int32, a *fastAppend) {
+	b.ord = append(b.ord, ord)
+	b.addRef(a)
+	b.expected = append(b.expected, a.expected)
+	b.n = append(b.n, int64(len(a.msgIDs)))
+	b.nowNS = append(b.nowNS, a.nowNS)
+	b.titles = append(b.titles, a.titles)
+	for _, id := range a.sent {
+		b.sentOrd, b.sent = append(b.sentOrd, ord), append(b.sent, id)
+	}
+	for i, id := range a.msgIDs {
+		b.msgOrd, b.msgIndex = append(b.msgOrd, ord), append(b.msgIndex, int64(i+1))
+		b.msgIDs, b.bodies = append(b.msgIDs, id), append(b.bodies, a.bodies[i])
+	}
+}
+
+// addRef appends a's ref alone, as lockBatchSQL takes it.
+func (b *batchArgs) addRef(a *fastAppend) {
+	b.ns = append(b.ns, a.ns)
+	if a.byID {
+		b.ids, b.aliases = append(b.ids, &a.ref), append(b.aliases, nil)
+	} else {
+		b.ids, b.aliases = append(b.ids, nil), append(b.aliases, &a.ref)
+	}
+}
+
+func (b *batchArgs) args() []any {
+	return []any{b.ord, b.ns, b.ids, b.aliases, b.expected, b.n, b.nowNS, b.titles,
+		b.sentOrd, b.sent, b.msgOrd, b.msgIndex, b.msgIDs, b.bodies, int16(storage.EventAppended), int64(historyEvents)}
+}
+
+// rounds splits batch into rounds in which each ref appears once, keeping
+// arrival order: a second append to a session is written by the next
+// round, whose statement sees the first's rows. Appends to distinct
+// sessions, however many, make one round.
+func rounds(batch []*fastAppend) [][]*fastAppend {
+	var out [][]*fastAppend
+	seen := map[string]int{} // ref key: rounds holding it
+	for _, a := range batch {
+		i := seen[a.key]
+		seen[a.key] = i + 1
+		if i == len(out) {
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], a)
+	}
+	return out
+}
+
+// queueBatch queues the statements that write batch on b: the lock, then
+// one appendBatchSQL per round.
+func queueBatch(b *pgx.Batch, batch []*fastAppend) [][]*fastAppend {
+	var lock batchArgs
+	for _, a := range batch {
+		lock.addRef(a)
+	}
+	b.Queue(lockBatchSQL, lock.ns, lock.ids, lock.aliases)
+	rs := rounds(batch)
+	for _, r := range rs {
+		var args batchArgs
+		for i, a := range r {
+			args.add(int32(i), a)
+		}
+		b.Queue(appendBatchSQL, args.args()...)
+	}
+	return rs
+}
+
+// readBatch reads the results queueBatch's statements answered.
+func readBatch(br pgx.BatchResults, rs [][]*fastAppend) error {
+	if _, err := br.Exec(); err != nil { // the lock
+		return err
+	}
+	for _, r := range rs {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		var (
+			ord  int32
+			done appended
+			rev  int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&ord, &done.id, &rev, &done.res.MessageCount}, func() error {
+			if ord < 0 || int(ord) >= len(r) {
+				return errors.New("postgres: the batch statement answered an append it was not given")
+			}
+			m := done
+			m.res.Revision = uint64(rev)
+			r[ord].done = &m
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
