@@ -7,6 +7,8 @@
 #                                   free 127.0.0.1 port, create the database
 #                                   "sessiond", and print its DSN on stdout
 #   scripts/postgres.sh stop DIR    stop that server and remove DIR
+#   scripts/postgres.sh restart DIR fast|immediate
+#                                   restart it with that shutdown mode
 #
 # The server listens on 127.0.0.1 only, trusts local connections (it is a
 # private test server: never point it at real data) and keeps the settings
@@ -89,8 +91,19 @@ stop() {
 	rm -rf "$dir"
 }
 
+# restart DIR MODE restarts the server in DIR with pg_ctl's shutdown mode
+# MODE (fast: clients are cut and the server shuts down cleanly; immediate:
+# it stops as in a crash and recovers from its WAL), on the same port.
+restart() {
+	local dir=$1 mode=$2 bin
+	bin=$(pg_bindir) || die "PostgreSQL is not installed"
+	as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -m "$mode" -w -t 60 restart >&2 ||
+		{ cat "$dir/postgres.log" >&2; die "pg_ctl restart -m $mode failed"; }
+}
+
 case "${1:-}" in
 start) [[ $# -eq 2 ]] || die "usage: $0 start DIR"; start "$2" ;;
 stop) [[ $# -eq 2 ]] || die "usage: $0 stop DIR"; stop "$2" ;;
-*) die "usage: $0 start DIR | stop DIR" ;;
+restart) [[ $# -eq 3 ]] || die "usage: $0 restart DIR fast|immediate"; restart "$2" "$3" ;;
+*) die "usage: $0 start DIR | stop DIR | restart DIR fast|immediate" ;;
 esac
