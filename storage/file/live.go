@@ -82,26 +82,9 @@ func (s *Store) FinishMessage(ctx context.Context, req storage.FinishRequest, li
 // Streaming yields the sessions with an open message last changed before
 // idleBefore, from the in-memory index (no file is read).
 func (s *Store) Streaming(ctx context.Context, idleBefore time.Time, yield func(*storage.Session) error) error {
-	var found []*storage.Session
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return fmt.Errorf("file: %w", storage.ErrClosed)
-	}
-	for _, n := range s.ns {
-		for _, e := range n.list {
-			if e.meta.OpenMessageID != "" && e.meta.UpdatedAt.Before(idleBefore) {
-				found = append(found, e.meta)
-			}
-		}
-	}
-	s.mu.RUnlock()
-	for _, m := range found {
-		if err := yield(cloneMeta(m)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.scanIndex(0, func(m *storage.Session) bool {
+		return m.OpenMessageID != "" && m.UpdatedAt.Before(idleBefore)
+	}, yield)
 }
 
 // stored finds a message of e (whose view is v) by id, for the rules.

@@ -433,6 +433,13 @@ func (s *Store) walkList(ctx context.Context, opts *storage.ListOptions, each fu
 // in-memory index (no file is read): a walk of every session's metadata,
 // which the sweeper's interval keeps rare.
 func (s *Store) Expired(ctx context.Context, opts storage.ExpiredOptions, yield func(*storage.Session) error) error {
+	return s.scanIndex(opts.Limit, opts.Expires, yield)
+}
+
+// scanIndex yields copies of the sessions of the in-memory index that match
+// (at most limit of them, 0 for all), collected under the read lock and
+// yielded after it. No file is read.
+func (s *Store) scanIndex(limit int64, match func(*storage.Session) bool, yield func(*storage.Session) error) error {
 	var found []*storage.Session
 	s.mu.RLock()
 	if s.closed {
@@ -441,10 +448,10 @@ func (s *Store) Expired(ctx context.Context, opts storage.ExpiredOptions, yield 
 	}
 	for _, n := range s.ns {
 		for _, e := range n.list {
-			if opts.Limit > 0 && int64(len(found)) >= opts.Limit {
+			if limit > 0 && int64(len(found)) >= limit {
 				break
 			}
-			if opts.Expires(e.meta) {
+			if match(e.meta) {
 				found = append(found, e.meta)
 			}
 		}
