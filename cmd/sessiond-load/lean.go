@@ -173,27 +173,8 @@ func (l *leanConn) call(m proto.Message) error {
 	if err := l.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: l.stream, BlockFragment: l.hbuf.Bytes(), EndHeaders: true}); err != nil {
 		return err
 	}
-	for data := l.req; ; {
-		n := min(int64(len(data)), int64(l.maxFrame), l.connWin, l.strWin)
-		if n <= 0 && len(data) > 0 {
-			// Out of window: send what is buffered and wait for the
-			// server's WINDOW_UPDATE.
-			if err := l.bw.Flush(); err != nil {
-				return err
-			}
-			if _, err := l.readFrame(); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := l.fr.WriteData(l.stream, int(n) == len(data), data[:n]); err != nil {
-			return err
-		}
-		l.connWin -= n
-		l.strWin -= n
-		if data = data[n:]; len(data) == 0 {
-			break
-		}
+	if err := l.writeData(l.req, true); err != nil {
+		return err
 	}
 	if err := l.bw.Flush(); err != nil {
 		return err
