@@ -123,3 +123,6 @@ func HoldWatcher(d *Store) (release func()) {
 	d.w.mu.Lock()
 	return d.w.mu.Unlock
 }
+
+// StatsQuery is the query Stats sizes the tables with.
+const StatsQuery = statsQuery
