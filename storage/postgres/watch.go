@@ -211,18 +211,42 @@ func readEvents(ctx context.Context, q querier, id string, from uint64, fromCoun
 	if err != nil {
 		return nil, err
 	}
-	lowest := fromCount
+	lowest, err := countAt(ctx, q, id, from, fromCount, rowEvents)
+	if err != nil {
+		return nil, err
+	}
 	for _, ev := range rowEvents {
-		if lowest < 0 || ev.Session.MessageCount < lowest {
-			lowest = ev.Session.MessageCount
+		if ev.Revision > from {
+			lowest = min(lowest, ev.Session.MessageCount)
 		}
 	}
-	lowest = max(lowest, 0)
 	derived, err := readAppends(ctx, q, id, from, lowest, upper)
 	if err != nil {
 		return nil, err
 	}
 	return mergeEvents(id, from, rowEvents, derived)
+}
+
+// countAt returns a lower bound of session id's message count at
+// revision from: fromCount when known, else one past the last message
+// an append up to from wrote without a row (the plain appends after from
+// come after it), looked for from the end down to the count of the
+// newest row at or before from (rowEvents' first), where the count can
+// only have grown since.
+func countAt(ctx context.Context, q querier, id string, from uint64, fromCount int64, rowEvents []storage.Event) (int64, error) {
+	if fromCount >= 0 {
+		return fromCount, nil
+	}
+	var base int64
+	if len(rowEvents) > 0 && rowEvents[0].Revision <= from {
+		base = rowEvents[0].Session.MessageCount
+	}
+	rows, err := q.Query(ctx, `SELECT coalesce((SELECT pos + 1 FROM messages
+		WHERE session_id = $1 AND pos >= $2 AND revision <= $3 ORDER BY pos DESC LIMIT 1), $2)`, id, base, int64(from))
+	if err != nil {
+		return 0, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
 }
 
 // readAppends reads the messages of session id from position lowest on
