@@ -20,7 +20,7 @@ import (
 // sees every revision, in order, with no reset, however far the
 // PostgreSQL watch history (64 revisions, a tenth of a second of this
 // load) falls behind it. It runs 8 s; SESSIOND_FOLLOW_SECONDS runs it
-// longer and requires the rate (30 s is the figure).
+// longer (30 s at 500/s is the target) and then requires the rate.
 func TestPostgresWatchFollowsFastWriter(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	run := 8 * time.Second
