@@ -4,8 +4,6 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/sessiond/sessiond/storage"
 )
 
 // appendBatchSQL writes a group commit's appends in one statement, each
@@ -14,8 +12,9 @@ import (
 // NULL), expected revision, its number of messages, now, whether it would title
 // an untitled session), one per id the client set ($9-$10: the append's
 // ordinal, the id), and one per message ($11-$14: the append's ordinal,
-// the message's ordinal in its append, its id and encoding); $15 is the
-// append event type, $16 the history kept. It returns one row per append
+// the message's ordinal in its append, its id and encoding). Each message
+// carries its append's revision and updated_ns, the append's event for
+// watchers, as appendFastSQL's do. It returns one row per append
 // it wrote, named by its ordinal; an append without a row is not plainly
 // new (or names no session) and takes the general path.
 //
@@ -42,19 +41,11 @@ const appendBatchSQL = `WITH a AS (
 		AND sessions.open_message_id IS NULL
 		AND NOT (r.titles AND get_byte(sessions.meta, 1) = 0)
 		AND NOT EXISTS (SELECT 1 FROM unnest(r.sent) AS sent(mid) JOIN messages m ON m.session_id = sessions.id AND m.msg_id = sent.mid)
-	RETURNING r.ord, r.n, sessions.id, sessions.namespace, sessions.alias, sessions.created_ns, sessions.updated_ns,
-		sessions.revision, sessions.message_count, sessions.meta, sessions.tally, sessions.expire_after_ns
+	RETURNING r.ord, r.n, sessions.id, sessions.updated_ns, sessions.revision, sessions.message_count
 ), m AS (
-	INSERT INTO messages (session_id, pos, msg_id, body)
-	SELECT s.id, s.message_count - s.n + t.i - 1, t.mid, t.body
+	INSERT INTO messages (session_id, pos, msg_id, body, revision, updated_ns)
+	SELECT s.id, s.message_count - s.n + t.i - 1, t.mid, t.body, s.revision, s.updated_ns
 	FROM s JOIN unnest($11::int[], $12::bigint[], $13::text[], $14::bytea[]) AS t(ord, i, mid, body) ON t.ord = s.ord
-), e AS (
-	INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
-		tally, expire_after_ns)
-	SELECT id, revision, $15, message_count - n, n, namespace, alias, created_ns, updated_ns, message_count, meta,
-		tally, expire_after_ns FROM s
-), d AS (
-	DELETE FROM events WHERE (session_id, revision) IN (SELECT id, revision - $16 FROM s)
 )
 SELECT ord, id::text, revision, message_count FROM s`
 
@@ -112,7 +103,7 @@ func (b *batchArgs) addRef(a *fastAppend) {
 
 func (b *batchArgs) args() []any {
 	return []any{b.ord, b.ns, b.ids, b.aliases, b.expected, b.n, b.nowNS, b.titles,
-		b.sentOrd, b.sent, b.msgOrd, b.msgIndex, b.msgIDs, b.bodies, int16(storage.EventAppended), int64(historyEvents)}
+		b.sentOrd, b.sent, b.msgOrd, b.msgIndex, b.msgIDs, b.bodies}
 }
 
 // rounds splits batch into rounds in which each ref appears once, keeping

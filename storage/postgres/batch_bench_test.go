@@ -12,7 +12,8 @@ import (
 )
 
 // BenchmarkGroupCommitBatch writes batches of 32 appends, each of one
-// 1 KiB message to a session of its own: the time per batch. Commits do
+// 1 KiB message to a session of its own: the time per batch, and the WAL
+// PostgreSQL wrote per append (the search indexer's included). Commits do
 // not wait for the WAL flush (synchronous_commit off), which is one per
 // batch however it is written, so that the time is the statements'.
 func BenchmarkGroupCommitBatch(b *testing.B) {
@@ -35,6 +36,11 @@ func BenchmarkGroupCommitBatch(b *testing.B) {
 	}
 	content := string(make([]byte, 1024))
 	errs := make(chan error, size)
+	conn := connect(b, dsn)
+	var start string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&start); err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	for n := range b.N {
 		b.StopTimer() // time the batch's write, not the appends queueing
@@ -55,4 +61,10 @@ func BenchmarkGroupCommitBatch(b *testing.B) {
 			}
 		}
 	}
+	b.StopTimer()
+	var wal float64
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn() - $1::pg_lsn`, start).Scan(&wal); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(wal/float64(b.N*size), "WAL-bytes/append")
 }

@@ -60,15 +60,21 @@
 //     that have one, for the idle sweeper). The open message is a messages
 //     row that each delta and the finish rewrite in place under the
 //     session's row lock (live.go); it is indexed for search once closed.
-//   - events: the last storage.WatchHistory events of each session, with
-//     the session's state after the change in the sessions row's columns.
-//     An append's event names its messages by position rather than copying
-//     them (a copy would double an append's WAL); a save or rewind, which
-//     rewrites positions, first copies into its messages column the
-//     messages of every kept append event it would overwrite, so a replay
-//     from history delivers what each append added. A delta's event keeps
-//     the delta as applied (delta), a finish's the closed message
-//     (messages).
+//   - events: the events of each session's last storage.WatchHistory
+//     revisions (and the newest row before them), with the session's state
+//     after the change in the sessions row's columns. Since schema version
+//     9 an append that changes only the revision, the message count and
+//     updated_ns (the one-statement append) writes no row: its messages
+//     carry the revision and updated_ns (messages.revision, NULL for every
+//     other message), and its event is read from them, with the rest of the
+//     session taken from the newest row before it. An append's row names
+//     its messages by position rather than copying them (a copy would
+//     double an append's WAL); a save or rewind, which rewrites positions,
+//     first copies into its messages column the messages of every kept
+//     append row it would overwrite, and writes a row, with its messages,
+//     for every append in the history that wrote none, so a replay from
+//     history delivers what each append added. A delta's row keeps the
+//     delta as applied (delta), a finish's the closed message (messages).
 //
 // # Concurrency
 //
@@ -125,14 +131,19 @@
 //
 // # Watch
 //
-// A write adds its event to the events table in its transaction and,
-// once committed, sends pg_notify (outside the write's transaction, which
-// would otherwise hold PostgreSQL's global notify lock through its commit). Each Store keeps one LISTEN connection while anything is
-// watched; a notification (or a poll every Options.PollInterval, or a
-// reconnect) makes it read the watched sessions' events after the last one
-// it delivered, so watchers on every replica see every change in order
-// without gaps, and a lost notification only delays them. A from_revision
-// older than the kept history, or a gap after trimming, is ErrWatchReset.
+// A write records its event in its transaction (an events row, or on the
+// messages of a one-statement append) and, once committed, sends
+// pg_notify with the session's id and new revision (outside the write's
+// transaction, which would otherwise hold PostgreSQL's global notify lock
+// through its commit). Each Store keeps one LISTEN connection while
+// anything is watched; a notification of a revision it has not delivered
+// (or a poll every Options.PollInterval, or a reconnect) makes it read the
+// watched sessions' events after the last one it delivered, so watchers on
+// every replica see every change in order without gaps, and a lost
+// notification only delays them. A watcher behind by any number of plain
+// appends catches up from the messages; a from_revision older than
+// storage.WatchHistory revisions, or a gap (history trimmed, or a rewrite
+// of appends no longer in it), is ErrWatchReset.
 //
 // # Errors
 //

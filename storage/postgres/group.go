@@ -11,8 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/sessiond/sessiond/storage"
 )
 
 // Group commit: the one-statement appends (appendFastSQL) that arrive while
@@ -234,7 +232,7 @@ func (s *Store) writeOne(a *fastAppend) {
 		q = appendFastByID
 	}
 	a.done, a.err = fastResult(scanAppended(s.pool.QueryRow(a.ctx, q, a.ns, a.ref, a.expected, int64(len(a.msgIDs)), a.nowNS,
-		a.sent, a.msgIDs, a.bodies, int16(storage.EventAppended), int64(historyEvents), a.titles)))
+		a.sent, a.msgIDs, a.bodies, a.titles)))
 }
 
 // fastResult is the outcome of one appendFastSQL row: no row, or a unique

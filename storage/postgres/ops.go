@@ -103,7 +103,13 @@ func getSession(ctx context.Context, q pgx.Tx, ref storage.Ref, lock string) (*s
 // wrote, to wake their watchers once it has committed.
 type wtx struct {
 	pgx.Tx
-	changed []string
+	changed []changed
+}
+
+// changed names a session a write changed and its revision after it.
+type changed struct {
+	id  string
+	rev uint64
 }
 
 // withTx runs fn in a read-committed transaction and commits it, then
@@ -117,8 +123,8 @@ func (s *Store) withTx(ctx context.Context, fn func(tx *wtx) error) error {
 			return fn(w)
 		})
 		if err == nil {
-			for _, id := range w.changed {
-				s.wake(id)
+			for _, c := range w.changed {
+				s.wake(c.id, c.rev)
 			}
 		}
 		return err
@@ -142,8 +148,8 @@ func (s *Store) onConn(ctx context.Context, fn func(conn *pgxpool.Conn, w *wtx) 
 		}
 		return err
 	}
-	for _, id := range w.changed {
-		s.wake(id)
+	for _, c := range w.changed {
+		s.wake(c.id, c.rev)
 	}
 	return nil
 }
@@ -390,9 +396,23 @@ func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session
 
 // queueEventRow is queueEvent for any event: delta is a delta event's
 // delta as applied (encoded), messages a finish event's closed message.
+//
+// The trim keeps the newest row at or before the start of the history
+// (the last historyEvents revisions): the appends after it that wrote no
+// row take their session from it (readEvents).
 func queueEventRow(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, count int, delta []byte, messages [][]byte) error {
-	// Not sessionRow: an event needs no label pairs or search text, and
-	// this runs on every append.
+	if err := queueInsertEvent(b, typ, m, count, delta, messages); err != nil {
+		return err
+	}
+	b.Queue(`DELETE FROM events WHERE session_id = $1
+		AND revision < (SELECT max(revision) FROM events WHERE session_id = $1 AND revision <= $2)`, m.ID, int64(m.Revision)-historyEvents)
+	tx.changed = append(tx.changed, changed{m.ID, m.Revision})
+	return nil
+}
+
+// queueInsertEvent queues the insert of m's events row.
+func queueInsertEvent(b *pgx.Batch, typ storage.EventType, m *storage.Session, count int, delta []byte, messages [][]byte) error {
+	// Not sessionRow: an event needs no label pairs or search text.
 	meta, err := encodeMeta(m)
 	if err != nil {
 		return err
@@ -407,8 +427,6 @@ func queueEventRow(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Sess
 		m.ID, int64(m.Revision), int16(typ), m.MessageCount-int64(count), count,
 		m.Namespace, aliasCol(m), m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta, tally, int64(m.ExpireAfter),
 		openCol(m), delta, messages)
-	b.Queue(`DELETE FROM events WHERE session_id = $1 AND revision <= $2`, m.ID, int64(m.Revision)-historyEvents)
-	tx.changed = append(tx.changed, m.ID)
 	return nil
 }
 
@@ -450,15 +468,38 @@ func dropSearch(ctx context.Context, tx pgx.Tx, id string, keep int64) error {
 const eventBodies = `coalesce(e.messages, ARRAY(SELECT m.body FROM messages m
 	WHERE m.session_id = e.session_id AND m.pos >= e.first_pos AND m.pos < e.first_pos + e.count ORDER BY m.pos))`
 
-// keepEventMessages copies into their events the messages of session id's
-// kept append events that a save or rewind keeping only its first keep
+// keepEventMessages keeps the appends in session id's history (up to its
+// current revision rev) that a save or rewind keeping only its first keep
 // messages is about to delete or overwrite, so that history replay still
-// delivers what each append added. The session's row lock is held.
-func keepEventMessages(ctx context.Context, tx pgx.Tx, id string, keep int64) error {
-	_, err := tx.Exec(ctx, `UPDATE events e SET messages = `+eventBodies+`
+// delivers what each append added: an append event row gets its messages
+// copied into it, an append that wrote no row gets one, with its messages.
+// An older append that wrote no row and loses some of its messages loses
+// its revision on those it keeps: a watcher that still needs it finds the
+// gap and is reset, rather than given part of it. The session's row lock
+// is held.
+func keepEventMessages(ctx context.Context, tx pgx.Tx, id string, keep int64, rev uint64) error {
+	from := uint64(0)
+	if rev > historyEvents {
+		from = rev - historyEvents
+	}
+	evs, err := readEvents(ctx, tx, id, from, -1, rev)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	for _, ev := range evs {
+		if ev.derived && ev.first+int64(len(ev.bodies)) > keep {
+			if err := queueInsertEvent(b, storage.EventAppended, ev.Session, len(ev.bodies), nil, ev.bodies); err != nil {
+				return err
+			}
+		}
+	}
+	b.Queue(`UPDATE events e SET messages = `+eventBodies+`
 		WHERE e.session_id = $1 AND e.type = $2 AND e.messages IS NULL AND e.first_pos + e.count > $3`,
 		id, int16(storage.EventAppended), keep)
-	return err
+	b.Queue(`UPDATE messages SET revision = NULL, updated_ns = NULL WHERE session_id = $1 AND pos < $2
+		AND revision = (SELECT revision FROM messages WHERE session_id = $1 AND pos = $2)`, id, keep)
+	return tx.SendBatch(ctx, b).Close()
 }
 
 // storedAt returns a StoredAtFunc over session id's messages, read at the
@@ -711,7 +752,7 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 			m := clone(cur)
 			m.Title, m.TitleDerived, m.Summary, m.Metadata, m.Tally = req.Title, req.TitleDerived, req.Summary, maps.Clone(req.Metadata), msgs.Tally
 			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(msgs.Prepared)), m.Revision+1, now(cur.UpdatedAt)
-			if err := keepEventMessages(ctx, tx, m.ID, 0); err != nil {
+			if err := keepEventMessages(ctx, tx, m.ID, 0, cur.Revision); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, m.ID); err != nil {
@@ -790,23 +831,17 @@ func opens(msgs []*sessiondv1.Message) bool {
 // appendFastSQL appends in one statement when the append is plainly new:
 // it updates the session's row (which locks it) only if expected_revision
 // is absent or current, no message of the session is open and none of the
-// batch's ids is stored, and then
-// inserts the messages at the positions after the row's count, the event
-// and the trim of history from the row it updated. Arguments: $1 namespace,
-// $2 id or alias, $3 expected revision (0: any), $4 the batch's size, $5
-// now (Unix ns), $6 the ids the client set, $7-$8 the messages' ids and
-// encodings, $9 the append event type, $10 the history kept
-// (historyEvents), $11 whether the batch would title an untitled
-// session (storage.CanTitle; the general path then derives the title,
-// since the row's meta says the title is empty when its second byte,
-// the title's length, is 0). It returns the session's id, new revision and
-// message count, all an append answers (scanAppended); no row: the append
-// is not plainly new (or the session does not exist).
-//
-// The trim deletes the one event that falls out of the history: every
-// write trims what is older than its history, and an append adds one
-// revision. (A range, revision <= ..., would walk the dead index entries of
-// every event trimmed since the last vacuum, at each append.)
+// batch's ids is stored, and then inserts the messages at the positions
+// after the row's count, each with the new revision and updated_ns: the
+// append's event for watchers (no events row; see watch.go). Arguments: $1
+// namespace, $2 id or alias, $3 expected revision (0: any), $4 the batch's
+// size, $5 now (Unix ns), $6 the ids the client set, $7-$8 the messages'
+// ids and encodings, $9 whether the batch would title an untitled session
+// (storage.CanTitle; the general path then derives the title, since the
+// row's meta says the title is empty when its second byte, the title's
+// length, is 0). It returns the session's id, new revision and message
+// count, all an append answers (scanAppended); no row: the append is not
+// plainly new (or the session does not exist).
 //
 // The updated_ns rule is now's: the time given, or 1µs after the stored
 // one when that is not earlier. A concurrent append committed while this
@@ -819,20 +854,13 @@ const appendFastSQL = `WITH s AS (
 	UPDATE sessions SET revision = revision + 1, message_count = message_count + $4,
 		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END
 	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint) AND open_message_id IS NULL
-		AND NOT ($11::boolean AND get_byte(meta, 1) = 0)
+		AND NOT ($9::boolean AND get_byte(meta, 1) = 0)
 		AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = ANY($6::text[]))
-	RETURNING id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns
+	RETURNING id, updated_ns, revision, message_count
 ), m AS (
-	INSERT INTO messages (session_id, pos, msg_id, body)
-	SELECT s.id, s.message_count - $4 + t.ord - 1, t.mid, t.body
+	INSERT INTO messages (session_id, pos, msg_id, body, revision, updated_ns)
+	SELECT s.id, s.message_count - $4 + t.ord - 1, t.mid, t.body, s.revision, s.updated_ns
 	FROM s, unnest($7::text[], $8::bytea[]) WITH ORDINALITY AS t(mid, body, ord)
-), e AS (
-	INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
-		tally, expire_after_ns)
-	SELECT id, revision, $9, message_count - $4, $4, namespace, alias, created_ns, updated_ns, message_count, meta,
-		tally, expire_after_ns FROM s
-), d AS (
-	DELETE FROM events WHERE session_id = (SELECT id FROM s) AND revision = (SELECT revision FROM s) - $10
 )
 SELECT id::text, revision, message_count FROM s`
 
@@ -865,7 +893,7 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 	if m == nil || err != nil {
 		return res, false, err
 	}
-	s.wake(m.id)
+	s.wake(m.id, uint64(m.res.Revision))
 	m.res.Appended = n
 	return m.res, true, nil
 }
@@ -1098,7 +1126,7 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		if err := storage.CheckRevision(cur.ID, req.ExpectedRevision, cur.Revision); err != nil {
 			return err
 		}
-		if err := keepEventMessages(ctx, tx, cur.ID, req.MessageCount); err != nil {
+		if err := keepEventMessages(ctx, tx, cur.ID, req.MessageCount, cur.Revision); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1 AND pos >= $2`, cur.ID, req.MessageCount); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,7 +63,7 @@ type Store struct {
 
 	group appendGroup // the one-statement appends' group commit
 
-	wakeCh     chan string   // session ids whose watchers to wake
+	wakeCh     chan changed  // sessions whose watchers to wake
 	stopNotify func()        // ends the notifier
 	notifyDone chan struct{} // closed when the notifier has ended
 
@@ -131,7 +132,7 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, log: log, wakeCh: make(chan string, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{})}
+	s := &Store{pool: pool, log: log, wakeCh: make(chan changed, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{})}
 	s.group.max = groupBatches
 	nctx, stop := context.WithCancel(context.Background())
 	s.stopNotify = stop
@@ -421,10 +422,11 @@ func decodeMeta(b []byte, m *storage.Session) error {
 // are dropped, and watchers catch up at their next poll.
 const wakeBuffer = 4096
 
-// wake asks the notifier to NOTIFY sessionID's watchers on every replica.
-func (s *Store) wake(sessionID string) {
+// wake asks the notifier to NOTIFY the watchers of session id, now at
+// revision rev, on every replica.
+func (s *Store) wake(id string, rev uint64) {
 	select {
-	case s.wakeCh <- sessionID:
+	case s.wakeCh <- changed{id, rev}:
 	default:
 	}
 }
@@ -433,35 +435,50 @@ func (s *Store) wake(sessionID string) {
 // batch in a transaction of its own. A NOTIFY inside a write's transaction
 // would hold PostgreSQL's global notification lock through that commit's
 // WAL flush and so serialise every write of every replica; a transaction
-// holding only NOTIFYs writes no WAL and holds it for a moment. The
-// events table, not the notification, is the truth: a wake-up lost (the
+// holding only NOTIFYs writes no WAL and holds it for a moment. A
+// notification says only which session moved and to which revision
+// (notifyPayload): the rows are the truth, and a wake-up lost (the
 // process killed between the commit and the NOTIFY) only delays watchers
 // until their next poll.
 func (s *Store) notifier(ctx context.Context) {
 	defer close(s.notifyDone)
 	for {
-		var first string
+		var first changed
 		select {
 		case <-ctx.Done():
 			return
 		case first = <-s.wakeCh:
 		}
-		ids := map[string]bool{first: true}
+		revs := map[string]uint64{first.id: first.rev}
 	drain:
-		for len(ids) < 256 {
+		for len(revs) < 256 {
 			select {
-			case id := <-s.wakeCh:
-				ids[id] = true
+			case c := <-s.wakeCh:
+				revs[c.id] = max(revs[c.id], c.rev)
 			default:
 				break drain
 			}
 		}
 		b := &pgx.Batch{}
-		for id := range ids {
-			b.Queue(`SELECT pg_notify('`+notifyChannel+`', $1)`, id)
+		for id, rev := range revs {
+			b.Queue(`SELECT pg_notify('`+notifyChannel+`', $1)`, notifyPayload(id, rev))
 		}
 		if err := s.pool.SendBatch(ctx, b).Close(); err != nil && ctx.Err() == nil {
 			s.log.Debug("postgres: notify failed; watchers catch up at their next poll", zap.String("error", safeText(mapErr(err))))
 		}
 	}
+}
+
+// notifyPayload is a notification's text: the session's id and its
+// revision after the change, space-separated.
+func notifyPayload(id string, rev uint64) string {
+	return id + " " + strconv.FormatUint(rev, 10)
+}
+
+// parsePayload reads notifyPayload's text; rev is 0 when the text holds
+// only an id.
+func parsePayload(p string) (id string, rev uint64) {
+	id, r, _ := strings.Cut(p, " ")
+	rev, _ = strconv.ParseUint(r, 10, 64)
+	return id, rev
 }

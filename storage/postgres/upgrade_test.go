@@ -124,3 +124,52 @@ func nextEvent(t *testing.T, sub *storage.Subscription) storage.Event {
 	}
 	return storage.Event{}
 }
+
+// TestUpgradeKeepsWatchHistory: the events rows a database holds before
+// schema version 9 (which stopped writing one per plain append) still
+// replay after the upgrade, in order with the appends after it that wrote
+// none, each with its session as it was.
+func TestUpgradeKeepsWatchHistory(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	postgres.MigrateTo(t, dsn, lastReleasedSchema)
+	id := seedReleased(t, dsn)
+	postgres.MigrateTo(t, dsn, 8)
+	s := open(t, dsn)
+	ctx := t.Context()
+	ref := storage.Ref{Namespace: "ns", ID: id}
+	add := func(msgID string) {
+		t.Helper()
+		if _, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{{Id: msgID, Role: sessiondv1.Role_ROLE_USER, Content: msgID}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("m2")                                                                                                                // revision 3
+	if _, err := s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateSummary, Summary: "sum"}); err != nil { // 4
+		t.Fatal(err)
+	}
+	add("m3") // 5
+	if n := eventRows(t, dsn, id); n != 3 {
+		t.Errorf("%d events rows, want 3: the released ones and the update's", n)
+	}
+	sub, err := s.Watch(ctx, ref, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for _, want := range []struct {
+		typ     storage.EventType
+		msg     string
+		count   int64
+		summary string
+	}{{storage.EventAppended, "m1", 1, ""}, {storage.EventAppended, "m2", 2, ""}, {storage.EventUpdated, "", 2, "sum"}, {storage.EventAppended, "m3", 3, "sum"}} {
+		ev := nextEvent(t, sub)
+		var got string
+		if len(ev.Messages) == 1 {
+			got = ev.Messages[0].GetId()
+		}
+		if ev.Type != want.typ || got != want.msg || ev.Session.MessageCount != want.count || ev.Session.Summary != want.summary || ev.Session.Title != "old" {
+			t.Fatalf("revision %d: %v with %q, session %+v; want %v with %q, %d messages, summary %q, title old",
+				ev.Revision, ev.Type, got, ev.Session, want.typ, want.msg, want.count, want.summary)
+		}
+	}
+}

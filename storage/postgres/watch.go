@@ -17,12 +17,14 @@ import (
 )
 
 // watcher delivers the events of watched sessions, whichever replica made
-// them. Every write stores its event in the events table and NOTIFYs
-// sessiond_events with the session id, in its transaction. One LISTEN
-// connection per Store wakes the watcher, which reads the events after the
-// last revision it delivered: the rows are the truth, so a notification
-// lost to a dropped connection loses nothing (the watcher re-reads every
-// watched session after reconnecting and every poll interval).
+// them. Every write stores its event, as an events row or (an append that
+// changes only the revision, count and update time) on its messages, and
+// once committed NOTIFYs sessiond_events with the session's id and new
+// revision. One LISTEN connection per Store wakes the watcher, which reads
+// the events after the last revision it delivered: the rows are the truth,
+// so a notification lost to a dropped connection loses nothing (the
+// watcher re-reads every watched session after reconnecting and every
+// poll interval).
 type watcher struct {
 	s      *Store
 	cfg    *pgx.ConnConfig
@@ -34,13 +36,14 @@ type watcher struct {
 	// falls between a new subscriber's replay and its live events.
 	mu      sync.Mutex
 	last    map[string]uint64 // watched session id -> last revision published
+	count   map[string]int64  // watched session id -> its message count at last
 	started bool
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
 func newWatcher(s *Store, cfg *pgx.ConnConfig, poll time.Duration) *watcher {
-	return &watcher{s: s, cfg: cfg, poll: poll, broker: storage.NewBroker(), last: map[string]uint64{}}
+	return &watcher{s: s, cfg: cfg, poll: poll, broker: storage.NewBroker(), last: map[string]uint64{}, count: map[string]int64{}}
 }
 
 // Watch subscribes to a session's changes after fromRevision.
@@ -62,6 +65,7 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 		}
 	}
 	rev, watched := w.last[id]
+	count := w.count[id]
 	if !watched {
 		// Not watched (or no longer: unsubscribed, reset or deleted during
 		// the catch-up, which then needs a fresh read): start from the
@@ -71,7 +75,7 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 				return nil, err
 			}
 		}
-		rev = cur.Revision
+		rev, count = cur.Revision, cur.MessageCount
 	}
 	from := fromRevision
 	if from == 0 {
@@ -80,91 +84,236 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 	if from > rev {
 		return nil, fmt.Errorf("from_revision %d is newer than the session's revision %d: %w", from, rev, storage.ErrWatchReset)
 	}
+	tooOld := fmt.Errorf("from_revision %d is older than the history kept (the last %d revisions): %w", from, historyEvents, storage.ErrWatchReset)
+	if rev-from > historyEvents {
+		return nil, tooOld
+	}
 	var replay []storage.Event
 	if from < rev {
-		if replay, err = s.events(ctx, id, from, rev); err != nil {
+		if replay, err = s.events(ctx, id, from, -1, rev); err != nil {
 			return nil, err
 		}
 		if uint64(len(replay)) != rev-from || replay[0].Revision != from+1 {
-			return nil, fmt.Errorf("from_revision %d is older than the history kept (the last %d revisions): %w", from, historyEvents, storage.ErrWatchReset)
+			return nil, tooOld
 		}
 	}
 	sub, err := w.broker.SubscribeReplay(id, replay)
 	if err != nil {
 		return nil, err
 	}
-	w.last[id] = rev
+	w.last[id], w.count[id] = rev, count
 	if !w.started {
 		w.start()
 	}
 	return sub, nil
 }
 
-// events reads session id's stored events after revision from, up to to
-// (0: all), in order.
-func (s *Store) events(ctx context.Context, id string, from, to uint64) ([]storage.Event, error) {
+// events reads session id's events after revision from, up to to (0:
+// all), in order, in one snapshot. fromCount is the session's message
+// count at revision from (-1: not known). A revision it cannot read (its
+// history trimmed) is missing from the answer: the callers find the gap.
+func (s *Store) events(ctx context.Context, id string, from uint64, fromCount int64, to uint64) ([]storage.Event, error) {
 	var out []storage.Event
-	err := s.withConn(func(q querier) error {
-		upper := int64(to)
-		if to == 0 {
-			upper = 1<<63 - 1
+	err := s.withSnapshot(ctx, func(tx pgx.Tx) error {
+		evs, err := readEvents(ctx, tx, id, from, fromCount, to)
+		for _, ev := range evs {
+			out = append(out, ev.Event)
 		}
-		rows, err := q.Query(ctx, `SELECT e.revision, e.type, e.session, e.count,
-				CASE WHEN e.type = $4 THEN `+eventBodies+` ELSE e.messages END,
-				coalesce(e.namespace, ''), coalesce(e.alias, ''), coalesce(e.created_ns, 0), coalesce(e.updated_ns, 0),
-				coalesce(e.message_count, 0), e.meta, e.tally, e.expire_after_ns, coalesce(e.open_message_id, ''), e.delta
-			FROM events e WHERE e.session_id = $1 AND e.revision > $2 AND e.revision <= $3 ORDER BY e.revision`,
-			id, int64(from), upper, int16(storage.EventAppended))
-		if err != nil {
-			return err
-		}
-		var (
-			rev          int64
-			typ          int16
-			count        int32
-			snap         []byte
-			bodies       [][]byte
-			m            storage.Session
-			created, upd int64
-			meta, tally  []byte
-			expire       int64
-			open         string
-			delta        []byte
-		)
-		_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &count, &bodies, &m.Namespace, &m.Alias, &created, &upd, &m.MessageCount, &meta, &tally, &expire,
-			&open, &delta}, func() error {
-			ev := storage.Event{Type: storage.EventType(typ), Revision: uint64(rev), Session: &storage.Session{}}
-			m.Tally, m.ExpireAfter = storage.Tally{}, time.Duration(expire)
-			if err := decodeTally(tally, &m); err != nil {
-				return fmt.Errorf("postgres: event %d of session %s: tally: %v: %w", rev, id, err, storage.ErrDataLoss)
-			}
-			m.OpenMessageID = open
-			if err := eventSession(ev.Session, id, rev, snap, m, created, upd, meta); err != nil {
-				return fmt.Errorf("postgres: event %d of session %s does not decode: %v: %w", rev, id, err, storage.ErrDataLoss)
-			}
-			if ev.Type == storage.EventAppended {
-				if len(bodies) != int(count) {
-					return fmt.Errorf("postgres: event %d of session %s appended %d messages but %d are stored: %w", rev, id, count, len(bodies), storage.ErrDataLoss)
-				}
-			}
-			switch ev.Type {
-			case storage.EventAppended, storage.EventFinished:
-				var err error
-				if ev.Messages, err = decodeAll(id, bodies); err != nil {
-					return err
-				}
-			case storage.EventDelta:
-				ev.Delta = new(sessiondv1.MessageDelta)
-				if err := proto.Unmarshal(delta, ev.Delta); err != nil {
-					return fmt.Errorf("postgres: the delta of event %d of session %s does not decode: %v: %w", rev, id, err, storage.ErrDataLoss)
-				}
-			}
-			out = append(out, ev)
-			return nil
-		})
 		return err
 	})
 	return out, err
+}
+
+// storedEvent is an event as stored: an events row, or an append read
+// from its messages.
+type storedEvent struct {
+	storage.Event
+	derived bool     // read from its messages, which have no events row
+	first   int64    // derived: the position of its first message
+	bodies  [][]byte // derived: its messages' encodings
+}
+
+// readEvents reads session id's events after revision from, up to to (0:
+// all), in order, as events does, through q (one snapshot, or a write
+// transaction holding the session's row lock).
+//
+// A revision with an events row is read from it. Every other revision is
+// an append that wrote no row (appendFastSQL): its messages carry the
+// revision and updated_ns, and the rest of its session is that of the
+// newest row before it, which an append of that kind leaves unchanged. So
+// the rows are read from the newest one at or before from, and the
+// messages from the lowest position such an append can have written: the
+// message count at from, or after any row in the range (a rewind lowers
+// it; an append only raises it).
+func readEvents(ctx context.Context, q querier, id string, from uint64, fromCount int64, to uint64) ([]storedEvent, error) {
+	upper := int64(to)
+	if to == 0 {
+		upper = 1<<63 - 1
+	}
+	rows, err := q.Query(ctx, `SELECT e.revision, e.type, e.session, e.count,
+			CASE WHEN e.type = $4 AND e.revision > $2 THEN `+eventBodies+` ELSE e.messages END,
+			coalesce(e.namespace, ''), coalesce(e.alias, ''), coalesce(e.created_ns, 0), coalesce(e.updated_ns, 0),
+			coalesce(e.message_count, 0), e.meta, e.tally, e.expire_after_ns, coalesce(e.open_message_id, ''), e.delta
+		FROM events e WHERE e.session_id = $1 AND e.revision <= $3
+			AND e.revision >= coalesce((SELECT max(b.revision) FROM events b WHERE b.session_id = $1 AND b.revision <= $2), 0)
+		ORDER BY e.revision`,
+		id, int64(from), upper, int16(storage.EventAppended))
+	if err != nil {
+		return nil, err
+	}
+	var (
+		rowEvents    []storage.Event
+		rev          int64
+		typ          int16
+		count        int32
+		snap         []byte
+		bodies       [][]byte
+		m            storage.Session
+		created, upd int64
+		meta, tally  []byte
+		expire       int64
+		open         string
+		delta        []byte
+	)
+	_, err = pgx.ForEachRow(rows, []any{&rev, &typ, &snap, &count, &bodies, &m.Namespace, &m.Alias, &created, &upd, &m.MessageCount, &meta, &tally, &expire,
+		&open, &delta}, func() error {
+		ev := storage.Event{Type: storage.EventType(typ), Revision: uint64(rev), Session: &storage.Session{}}
+		m.Tally, m.ExpireAfter = storage.Tally{}, time.Duration(expire)
+		if err := decodeTally(tally, &m); err != nil {
+			return fmt.Errorf("postgres: event %d of session %s: tally: %v: %w", rev, id, err, storage.ErrDataLoss)
+		}
+		m.OpenMessageID = open
+		if err := eventSession(ev.Session, id, rev, snap, m, created, upd, meta); err != nil {
+			return fmt.Errorf("postgres: event %d of session %s does not decode: %v: %w", rev, id, err, storage.ErrDataLoss)
+		}
+		if ev.Revision <= from { // the state the appends after it start from
+			rowEvents = append(rowEvents, ev)
+			return nil
+		}
+		if ev.Type == storage.EventAppended && len(bodies) != int(count) {
+			return fmt.Errorf("postgres: event %d of session %s appended %d messages but %d are stored: %w", rev, id, count, len(bodies), storage.ErrDataLoss)
+		}
+		switch ev.Type {
+		case storage.EventAppended, storage.EventFinished:
+			var err error
+			if ev.Messages, err = decodeAll(id, bodies); err != nil {
+				return err
+			}
+		case storage.EventDelta:
+			ev.Delta = new(sessiondv1.MessageDelta)
+			if err := proto.Unmarshal(delta, ev.Delta); err != nil {
+				return fmt.Errorf("postgres: the delta of event %d of session %s does not decode: %v: %w", rev, id, err, storage.ErrDataLoss)
+			}
+		}
+		rowEvents = append(rowEvents, ev)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	lowest, err := countAt(ctx, q, id, from, fromCount, rowEvents)
+	if err != nil {
+		return nil, err
+	}
+	for _, ev := range rowEvents {
+		if ev.Revision > from {
+			lowest = min(lowest, ev.Session.MessageCount)
+		}
+	}
+	derived, err := readAppends(ctx, q, id, from, lowest, upper)
+	if err != nil {
+		return nil, err
+	}
+	return mergeEvents(id, from, rowEvents, derived)
+}
+
+// countAt returns a lower bound of session id's message count at
+// revision from: fromCount when known, else one past the last message
+// an append up to from wrote without a row (the plain appends after from
+// come after it), looked for from the end down to the count of the
+// newest row at or before from (rowEvents' first), where the count can
+// only have grown since.
+func countAt(ctx context.Context, q querier, id string, from uint64, fromCount int64, rowEvents []storage.Event) (int64, error) {
+	if fromCount >= 0 {
+		return fromCount, nil
+	}
+	var base int64
+	if len(rowEvents) > 0 && rowEvents[0].Revision <= from {
+		base = rowEvents[0].Session.MessageCount
+	}
+	rows, err := q.Query(ctx, `SELECT coalesce((SELECT pos + 1 FROM messages
+		WHERE session_id = $1 AND pos >= $2 AND revision <= $3 ORDER BY pos DESC LIMIT 1), $2)`, id, base, int64(from))
+	if err != nil {
+		return 0, err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+}
+
+// readAppends reads the messages of session id from position lowest on
+// that appends after revision from, up to upper, wrote without an events
+// row: one storedEvent per revision, its Session not yet set.
+func readAppends(ctx context.Context, q querier, id string, from uint64, lowest, upper int64) ([]storedEvent, error) {
+	rows, err := q.Query(ctx, `SELECT pos, revision, updated_ns, body FROM messages
+		WHERE session_id = $1 AND pos >= $2 AND revision > $3 AND revision <= $4 ORDER BY pos`,
+		id, lowest, int64(from), upper)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out           []storedEvent
+		pos, rev, upd int64
+		body          []byte
+	)
+	_, err = pgx.ForEachRow(rows, []any{&pos, &rev, &upd, &body}, func() error {
+		if n := len(out); n > 0 && out[n-1].Revision == uint64(rev) {
+			out[n-1].bodies = append(out[n-1].bodies, body)
+			return nil
+		}
+		out = append(out, storedEvent{
+			Event:   storage.Event{Type: storage.EventAppended, Revision: uint64(rev), Session: &storage.Session{UpdatedAt: time.Unix(0, upd).UTC()}},
+			derived: true, first: pos, bodies: [][]byte{body},
+		})
+		return nil
+	})
+	return out, err
+}
+
+// mergeEvents puts the events rows (the first may be the state at from)
+// and the appends read from messages in revision order, giving each append
+// its session: the newest row's before it, with the append's revision,
+// message count and updated_ns. An append with no row before it (history
+// trimmed) is left out. A revision with both (an append a rewrite copied
+// into a row) is read from its row.
+func mergeEvents(id string, from uint64, rowEvents []storage.Event, derived []storedEvent) ([]storedEvent, error) {
+	out := make([]storedEvent, 0, len(rowEvents)+len(derived))
+	var base *storage.Session
+	i := 0
+	for _, d := range derived {
+		for ; i < len(rowEvents) && rowEvents[i].Revision <= d.Revision; i++ {
+			base = rowEvents[i].Session
+			if rowEvents[i].Revision > from {
+				out = append(out, storedEvent{Event: rowEvents[i]})
+			}
+		}
+		if base == nil || (len(out) > 0 && out[len(out)-1].Revision == d.Revision) {
+			continue
+		}
+		sess := *base
+		sess.ID, sess.Revision, sess.UpdatedAt = id, d.Revision, d.Session.UpdatedAt
+		sess.MessageCount = d.first + int64(len(d.bodies))
+		d.Session = &sess
+		var err error
+		if d.Messages, err = decodeAll(id, d.bodies); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	for ; i < len(rowEvents); i++ {
+		if rowEvents[i].Revision > from {
+			out = append(out, storedEvent{Event: rowEvents[i]})
+		}
+	}
+	return out, nil
 }
 
 // eventSession fills out with an event's session after the change: from
@@ -181,36 +330,48 @@ func eventSession(out *storage.Session, id string, rev int64, snap []byte, cols 
 }
 
 // catchUpLocked publishes session id's events after the last one
-// published. A gap (history trimmed past what the watchers have) resets
-// them; a deletion ends them. w.mu is held.
+// published, a page of at most WatchBuffer revisions at a time (more
+// would overflow every subscriber). A gap (history trimmed past what the
+// watchers have) resets them; a deletion ends them. w.mu is held.
 func (w *watcher) catchUpLocked(ctx context.Context, id string) error {
-	last, ok := w.last[id]
-	if !ok {
-		return nil
-	}
-	if !w.broker.Watched(id) {
-		delete(w.last, id)
-		return nil
-	}
-	evs, err := w.s.events(ctx, id, last, 0)
-	if err != nil {
-		return err
-	}
-	for _, ev := range evs {
-		if ev.Revision != last+1 {
-			w.broker.Reset(id, fmt.Errorf("the watcher missed revisions %d to %d, no longer kept: %w", last+1, ev.Revision-1, storage.ErrWatchReset))
-			delete(w.last, id)
+	for {
+		last, ok := w.last[id]
+		if !ok {
 			return nil
 		}
-		w.broker.Publish(id, ev)
-		last = ev.Revision
-		if ev.Type == storage.EventDeleted {
-			delete(w.last, id)
+		if !w.broker.Watched(id) {
+			w.forget(id)
+			return nil
+		}
+		evs, err := w.s.events(ctx, id, last, w.count[id], last+storage.WatchBuffer)
+		if err != nil {
+			return err
+		}
+		count := w.count[id]
+		for _, ev := range evs {
+			if ev.Revision != last+1 {
+				w.broker.Reset(id, fmt.Errorf("the watcher missed revisions %d to %d, no longer kept: %w", last+1, ev.Revision-1, storage.ErrWatchReset))
+				w.forget(id)
+				return nil
+			}
+			w.broker.Publish(id, ev)
+			last, count = ev.Revision, ev.Session.MessageCount
+			if ev.Type == storage.EventDeleted {
+				w.forget(id)
+				return nil
+			}
+		}
+		w.last[id], w.count[id] = last, count
+		if len(evs) < storage.WatchBuffer {
 			return nil
 		}
 	}
-	w.last[id] = last
-	return nil
+}
+
+// forget stops following session id; w.mu is held.
+func (w *watcher) forget(id string) {
+	delete(w.last, id)
+	delete(w.count, id)
 }
 
 // catchUp publishes the new events of id (every watched session if id is
@@ -268,11 +429,12 @@ func (w *watcher) listen(ctx context.Context) {
 			cancel()
 			switch {
 			case err == nil:
+				id, rev := parsePayload(n.Payload)
 				w.mu.Lock()
-				_, watched := w.last[n.Payload]
+				last, watched := w.last[id]
 				w.mu.Unlock()
-				if watched {
-					w.catchUp(ctx, n.Payload)
+				if watched && (rev == 0 || rev > last) {
+					w.catchUp(ctx, id)
 				}
 			case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 				w.catchUp(ctx, "")

@@ -1,0 +1,168 @@
+package postgres_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+	"github.com/sessiond/sessiond/storage/postgres"
+	"github.com/sessiond/sessiond/storage/postgres/pgtest"
+)
+
+// eventRows counts session id's rows in the events table.
+func eventRows(t *testing.T, dsn, id string) int {
+	t.Helper()
+	var n int
+	if err := connect(t, dsn).QueryRow(t.Context(), `SELECT count(*) FROM events WHERE session_id = $1`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestWatchAppendsWithoutEventRows: an append that changes only the
+// revision, count and update time writes no events row, and a watcher on
+// another replica that falls far behind (past the events history) still
+// reads every append, with the session as Get answered after it, in order.
+func TestWatchAppendsWithoutEventRows(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	writer := open(t, dsn)
+	d, watching, err := postgres.OpenDriver(t.Context(), dsn, postgres.Options{MaxConns: 4, MinConns: 1, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watching.Close() })
+	ctx := t.Context()
+	se, err := writer.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := storage.Ref{Namespace: "ns", ID: se.ID}
+	sub, err := watching.Watch(ctx, ref, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	const appends = 3 * storage.WatchHistory
+	release := postgres.HoldWatcher(d)
+	var sessions []*storage.Session
+	for i := range appends {
+		msgs := []*sessiondv1.Message{{Id: fmt.Sprintf("m%d", i), Role: sessiondv1.Role_ROLE_USER, Content: "x"}}
+		if i%2 == 1 {
+			msgs = append(msgs, &sessiondv1.Message{Id: fmt.Sprintf("m%d-2", i), Role: sessiondv1.Role_ROLE_USER, Content: "y"})
+		}
+		if _, err := writer.Append(ctx, storage.AppendRequest{Ref: ref, Messages: msgs}); err != nil {
+			release()
+			t.Fatal(err)
+		}
+		got, err := writer.Get(ctx, ref)
+		if err != nil {
+			release()
+			t.Fatal(err)
+		}
+		sessions = append(sessions, got)
+	}
+	release()
+	if n := eventRows(t, dsn, se.ID); n != 1 {
+		t.Errorf("%d events rows after %d appends, want 1 (the create's)", n, appends)
+	}
+	for i, want := range sessions {
+		ev := nextEvent(t, sub)
+		if ev.Type != storage.EventAppended || ev.Revision != want.Revision {
+			t.Fatalf("event %d: %v at revision %d, want an append at %d", i, ev.Type, ev.Revision, want.Revision)
+		}
+		if !ev.Session.UpdatedAt.Equal(want.UpdatedAt) || ev.Session.MessageCount != want.MessageCount || ev.Session.Title != "t" ||
+			ev.Session.ID != se.ID || !ev.Session.CreatedAt.Equal(want.CreatedAt) {
+			t.Fatalf("event %d's session %+v, want %+v", i, ev.Session, want)
+		}
+		if wantN := 1 + i%2; len(ev.Messages) != wantN || ev.Messages[0].GetId() != fmt.Sprintf("m%d", i) {
+			t.Fatalf("event %d carries %d messages (first %q), want %d from m%d", i, len(ev.Messages), ev.Messages[0].GetId(), wantN, i)
+		}
+	}
+
+	// A resume keeps the history's bound.
+	last := sessions[len(sessions)-1].Revision
+	if _, err := watching.Watch(ctx, ref, last-storage.WatchHistory-1); err == nil {
+		t.Errorf("Watch from %d revisions back succeeded, want ErrWatchReset", storage.WatchHistory+1)
+	}
+	late, err := watching.Watch(ctx, ref, last-storage.WatchHistory)
+	if err != nil {
+		t.Fatalf("Watch from %d revisions back: %v", storage.WatchHistory, err)
+	}
+	defer late.Close()
+	if ev := nextEvent(t, late); ev.Revision != last-storage.WatchHistory+1 || ev.Session.Title != "t" {
+		t.Errorf("resumed watch starts with revision %d (title %q), want %d", ev.Revision, ev.Session.Title, last-storage.WatchHistory+1)
+	}
+}
+
+// TestWatchRewindOfAppendsWithoutRows: a rewind past appends that wrote no
+// events row keeps those in the history as rows, so a replay delivers
+// what each added; an older one that the rewind cuts in two resets a
+// watcher that still needs it rather than delivering half of it.
+func TestWatchRewindOfAppendsWithoutRows(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
+	ctx := t.Context()
+	// Titled: an append to an untitled session titles it, and so writes
+	// its row.
+	se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := storage.Ref{Namespace: "ns", ID: se.ID}
+	two := func(i int) []*sessiondv1.Message {
+		return []*sessiondv1.Message{{Id: fmt.Sprintf("a%d", i), Role: sessiondv1.Role_ROLE_USER, Content: "x"},
+			{Id: fmt.Sprintf("b%d", i), Role: sessiondv1.Role_ROLE_USER, Content: "y"}}
+	}
+	// Revisions 2 .. WatchHistory+11, two messages each.
+	const appends = storage.WatchHistory + 10
+	for i := range appends {
+		if _, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: two(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Keep the first message of the append at revision 3, outside the
+	// history, and of the last append inside it.
+	rewound, err := s.Rewind(ctx, storage.RewindRequest{Ref: ref, MessageCount: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := s.Watch(ctx, ref, rewound.Revision-storage.WatchHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for rev := rewound.Revision - storage.WatchHistory + 1; rev < rewound.Revision; rev++ {
+		ev := nextEvent(t, sub)
+		i := int(rev) - 2
+		if ev.Revision != rev || ev.Type != storage.EventAppended || len(ev.Messages) != 2 {
+			t.Fatalf("replayed revision %d: %v at %d with %d messages", rev, ev.Type, ev.Revision, len(ev.Messages))
+		}
+		if ev.Messages[0].GetId() != fmt.Sprintf("a%d", i) || ev.Messages[1].GetId() != fmt.Sprintf("b%d", i) {
+			t.Fatalf("replayed revision %d carries %q %q, want a%d b%d", rev, ev.Messages[0].GetId(), ev.Messages[1].GetId(), i, i)
+		}
+	}
+	if ev := nextEvent(t, sub); ev.Type != storage.EventReplaced || ev.Session.MessageCount != 3 {
+		t.Fatalf("after the replay: %v with %d messages, want the rewind's", ev.Type, ev.Session.MessageCount)
+	}
+
+	// The append at revision 3 lost its second message: it is no longer
+	// read from its messages, so the history starts after it.
+	var revs []int64
+	rows, err := connect(t, dsn).Query(ctx, `SELECT revision FROM messages WHERE session_id = $1 AND revision IS NOT NULL ORDER BY pos`, se.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var r int64
+		if err := rows.Scan(&r); err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, r)
+	}
+	if rows.Err() != nil || fmt.Sprint(revs) != "[2 2]" {
+		t.Errorf("revisions on the kept messages: %v (%v), want [2 2]", revs, rows.Err())
+	}
+}
