@@ -268,22 +268,31 @@ wait_ready() {
 	return 1
 }
 
-SD_PORT=$(free_port)
 # With a metrics endpoint, the append runs report the mean appends per
-# flush (the file store's write-ahead log batch size).
-sd_flags=() flush_metrics=()
-if "$work/bin/sessiond" --help 2>&1 | grep -q -- --metrics-listen; then
-	SD_METRICS_PORT=$(free_port)
-	sd_flags=(--metrics-listen "127.0.0.1:$SD_METRICS_PORT")
-	flush_metrics=(--metrics "127.0.0.1:$SD_METRICS_PORT")
-fi
+# flush (the file store's write-ahead log batch size). The baseline daemon
+# gets the same flags and is scraped the same way, so that the two daemons'
+# CPU per append compares like with like. metrics_flags BIN DAEMON LOAD sets
+# the arrays DAEMON and LOAD to BIN's daemon flags and the load tool's.
+metrics_flags() {
+	local -n daemon=$2 load=$3
+	daemon=() load=()
+	if "$1" --help 2>&1 | grep -q -- --metrics-listen; then
+		local port
+		port=$(free_port)
+		daemon=(--metrics-listen "127.0.0.1:$port")
+		load=(--metrics "127.0.0.1:$port")
+	fi
+}
+SD_PORT=$(free_port)
+metrics_flags "$work/bin/sessiond" sd_flags flush_metrics
 start_sessiond "$work/sessiond" "$SD_PORT" "${sd_flags[@]}"
 SD=127.0.0.1:$SD_PORT
 SD_PID=${pids[-1]}
 log "sessiond on $SD, data in $work/sessiond ($fstype)"
 if [[ -n ${BASELINE:-} ]]; then
 	BASE_PORT=$(free_port)
-	SESSIOND_BIN=$work/bin/sessiond-baseline start_sessiond "$work/sessiond-baseline" "$BASE_PORT"
+	metrics_flags "$work/bin/sessiond-baseline" base_flags base_metrics
+	SESSIOND_BIN=$work/bin/sessiond-baseline start_sessiond "$work/sessiond-baseline" "$BASE_PORT" "${base_flags[@]}"
 	BASE=127.0.0.1:$BASE_PORT
 	BASE_PID=${pids[-1]}
 	log "baseline sessiond (from $BASELINE) on $BASE"
@@ -396,15 +405,20 @@ sessiond_many() {
 	record "$r" sessiond_grpc_ops "$(json "d['ops_per_sec']" <<<"$out")"
 }
 
-# The baseline daemon on the same workload as sessiond_many's first run.
+# The baseline daemon on sessiond_many's workload, both runs, so that each
+# daemon's measured run follows the same work.
 baseline_many() {
 	local r=$1 out before after
 	before=$(cpu_mark "$BASE_PID")
 	out=$("$LOAD" --json --addr "$BASE" --namespace "many-$r" append --clients "$CLIENTS" --sessions "$CLIENTS" \
-		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
+		--count 10000000 --duration "${DURATION}s" --size "$SIZE" "${base_metrics[@]}")
 	after=$(cpu_mark "$BASE_PID")
 	record_cpu "$r" baseline "$before" "$after" "$(json "d['ops']" <<<"$out")" "$BASE_PID"
 	record "$r" baseline_ops "$(json "d['ops_per_sec']" <<<"$out")"
+	record "$r" baseline_16c_batch "$(json "d.get('daemon_metrics', {}).get('appends_per_flush', 'nan')" <<<"$out")"
+	out=$("$LOAD" --json --addr "$BASE" --namespace "manyg-$r" append --client grpc --clients "$CLIENTS" --sessions "$CLIENTS" \
+		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
+	record "$r" baseline_grpc_ops "$(json "d['ops_per_sec']" <<<"$out")"
 }
 
 # --- wide: WIDE_CLIENTS clients on WIDE_SESSIONS sessions ---
@@ -686,6 +700,8 @@ row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond on 
 row(f"baseline sessiond appends/s, {clients} clients on {clients} sessions", "baseline_ops", "{:.0f}")
 row(f"CPU per append, whole machine, {clients} clients: baseline sessiond (us)", "baseline_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond (us)", "baseline_daemon_cpu_us", "{:.0f}")
+row(f"baseline sessiond appends/s, {clients} clients on {clients} sessions, grpc-go client", "baseline_grpc_ops", "{:.0f}")
+row(f"baseline sessiond mean appends per flush, {clients} clients", "baseline_16c_batch", "{:.1f}")
 row(f"sessiond appends/s, {wclients} clients on {wsessions} sessions", "sessiond_wide_ops", "{:.0f}")
 row(f"sessiond streamed appends/s, {wclients} clients on {wsessions} sessions", "sessiond_stream_wide_ops", "{:.0f}")
 row(f"Redis appendfsync always RPUSH/s, {wclients} clients on {wsessions} keys", "redis_wide_ops", "{:.0f}")

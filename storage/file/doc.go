@@ -103,10 +103,14 @@
 // (the RocksDB/Pebble commit pipeline). Appends to one session that wait
 // for its lock are also folded into one commit frame by the next lock
 // holder. WithFlushObserver sees each flush (appends covered, bytes,
-// latency). WAL and journal space is reserved ahead with fallocate (16 KiB,
-// doubling, at most 1 MiB ahead) so that most flushes do not change the
-// file's size; a flush into reserved space still converts the extents it
-// fills, which recycled WAL segments avoid (below).
+// latency). Journal space is reserved ahead with fallocate and WAL space by
+// writing zeros (16 KiB, doubling, at most 1 MiB ahead) so that most
+// flushes do not change the file's size. A flush into fallocated space
+// converts the extents it fills, a metadata change (on ext4 a journal
+// commit) at every fdatasync; the WAL, synced at every flush, writes zeros
+// instead, so that its flushes overwrite written blocks and their
+// fdatasync writes data only. Journals are synced once per segment, where
+// that conversion costs little.
 //
 // Past WithWALSegmentBytes (32 MiB by default) the leader starts a new
 // segment and hands the full one to a sealer goroutine, which fdatasyncs
@@ -131,11 +135,8 @@
 // starts its next segment in a spare when there is one: it writes the new
 // header (and an end mark) over the file's start, fdatasyncs it, renames
 // the spare to wal-<S> and syncs the folder; only with no spare does it
-// create a new file. A flush into a recycled file overwrites blocks that
-// already hold data, so that its fdatasync writes data only, where a flush
-// into space reserved with fallocate also converts the extents it fills, a
-// metadata change (on ext4 a journal commit) at every fdatasync; writing
-// zeros ahead instead would write every log byte twice more. The spares
+// create a new file. A recycled file's blocks already hold data, so that
+// only a new file's space is written twice (zeros, then the log). The spares
 // live on after Close and are used by the next Open, which removes any
 // beyond two. So the log takes at most the current segment, two waiting
 // for the sealer, two waiting for a checkpoint and two spares, each about

@@ -31,6 +31,12 @@ type journal struct {
 	tail       int64 // end of the valid data; the next flush writes here
 	alloc      int64 // file size: bytes past tail are reserved, and read as zeros
 	noPrealloc bool  // the file system cannot fallocate
+	// zeroFill reserves space by writing zeros instead of fallocate (log
+	// segments, whose every flush is synced): a flush into fallocated space
+	// converts unwritten extents, a metadata change the file system
+	// journals at each fdatasync, where overwriting written blocks makes
+	// the fdatasync write data only.
+	zeroFill bool
 }
 
 // journalFiles bounds the session journal files the store keeps open.
@@ -473,9 +479,13 @@ func (s *Store) journalPut(j *journal, frame []byte) error {
 		size := max(j.alloc*2, preallocMin, need)
 		size = min(size, need+preallocMax)
 		size = (size + 4095) &^ 4095
-		err := fallocate(j.f, j.alloc, size-j.alloc)
+		reserve := fallocate
+		if j.zeroFill {
+			reserve = writeZeros
+		}
+		err := reserve(j.f, j.alloc, size-j.alloc)
 		if err != nil && (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)) && size > need {
-			err = fallocate(j.f, j.alloc, need-j.alloc)
+			err = reserve(j.f, j.alloc, need-j.alloc)
 			size = need
 		}
 		switch {
@@ -498,6 +508,23 @@ func (s *Store) journalPut(j *journal, frame []byte) error {
 	j.tail = need
 	if need > j.alloc {
 		j.alloc = need
+	}
+	return nil
+}
+
+// zeroBlock is the source of writeZeros.
+var zeroBlock [128 << 10]byte
+
+// writeZeros writes n zero bytes to f at off. Like fallocate's, the space
+// holds no data yet, so it is not counted in bytesWritten.
+func writeZeros(f *os.File, off, n int64) error {
+	for n > 0 {
+		k, err := f.WriteAt(zeroBlock[:min(n, int64(len(zeroBlock)))], off)
+		if err != nil {
+			return err
+		}
+		off += int64(k)
+		n -= int64(k)
 	}
 	return nil
 }

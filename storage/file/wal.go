@@ -56,16 +56,15 @@ import (
 // walMaxSpares of them; the others are removed), and the leader starts its
 // next segment in a spare rather than in a new file when it has one: it
 // writes the new header over the old one, syncs it, renames the spare and
-// syncs the folder. Its flushes then overwrite blocks that hold data
-// already, so that their fdatasync writes data only: in a new file,
-// reserved ahead with fallocate, each flush also converts the extents it
-// fills, a metadata change the file system journals at every fdatasync
-// (the "wal_recycle" of PostgreSQL). A reused file holds its earlier
-// segment's batches past the live ones: every batch names its segment by
-// sequence number and salt (a random number the header chose), so that
-// none of them is ever taken for this segment's, and each flush ends in an
-// 8-byte zero frame header, the end mark, which the next flush overwrites
-// (see walScan).
+// syncs the folder (the "wal_recycle" of PostgreSQL). Its flushes then
+// overwrite blocks that hold data already, so that their fdatasync writes
+// data only; a new file gets the same by having its space reserved with
+// zeros (journal.zeroFill), at the cost of writing it twice. A reused
+// file holds its earlier segment's batches past the live ones: every batch
+// names its segment by sequence number and salt (a random number the
+// header chose), so that none of them is ever taken for this segment's,
+// and each flush ends in an 8-byte zero frame header, the end mark, which
+// the next flush overwrites (see walScan).
 const (
 	walDir        = "wal"
 	walPref       = "wal-"
@@ -532,7 +531,7 @@ func (s *Store) createSegment(path string, head []byte) (*journal, error) {
 		return nil, ioErr(err)
 	}
 	s.stats.walCreated.Add(1)
-	return &journal{f: f, path: path, tail: int64(len(head)), alloc: int64(len(head))}, nil
+	return &journal{f: f, path: path, tail: int64(len(head)), alloc: int64(len(head)), zeroFill: true}, nil
 }
 
 // reuseSpare starts a segment in a spare, if there is one: it writes the
@@ -590,7 +589,7 @@ func (s *Store) reuseFile(spare, path string, head []byte) (*journal, error) {
 		_ = f.Close()
 		return nil, ioErr(err)
 	}
-	return &journal{f: f, path: path, tail: int64(len(head)), alloc: max(fi.Size(), int64(len(head)+walEndMark))}, nil
+	return &journal{f: f, path: path, tail: int64(len(head)), alloc: max(fi.Size(), int64(len(head)+walEndMark)), zeroFill: true}, nil
 }
 
 // walSeal queues a segment for the sealer.
