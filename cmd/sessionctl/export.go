@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -357,10 +358,7 @@ func writeMarkdownHeader(w io.Writer, s *sessiondv1.Session, separate bool) {
 	if separate {
 		fmt.Fprint(w, "\n---\n\n")
 	}
-	title := s.GetTitle()
-	if title == "" {
-		title = displayName(s)
-	}
+	title := cmp.Or(s.GetTitle(), displayName(s))
 	fmt.Fprintf(w, "# %s\n\n", safeLine(oneLine(title)))
 	item := func(k, v string) {
 		if v != "" {

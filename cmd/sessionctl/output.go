@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -120,12 +122,7 @@ func fmtTime(ts *timestamppb.Timestamp) string {
 }
 
 // displayName is how a session is named in tables: its alias, else its id.
-func displayName(s *sessiondv1.Session) string {
-	if s.GetAlias() != "" {
-		return s.GetAlias()
-	}
-	return s.GetId()
-}
+func displayName(s *sessiondv1.Session) string { return cmp.Or(s.GetAlias(), s.GetId()) }
 
 // clip makes a client's string a table cell: on one line, control
 // characters neutralised, at most n characters.
@@ -138,14 +135,9 @@ func clip(s string, n int) string {
 }
 
 func sortedPairs(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + m[k]
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
 	}
 	return strings.Join(parts, ",")
 }
