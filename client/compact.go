@@ -30,10 +30,7 @@ func (h *Handle) Compact(ctx context.Context, throughMessageID string, summary *
 	if err := h.saveLocked(ctx, false); err != nil {
 		return err
 	}
-	h.mu.Lock()
-	rev := h.revision
-	h.mu.Unlock()
-	sess, err := h.c.Compact(ctx, ID(h.id), throughMessageID, summary, rev)
+	sess, err := h.c.Compact(ctx, ID(h.id), throughMessageID, summary, h.Revision())
 	if err != nil {
 		return errorf("compact %s: %w", h.id, err)
 	}

@@ -379,41 +379,30 @@ func (h *Handle) ID() string { return h.id }
 // Namespace returns the session's namespace.
 func (h *Handle) Namespace() string { return h.c.namespace }
 
-// Alias returns the session's alias as last seen, or "".
-func (h *Handle) Alias() string {
+// locked returns f's result, computed with h.mu held.
+func locked[T any](h *Handle, f func() T) T {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.alias
+	return f()
 }
+
+// Alias returns the session's alias as last seen, or "".
+func (h *Handle) Alias() string { return locked(h, func() string { return h.alias }) }
 
 // Title returns the session's title as last seen.
-func (h *Handle) Title() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.title
-}
+func (h *Handle) Title() string { return locked(h, func() string { return h.title }) }
 
 // Summary returns the handle's summary.
-func (h *Handle) Summary() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.summary
-}
+func (h *Handle) Summary() string { return locked(h, func() string { return h.summary }) }
 
 // Metadata returns a copy of the handle's session metadata.
 func (h *Handle) Metadata() map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return maps.Clone(h.metadata)
+	return locked(h, func() map[string]string { return maps.Clone(h.metadata) })
 }
 
 // Revision returns the session's revision as of the handle's last exchange
 // with the daemon.
-func (h *Handle) Revision() uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.revision
-}
+func (h *Handle) Revision() uint64 { return locked(h, func() uint64 { return h.revision }) }
 
 // Messages returns a copy of the handle's messages: stored ones, then unsaved
 // ones, including local system messages.
@@ -452,16 +441,12 @@ func savedOf(entries []entry) []*sessiondv1.Message {
 
 // Unsaved returns how many messages wait for a save.
 func (h *Handle) Unsaved() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(savedOf(h.entries[h.synced:]))
+	return locked(h, func() int { return len(savedOf(h.entries[h.synced:])) })
 }
 
 // Dirty reports whether the handle has anything unsaved.
 func (h *Handle) Dirty() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.summaryDirty || h.metadataDirty || len(savedOf(h.entries[h.synced:])) > 0
+	return locked(h, func() bool { return h.summaryDirty || h.metadataDirty || len(savedOf(h.entries[h.synced:])) > 0 })
 }
 
 // Append adds messages to the handle, in memory: each gets a UUID id unless
@@ -858,9 +843,7 @@ func (h *Handle) Reload(ctx context.Context) error {
 }
 
 func (h *Handle) checkOpen(op string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
+	if locked(h, func() bool { return h.closed }) {
 		return errorf("client: %s: %w", op, ErrClosed)
 	}
 	return nil
@@ -926,9 +909,7 @@ func (h *Handle) Fork(ctx context.Context, o ForkOptions, opts ...HandleOption) 
 	if keep == 0 {
 		keep = -1
 	}
-	h.mu.Lock()
-	entries := withLocals(loaded, firstStored(h.entries[:h.synced], keep))
-	h.mu.Unlock()
+	entries := locked(h, func() []entry { return withLocals(loaded, firstStored(h.entries[:h.synced], keep)) })
 	return newHandle(h.c, fsess, entries, append(slices.Clone(h.base), opts...)), nil
 }
 
@@ -942,10 +923,7 @@ func (h *Handle) Fork(ctx context.Context, o ForkOptions, opts ...HandleOption) 
 func (h *Handle) Close(ctx context.Context) error {
 	h.closeMu.Lock()
 	defer h.closeMu.Unlock()
-	h.mu.Lock()
-	closed := h.closed
-	h.mu.Unlock()
-	if closed {
+	if locked(h, func() bool { return h.closed }) {
 		return nil
 	}
 	h.stopLoop()
@@ -1015,10 +993,7 @@ func (h *Handle) loop(ctx context.Context, done chan<- struct{}) {
 
 // autoSave runs one auto-save round: a few attempts, then a report.
 func (h *Handle) autoSave(ctx context.Context) {
-	h.mu.Lock()
-	skip := h.paused != nil || h.closed
-	h.mu.Unlock()
-	if skip || !h.Dirty() {
+	if locked(h, func() bool { return h.paused != nil || h.closed }) || !h.Dirty() {
 		return
 	}
 	h.saveMu.Lock()
