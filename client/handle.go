@@ -90,20 +90,13 @@ func WithCloseTimeout(d time.Duration) HandleOption {
 	return func(o *handleOptions) { o.closeTimeout = d }
 }
 
-// WithSpool keeps the handle's unsaved messages (and an unsaved summary or
-// metadata) in a spool file in dir, created 0700 if missing, so
-// that nothing is lost when the program quits or crashes while the daemon
-// is down. Every change is in the file, fsync'd and checksummed, before the
-// call that made it returns (Append and the Set* methods fail with ErrSpool,
-// changing nothing, if it cannot be written); a save that leaves the handle
-// clean removes the file.
-//
-// The next Open (or OpenOrCreate) of the session with WithSpool and the same
-// dir sends the spooled messages before it returns, leaving out any the
-// daemon already holds (ids make this idempotent), and removes the spool
-// files. If that save fails, Open fails and the messages stay spooled. A
-// damaged spool file is never sent nor deleted: Open renames it to
-// "<file>.damaged" and fails with ErrSpool naming it.
+// WithSpool keeps the handle's unsaved changes in a spool file in dir
+// (created 0700 if missing); see the package documentation, "Spooling".
+// Append and the Set* methods fail with ErrSpool, changing nothing, if the
+// file cannot be written. The next Open of the session with the same dir
+// sends what was spooled before it returns; if that save fails, Open fails
+// and the messages stay spooled. A damaged file is renamed to
+// "<file>.damaged" and Open fails with ErrSpool naming it.
 func WithSpool(dir string) HandleOption {
 	return func(o *handleOptions) { o.spoolDir = dir }
 }
@@ -196,19 +189,11 @@ type Handle struct {
 // Open opens an existing session by id or alias, loading its messages. A
 // missing session is ErrNotFound.
 //
-// The messages are loaded with CloseOpenToolCalls, so that what Messages
-// returns is a history a model API accepts even if the program stopped
-// between a tool call and its result: each call left open is followed by a
-// synthetic result saying it was interrupted. Those results are the
-// handle's local entries, like the system messages WithoutSystemMessages
-// keeps out of the store: Messages shows them, saves never send them, and
-// counts (Rewind, Fork) leave them out. OpenToolCalls still lists the
-// calls, which the program may answer: appending a real result for one
-// drops its synthetic result from the handle.
-//
-// A live turn the program left open (see StreamTurn) is loaded as the
-// daemon has it: MESSAGE_STATE_INTERRUPTED once the daemon's idle sweep
-// closed it, with the text written so far.
+// Each tool call left open is followed by a synthetic result saying it was
+// interrupted (package documentation, "Tool calls left open"): a local
+// entry that Messages shows, saves never send and counts (Rewind, Fork)
+// leave out. A live turn left open (StreamTurn) is loaded as the daemon has
+// it: MESSAGE_STATE_INTERRUPTED once its idle sweep closed it.
 func (c *Client) Open(ctx context.Context, r Ref, opts ...HandleOption) (*Handle, error) {
 	hc := c.In(r.namespace(c.namespace))
 	sess, msgs, err := hc.Load(ctx, r, LoadOptions{CloseOpenToolCalls: true})
