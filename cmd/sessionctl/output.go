@@ -142,19 +142,14 @@ func sortedPairs(m map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
+// roleName is the --role name of r (roleNames).
 func roleName(r sessiondv1.Role) string {
-	switch r {
-	case sessiondv1.Role_ROLE_SYSTEM:
-		return "system"
-	case sessiondv1.Role_ROLE_USER:
-		return "user"
-	case sessiondv1.Role_ROLE_ASSISTANT:
-		return "assistant"
-	case sessiondv1.Role_ROLE_TOOL:
-		return "tool"
-	default:
-		return fmt.Sprintf("role(%d)", int32(r))
+	for name, v := range roleNames {
+		if v == r {
+			return name
+		}
 	}
+	return fmt.Sprintf("role(%d)", int32(r))
 }
 
 // writeHeader prints a session's metadata as "key: value" lines.
