@@ -167,13 +167,19 @@ func (l *leanConn) call(m proto.Message) error {
 	if err := l.newStream(hpack.HeaderField{Name: "grpc-timeout", Value: l.timeout}); err != nil {
 		return err
 	}
-	if err := l.writeData(l.req, true); err != nil {
-		return err
-	}
-	if err := l.bw.Flush(); err != nil {
+	if err := l.sendRequest(true); err != nil {
 		return err
 	}
 	return l.readAnswer()
+}
+
+// sendRequest sends the framed request in l.req on the current stream and
+// flushes it; end closes the client's side of the stream.
+func (l *leanConn) sendRequest(end bool) error {
+	if err := l.writeData(l.req, end); err != nil {
+		return err
+	}
+	return l.bw.Flush()
 }
 
 // newStream sends the HEADERS of a new call on the next stream id, with
@@ -375,10 +381,7 @@ func (l *leanConn) streamCall(m proto.Message) error {
 	if err := l.frame(m); err != nil {
 		return err
 	}
-	if err := l.writeData(l.req, false); err != nil {
-		return err
-	}
-	if err := l.bw.Flush(); err != nil {
+	if err := l.sendRequest(false); err != nil {
 		return err
 	}
 	return l.readStreamed()
