@@ -231,9 +231,7 @@ context.`,
 				fmt.Fprintf(e.stdout, "current context: %s\n", pos[0])
 				return nil
 			}
-			b, _ := json.Marshal(map[string]string{"current_context": pos[0], "config": path})
-			fmt.Fprintf(e.stdout, "%s\n", b)
-			return nil
+			return json.NewEncoder(e.stdout).Encode(map[string]string{"current_context": pos[0], "config": path})
 		},
 	})
 	return cmd
@@ -250,13 +248,11 @@ func (e *env) configView(path string, cfg *configFile) error {
 	if e.json {
 		for _, n := range names {
 			c := cfg.Contexts[n]
-			b, err := json.Marshal(map[string]any{"name": n, "current": n == cfg.CurrentContext, "address": str(c.Address),
+			if err := json.NewEncoder(e.stdout).Encode(map[string]any{"name": n, "current": n == cfg.CurrentContext, "address": str(c.Address),
 				"namespace": str(c.Namespace), "token_file": c.TokenFile, "tls": c.TLS || c.TLSCA != "" || c.TLSCert != "",
-				"tls_ca": c.TLSCA, "tls_cert": c.TLSCert, "tls_key": c.TLSKey})
-			if err != nil {
+				"tls_ca": c.TLSCA, "tls_cert": c.TLSCert, "tls_key": c.TLSKey}); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s\n", b)
 		}
 		return nil
 	}

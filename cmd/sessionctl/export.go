@@ -173,8 +173,7 @@ func (e *env) export(ctx context.Context, single *sessionArg, output string, mar
 	x.prog.finish()
 	if output != "" && output != "-" {
 		if e.json {
-			b, _ := json.Marshal(map[string]any{"exported": x.count, "output": output, "damaged": len(damaged)})
-			fmt.Fprintf(e.stdout, "%s\n", b)
+			_ = json.NewEncoder(e.stdout).Encode(map[string]any{"exported": x.count, "output": output, "damaged": len(damaged)})
 		} else {
 			fmt.Fprintf(e.stderr, "exported %d sessions to %s\n", x.count, output)
 		}
