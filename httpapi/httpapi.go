@@ -33,7 +33,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	gatewayv1 "github.com/sessiond/sessiond/httpapi/gateway/sessiond/v1"
@@ -153,10 +152,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts ...Option) (*H
 		// zero values and drop unknown request fields): zero values left
 		// out as grpcurl does, a misspelt field refused, and a string that
 		// is not valid UTF-8 refused naming its field.
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonBodies{&runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{},
-			UnmarshalOptions: protojson.UnmarshalOptions{},
-		}}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonBodies{&runtime.JSONPb{}}),
 		runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD {
 			return metadata.Pairs(PeerMetadataKey, peerName(r))
 		}),
