@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
@@ -301,12 +303,7 @@ func (r Ref) ID() string { return r.id }
 func (r Ref) Alias() string { return r.alias }
 
 // String returns the id or the alias.
-func (r Ref) String() string {
-	if r.id != "" {
-		return r.id
-	}
-	return r.alias
-}
+func (r Ref) String() string { return cmp.Or(r.id, r.alias) }
 
 // namespace returns the namespace r is in, for a client whose default is def.
 func (r Ref) namespace(def string) string {
@@ -327,22 +324,4 @@ func (c *Client) ref(r Ref) *sessiondv1.SessionRef {
 }
 
 // looksLikeUUID reports whether s has the 8-4-4-4-12 hex shape of a UUID.
-func looksLikeUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
-}
+func looksLikeUUID(s string) bool { return len(s) == 36 && uuid.Validate(s) == nil }

@@ -14,16 +14,9 @@ import (
 // computed from a stale read never hides newer messages. A range that
 // separates a tool call from its result is ErrInvalid.
 func (c *Client) Compact(ctx context.Context, r Ref, throughMessageID string, summary *sessiondv1.Message, expectedRevision uint64) (*Session, error) {
-	if err := c.check(rpcCompact); err != nil {
-		return nil, err
-	}
-	resp, err := c.conn.rpc.CompactSession(ctx, &sessiondv1.CompactSessionRequest{
+	return sessionCall(ctx, c, rpcCompact, c.conn.rpc.CompactSession, &sessiondv1.CompactSessionRequest{
 		Ref: c.ref(r), ThroughMessageId: throughMessageID, Summary: summary, ExpectedRevision: expectedRevision,
 	})
-	if err != nil {
-		return nil, mapError(ctx, rpcCompact, err)
-	}
-	return sessionFromProto(resp.GetSession()), nil
 }
 
 // Compact saves what is pending, then stores a compaction of the session
@@ -37,10 +30,7 @@ func (h *Handle) Compact(ctx context.Context, throughMessageID string, summary *
 	if err := h.saveLocked(ctx, false); err != nil {
 		return err
 	}
-	h.mu.Lock()
-	rev := h.revision
-	h.mu.Unlock()
-	sess, err := h.c.Compact(ctx, ID(h.id), throughMessageID, summary, rev)
+	sess, err := h.c.Compact(ctx, ID(h.id), throughMessageID, summary, h.Revision())
 	if err != nil {
 		return errorf("compact %s: %w", h.id, err)
 	}

@@ -90,20 +90,13 @@ func WithCloseTimeout(d time.Duration) HandleOption {
 	return func(o *handleOptions) { o.closeTimeout = d }
 }
 
-// WithSpool keeps the handle's unsaved messages (and an unsaved summary or
-// metadata) in a spool file in dir, created 0700 if missing, so
-// that nothing is lost when the program quits or crashes while the daemon
-// is down. Every change is in the file, fsync'd and checksummed, before the
-// call that made it returns (Append and the Set* methods fail with ErrSpool,
-// changing nothing, if it cannot be written); a save that leaves the handle
-// clean removes the file.
-//
-// The next Open (or OpenOrCreate) of the session with WithSpool and the same
-// dir sends the spooled messages before it returns, leaving out any the
-// daemon already holds (ids make this idempotent), and removes the spool
-// files. If that save fails, Open fails and the messages stay spooled. A
-// damaged spool file is never sent nor deleted: Open renames it to
-// "<file>.damaged" and fails with ErrSpool naming it.
+// WithSpool keeps the handle's unsaved changes in a spool file in dir
+// (created 0700 if missing); see the package documentation, "Spooling".
+// Append and the Set* methods fail with ErrSpool, changing nothing, if the
+// file cannot be written. The next Open of the session with the same dir
+// sends what was spooled before it returns; if that save fails, Open fails
+// and the messages stay spooled. A damaged file is renamed to
+// "<file>.damaged" and Open fails with ErrSpool naming it.
 func WithSpool(dir string) HandleOption {
 	return func(o *handleOptions) { o.spoolDir = dir }
 }
@@ -196,19 +189,11 @@ type Handle struct {
 // Open opens an existing session by id or alias, loading its messages. A
 // missing session is ErrNotFound.
 //
-// The messages are loaded with CloseOpenToolCalls, so that what Messages
-// returns is a history a model API accepts even if the program stopped
-// between a tool call and its result: each call left open is followed by a
-// synthetic result saying it was interrupted. Those results are the
-// handle's local entries, like the system messages WithoutSystemMessages
-// keeps out of the store: Messages shows them, saves never send them, and
-// counts (Rewind, Fork) leave them out. OpenToolCalls still lists the
-// calls, which the program may answer: appending a real result for one
-// drops its synthetic result from the handle.
-//
-// A live turn the program left open (see StreamTurn) is loaded as the
-// daemon has it: MESSAGE_STATE_INTERRUPTED once the daemon's idle sweep
-// closed it, with the text written so far.
+// Each tool call left open is followed by a synthetic result saying it was
+// interrupted (package documentation, "Tool calls left open"): a local
+// entry that Messages shows, saves never send and counts (Rewind, Fork)
+// leave out. A live turn left open (StreamTurn) is loaded as the daemon has
+// it: MESSAGE_STATE_INTERRUPTED once its idle sweep closed it.
 func (c *Client) Open(ctx context.Context, r Ref, opts ...HandleOption) (*Handle, error) {
 	hc := c.In(r.namespace(c.namespace))
 	sess, msgs, err := hc.Load(ctx, r, LoadOptions{CloseOpenToolCalls: true})
@@ -379,41 +364,30 @@ func (h *Handle) ID() string { return h.id }
 // Namespace returns the session's namespace.
 func (h *Handle) Namespace() string { return h.c.namespace }
 
-// Alias returns the session's alias as last seen, or "".
-func (h *Handle) Alias() string {
+// locked returns f's result, computed with h.mu held.
+func locked[T any](h *Handle, f func() T) T {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.alias
+	return f()
 }
+
+// Alias returns the session's alias as last seen, or "".
+func (h *Handle) Alias() string { return locked(h, func() string { return h.alias }) }
 
 // Title returns the session's title as last seen.
-func (h *Handle) Title() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.title
-}
+func (h *Handle) Title() string { return locked(h, func() string { return h.title }) }
 
 // Summary returns the handle's summary.
-func (h *Handle) Summary() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.summary
-}
+func (h *Handle) Summary() string { return locked(h, func() string { return h.summary }) }
 
 // Metadata returns a copy of the handle's session metadata.
 func (h *Handle) Metadata() map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return maps.Clone(h.metadata)
+	return locked(h, func() map[string]string { return maps.Clone(h.metadata) })
 }
 
 // Revision returns the session's revision as of the handle's last exchange
 // with the daemon.
-func (h *Handle) Revision() uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.revision
-}
+func (h *Handle) Revision() uint64 { return locked(h, func() uint64 { return h.revision }) }
 
 // Messages returns a copy of the handle's messages: stored ones, then unsaved
 // ones, including local system messages.
@@ -452,16 +426,12 @@ func savedOf(entries []entry) []*sessiondv1.Message {
 
 // Unsaved returns how many messages wait for a save.
 func (h *Handle) Unsaved() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(savedOf(h.entries[h.synced:]))
+	return locked(h, func() int { return len(savedOf(h.entries[h.synced:])) })
 }
 
 // Dirty reports whether the handle has anything unsaved.
 func (h *Handle) Dirty() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.summaryDirty || h.metadataDirty || len(savedOf(h.entries[h.synced:])) > 0
+	return locked(h, func() bool { return h.summaryDirty || h.metadataDirty || len(savedOf(h.entries[h.synced:])) > 0 })
 }
 
 // Append adds messages to the handle, in memory: each gets a UUID id unless
@@ -858,9 +828,7 @@ func (h *Handle) Reload(ctx context.Context) error {
 }
 
 func (h *Handle) checkOpen(op string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
+	if locked(h, func() bool { return h.closed }) {
 		return errorf("client: %s: %w", op, ErrClosed)
 	}
 	return nil
@@ -926,9 +894,7 @@ func (h *Handle) Fork(ctx context.Context, o ForkOptions, opts ...HandleOption) 
 	if keep == 0 {
 		keep = -1
 	}
-	h.mu.Lock()
-	entries := withLocals(loaded, firstStored(h.entries[:h.synced], keep))
-	h.mu.Unlock()
+	entries := locked(h, func() []entry { return withLocals(loaded, firstStored(h.entries[:h.synced], keep)) })
 	return newHandle(h.c, fsess, entries, append(slices.Clone(h.base), opts...)), nil
 }
 
@@ -942,10 +908,7 @@ func (h *Handle) Fork(ctx context.Context, o ForkOptions, opts ...HandleOption) 
 func (h *Handle) Close(ctx context.Context) error {
 	h.closeMu.Lock()
 	defer h.closeMu.Unlock()
-	h.mu.Lock()
-	closed := h.closed
-	h.mu.Unlock()
-	if closed {
+	if locked(h, func() bool { return h.closed }) {
 		return nil
 	}
 	h.stopLoop()
@@ -1015,10 +978,7 @@ func (h *Handle) loop(ctx context.Context, done chan<- struct{}) {
 
 // autoSave runs one auto-save round: a few attempts, then a report.
 func (h *Handle) autoSave(ctx context.Context) {
-	h.mu.Lock()
-	skip := h.paused != nil || h.closed
-	h.mu.Unlock()
-	if skip || !h.Dirty() {
+	if locked(h, func() bool { return h.paused != nil || h.closed }) || !h.Dirty() {
 		return
 	}
 	h.saveMu.Lock()

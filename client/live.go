@@ -119,15 +119,12 @@ func (t *Turn) SetUsage(ctx context.Context, u *sessiondv1.Usage) error {
 }
 
 func (t *Turn) delta(ctx context.Context, req *sessiondv1.AppendDeltaRequest) error {
-	if err := t.c.check(rpcDelta); err != nil {
-		return err
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	req.Ref, req.MessageId, req.Offset, req.ReasoningOffset = t.ref, t.id, t.length, t.reasoningLength
-	resp, err := t.c.conn.rpc.AppendDelta(ctx, req)
+	resp, err := unary(ctx, t.c, rpcDelta, t.c.conn.rpc.AppendDelta, req)
 	if err != nil {
-		return mapError(ctx, rpcDelta, err)
+		return err
 	}
 	t.length, t.reasoningLength, t.revision = resp.GetLength(), resp.GetReasoningLength(), resp.GetRevision()
 	if t.step != nil {

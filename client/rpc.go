@@ -135,9 +135,6 @@ type CreateOptions struct {
 // Create makes a session in c's namespace. A taken alias or id is
 // ErrAliasInUse.
 func (c *Client) Create(ctx context.Context, o CreateOptions) (*Session, error) {
-	if err := c.check(rpcCreate); err != nil {
-		return nil, err
-	}
 	req := &sessiondv1.CreateSessionRequest{
 		Namespace: c.namespace,
 		Id:        o.ID,
@@ -155,23 +152,12 @@ func (c *Client) Create(ctx context.Context, o CreateOptions) (*Session, error) 
 	if o.Parent != nil {
 		req.Parent = &sessiondv1.ForkOrigin{SessionId: o.Parent.SessionID, MessageCount: o.Parent.MessageCount}
 	}
-	resp, err := c.conn.rpc.CreateSession(ctx, req)
-	if err != nil {
-		return nil, mapError(ctx, rpcCreate, err)
-	}
-	return sessionFromProto(resp.GetSession()), nil
+	return sessionCall(ctx, c, rpcCreate, c.conn.rpc.CreateSession, req)
 }
 
 // Get returns a session's metadata.
 func (c *Client) Get(ctx context.Context, r Ref) (*Session, error) {
-	if err := c.check(rpcGet); err != nil {
-		return nil, err
-	}
-	resp, err := c.conn.rpc.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: c.ref(r)})
-	if err != nil {
-		return nil, mapError(ctx, rpcGet, err)
-	}
-	return sessionFromProto(resp.GetSession()), nil
+	return sessionCall(ctx, c, rpcGet, c.conn.rpc.GetSession, &sessiondv1.GetSessionRequest{Ref: c.ref(r)})
 }
 
 // LoadOptions select which messages Load returns. The zero value means all.
@@ -297,6 +283,31 @@ func (c *Client) List(ctx context.Context, o ListOptions) iter.Seq2[*Session, er
 	})
 }
 
+// unary makes the unary call of op, failing without a call on a closed
+// Client, and maps its error.
+func unary[Req, Resp any](ctx context.Context, c *Client, op rpc,
+	call func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
+	var zero Resp
+	if err := c.check(op); err != nil {
+		return zero, err
+	}
+	resp, err := call(ctx, req)
+	if err != nil {
+		return zero, mapError(ctx, op, err)
+	}
+	return resp, nil
+}
+
+// sessionCall is unary for the calls that answer a session.
+func sessionCall[Req any, Resp interface{ GetSession() *sessiondv1.Session }](ctx context.Context, c *Client, op rpc,
+	call func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (*Session, error) {
+	resp, err := unary(ctx, c, op, call, req)
+	if err != nil {
+		return nil, err
+	}
+	return sessionFromProto(resp.GetSession()), nil
+}
+
 // streamSeq runs the server-streaming call of op as an iterator: one value,
 // made by conv, for each frame. An error ends the sequence; so does the loop
 // breaking, which cancels the call.
@@ -420,12 +431,9 @@ func (c *Client) Append(ctx context.Context, r Ref, expectedRevision uint64, msg
 }
 
 func (c *Client) append(ctx context.Context, req *sessiondv1.AppendMessagesRequest) (AppendResult, error) {
-	if err := c.check(rpcAppend); err != nil {
-		return AppendResult{}, err
-	}
-	resp, err := c.conn.rpc.AppendMessages(ctx, req)
+	resp, err := unary(ctx, c, rpcAppend, c.conn.rpc.AppendMessages, req)
 	if err != nil {
-		return AppendResult{}, mapError(ctx, rpcAppend, err)
+		return AppendResult{}, err
 	}
 	return AppendResult{Revision: resp.GetRevision(), MessageCount: resp.GetMessageCount(), Appended: resp.GetAppendedCount()}, nil
 }
@@ -495,24 +503,14 @@ func (c *Client) Update(ctx context.Context, r Ref, opts ...UpdateOption) (*Sess
 }
 
 func (c *Client) update(ctx context.Context, req *sessiondv1.UpdateSessionRequest) (*Session, error) {
-	if err := c.check(rpcUpdate); err != nil {
-		return nil, err
-	}
-	resp, err := c.conn.rpc.UpdateSession(ctx, req)
-	if err != nil {
-		return nil, mapError(ctx, rpcUpdate, err)
-	}
-	return sessionFromProto(resp.GetSession()), nil
+	return sessionCall(ctx, c, rpcUpdate, c.conn.rpc.UpdateSession, req)
 }
 
 // Delete removes a session. A non-zero expectedRevision makes it fail with
 // ErrConflict unless the session is at that revision.
 func (c *Client) Delete(ctx context.Context, r Ref, expectedRevision uint64) error {
-	if err := c.check(rpcDelete); err != nil {
-		return err
-	}
-	_, err := c.conn.rpc.DeleteSession(ctx, &sessiondv1.DeleteSessionRequest{Ref: c.ref(r), ExpectedRevision: expectedRevision})
-	return mapError(ctx, rpcDelete, err)
+	_, err := unary(ctx, c, rpcDelete, c.conn.rpc.DeleteSession, &sessiondv1.DeleteSessionRequest{Ref: c.ref(r), ExpectedRevision: expectedRevision})
+	return err
 }
 
 // ForkOptions describe a fork. The zero value copies every message and the
@@ -527,31 +525,17 @@ type ForkOptions struct {
 // namespace. A MessageCount beyond the session is ErrInvalid; a taken alias
 // is ErrAliasInUse.
 func (c *Client) Fork(ctx context.Context, r Ref, o ForkOptions) (*Session, error) {
-	if err := c.check(rpcFork); err != nil {
-		return nil, err
-	}
-	resp, err := c.conn.rpc.ForkSession(ctx, &sessiondv1.ForkSessionRequest{
+	return sessionCall(ctx, c, rpcFork, c.conn.rpc.ForkSession, &sessiondv1.ForkSessionRequest{
 		Ref: c.ref(r), MessageCount: o.MessageCount, Alias: o.Alias, Title: o.Title,
 	})
-	if err != nil {
-		return nil, mapError(ctx, rpcFork, err)
-	}
-	return sessionFromProto(resp.GetSession()), nil
 }
 
 // Rewind keeps a session's first keep messages (0 clears them all). More
 // than the session holds is ErrInvalid.
 func (c *Client) Rewind(ctx context.Context, r Ref, keep int64, expectedRevision uint64) (*Session, error) {
-	if err := c.check(rpcRewind); err != nil {
-		return nil, err
-	}
-	resp, err := c.conn.rpc.RewindSession(ctx, &sessiondv1.RewindSessionRequest{
+	return sessionCall(ctx, c, rpcRewind, c.conn.rpc.RewindSession, &sessiondv1.RewindSessionRequest{
 		Ref: c.ref(r), MessageCount: keep, ExpectedRevision: expectedRevision,
 	})
-	if err != nil {
-		return nil, mapError(ctx, rpcRewind, err)
-	}
-	return sessionFromProto(resp.GetSession()), nil
 }
 
 // SearchHit is one match of Search.
@@ -622,12 +606,9 @@ type ServerInfo struct {
 
 // ServerInfo returns the daemon's version, backend and limits.
 func (c *Client) ServerInfo(ctx context.Context) (*ServerInfo, error) {
-	if err := c.check(rpcInfo); err != nil {
-		return nil, err
-	}
-	resp, err := c.conn.rpc.GetServerInfo(ctx, &sessiondv1.GetServerInfoRequest{})
+	resp, err := unary(ctx, c, rpcInfo, c.conn.rpc.GetServerInfo, &sessiondv1.GetServerInfoRequest{})
 	if err != nil {
-		return nil, mapError(ctx, rpcInfo, err)
+		return nil, err
 	}
 	return &ServerInfo{Version: resp.GetVersion(), Backend: resp.GetBackend(), Limits: resp.GetLimits()}, nil
 }

@@ -329,12 +329,12 @@ func (h *Handle) refreshSpoolLocked() {
 // SpoolPath returns the file that holds the handle's unsaved changes
 // (WithSpool), or "" when there is none: no spool, or nothing unsaved.
 func (h *Handle) SpoolPath() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.spooled {
-		return ""
-	}
-	return h.spoolPath
+	return locked(h, func() string {
+		if !h.spooled {
+			return ""
+		}
+		return h.spoolPath
+	})
 }
 
 // replaySpools takes in the spool files that earlier handles on this

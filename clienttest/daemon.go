@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sessiond/sessiond/internal/syncbuf"
 )
 
 // Time limits for the daemon. Generous because the machines that run the
@@ -198,11 +200,11 @@ func (d *Daemon) Restart(t testing.TB) *Daemon {
 // logBuffer collects a daemon's output, safe for concurrent use, and
 // announces the address from the first "sessiond started" log line.
 type logBuffer struct {
-	mu        sync.Mutex // guards the fields below
-	buf       bytes.Buffer
-	partial   []byte // the unfinished last line
-	announced bool   // the start line has been seen
-	started   chan string
+	syncbuf.Buffer            // everything written so far
+	mu             sync.Mutex // guards the fields below
+	partial        []byte     // the unfinished last line
+	announced      bool       // the start line has been seen
+	started        chan string
 }
 
 func newLogBuffer() *logBuffer {
@@ -211,9 +213,9 @@ func newLogBuffer() *logBuffer {
 
 // Write keeps p and looks at each complete line for the start message.
 func (b *logBuffer) Write(p []byte) (int, error) {
+	_, _ = b.Buffer.Write(p)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.buf.Write(p)
 	b.partial = append(b.partial, p...)
 	for {
 		i := bytes.IndexByte(b.partial, '\n')
@@ -233,11 +235,4 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 		b.partial = b.partial[i+1:]
 	}
 	return len(p), nil
-}
-
-// String returns everything written so far.
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,42 +1,14 @@
 // Package ui serves sessiond's conversation viewer: a few static files
-// (HTML, CSS and JavaScript, embedded in the binary with go:embed; no build
-// step, nothing fetched from elsewhere) that read the daemon's JSON API
-// under /v1/ from the browser.
-//
-// Mount [Handler] at [Prefix] on the HTTP listener that serves /v1/:
+// (HTML, CSS and JavaScript, embedded with go:embed; no build step, nothing
+// fetched from elsewhere) that read the daemon's JSON API under /v1/ from the
+// browser, with whatever token the person supplies. Mount [Handler] at
+// [Prefix] on the HTTP listener that serves /v1/:
 //
 //	mux.Handle(ui.Prefix, ui.Handler())
 //
-// Its addresses:
-//
-//	/ui/                    the sessions of a namespace (?namespace=NS), with
-//	                        search (?q=TEXT) and paging (?page_token=T)
-//	/ui/sessions/{id}       one conversation (?namespace=NS), kept live through
-//	                        the watch (Server-Sent Events)
-//	/ui/static/{file}       the viewer's scripts and stylesheet
-//
-// The namespace picker offers the namespaces the person's token may read,
-// as GetServerInfo (/v1/info) reports them; with no tokens, or a token for
-// every namespace, it is a free field.
-//
-// The pages hold no stored data: the browser fetches it from /v1/, so the
-// viewer needs no access of its own and reads with whatever token the
-// person supplies (the page keeps it in the tab's sessionStorage and sends
-// it as "Authorization: Bearer"). Serving the files themselves needs no
-// token.
-//
-// # Security
-//
-// Nothing a client stored can run in the viewer. The scripts build every
-// element with createElement and put stored text in text nodes only (their
-// Markdown renderer included); links keep only http, https and mailto
-// targets. Every answer of this handler carries a Content-Security-Policy
-// that allows scripts, styles and fetches from this origin only, no inline
-// script or style, no frames, no plugins, images from this origin or data:
-// URLs (attached images), and requires Trusted Types, so that the browser
-// itself refuses any HTML string sink (innerHTML and the like); plus
-// X-Content-Type-Options: nosniff, Referrer-Policy: no-referrer and
-// X-Frame-Options: DENY.
+// docs/viewer.md lists its pages and its security: stored text goes into
+// text nodes only, and every answer carries a Content-Security-Policy that
+// requires Trusted Types, so the browser itself refuses any HTML string sink.
 package ui
 
 import (

@@ -33,7 +33,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -330,14 +331,13 @@ func (o *jobj) unknown(ws *warnings, at int) {
 
 // rest lists the keys nobody read, sorted.
 func (o *jobj) rest() []string {
-	var ks []string
-	for k, v := range o.m {
-		if !o.used[k] && !isNull(v) {
-			ks = append(ks, k)
+	return slices.Sorted(func(yield func(string) bool) {
+		for k, v := range o.m {
+			if !o.used[k] && !isNull(v) && !yield(k) {
+				return
+			}
 		}
-	}
-	sort.Strings(ks)
-	return ks
+	})
 }
 
 func isNull(v json.RawMessage) bool {
@@ -373,20 +373,10 @@ func keepParams(f Format, o *jobj, s *sessiondv1.Session) {
 // skipping the keys the export already wrote.
 func restoreParams(f Format, s *sessiondv1.Session, doc obj) obj {
 	prefix := string(f) + "."
-	var ks []string
-	for k := range s.GetMetadata() {
-		if strings.HasPrefix(k, prefix) {
-			ks = append(ks, k)
-		}
-	}
-	sort.Strings(ks)
-next:
-	for _, k := range ks {
-		name := strings.TrimPrefix(k, prefix)
-		for _, e := range doc {
-			if e.k == name {
-				continue next
-			}
+	for _, k := range slices.Sorted(maps.Keys(s.GetMetadata())) {
+		name, ok := strings.CutPrefix(k, prefix)
+		if !ok || slices.ContainsFunc(doc, func(e kv) bool { return e.k == name }) {
+			continue
 		}
 		v := s.GetMetadata()[k]
 		if json.Valid([]byte(v)) {
@@ -441,14 +431,8 @@ func sessionDrops(f Format, s *sessiondv1.Session, ws *warnings) {
 	if s.GetExpireAfter() != nil {
 		ws.add("session.expire_after", -1, "%s", not)
 	}
-	var dropped []string
-	for k := range s.GetMetadata() {
-		if !strings.HasPrefix(k, string(f)+".") {
-			dropped = append(dropped, k)
-		}
-	}
+	dropped := slices.DeleteFunc(slices.Sorted(maps.Keys(s.GetMetadata())), func(k string) bool { return strings.HasPrefix(k, string(f)+".") })
 	if len(dropped) > 0 {
-		sort.Strings(dropped)
 		ws.add("session.metadata", -1, "%s (keys %s)", not, strings.Join(dropped, ", "))
 	}
 }
@@ -467,7 +451,7 @@ func messageDrops(f Format, i int, m *sessiondv1.Message, ws *warnings, keep ...
 		ws.add("message (fields unknown to this version)", i, "%s", not)
 	}
 	for k := range m.GetMetadata() {
-		if !contains(keep, k) {
+		if !slices.Contains(keep, k) {
 			ws.add("message.metadata["+k+"]", i, "%s", not)
 		}
 	}
@@ -489,15 +473,6 @@ func roleDrops(f Format, i int, m *sessiondv1.Message, ws *warnings, tools strin
 	if m.GetReasoning() != nil && m.GetRole() != sessiondv1.Role_ROLE_ASSISTANT {
 		ws.add("message.reasoning", i, "only assistant messages carry it in %s; dropped", f)
 	}
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func setMeta(m *sessiondv1.Message, k, v string) {

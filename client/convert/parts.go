@@ -3,6 +3,7 @@ package convert
 import (
 	"encoding/base64"
 	"encoding/json"
+	"slices"
 	"strings"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -89,7 +90,7 @@ func (p *partWriter) content(m *sessiondv1.Message) []any {
 		case *sessiondv1.ContentPart_Json:
 			raw, typ, ok := typedJSON(k.Json)
 			switch {
-			case ok && contains(blockTypes[p.f], typ):
+			case ok && slices.Contains(blockTypes[p.f], typ):
 				p.blocks = append(p.blocks, raw)
 			case ok:
 				p.ws.add("message.parts.json", p.at, "a %q block is not one of %s's; dropped", typ, p.f)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -137,10 +138,7 @@ corrected, 4 errors left, 8 not checked (data dir in use or unreadable). With --
 	root.Version = ctlVersion()
 	root.SetVersionTemplate("sessionctl {{.Version}}\n")
 
-	addr := os.Getenv("SESSIOND_ADDR")
-	if addr == "" {
-		addr = defaultAddr
-	}
+	addr := cmp.Or(os.Getenv("SESSIOND_ADDR"), defaultAddr)
 	pf := root.PersistentFlags()
 	pf.StringVar(&e.addr, "addr", addr, "daemon address: host:port or unix:/path (env SESSIOND_ADDR)")
 	pf.StringVar(&e.namespace, "namespace", os.Getenv("SESSIOND_NAMESPACE"), "namespace; empty is the default one (env SESSIOND_NAMESPACE)")

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,24 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// The config file names daemons to talk to, as kubectl's contexts do:
-//
-//	current-context = "local"
-//
-//	[contexts.local]
-//	address = "127.0.0.1:7437"
-//
-//	[contexts.prod]
-//	address = "sessiond.example.com:7437"
-//	namespace = "team-a"
-//	token-file = "~/.config/sessiond/prod.token"
-//	tls-ca = "ca.pem"        # relative to the config file's folder
-//	tls-cert = "client.pem"  # mutual TLS
-//	tls-key = "client-key.pem"
-//
-// --context NAME (or SESSIOND_CONTEXT) picks a context, else current-context
-// does. A flag or an environment variable (--addr, SESSIOND_ADDR, --token,
-// SESSIOND_TOKEN, ...) wins over the context.
+// The config file names daemons as contexts, as kubectl does; its format is
+// in configCmd's help.
 
 // configEnv names the context when --context is not given.
 const configEnv = "SESSIOND_CONTEXT"
@@ -91,13 +77,7 @@ func readConfig(path string) (*configFile, error) {
 
 // contextNames lists the contexts for messages.
 func (c *configFile) contextNames() string {
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range c.Contexts {
-			if !yield(n) {
-				return
-			}
-		}
-	})
+	names := slices.Sorted(maps.Keys(c.Contexts))
 	if len(names) == 0 {
 		return "none"
 	}
@@ -121,10 +101,7 @@ func (e *env) applyContext(cmd *cobra.Command) error {
 	if err != nil {
 		return usageErrorf("config: %v", err)
 	}
-	name := e.contextName
-	if name == "" {
-		name = cfg.CurrentContext
-	}
+	name := cmp.Or(e.contextName, cfg.CurrentContext)
 	if name == "" {
 		return nil
 	}
@@ -254,22 +231,14 @@ context.`,
 				fmt.Fprintf(e.stdout, "current context: %s\n", pos[0])
 				return nil
 			}
-			b, _ := json.Marshal(map[string]string{"current_context": pos[0], "config": path})
-			fmt.Fprintf(e.stdout, "%s\n", b)
-			return nil
+			return json.NewEncoder(e.stdout).Encode(map[string]string{"current_context": pos[0], "config": path})
 		},
 	})
 	return cmd
 }
 
 func (e *env) configView(path string, cfg *configFile) error {
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range cfg.Contexts {
-			if !yield(n) {
-				return
-			}
-		}
-	})
+	names := slices.Sorted(maps.Keys(cfg.Contexts))
 	str := func(p *string) string {
 		if p == nil {
 			return ""
@@ -279,13 +248,11 @@ func (e *env) configView(path string, cfg *configFile) error {
 	if e.json {
 		for _, n := range names {
 			c := cfg.Contexts[n]
-			b, err := json.Marshal(map[string]any{"name": n, "current": n == cfg.CurrentContext, "address": str(c.Address),
+			if err := json.NewEncoder(e.stdout).Encode(map[string]any{"name": n, "current": n == cfg.CurrentContext, "address": str(c.Address),
 				"namespace": str(c.Namespace), "token_file": c.TokenFile, "tls": c.TLS || c.TLSCA != "" || c.TLSCert != "",
-				"tls_ca": c.TLSCA, "tls_cert": c.TLSCert, "tls_key": c.TLSKey})
-			if err != nil {
+				"tls_ca": c.TLSCA, "tls_cert": c.TLSCert, "tls_key": c.TLSKey}); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s\n", b)
 		}
 		return nil
 	}
@@ -296,18 +263,12 @@ func (e *env) configView(path string, cfg *configFile) error {
 	tb := newTable(e.stdout, "CURRENT", "NAME", "ADDRESS", "NAMESPACE", "TLS", "TOKEN FILE")
 	for _, n := range names {
 		c := cfg.Contexts[n]
-		cur, addr, tlsOn, token := "", str(c.Address), "no", c.TokenFile
+		cur, addr, tlsOn, token := "", cmp.Or(str(c.Address), "("+defaultAddr+")"), "no", cmp.Or(c.TokenFile, "-")
 		if n == cfg.CurrentContext {
 			cur = "*"
 		}
-		if addr == "" {
-			addr = "(" + defaultAddr + ")"
-		}
 		if c.TLS || c.TLSCA != "" || c.TLSCert != "" {
 			tlsOn = "yes"
-		}
-		if token == "" {
-			token = "-"
 		}
 		if err := tb.row(cur, safeLine(n), safeLine(addr), safeLine(str(c.Namespace)), tlsOn, safeLine(token)); err != nil {
 			return err

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -172,8 +173,7 @@ func (e *env) export(ctx context.Context, single *sessionArg, output string, mar
 	x.prog.finish()
 	if output != "" && output != "-" {
 		if e.json {
-			b, _ := json.Marshal(map[string]any{"exported": x.count, "output": output, "damaged": len(damaged)})
-			fmt.Fprintf(e.stdout, "%s\n", b)
+			_ = json.NewEncoder(e.stdout).Encode(map[string]any{"exported": x.count, "output": output, "damaged": len(damaged)})
 		} else {
 			fmt.Fprintf(e.stderr, "exported %d sessions to %s\n", x.count, output)
 		}
@@ -357,10 +357,7 @@ func writeMarkdownHeader(w io.Writer, s *sessiondv1.Session, separate bool) {
 	if separate {
 		fmt.Fprint(w, "\n---\n\n")
 	}
-	title := s.GetTitle()
-	if title == "" {
-		title = displayName(s)
-	}
+	title := cmp.Or(s.GetTitle(), displayName(s))
 	fmt.Fprintf(w, "# %s\n\n", safeLine(oneLine(title)))
 	item := func(k, v string) {
 		if v != "" {

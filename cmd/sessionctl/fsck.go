@@ -85,20 +85,16 @@ func (e *env) fsck(ctx context.Context, dir string, repair bool) error {
 	}
 	if e.json {
 		for _, f := range rep.Findings {
-			b, err := json.Marshal(map[string]any{"path": f.Path, "kind": string(f.Kind), "detail": f.Detail, "repaired": f.Repaired})
-			if err != nil {
+			if err := json.NewEncoder(e.stdout).Encode(map[string]any{"path": f.Path, "kind": string(f.Kind), "detail": f.Detail, "repaired": f.Repaired}); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s\n", b)
 		}
-		b, err := json.Marshal(map[string]any{"summary": map[string]any{
+		if err := json.NewEncoder(e.stdout).Encode(map[string]any{"summary": map[string]any{
 			"data_dir": dir, "sessions": rep.Sessions, "problems": len(rep.Findings),
 			"repaired": len(rep.Findings) - unrepaired, "exit_code": code,
-		}})
-		if err != nil {
+		}}); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "%s\n", b)
 	} else if rep.Damaged() {
 		tb := newTable(e.stdout, "KIND", "PATH", "REPAIRED", "DETAIL")
 		for _, f := range rep.Findings {
@@ -154,11 +150,9 @@ func (e *env) fsckRestore(ctx context.Context, dir string, ids []string) error {
 			return &exitErr{code: exitFsckOperational, grpc: codes.Unknown, err: fmt.Errorf("fsck: restore %s: %w", id, err)}
 		}
 		if e.json {
-			b, err := json.Marshal(map[string]any{"restored": r.ID, "from": r.From, "detail": r.Detail})
-			if err != nil {
+			if err := json.NewEncoder(e.stdout).Encode(map[string]any{"restored": r.ID, "from": r.From, "detail": r.Detail}); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s\n", b)
 			continue
 		}
 		fmt.Fprintf(e.stdout, "restored session %s from %s: %s\n", r.ID, safeLine(r.From), safeLine(oneLine(r.Detail)))

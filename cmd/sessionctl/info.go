@@ -88,18 +88,12 @@ func (e *env) version(ctx context.Context) error {
 	}
 	if err != nil {
 		if e.json {
-			b, _ := json.Marshal(map[string]string{"sessionctl": own})
-			fmt.Fprintf(e.stdout, "%s\n", b)
+			_ = json.NewEncoder(e.stdout).Encode(map[string]string{"sessionctl": own})
 		}
 		return err
 	}
 	if e.json {
-		b, err := json.Marshal(map[string]string{"sessionctl": own, "sessiond": info.GetVersion(), "backend": info.GetBackend()})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "%s\n", b)
-		return nil
+		return json.NewEncoder(e.stdout).Encode(map[string]string{"sessionctl": own, "sessiond": info.GetVersion(), "backend": info.GetBackend()})
 	}
 	fmt.Fprintf(e.stdout, "sessiond %s (backend %s)\n", info.GetVersion(), info.GetBackend())
 	return nil

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -120,12 +122,7 @@ func fmtTime(ts *timestamppb.Timestamp) string {
 }
 
 // displayName is how a session is named in tables: its alias, else its id.
-func displayName(s *sessiondv1.Session) string {
-	if s.GetAlias() != "" {
-		return s.GetAlias()
-	}
-	return s.GetId()
-}
+func displayName(s *sessiondv1.Session) string { return cmp.Or(s.GetAlias(), s.GetId()) }
 
 // clip makes a client's string a table cell: on one line, control
 // characters neutralised, at most n characters.
@@ -138,31 +135,21 @@ func clip(s string, n int) string {
 }
 
 func sortedPairs(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + m[k]
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
 	}
 	return strings.Join(parts, ",")
 }
 
+// roleName is the --role name of r (roleNames).
 func roleName(r sessiondv1.Role) string {
-	switch r {
-	case sessiondv1.Role_ROLE_SYSTEM:
-		return "system"
-	case sessiondv1.Role_ROLE_USER:
-		return "user"
-	case sessiondv1.Role_ROLE_ASSISTANT:
-		return "assistant"
-	case sessiondv1.Role_ROLE_TOOL:
-		return "tool"
-	default:
-		return fmt.Sprintf("role(%d)", int32(r))
+	for name, v := range roleNames {
+		if v == r {
+			return name
+		}
 	}
+	return fmt.Sprintf("role(%d)", int32(r))
 }
 
 // writeHeader prints a session's metadata as "key: value" lines.

@@ -232,9 +232,8 @@ func (e *env) printPurgeCandidates(rs []purgeResult) error {
 	})
 	if e.json {
 		for _, r := range rs {
-			b, _ := json.Marshal(map[string]any{"id": r.s.GetId(), "alias": r.s.GetAlias(), "updated_at": r.s.GetUpdatedAt().AsTime().UTC().Format(time.RFC3339Nano),
-				"message_count": r.s.GetMessageCount(), "bytes": r.bytes})
-			if _, err := fmt.Fprintf(e.stdout, "%s\n", b); err != nil {
+			if err := json.NewEncoder(e.stdout).Encode(map[string]any{"id": r.s.GetId(), "alias": r.s.GetAlias(), "updated_at": r.s.GetUpdatedAt().AsTime().UTC().Format(time.RFC3339Nano),
+				"message_count": r.s.GetMessageCount(), "bytes": r.bytes}); err != nil {
 				return err
 			}
 		}

@@ -142,11 +142,9 @@ watch, server info), write (read plus every change), admin (everything).`,
 				return fmt.Errorf("token add: %w", err)
 			}
 			if e.json {
-				b, err := json.Marshal(map[string]any{"name": name, "secret": secret, "namespaces": namespaces, "role": r.String()})
-				if err != nil {
+				if err := json.NewEncoder(e.stdout).Encode(map[string]any{"name": name, "secret": secret, "namespaces": namespaces, "role": r.String()}); err != nil {
 					return err
 				}
-				fmt.Fprintf(e.stdout, "%s\n", b)
 			} else {
 				fmt.Fprintln(e.stdout, secret)
 			}
@@ -202,11 +200,9 @@ func tokenLsCmd(e *env) *cobra.Command {
 			}
 			if e.json {
 				for _, t := range set.Tokens() {
-					b, err := json.Marshal(map[string]any{"name": t.Name, "role": t.Role.String(), "namespaces": t.Namespaces, "sha256": hex.EncodeToString(t.Hash[:])})
-					if err != nil {
+					if err := json.NewEncoder(e.stdout).Encode(map[string]any{"name": t.Name, "role": t.Role.String(), "namespaces": t.Namespaces, "sha256": hex.EncodeToString(t.Hash[:])}); err != nil {
 						return err
 					}
-					fmt.Fprintf(e.stdout, "%s\n", b)
 				}
 				return nil
 			}
@@ -244,8 +240,7 @@ func tokenRmCmd(e *env) *cobra.Command {
 				return fmt.Errorf("token rm: %w", err)
 			}
 			if e.json {
-				b, _ := json.Marshal(map[string]string{"removed": name})
-				fmt.Fprintf(e.stdout, "%s\n", b)
+				_ = json.NewEncoder(e.stdout).Encode(map[string]string{"removed": name})
 			} else {
 				fmt.Fprintf(e.stdout, "removed token %s\n", name)
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,14 +91,13 @@ func (e *env) ls(ctx context.Context, req *sessiondv1.ListSessionsRequest) error
 	}
 	unreadable := e.unreadable(ctx, c, ss)
 	tb := newTable(e.stdout, "ID", "ALIAS", "MESSAGES", "TOKENS IN/OUT", "MODELS", "UPDATED", "TITLE", "LABELS", "STATUS")
+	n := 0
 	for i, s := range ss {
-		alias := safeLine(s.GetAlias())
-		if alias == "" {
-			alias = "-"
-		}
+		alias := cmp.Or(safeLine(s.GetAlias()), "-")
 		st := "ok"
 		if unreadable[i] != "" {
 			st = unreadable[i]
+			n++
 		}
 		if err := tb.row(s.GetId(), alias, fmt.Sprint(s.GetMessageCount()), fmtTokens(s.GetUsage()), fmtModels(s.GetModels()),
 			fmtTime(s.GetUpdatedAt()), clip(s.GetTitle(), 40), clip(sortedPairs(s.GetLabels()), 60), st); err != nil {
@@ -107,7 +107,7 @@ func (e *env) ls(ctx context.Context, req *sessiondv1.ListSessionsRequest) error
 	if err := tb.flush(); err != nil {
 		return err
 	}
-	if n := countNonEmpty(unreadable); n > 0 {
+	if n > 0 {
 		fmt.Fprintf(e.stderr, "sessionctl: ls: %d sessions could not be read (marked above); stop sessiond and run 'sessionctl fsck DATA_DIR'\n", n)
 	}
 	return nil
@@ -141,16 +141,6 @@ func (e *env) unreadable(ctx context.Context, c sessiondv1.SessionStoreServiceCl
 	}
 	wg.Wait()
 	return out
-}
-
-func countNonEmpty(ss []string) int {
-	n := 0
-	for _, s := range ss {
-		if s != "" {
-			n++
-		}
-	}
-	return n
 }
 
 // printStream prints each frame of a listing's stream: as a JSON line (of

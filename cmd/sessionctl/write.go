@@ -140,12 +140,7 @@ chosen here, a UUIDv7, or given with --id: an append run again with the same
 				return e.rpcError("append "+sa.text, err)
 			}
 			if e.json {
-				b, err := json.Marshal(map[string]any{"message_id": id, "revision": resp.GetRevision(), "message_count": resp.GetMessageCount()})
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(e.stdout, "%s\n", b)
-				return nil
+				return json.NewEncoder(e.stdout).Encode(map[string]any{"message_id": id, "revision": resp.GetRevision(), "message_count": resp.GetMessageCount()})
 			}
 			fmt.Fprintln(e.stdout, id)
 			return nil

@@ -126,31 +126,65 @@ func (l *leanConn) Close() error {
 // appendMessages is one unary AppendMessages call: req sent, the answer
 // read into resp. A non-OK grpc-status is returned as a status error.
 func (l *leanConn) appendMessages(ctx context.Context, req *sessiondv1.AppendMessagesRequest, resp *sessiondv1.AppendMessagesResponse) error {
+	return l.roundTrip(ctx, l.call, req, resp)
+}
+
+// roundTrip sends req with send, which reads the answer's message into
+// l.resp, and decodes it into resp. A call cut by ctx returns ctx's error.
+func (l *leanConn) roundTrip(ctx context.Context, send func(proto.Message) error, req, resp proto.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := l.call(req); err != nil {
+	if err := send(req); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return err
 	}
 	if err := proto.Unmarshal(l.resp, resp); err != nil {
-		return fmt.Errorf("decode AppendMessagesResponse: %w", err)
+		return fmt.Errorf("decode %s: %w", resp.ProtoReflect().Descriptor().Name(), err)
 	}
 	return nil
 }
 
-// call sends m on a new stream and reads the answer's message into l.resp.
-func (l *leanConn) call(m proto.Message) error {
-	_ = l.conn.SetDeadline(time.Now().Add(l.callTTL))
+// frame encodes m as a length-prefixed gRPC message into l.req.
+func (l *leanConn) frame(m proto.Message) error {
 	var err error
 	l.req, err = proto.MarshalOptions{}.MarshalAppend(append(l.req[:0], 0, 0, 0, 0, 0), m)
 	if err != nil {
 		return fmt.Errorf("encode request: %w", err)
 	}
 	binary.BigEndian.PutUint32(l.req[1:5], uint32(len(l.req)-5))
+	return nil
+}
 
+// call sends m on a new stream and reads the answer's message into l.resp.
+func (l *leanConn) call(m proto.Message) error {
+	_ = l.conn.SetDeadline(time.Now().Add(l.callTTL))
+	if err := l.frame(m); err != nil {
+		return err
+	}
+	if err := l.newStream(hpack.HeaderField{Name: "grpc-timeout", Value: l.timeout}); err != nil {
+		return err
+	}
+	if err := l.sendRequest(true); err != nil {
+		return err
+	}
+	return l.readAnswer()
+}
+
+// sendRequest sends the framed request in l.req on the current stream and
+// flushes it; end closes the client's side of the stream.
+func (l *leanConn) sendRequest(end bool) error {
+	if err := l.writeData(l.req, end); err != nil {
+		return err
+	}
+	return l.bw.Flush()
+}
+
+// newStream sends the HEADERS of a new call on the next stream id, with
+// extra header fields after the standard ones.
+func (l *leanConn) newStream(extra ...hpack.HeaderField) error {
 	l.stream += 2
 	if l.stream == 2 {
 		l.stream = 1 // client streams are odd, from 1
@@ -160,26 +194,20 @@ func (l *leanConn) call(m proto.Message) error {
 	}
 	l.strWin = l.initWin
 	l.hbuf.Reset()
-	for _, f := range [...]hpack.HeaderField{
+	std := [...]hpack.HeaderField{
 		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
 		{Name: ":path", Value: l.path}, {Name: ":authority", Value: l.host},
 		{Name: "content-type", Value: "application/grpc"}, {Name: "user-agent", Value: "sessiond-load"},
-		{Name: "te", Value: "trailers"}, {Name: "grpc-timeout", Value: l.timeout},
-	} {
-		if err := l.henc.WriteField(f); err != nil {
-			return err
+		{Name: "te", Value: "trailers"},
+	}
+	for _, fields := range [][]hpack.HeaderField{std[:], extra} {
+		for _, f := range fields {
+			if err := l.henc.WriteField(f); err != nil {
+				return err
+			}
 		}
 	}
-	if err := l.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: l.stream, BlockFragment: l.hbuf.Bytes(), EndHeaders: true}); err != nil {
-		return err
-	}
-	if err := l.writeData(l.req, true); err != nil {
-		return err
-	}
-	if err := l.bw.Flush(); err != nil {
-		return err
-	}
-	return l.readAnswer()
+	return l.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: l.stream, BlockFragment: l.hbuf.Bytes(), EndHeaders: true})
 }
 
 // readAnswer reads frames until the current stream ends, checking its
@@ -332,18 +360,8 @@ func decodeGRPCMessage(s string) string {
 // request as DATA and reads the one answer. A per-request status is
 // returned as a status error, as a unary call's grpc-status would be.
 func (l *leanConn) appendStreamed(ctx context.Context, req *sessiondv1.AppendStreamRequest, resp *sessiondv1.AppendStreamResponse) error {
-	if err := ctx.Err(); err != nil {
+	if err := l.roundTrip(ctx, l.streamCall, req, resp); err != nil {
 		return err
-	}
-	err := l.streamCall(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return err
-	}
-	if err := proto.Unmarshal(l.resp, resp); err != nil {
-		return fmt.Errorf("decode AppendStreamResponse: %w", err)
 	}
 	if st := resp.GetStatus(); st != nil {
 		return status.Error(codes.Code(st.GetCode()), st.GetMessage())
@@ -360,16 +378,10 @@ func (l *leanConn) streamCall(m proto.Message) error {
 			return err
 		}
 	}
-	var err error
-	l.req, err = proto.MarshalOptions{}.MarshalAppend(append(l.req[:0], 0, 0, 0, 0, 0), m)
-	if err != nil {
-		return fmt.Errorf("encode request: %w", err)
-	}
-	binary.BigEndian.PutUint32(l.req[1:5], uint32(len(l.req)-5))
-	if err := l.writeData(l.req, false); err != nil {
+	if err := l.frame(m); err != nil {
 		return err
 	}
-	if err := l.bw.Flush(); err != nil {
+	if err := l.sendRequest(false); err != nil {
 		return err
 	}
 	return l.readStreamed()
@@ -378,23 +390,7 @@ func (l *leanConn) streamCall(m proto.Message) error {
 // openStream starts the stream: HEADERS without a deadline (the stream
 // lives as long as the run), and no END_STREAM.
 func (l *leanConn) openStream() error {
-	l.stream += 2
-	if l.stream == 2 {
-		l.stream = 1
-	}
-	l.strWin = l.initWin
-	l.hbuf.Reset()
-	for _, f := range [...]hpack.HeaderField{
-		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: l.path}, {Name: ":authority", Value: l.host},
-		{Name: "content-type", Value: "application/grpc"}, {Name: "user-agent", Value: "sessiond-load"},
-		{Name: "te", Value: "trailers"},
-	} {
-		if err := l.henc.WriteField(f); err != nil {
-			return err
-		}
-	}
-	if err := l.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: l.stream, BlockFragment: l.hbuf.Bytes(), EndHeaders: true}); err != nil {
+	if err := l.newStream(); err != nil {
 		return err
 	}
 	l.streaming, l.pending = true, l.pending[:0]

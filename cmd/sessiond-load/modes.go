@@ -85,37 +85,31 @@ func deleteSessions(c *config, ids []string) error {
 	cl := sessiondv1.NewSessionStoreServiceClient(conn)
 	// Its own context: an interrupted run still cleans up after itself.
 	ctx := context.Background()
-	work := make(chan string)
-	errs := make(chan error, 16)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var first error
-			for id := range work {
-				cctx, cancel := context.WithTimeout(ctx, c.timeout)
-				_, err := cl.DeleteSession(cctx, &sessiondv1.DeleteSessionRequest{Ref: idRef(c.namespace, id)})
-				cancel()
-				if err != nil && status.Code(err) != codes.NotFound && first == nil {
-					first = fmt.Errorf("cleanup: delete session %s of namespace %s: %w", id, c.namespace, err)
-				}
-			}
-			errs <- first
-		}()
-	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	sem := make(chan struct{}, 16)
 	for _, id := range ids {
-		work <- id
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			cctx, cancel := context.WithTimeout(ctx, c.timeout)
+			defer cancel()
+			_, err := cl.DeleteSession(cctx, &sessiondv1.DeleteSessionRequest{Ref: idRef(c.namespace, id)})
+			if err == nil || status.Code(err) == codes.NotFound {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if first == nil {
+				first = fmt.Errorf("cleanup: delete session %s of namespace %s: %w", id, c.namespace, err)
+			}
+		})
 	}
-	close(work)
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return first
 }
 
 // --- append ---

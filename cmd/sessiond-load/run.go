@@ -469,8 +469,7 @@ func checkLoopback(addr string) error {
 // write prints rep as JSON or as a two-column table.
 func write(w io.Writer, asJSON bool, rep report) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		return enc.Encode(rep)
+		return json.NewEncoder(w).Encode(rep)
 	}
 	rows := rep.rows()
 	width := 0

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -469,16 +470,9 @@ func (r *repl) sessions(ctx context.Context) error {
 				cur = fmt.Sprintf(" (current, +%d unsaved)", n)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d%s\n", s.ID, dash(s.Alias), s.UpdatedAt.Local().Format(time.DateTime), s.MessageCount, cur)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d%s\n", s.ID, cmp.Or(s.Alias, "-"), s.UpdatedAt.Local().Format(time.DateTime), s.MessageCount, cur)
 	}
 	return tw.Flush()
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // load saves the current session, then switches to another; on failure the
@@ -582,10 +576,7 @@ func printMessages(w io.Writer, msgs []*sessiondv1.Message) {
 // its alias when it has one, else by id, with the namespace and a
 // non-default spool folder.
 func (r *repl) resumeCommand() string {
-	name := r.h.Alias()
-	if name == "" {
-		name = r.h.ID()
-	}
+	name := cmp.Or(r.h.Alias(), r.h.ID())
 	cmd := fmt.Sprintf("repl --addr %s --session %s", r.addr, shellQuote(name))
 	if r.ns != "" {
 		cmd += " --namespace " + shellQuote(r.ns)

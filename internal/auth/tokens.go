@@ -290,10 +290,8 @@ func (s *Set) Marshal() []byte {
 // With returns a copy of s with t added. A token of the same name is an
 // error.
 func (s *Set) With(t Token) (*Set, error) {
-	for _, o := range s.tokens {
-		if o.Name == t.Name {
-			return nil, fmt.Errorf("a token named %q exists; remove it first or pick another name", t.Name)
-		}
+	if slices.ContainsFunc(s.tokens, func(o Token) bool { return o.Name == t.Name }) {
+		return nil, fmt.Errorf("a token named %q exists; remove it first or pick another name", t.Name)
 	}
 	if _, ok := s.byHash[t.Hash]; ok {
 		return nil, fmt.Errorf("token %q has the same secret as another token", t.Name)
@@ -304,14 +302,6 @@ func (s *Set) With(t Token) (*Set, error) {
 // Without returns a copy of s without the token called name, and whether it
 // was there.
 func (s *Set) Without(name string) (*Set, bool) {
-	kept := make([]Token, 0, len(s.tokens))
-	found := false
-	for _, t := range s.tokens {
-		if t.Name == name {
-			found = true
-			continue
-		}
-		kept = append(kept, t)
-	}
-	return newSet(kept), found
+	kept := slices.DeleteFunc(slices.Clone(s.tokens), func(t Token) bool { return t.Name == name })
+	return newSet(kept), len(kept) < len(s.tokens)
 }
