@@ -109,8 +109,10 @@
 // converts the extents it fills, a metadata change (on ext4 a journal
 // commit) at every fdatasync; the WAL, synced at every flush, writes zeros
 // instead, so that its flushes overwrite written blocks and their
-// fdatasync writes data only. Journals are synced once per segment, where
-// that conversion costs little.
+// fdatasync writes data only. That also keeps an aborted ext4 from
+// confirming an fdatasync whose extent conversion its journal can no
+// longer record, which e2fsck then reads back as zeros. Journals are
+// synced once per segment, where that conversion costs little.
 //
 // Past WithWALSegmentBytes (32 MiB by default) the leader starts a new
 // segment and hands the full one to a sealer goroutine, which fdatasyncs
