@@ -35,6 +35,16 @@ const (
 // intermediate messages were most of its allocations.
 func decodeMeta(b []byte) (*storage.Session, error) {
 	m := &storage.Session{}
+	if err := decodeMetaInto(m, b, nil); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// decodeMetaInto is decodeMeta into *m (zero), taking its strings from
+// strs when b lies in strs' bytes (nil: each string its own allocation).
+// On error *m holds part of the fields.
+func decodeMetaInto(m *storage.Session, b []byte, strs *strSource) error {
 	var (
 		created, updated, expire [2]int64 // seconds, nanos
 		hasUsage, hasExpire      bool
@@ -87,7 +97,7 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 			if n < 0 || !utf8.Valid(v) {
 				return -1
 			}
-			m.OpenMessageID = string(v)
+			m.OpenMessageID = strs.str(v)
 			return n
 		}
 		if typ != protowire.BytesType || num < fSessID || num > fSessExpire || num == fSessRevision || num == fSessMsgs {
@@ -102,7 +112,7 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 			if !utf8.Valid(v) {
 				return -1
 			}
-			s := string(v)
+			s := strs.str(v)
 			switch num {
 			case fSessID:
 				m.ID = s
@@ -132,14 +142,14 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 			err = decodeInts(v, u[:])
 			m.Usage = storage.Usage{InputTokens: u[0], OutputTokens: u[1], CachedInputTokens: u[2], ReasoningTokens: u[3]}
 		case fSessMetadata:
-			err = decodeMapEntry(v, m.Metadata)
+			err = decodeMapEntry(v, m.Metadata, strs)
 		case fSessLabels:
-			err = decodeMapEntry(v, m.Labels)
+			err = decodeMapEntry(v, m.Labels, strs)
 		case fSessPar:
 			if parent == nil {
 				parent = &storage.ForkOrigin{}
 			}
-			err = decodePair(v, &parent.SessionID, nil, &parent.MessageCount)
+			err = decodePair(v, &parent.SessionID, nil, &parent.MessageCount, strs)
 		case fSessMessages:
 			// Never written in metadata; checked as proto.Unmarshal would.
 			if proto.Unmarshal(v, &sessiondv1.Message{}) != nil {
@@ -152,7 +162,7 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 		return n
 	})
 	if werr != nil {
-		return nil, werr
+		return werr
 	}
 	m.CreatedAt = time.Unix(created[0], int64(int32(created[1]))).UTC()
 	m.UpdatedAt = time.Unix(updated[0], int64(int32(updated[1]))).UTC()
@@ -168,7 +178,7 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 	if compaction != nil {
 		m.Compaction = compactionFromProto(compaction)
 	}
-	return m, nil
+	return nil
 }
 
 // walkFields calls field with each field of the encoded message b and the
@@ -209,8 +219,9 @@ func decodeInts(b []byte, into []int64) error {
 
 // decodePair decodes a message of two fields: string 1 into s1, and 2
 // into s2 (a string) or i2 (a varint): a map entry (key, value) or a
-// ForkOrigin (session_id, message_count).
-func decodePair(b []byte, s1, s2 *string, i2 *int64) error {
+// ForkOrigin (session_id, message_count). Strings come from strs as in
+// decodeMetaInto.
+func decodePair(b []byte, s1, s2 *string, i2 *int64, strs *strSource) error {
 	return walkFields(b, func(num protowire.Number, typ protowire.Type, b []byte) int {
 		sp := s1
 		switch {
@@ -230,17 +241,39 @@ func decodePair(b []byte, s1, s2 *string, i2 *int64) error {
 		if n < 0 || !utf8.Valid(v) {
 			return -1
 		}
-		*sp = string(v)
+		*sp = strs.str(v)
 		return n
 	})
 }
 
 // decodeMapEntry adds the map entry b to into (never nil).
-func decodeMapEntry(b []byte, into map[string]string) error {
+func decodeMapEntry(b []byte, into map[string]string, strs *strSource) error {
 	var k, v string
-	if err := decodePair(b, &k, &v, nil); err != nil {
+	if err := decodePair(b, &k, &v, nil, strs); err != nil {
 		return err
 	}
 	into[k] = v
 	return nil
+}
+
+// strSource hands out substrings of s, a string holding b's bytes, for
+// parts of b: decoding many entries costs one allocation for all their
+// strings (s, a part of one copy of a buffer) instead of one per string.
+// Every string it gives keeps that whole copy alive.
+type strSource struct {
+	b []byte
+	s string // the bytes of b
+}
+
+// str returns string(v), sharing src's copy when v is a part of src.b.
+func (src *strSource) str(v []byte) string {
+	if src == nil {
+		return string(v)
+	}
+	// v's capacity ends where src.b's does when v was sliced from it; the
+	// comparison (no allocation) makes sure, whatever v is.
+	if off := cap(src.b) - cap(v); off >= 0 && off+len(v) <= len(src.s) && src.s[off:off+len(v)] == string(v) {
+		return src.s[off : off+len(v)]
+	}
+	return string(v)
 }

@@ -109,6 +109,16 @@ func TestDecodeMetaMatchesProto(t *testing.T) {
 		if d := cmp.Diff(want, got); werr == nil && d != "" {
 			t.Fatalf("%s: % x: decodeMeta differs (-proto +decodeMeta):\n%s", what, b, d)
 		}
+		// Strings taken from one copy of the entry (as index runs decode)
+		// must be the same strings.
+		var shared storage.Session
+		serr := decodeMetaInto(&shared, b, &strSource{b: b, s: string(b)})
+		if (werr == nil) != (serr == nil) {
+			t.Fatalf("%s: % x: proto says %v, decodeMetaInto %v", what, b, werr, serr)
+		}
+		if d := cmp.Diff(want, &shared); werr == nil && d != "" {
+			t.Fatalf("%s: % x: decodeMetaInto differs (-proto +decodeMetaInto):\n%s", what, b, d)
+		}
 	}
 	extra := func(b []byte) []byte {
 		for range r.IntN(4) {
