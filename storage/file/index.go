@@ -107,9 +107,10 @@ func decodeIndex(data []byte) (epoch []byte, ns string, metas []*storage.Session
 
 // decodeIndexRun decodes the entries of one run of namespace ns's index.
 // A run's entries share two allocations, one for their storage.Session
-// values and one for their strings, rather than several each: Open decodes
-// every session's entry. An entry replaced later keeps its run's shares
-// alive until every entry of the run is replaced.
+// values and one for their strings, and equal labels or metadata share one
+// map, rather than several allocations each: Open decodes every session's
+// entry. An entry replaced later keeps its run's shares alive until every
+// entry of the run is replaced.
 func decodeIndexRun(b []byte, ns string) ([]*storage.Session, error) {
 	n := 0
 	for r := (reader{b: b}); len(r.b) > 0; n++ {
@@ -120,12 +121,13 @@ func decodeIndexRun(b []byte, ns string) ([]*storage.Session, error) {
 	slab := make([]storage.Session, n)
 	metas := make([]*storage.Session, n)
 	run := string(b)
+	maps := newMapShare()
 	r := reader{b: b}
 	for i := range slab {
 		m := &slab[i]
 		e := r.bytes("index entry")
 		end := len(b) - len(r.b)
-		if err := decodeMetaInto(m, e, &strSource{b: e, s: run[end-len(e) : end]}); err != nil {
+		if err := decodeMetaInto(m, e, &strSource{b: e, s: run[end-len(e) : end], maps: maps}); err != nil {
 			return nil, err
 		}
 		if m.Namespace != ns || !isSessionID(m.ID) {

@@ -51,8 +51,12 @@ func decodeMetaInto(m *storage.Session, b []byte, strs *strSource) error {
 		tools, models            []string
 		parent                   *storage.ForkOrigin
 		compaction               *sessiondv1.Compaction
+		labels, metadata         sharedMap // when strs shares maps
 		err                      error
 	)
+	if strs.sharesMaps() {
+		labels.pairs, metadata.pairs = strs.maps.labelPairs[:0], strs.maps.metadataPairs[:0]
+	}
 	werr := walkFields(b, func(num protowire.Number, typ protowire.Type, b []byte) int {
 		if typ == protowire.VarintType {
 			switch num {
@@ -69,6 +73,13 @@ func decodeMetaInto(m *storage.Session, b []byte, strs *strSource) error {
 				m.TitleDerived = v != 0
 				return n
 			}
+		}
+		if (num == fSessMetadata || num == fSessLabels) && strs.sharesMaps() {
+			sm := &labels
+			if num == fSessMetadata {
+				sm = &metadata
+			}
+			return sm.add(typ, b, strs)
 		}
 		if num == fSessMetadata && m.Metadata == nil {
 			// proto.Unmarshal makes the map before it looks at the wire
@@ -163,6 +174,15 @@ func decodeMetaInto(m *storage.Session, b []byte, strs *strSource) error {
 	})
 	if werr != nil {
 		return werr
+	}
+	if labels.seen {
+		m.Labels = strs.maps.get(strs.maps.labels, labels, strs)
+	}
+	if metadata.seen {
+		m.Metadata = strs.maps.get(strs.maps.metadata, metadata, strs)
+	}
+	if strs.sharesMaps() {
+		strs.maps.labelPairs, strs.maps.metadataPairs = labels.pairs, metadata.pairs
 	}
 	m.CreatedAt = time.Unix(created[0], int64(int32(created[1]))).UTC()
 	m.UpdatedAt = time.Unix(updated[0], int64(int32(updated[1]))).UTC()
@@ -261,19 +281,103 @@ func decodeMapEntry(b []byte, into map[string]string, strs *strSource) error {
 // strings (s, a part of one copy of a buffer) instead of one per string.
 // Every string it gives keeps that whole copy alive.
 type strSource struct {
-	b []byte
-	s string // the bytes of b
+	b    []byte
+	s    string    // the bytes of b
+	maps *mapShare // nil: every entry gets maps of its own
 }
 
 // str returns string(v), sharing src's copy when v is a part of src.b.
 func (src *strSource) str(v []byte) string {
-	if src == nil {
-		return string(v)
-	}
-	// v's capacity ends where src.b's does when v was sliced from it; the
-	// comparison (no allocation) makes sure, whatever v is.
-	if off := cap(src.b) - cap(v); off >= 0 && off+len(v) <= len(src.s) && src.s[off:off+len(v)] == string(v) {
+	if off, ok := src.offset(v); ok {
 		return src.s[off : off+len(v)]
 	}
 	return string(v)
+}
+
+// offset returns where v lies in src.b, if it is a part of it.
+func (src *strSource) offset(v []byte) (int, bool) {
+	if src == nil {
+		return 0, false
+	}
+	// v's capacity ends where src.b's does when v was sliced from it; the
+	// comparison (no allocation) makes sure, whatever v is.
+	off := cap(src.b) - cap(v)
+	return off, off >= 0 && off+len(v) <= len(src.s) && src.s[off:off+len(v)] == string(v)
+}
+
+func (src *strSource) sharesMaps() bool { return src != nil && src.maps != nil }
+
+// mapShare lets the entries of one index run share their labels and
+// metadata maps: sessions often carry the same labels, and a map is the
+// largest allocation of an entry. Shared maps are never modified: like
+// every entry's metadata, they are replaced, never changed in place.
+type mapShare struct {
+	labels, metadata map[string]map[string]string // by the map's encoding in the run (a part of strSource.s)
+	// Scratch space for sharedMap.pairs, reused entry after entry.
+	labelPairs, metadataPairs []string
+}
+
+// mapShareMax bounds the distinct maps a run remembers: past it, entries
+// get maps of their own.
+const mapShareMax = 256
+
+func newMapShare() *mapShare {
+	return &mapShare{labels: map[string]map[string]string{}, metadata: map[string]map[string]string{}}
+}
+
+// sharedMap collects one map field's entries while an entry is decoded.
+type sharedMap struct {
+	seen       bool     // the field occurs (of any wire type): the map exists, maybe empty
+	start, end int      // where the field's entries lie in the strSource, from the first's length to the last's end
+	shareable  bool     // start and end are known
+	pairs      []string // keys and values, in order
+}
+
+// add takes one occurrence of the map field as walkFields gives it.
+func (sm *sharedMap) add(typ protowire.Type, b []byte, strs *strSource) int {
+	if len(sm.pairs) == 0 {
+		sm.shareable = true
+	}
+	sm.seen = true
+	if typ != protowire.BytesType {
+		return 0 // skipped: an unknown field
+	}
+	v, n := protowire.ConsumeBytes(b)
+	if n < 0 {
+		return n
+	}
+	var k, val string
+	if decodePair(v, &k, &val, nil, strs) != nil {
+		return -1
+	}
+	off, ok := strs.offset(b[:n])
+	if len(sm.pairs) == 0 {
+		sm.start = off
+	}
+	sm.end = off + n
+	sm.shareable = sm.shareable && ok
+	sm.pairs = append(sm.pairs, k, val)
+	return n
+}
+
+// get returns the map sm decoded: one decoded earlier from the same bytes
+// if there is one in share, else a new one (remembered in share).
+func (ms *mapShare) get(share map[string]map[string]string, sm sharedMap, strs *strSource) map[string]string {
+	var key string
+	if sm.shareable && len(sm.pairs) > 0 {
+		// The same bytes from the first entry's length on hold the same
+		// entries in the same order.
+		key = strs.s[sm.start:sm.end]
+		if m, ok := share[key]; ok {
+			return m
+		}
+	}
+	m := make(map[string]string, len(sm.pairs)/2)
+	for i := 0; i < len(sm.pairs); i += 2 {
+		m[sm.pairs[i]] = sm.pairs[i+1]
+	}
+	if key != "" && len(share) < mapShareMax {
+		share[key] = m
+	}
+	return m
 }
