@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
 
 	"github.com/sessiond/sessiond/storage"
 )
@@ -15,13 +16,11 @@ import (
 // number of entries (but maps that differ), and gives back what was
 // encoded: equal labels share one map.
 func TestDecodeIndexRunShares(t *testing.T) {
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	metas := make([]*storage.Session, 500)
-	for i := range metas {
-		metas[i] = &storage.Session{ID: uuid.NewString(), Namespace: "ns", Alias: fmt.Sprintf("a-%d", i), Title: fmt.Sprintf("title %d", i),
-			Summary: "summary", CreatedAt: t0, UpdatedAt: t0.Add(time.Duration(i)), Revision: uint64(i + 1), MessageCount: int64(i),
-			Parent: &storage.ForkOrigin{SessionID: uuid.NewString(), MessageCount: 3},
-			Labels: map[string]string{"team": fmt.Sprint(i % 4)}, Metadata: map[string]string{"n": fmt.Sprint(i)}}
+	metas := indexMetas(500, "ns", 4)
+	for i, m := range metas {
+		m.Summary, m.Revision, m.MessageCount = "summary", uint64(i+1), int64(i)
+		m.Parent = &storage.ForkOrigin{SessionID: uuid.NewString(), MessageCount: 3}
+		m.Metadata = map[string]string{"n": fmt.Sprint(i)}
 	}
 	data := encodeIndex(make([]byte, 16), "ns", metas)
 	p, off, _ := readFrame(data, 0)
@@ -104,4 +103,47 @@ func TestSharedLabelsStayApart(t *testing.T) {
 	s = reopen()
 	defer s.Close()
 	check(s)
+}
+
+// indexMetas makes n sessions of namespace ns shaped like
+// BenchmarkOpen100k's: an alias, a title, one of teams labels, one
+// message.
+func indexMetas(n int, ns string, teams int) []*storage.Session {
+	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	metas := make([]*storage.Session, n)
+	for i := range metas {
+		t := base.Add(time.Duration(i) * time.Second)
+		metas[i] = &storage.Session{ID: uuid.NewString(), Namespace: ns, Alias: fmt.Sprintf("s-%d", i), Title: fmt.Sprintf("session %d", i),
+			CreatedAt: t, UpdatedAt: t, Revision: 1, MessageCount: 1, Labels: map[string]string{"team": fmt.Sprint(i % teams)}}
+	}
+	return metas
+}
+
+// BenchmarkDecodeIndex decodes one namespace's index file of 100,000
+// sessions shaped like BenchmarkOpen100k's (alias, title, one label): the
+// part of an Open after a clean stop that grows with the sessions.
+func BenchmarkDecodeIndex(b *testing.B) {
+	metas := indexMetas(fixtureSessions, "bench", 10)
+	data := encodeIndex(make([]byte, 16), "bench", metas)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	cpu := processCPU(b)
+	for b.Loop() {
+		_, _, got, err := decodeIndex(data)
+		if err != nil || len(got) != len(metas) {
+			b.Fatalf("decoded %d, %v", len(got), err)
+		}
+	}
+	b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// processCPU is the CPU time the process has used so far, all threads
+// (the garbage collector's and parallel decoders' too): on a shared
+// machine it varies much less than wall time.
+func processCPU(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
