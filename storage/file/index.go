@@ -106,22 +106,34 @@ func decodeIndex(data []byte) (epoch []byte, ns string, metas []*storage.Session
 }
 
 // decodeIndexRun decodes the entries of one run of namespace ns's index.
+// A run's entries share two allocations, one for their storage.Session
+// values and one for their strings, and equal labels or metadata share one
+// map, rather than several allocations each: Open decodes every session's
+// entry. An entry replaced later keeps its run's shares alive until every
+// entry of the run is replaced.
 func decodeIndexRun(b []byte, ns string) ([]*storage.Session, error) {
-	var metas []*storage.Session
-	r := reader{b: b}
-	for len(r.b) > 0 {
-		b := r.bytes("index entry")
-		if r.err != nil {
+	n := 0
+	for r := (reader{b: b}); len(r.b) > 0; n++ {
+		if r.bytes("index entry"); r.err != nil {
 			return nil, r.err
 		}
-		m, err := unmarshalMeta(b)
-		if err != nil {
+	}
+	slab := make([]storage.Session, n)
+	metas := make([]*storage.Session, n)
+	run := string(b)
+	maps := newMapShare()
+	r := reader{b: b}
+	for i := range slab {
+		m := &slab[i]
+		e := r.bytes("index entry")
+		end := len(b) - len(r.b)
+		if err := decodeMetaInto(m, e, &strSource{b: e, s: run[end-len(e) : end], maps: maps}); err != nil {
 			return nil, err
 		}
 		if m.Namespace != ns || !isSessionID(m.ID) {
 			return nil, fmt.Errorf("index entry %s of namespace %q in the file of %q: %w", m.ID, m.Namespace, ns, errCorrupt)
 		}
-		metas = append(metas, m)
+		metas[i] = m
 	}
 	return metas, nil
 }

@@ -99,6 +99,7 @@ func randomMeta(r *rand.Rand) *storage.Session {
 // random damage to all of those.
 func TestDecodeMetaMatchesProto(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
+	maps := newMapShare()
 	check := func(what string, b []byte) {
 		t.Helper()
 		want, werr := protoMeta(b)
@@ -108,6 +109,19 @@ func TestDecodeMetaMatchesProto(t *testing.T) {
 		}
 		if d := cmp.Diff(want, got); werr == nil && d != "" {
 			t.Fatalf("%s: % x: decodeMeta differs (-proto +decodeMeta):\n%s", what, b, d)
+		}
+		// Strings taken from one copy of the entry and maps shared with
+		// earlier entries (as index runs decode), twice (the second shares
+		// the first's maps), must be the same.
+		for range 2 {
+			var shared storage.Session
+			serr := decodeMetaInto(&shared, b, &strSource{b: b, s: string(b), maps: maps})
+			if (werr == nil) != (serr == nil) {
+				t.Fatalf("%s: % x: proto says %v, decodeMetaInto %v", what, b, werr, serr)
+			}
+			if d := cmp.Diff(want, &shared); werr == nil && d != "" {
+				t.Fatalf("%s: % x: decodeMetaInto differs (-proto +decodeMetaInto):\n%s", what, b, d)
+			}
 		}
 	}
 	extra := func(b []byte) []byte {

@@ -887,6 +887,29 @@ func (n *nsIndex) remove(e *entry) {
 // damage have made two sessions claim one alias, the one with the lower id
 // keeps it, whatever the order.
 func (s *Store) buildIndexes() {
+	// Sized first: growing them would leave garbage as large as they are,
+	// all of it fresh memory while the heap grows at start-up.
+	type count struct{ sessions, aliases int }
+	counts := map[string]*count{}
+	for _, e := range s.byID {
+		if e.meta == nil {
+			continue
+		}
+		c := counts[e.meta.Namespace]
+		if c == nil {
+			c = &count{}
+			counts[e.meta.Namespace] = c
+		}
+		c.sessions++
+		if e.meta.Alias != "" {
+			c.aliases++
+		}
+	}
+	for ns, c := range counts {
+		if s.ns[ns] == nil {
+			s.ns[ns] = &nsIndex{byAlias: make(map[string]*entry, c.aliases), list: make([]*entry, 0, c.sessions)}
+		}
+	}
 	for _, e := range s.byID {
 		if e.meta == nil {
 			continue
