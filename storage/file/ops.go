@@ -715,9 +715,10 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	e.view.Store(&view{meta: &final, msgs: msgs, size: v.size + msgsSize(msgs[len(v.msgs):]), cs: v.cs})
 	s.setMeta(e, &final)
 	for _, c := range changes {
-		m := c.meta
-		s.broker.Publish(e.id, storage.Event{Type: storage.EventAppended, Revision: m.Revision, Session: cloneMeta(&m), Messages: c.msgs})
-		finish(c.op, storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount, Appended: int64(len(c.msgs))}, nil)
+		s.broker.PublishBuilt(e.id, func() storage.Event {
+			return storage.Event{Type: storage.EventAppended, Revision: c.meta.Revision, Session: cloneMeta(&c.meta), Messages: c.msgs}
+		})
+		finish(c.op, storage.AppendResult{Revision: c.meta.Revision, MessageCount: c.meta.MessageCount, Appended: int64(len(c.msgs))}, nil)
 	}
 	s.touch(e)
 	s.maybeFold(e)
