@@ -601,6 +601,14 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 			e.queue = nil
 			e.qmu.Unlock()
 			s.commitAppends(e, batch)
+			// Hand the batch's array back for the next append to queue in,
+			// unless one already queued in a new array.
+			clear(batch)
+			e.qmu.Lock()
+			if e.queue == nil {
+				e.queue = batch[:0]
+			}
+			e.qmu.Unlock()
 		}
 		s.unlock(e)
 		if errors.Is(op.err, errRetry) {
