@@ -190,6 +190,10 @@ func (b *Broker) Publish(sessionID string, ev Event) {
 	if b.closed {
 		return
 	}
+	b.publishLocked(sessionID, ev)
+}
+
+func (b *Broker) publishLocked(sessionID string, ev Event) {
 	if h := b.history[sessionID]; h != nil && ev.Type != EventDeleted {
 		b.total += h.add(ev)
 		b.lru.MoveToFront(h.elem)
@@ -328,4 +332,18 @@ func (b *Broker) endLocked(s *Subscription, err error) {
 			delete(b.subs, s.sessionID)
 		}
 	})
+}
+
+// PublishBuilt is Publish for an event that costs something to build (a
+// copy of the session's metadata): build runs only when the session has a
+// subscriber or keeps history, so appends to sessions nobody watches copy
+// nothing. It runs under the broker's lock, as Subscribe does, so a watcher
+// subscribed before the call never misses the event.
+func (b *Broker) PublishBuilt(sessionID string, build func() Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || (b.history[sessionID] == nil && len(b.subs[sessionID]) == 0) {
+		return
+	}
+	b.publishLocked(sessionID, build())
 }

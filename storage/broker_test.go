@@ -440,3 +440,41 @@ func TestBrokerHistoryAppendAllocs(t *testing.T) {
 		t.Errorf("history holds %d events, revisions %d..%d; want %d, %d..%d", n, first, last, WatchHistory, rev-WatchHistory+1, rev)
 	}
 }
+
+// PublishBuilt builds an event only for a session that is watched, or that
+// keeps history for watchers to resume from, and delivers it as Publish does.
+func TestPublishBuiltOnlyForWatchedSessions(t *testing.T) {
+	b := NewBroker()
+	builds := 0
+	publish := func(rev uint64) {
+		b.PublishBuilt(testSession, func() Event { builds++; return ev(EventAppended, rev) })
+	}
+	publish(1)
+	if builds != 0 {
+		t.Fatalf("built %d events for a session nobody watches, want 0", builds)
+	}
+	s, err := b.Subscribe(testSession, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(2)
+	if builds != 1 {
+		t.Fatalf("built %d events for a watched session, want 1", builds)
+	}
+	if got := recv(t, s); got.Revision != 2 {
+		t.Fatalf("watcher got revision %d, want 2", got.Revision)
+	}
+	s.Close()
+	publish(3) // no subscriber left, but the history is kept for resuming
+	if builds != 2 {
+		t.Fatalf("built %d events after the watcher left, want 2 (history)", builds)
+	}
+	again, err := b.Subscribe(testSession, 3, 2)
+	if err != nil {
+		t.Fatalf("resuming from revision 2: %v", err)
+	}
+	if got := recv(t, again); got.Revision != 3 {
+		t.Fatalf("resumed watcher got revision %d, want 3", got.Revision)
+	}
+	again.Close()
+}

@@ -601,6 +601,14 @@ func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs stor
 			e.queue = nil
 			e.qmu.Unlock()
 			s.commitAppends(e, batch)
+			// Hand the batch's array back for the next append to queue in,
+			// unless one already queued in a new array.
+			clear(batch)
+			e.qmu.Lock()
+			if e.queue == nil {
+				e.queue = batch[:0]
+			}
+			e.qmu.Unlock()
 		}
 		s.unlock(e)
 		if errors.Is(op.err, errRetry) {
@@ -715,9 +723,10 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	e.view.Store(&view{meta: &final, msgs: msgs, size: v.size + msgsSize(msgs[len(v.msgs):]), cs: v.cs})
 	s.setMeta(e, &final)
 	for _, c := range changes {
-		m := c.meta
-		s.broker.Publish(e.id, storage.Event{Type: storage.EventAppended, Revision: m.Revision, Session: cloneMeta(&m), Messages: c.msgs})
-		finish(c.op, storage.AppendResult{Revision: m.Revision, MessageCount: m.MessageCount, Appended: int64(len(c.msgs))}, nil)
+		s.broker.PublishBuilt(e.id, func() storage.Event {
+			return storage.Event{Type: storage.EventAppended, Revision: c.meta.Revision, Session: cloneMeta(&c.meta), Messages: c.msgs}
+		})
+		finish(c.op, storage.AppendResult{Revision: c.meta.Revision, MessageCount: c.meta.MessageCount, Appended: int64(len(c.msgs))}, nil)
 	}
 	s.touch(e)
 	s.maybeFold(e)

@@ -294,12 +294,13 @@ type walReq struct {
 
 // wal is the commit pipeline and the current segment.
 type wal struct {
-	// mu guards queue, flushing and closed; cond signals that flushing
+	// mu guards queue, spare, flushing and closed; cond signals that flushing
 	// ended. A request's done and err are written by the leader before it
 	// signals the request's wake channel.
 	mu       sync.Mutex
 	cond     *sync.Cond
 	queue    []*walReq
+	spare    []*walReq // the last batch's array, emptied: the next queue
 	flushing bool
 	closed   bool
 
@@ -380,7 +381,6 @@ func (s *Store) walPath(seq uint64) string {
 // first writer queued meanwhile (no thundering herd).
 func (s *Store) walCommit(req *walReq) error {
 	w := &s.wal
-	req.wake = make(chan struct{}, 1)
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -388,6 +388,10 @@ func (s *Store) walCommit(req *walReq) error {
 	}
 	w.queue = append(w.queue, req)
 	lead := !w.flushing
+	if !lead {
+		// Only a writer that waits is woken: set before it can be.
+		req.wake = make(chan struct{}, 1)
+	}
 	w.flushing = true
 	w.mu.Unlock()
 	if !lead {
@@ -399,7 +403,7 @@ func (s *Store) walCommit(req *walReq) error {
 	}
 	w.mu.Lock()
 	batch := w.queue
-	w.queue = nil
+	w.queue, w.spare = w.spare, nil
 	w.mu.Unlock()
 	err := s.walFlush(batch)
 	for _, r := range batch {
@@ -409,6 +413,8 @@ func (s *Store) walCommit(req *walReq) error {
 		}
 	}
 	w.mu.Lock()
+	clear(batch)
+	w.spare = batch[:0]
 	if len(w.queue) > 0 {
 		next := w.queue[0]
 		w.mu.Unlock()
