@@ -38,11 +38,15 @@ ensure_installed() {
 	pg_bindir >/dev/null || die "apt-get installed postgresql but no initdb under /usr/lib/postgresql/*/bin"
 }
 
-# free_port prints a TCP port that is free on 127.0.0.1 right now.
+# free_port prints a TCP port that is free on 127.0.0.1 right now, below
+# the kernel's ephemeral range, so that no outgoing connection takes it
+# before the server binds it.
 free_port() {
-	local p
+	local p low=32768
+	read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+	((low > 11000)) || low=32768
 	for _ in $(seq 1 50); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((10000 + RANDOM % (low - 10000)))
 		if ! (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return 0
@@ -62,7 +66,7 @@ as_pg() {
 }
 
 start() {
-	local dir=$1 bin port
+	local dir=$1 bin port attempt
 	ensure_installed
 	bin=$(pg_bindir)
 	mkdir -p "$dir"
@@ -73,11 +77,19 @@ start() {
 	fi
 	as_pg "$bin/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 ||
 		{ cat "$dir/initdb.log" >&2; die "initdb failed"; }
-	port=$(free_port)
-	# The socket goes in DIR too, so nothing needs /var/run/postgresql.
-	as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c shared_buffers=128MB" start >&2 ||
-		{ cat "$dir/postgres.log" >&2; die "pg_ctl start failed"; }
+	# The socket goes in DIR too, so nothing needs /var/run/postgresql. A
+	# port another process binds between the check and the start is
+	# retried on another.
+	for attempt in 1 2 3 4 5; do
+		port=$(free_port)
+		as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
+			-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=300 -c shared_buffers=128MB" start >&2 && break
+		if ((attempt == 5)) || ! grep -q "Address already in use" "$dir/postgres.log"; then
+			cat "$dir/postgres.log" >&2
+			die "pg_ctl start failed"
+		fi
+		: >"$dir/postgres.log"
+	done
 	echo "$port" >"$dir/port"
 	as_pg "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -qAt -c "CREATE DATABASE sessiond" >&2
 	echo "postgres://postgres@127.0.0.1:$port/sessiond?sslmode=disable"
