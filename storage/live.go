@@ -47,6 +47,12 @@ type DeltaResult struct {
 	Length, ReasoningLength int64
 }
 
+// DeltaResultOf is the answer to a delta that left message m at revision
+// rev.
+func DeltaResultOf(rev uint64, m *sessiondv1.Message) DeltaResult {
+	return DeltaResult{Revision: rev, Length: int64(len(m.GetContent())), ReasoningLength: int64(len(m.GetReasoning().GetText()))}
+}
+
 // FinishRequest closes a session's open message.
 type FinishRequest struct {
 	Ref       Ref

@@ -33,7 +33,7 @@ func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limit
 			return err
 		}
 		if next == nil {
-			out = storage.DeltaResult{Revision: v.meta.Revision, Length: int64(len(open.GetContent())), ReasoningLength: int64(len(open.GetReasoning().GetText()))}
+			out = storage.DeltaResultOf(v.meta.Revision, open)
 			return nil
 		}
 		raw, err := proto.Marshal(applied)
@@ -45,7 +45,7 @@ func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limit
 			return err
 		}
 		s.broker.Publish(e.id, storage.Event{Type: storage.EventDelta, Revision: m.Revision, Session: cloneMeta(m), Delta: applied})
-		out = storage.DeltaResult{Revision: m.Revision, Length: int64(len(next.GetContent())), ReasoningLength: int64(len(next.GetReasoning().GetText()))}
+		out = storage.DeltaResultOf(m.Revision, next)
 		return nil
 	})
 	return out, err

@@ -33,7 +33,7 @@ func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limit
 			return err
 		}
 		if next == nil {
-			out = storage.DeltaResult{Revision: cur.Revision, Length: int64(len(open.GetContent())), ReasoningLength: int64(len(open.GetReasoning().GetText()))}
+			out = storage.DeltaResultOf(cur.Revision, open)
 			return nil
 		}
 		raw, err := proto.Marshal(applied)
@@ -47,7 +47,7 @@ func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limit
 		if err := queueEventRow(b, w, storage.EventDelta, m, 0, raw, nil); err != nil {
 			return err
 		}
-		out = storage.DeltaResult{Revision: m.Revision, Length: int64(len(next.GetContent())), ReasoningLength: int64(len(next.GetReasoning().GetText()))}
+		out = storage.DeltaResultOf(m.Revision, next)
 		return nil
 	})
 	return out, err
