@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -116,6 +117,8 @@ func ThroughNotFound(sessionID, id string) error {
 //     is a no-op: it returns true and the Driver answers cur unchanged;
 //   - otherwise CheckRevision, so a compaction computed from a stale read
 //     is ErrConflict;
+//   - the range may not end at the open message (ErrMessageState): a
+//     summary cannot stand for text still being written;
 //   - then the range may not separate a tool call from its result: after
 //     holds the messages after the range, in order, and every tool call
 //     made in the range must be answered in it (ErrInvalid naming
@@ -135,6 +138,9 @@ func CheckCompact(cur *Session, req CompactRequest, through int64, latestSummary
 	}
 	if err := CheckRevision(cur.ID, req.ExpectedRevision, cur.Revision); err != nil {
 		return false, err
+	}
+	if cur.OpenMessageID != "" && cur.OpenMessageID == req.ThroughMessageID {
+		return false, fmt.Errorf("through_message_id %q is open (MESSAGE_STATE_STREAMING): FinishMessage must close it before a summary can stand for it: %w", clip(req.ThroughMessageID), ErrMessageState)
 	}
 	return false, checkBoundary(cur, req.ThroughMessageID, after)
 }

@@ -188,6 +188,18 @@ func testLive(t *testing.T, h *harness) {
 		if res := appendMsgs(t, s, ref, openMsg("o", "a")); res.Appended != 0 {
 			t.Errorf("retried opening append stored %d messages", res.Appended)
 		}
+		// A summary cannot stand for a message still being written; a
+		// range before it can be compacted, and the open message stays
+		// after the range.
+		_, err = s.Compact(ctx, storage.CompactRequest{Ref: ref, ThroughMessageID: "o", Summary: summaryMsg("sum-o", "x")})
+		wantErr(t, "Compact through the open message", err, storage.ErrMessageState)
+		if got := compact(t, s, storage.CompactRequest{Ref: ref, ThroughMessageID: "d", Summary: summaryMsg("sum-d", "x")}); got.OpenMessageID != "o" || got.ContextMessageCount() != 2 {
+			t.Errorf("Compact through the message before the open one: open %q, context count %d; want o and 2", got.OpenMessageID, got.ContextMessageCount())
+		}
+		if _, err := s.FinishMessage(ctx, storage.FinishRequest{Ref: ref, MessageID: "o"}); err != nil {
+			t.Fatalf("FinishMessage(o): %v", err)
+		}
+		compact(t, s, storage.CompactRequest{Ref: ref, ThroughMessageID: "o", Summary: summaryMsg("sum-o", "x")})
 	})
 
 	t.Run("Watch", func(t *testing.T) {

@@ -3364,6 +3364,8 @@ type CompactSessionRequest struct {
 	// The id of the last message the summary stands for. The range may not
 	// separate a tool call from its result: every tool call made in the range
 	// must be answered in the range, else INVALID_ARGUMENT naming this field.
+	// It may not be the session's open message (MESSAGE_STATE_STREAMING):
+	// FAILED_PRECONDITION until FinishMessage closes it.
 	ThroughMessageId string `protobuf:"bytes,2,opt,name=through_message_id,json=throughMessageId,proto3" json:"through_message_id,omitempty"`
 	// The summary, sent in the range's place: typically a system or user
 	// message holding the summary text, or a provider's opaque compaction
