@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
@@ -362,6 +363,44 @@ func TestJSONLImportIsLossless(t *testing.T) {
 		t.Error("two files joined: want an error")
 	}
 	_ = proto.Size(got)
+}
+
+// TestJSONLSummary: a compacted session's summary line is read back with
+// it, and one that does not match its compaction is refused.
+func TestJSONLSummary(t *testing.T) {
+	s := richSession()
+	s.Compaction = &sessiondv1.Compaction{ThroughMessageCount: 1, ThroughMessageId: s.GetMessages()[0].GetId(), Revision: 2, SummaryMessageId: "sum"}
+	write := func(sum *sessiondv1.Message) []byte {
+		var buf bytes.Buffer
+		x := convert.NewJSONLWriter(&buf)
+		must := func(err error) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(x.Header("", "test", time.Now()))
+		must(x.Session(s))
+		for i, m := range s.GetMessages() {
+			must(x.Message(s.GetId(), int64(i), m))
+		}
+		must(x.Summary(s.GetId(), sum))
+		must(x.End(s.GetId(), int64(len(s.GetMessages()))))
+		must(x.Trailer(1))
+		return buf.Bytes()
+	}
+	sum := &sessiondv1.Message{Id: "sum", Role: sessiondv1.Role_ROLE_SYSTEM, Content: "what happened"}
+	r := convert.NewJSONLReader(bytes.NewReader(write(sum)))
+	if _, err := r.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(sum, r.Summary(), protocmp.Transform()); diff != "" {
+		t.Errorf("summary (-written +read):\n%s", diff)
+	}
+	other := &sessiondv1.Message{Id: "other", Role: sessiondv1.Role_ROLE_SYSTEM, Content: "x"}
+	r = convert.NewJSONLReader(bytes.NewReader(write(other)))
+	if _, err := r.Next(); err == nil || !strings.Contains(err.Error(), "compaction summary \"sum\"") {
+		t.Errorf("a summary that is not the compaction's: got %v, want an error naming it", err)
+	}
 }
 
 func compactJSON(b []byte) string {

@@ -21,9 +21,10 @@ import (
 // The format: one JSON object per line. A header line
 // {"type":"sessiond-export","version":1,"namespace":...,"exported_at":...,"sessionctl":...};
 // per session a "session" line (the session without its messages), one
-// "message" line per message with its index, and an "end" line with the
-// message count; a "trailer" line with the session count. Session and
-// message lines carry the object twice: as proto3 JSON for people and
+// "message" line per message with its index, for a compacted session a
+// "summary" line with its latest compaction's summary message, and an
+// "end" line with the message count; a "trailer" line with the session
+// count. Session, message and summary lines carry the object twice: as proto3 JSON for people and
 // tools ("session", "message"), and as its protobuf encoding in base64
 // ("proto"), which a reader prefers, so that fields unknown to this
 // version survive. A line without "proto" is read from its JSON.
@@ -34,6 +35,7 @@ const (
 	lineHeader  = "sessiond-export"
 	lineSession = "session"
 	lineMessage = "message"
+	lineSummary = "summary"
 	lineEnd     = "end"
 	lineTrailer = "trailer"
 )
@@ -56,6 +58,13 @@ type messageLine struct {
 	Type      string          `json:"type"`
 	SessionID string          `json:"session_id"`
 	Index     int64           `json:"index"`
+	Message   json.RawMessage `json:"message"`
+	Proto     []byte          `json:"proto"`
+}
+
+type summaryLine struct {
+	Type      string          `json:"type"`
+	SessionID string          `json:"session_id"`
 	Message   json.RawMessage `json:"message"`
 	Proto     []byte          `json:"proto"`
 }
@@ -131,6 +140,17 @@ func (x *JSONLWriter) Message(sessionID string, i int64, m *sessiondv1.Message) 
 	return x.line(messageLine{Type: lineMessage, SessionID: sessionID, Index: i, Message: js, Proto: pb})
 }
 
+// Summary writes the summary message of the latest compaction of the
+// session being written (its Session.compaction), after its messages, so
+// that an import can store the compaction again.
+func (x *JSONLWriter) Summary(sessionID string, m *sessiondv1.Message) error {
+	js, pb, err := halves(m)
+	if err != nil {
+		return err
+	}
+	return x.line(summaryLine{Type: lineSummary, SessionID: sessionID, Message: js, Proto: pb})
+}
+
 // End closes the session being written, which had n messages.
 func (x *JSONLWriter) End(sessionID string, n int64) error {
 	return x.line(endLine{Type: lineEnd, SessionID: sessionID, MessageCount: n})
@@ -189,6 +209,7 @@ type JSONLReader struct {
 	lineNo, sessions        int64
 	seenHeader, seenTrailer bool
 	cur                     *sessiondv1.Session
+	curSummary, summary     *sessiondv1.Message
 }
 
 // NewJSONLReader reads from r.
@@ -198,6 +219,7 @@ func NewJSONLReader(r io.Reader) *JSONLReader {
 
 // Next returns the next whole session, with its messages, or io.EOF after
 // a trailer that matches the file. Any other error names the line.
+// Summary then gives its compaction's summary.
 func (x *JSONLReader) Next() (*sessiondv1.Session, error) {
 	for {
 		raw, err := x.r.ReadBytes('\n')
@@ -241,7 +263,7 @@ func (x *JSONLReader) Next() (*sessiondv1.Session, error) {
 				return nil, at("session: %v", err)
 			}
 			s.Messages = nil
-			x.cur = s
+			x.cur, x.curSummary = s, nil
 		case lineMessage:
 			if x.cur == nil || l.SessionID != x.cur.GetId() {
 				return nil, at("message of session %q outside that session's lines", l.SessionID)
@@ -255,6 +277,22 @@ func (x *JSONLReader) Next() (*sessiondv1.Session, error) {
 				return nil, at("message %d: %v", n, err)
 			}
 			x.cur.Messages = append(x.cur.Messages, m)
+		case lineSummary:
+			if x.cur == nil || l.SessionID != x.cur.GetId() {
+				return nil, at("summary of session %q outside that session's lines", l.SessionID)
+			}
+			c := x.cur.GetCompaction()
+			if c == nil || x.curSummary != nil {
+				return nil, at("session %s has no compaction for this summary, or two summaries; the file is damaged, export again", l.SessionID)
+			}
+			m := &sessiondv1.Message{}
+			if err := decodeHalf(m, l.Proto, l.Message); err != nil {
+				return nil, at("summary: %v", err)
+			}
+			if m.GetId() != c.GetSummaryMessageId() {
+				return nil, at("summary %q is not session %s's compaction summary %q; the file is damaged, export again", m.GetId(), l.SessionID, c.GetSummaryMessageId())
+			}
+			x.curSummary = m
 		case lineEnd:
 			if x.cur == nil || l.SessionID != x.cur.GetId() {
 				return nil, at("end of session %q that was not started", l.SessionID)
@@ -264,7 +302,7 @@ func (x *JSONLReader) Next() (*sessiondv1.Session, error) {
 			}
 			x.sessions++
 			s := x.cur
-			x.cur = nil
+			x.summary, x.cur, x.curSummary = x.curSummary, nil, nil
 			return s, nil
 		case lineTrailer:
 			if x.cur != nil {
@@ -286,6 +324,11 @@ func (x *JSONLReader) Next() (*sessiondv1.Session, error) {
 	}
 	return nil, io.EOF
 }
+
+// Summary returns the summary message of the latest compaction of the
+// session Next returned last, or nil when the file holds none for it (it
+// has no compaction, or the file was written without summaries).
+func (x *JSONLReader) Summary() *sessiondv1.Message { return x.summary }
 
 func ptrVal(p *int64) any {
 	if p == nil {

@@ -2,8 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
@@ -55,5 +61,65 @@ func TestShowContextView(t *testing.T) {
 	}
 	if len(req.Messages) != 3 || req.Messages[0].Role != "system" || req.Messages[1].Content != "second question" {
 		t.Errorf("export --view context = %+v, want the summary, then u2 and a2", req.Messages)
+	}
+}
+
+// TestExportImportKeepsCompaction: an export carries a compacted session's
+// latest compaction with its summary, and an import stores it again, so
+// the imported session's context view is the exported one's, at the same
+// revision.
+func TestExportImportKeepsCompaction(t *testing.T) {
+	d := startDaemon(t, t.TempDir(), "")
+	s := d.create(&sessiondv1.CreateSessionRequest{Alias: "long", Messages: []*sessiondv1.Message{
+		text(user, "u1", "first question"), text(assistant, "a1", "first answer"),
+		text(user, "u2", "second question"), text(assistant, "a2", "second answer"),
+	}})
+	ref := &sessiondv1.SessionRef{Key: &sessiondv1.SessionRef_Id{Id: s.GetId()}}
+	if _, err := d.client.CompactSession(t.Context(), &sessiondv1.CompactSessionRequest{
+		Ref: ref, ThroughMessageId: "a1", Summary: text(system, "sum", "the user asked a first question, answered"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := d.load("", s.GetId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	beforeCtx := contextView(t, d, ref)
+
+	file := filepath.Join(t.TempDir(), "long.jsonl")
+	must(t, d.ctl("export", "long", "--output", file))
+	must(t, d.ctl("rm", "--yes", "long"))
+	must(t, d.ctl("import", file))
+
+	after, err := d.load("", s.GetId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ignoreStoredAt := protocmp.IgnoreFields(&sessiondv1.Compaction{}, "created_at")
+	if diff := cmp.Diff(before, after, protocmp.Transform(), ignoreServerFields, ignoreStoredAt); diff != "" {
+		t.Errorf("session after export, rm, import (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(beforeCtx, contextView(t, d, ref), protocmp.Transform()); diff != "" {
+		t.Errorf("context view after export, rm, import (-before +after):\n%s", diff)
+	}
+}
+
+// contextView returns the messages of the session's context view.
+func contextView(t *testing.T, d *daemon, ref *sessiondv1.SessionRef) []*sessiondv1.Message {
+	t.Helper()
+	stream, err := d.client.LoadSession(t.Context(), &sessiondv1.LoadSessionRequest{Ref: ref, View: sessiondv1.LoadView_LOAD_VIEW_CONTEXT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []*sessiondv1.Message
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return ms
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, resp.GetMessages()...)
 	}
 }

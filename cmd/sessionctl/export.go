@@ -334,7 +334,44 @@ func (x *exporter) session(ctx context.Context, ref *sessiondv1.SessionRef) erro
 	if x.markdown {
 		return nil
 	}
+	if c := sess.GetCompaction(); c != nil {
+		sum, err := x.summary(ctx, ref, c)
+		if err != nil {
+			return err
+		}
+		if err := x.lines.Summary(sess.GetId(), sum); err != nil {
+			return err
+		}
+	}
 	return x.lines.End(sess.GetId(), n)
+}
+
+// summary returns the summary of compaction c, which the session ref
+// named has: the first message of its context view, once that view is
+// still of c.
+func (x *exporter) summary(ctx context.Context, ref *sessiondv1.SessionRef, c *sessiondv1.Compaction) (*sessiondv1.Message, error) {
+	stream, err := x.c.LoadSession(ctx, &sessiondv1.LoadSessionRequest{Ref: ref, View: sessiondv1.LoadView_LOAD_VIEW_CONTEXT, Limit: 1})
+	if err != nil {
+		return nil, x.e.rpcError("load", err)
+	}
+	var sess *sessiondv1.Session
+	var sum *sessiondv1.Message
+	err = recvEach(x.e, "load", stream, func(resp *sessiondv1.LoadSessionResponse) error {
+		if sess == nil {
+			sess = resp.GetSession()
+		}
+		if ms := resp.GetMessages(); sum == nil && len(ms) > 0 {
+			sum = ms[0]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if got := sess.GetCompaction(); got.GetRevision() != c.GetRevision() || sum.GetId() != c.GetSummaryMessageId() {
+		return nil, fmt.Errorf("session %s was compacted again while it was exported; export again", sess.GetId())
+	}
+	return sum, nil
 }
 
 func (x *exporter) sessionStart(s *sessiondv1.Session) error {

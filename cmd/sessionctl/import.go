@@ -127,8 +127,9 @@ type importer struct {
 	// The session being read: its header and messages so far. A session is
 	// created only once its end line has arrived, so that a file cut short
 	// never leaves a session with half its messages.
-	cur  *sessiondv1.Session
-	msgs []*sessiondv1.Message
+	cur     *sessiondv1.Session
+	msgs    []*sessiondv1.Message
+	summary *sessiondv1.Message // of cur's compaction, if the file holds it
 }
 
 // read checks and imports the file session by session.
@@ -142,12 +143,12 @@ func (im *importer) read(ctx context.Context, r io.Reader) error {
 		if err != nil {
 			return err
 		}
-		im.cur, im.msgs = s, s.GetMessages()
+		im.cur, im.msgs, im.summary = s, s.GetMessages(), lines.Summary()
 		if err := im.create(ctx); err != nil {
 			return err
 		}
 		im.prog.update(im.imported, 0, "sessions")
-		im.cur, im.msgs = nil, nil
+		im.cur, im.msgs, im.summary = nil, nil, nil
 	}
 }
 
@@ -201,6 +202,10 @@ func (im *importer) create(ctx context.Context) error {
 		return e.rpcError(op, err)
 	}
 
+	rev := s.GetRevision()
+	if s.GetCompaction() != nil && im.summary != nil && rev > 1 {
+		rev-- // the compaction below makes the last revision
+	}
 	sess, err := createInBatches(ctx, e, im.c, &sessiondv1.CreateSessionRequest{
 		Namespace: ns,
 		Id:        id,
@@ -211,9 +216,21 @@ func (im *importer) create(ctx context.Context) error {
 		Labels:    s.GetLabels(),
 		CreatedAt: s.GetCreatedAt(),
 		Parent:    parent,
-	}, im.msgs, s.GetRevision(), op)
+	}, im.msgs, rev, op)
 	if err != nil {
 		return err
+	}
+	if c := s.GetCompaction(); c != nil && im.summary != nil {
+		resp, err := im.c.CompactSession(ctx, &sessiondv1.CompactSessionRequest{Ref: ref, ThroughMessageId: c.GetThroughMessageId(),
+			Summary: im.summary, ExpectedRevision: sess.GetRevision()})
+		if err != nil {
+			// As a failed append does: the import can simply be run again.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			_, _ = im.c.DeleteSession(cctx, &sessiondv1.DeleteSessionRequest{Ref: ref})
+			cancel()
+			return e.rpcError("compact "+op, err)
+		}
+		sess = resp.GetSession()
 	}
 	im.imported++
 	if e.json {
