@@ -94,9 +94,6 @@ func New(version, backend string) *Metrics {
 	return m
 }
 
-// Registry returns the registry, for tests and for registering more.
-func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
-
 // ObserveFlush records one flush; it is the store's flush observer
 // (file.WithFlushObserver). It never blocks.
 func (m *Metrics) ObserveFlush(r storage.FlushRecord) {
