@@ -138,18 +138,26 @@ type FinishOptions struct {
 	ToolCalls []*sessiondv1.ToolCall
 	Usage     *sessiondv1.Usage
 	Model     string
+	// Interrupted closes the message as MESSAGE_STATE_INTERRUPTED: the
+	// answer was cut short (a user's Ctrl-C, a model stream that failed).
+	Interrupted bool
 }
 
-// Finish closes the message as MESSAGE_STATE_COMPLETE and returns it as
-// stored. A retry after it landed, with the same options, succeeds.
+// Finish closes the message as MESSAGE_STATE_COMPLETE (or INTERRUPTED,
+// see FinishOptions) and returns it as stored. A retry after it landed,
+// with the same options, succeeds.
 func (t *Turn) Finish(ctx context.Context, o FinishOptions) (*sessiondv1.Message, error) {
 	if err := t.c.check(rpcFinish); err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	state := sessiondv1.MessageState_MESSAGE_STATE_COMPLETE
+	if o.Interrupted {
+		state = sessiondv1.MessageState_MESSAGE_STATE_INTERRUPTED
+	}
 	resp, err := t.c.conn.rpc.FinishMessage(ctx, &sessiondv1.FinishMessageRequest{Ref: t.ref, MessageId: t.id,
-		ToolCalls: o.ToolCalls, Usage: o.Usage, Model: o.Model})
+		ToolCalls: o.ToolCalls, Usage: o.Usage, Model: o.Model, State: state})
 	if err != nil {
 		err = mapError(ctx, rpcFinish, err)
 		if t.step != nil {

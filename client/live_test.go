@@ -104,6 +104,35 @@ func TestTurn(t *testing.T) {
 	}
 }
 
+// TestTurnInterrupted: a writer that stops its answer closes it as
+// interrupted at once, keeping its text, and the session takes appends
+// again without waiting for the daemon's idle timeout.
+func TestTurnInterrupted(t *testing.T) {
+	c, ctx := dialSessiond(t)
+	sess, err := c.Create(ctx, client.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := client.ID(sess.ID)
+	turn, err := c.OpenTurn(ctx, ref, &sessiondv1.Message{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := turn.Write(ctx, "The answ"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := turn.Finish(ctx, client.FinishOptions{Interrupted: true})
+	if err != nil {
+		t.Fatalf("Finish(Interrupted): %v", err)
+	}
+	if m.GetContent() != "The answ" || m.GetState() != sessiondv1.MessageState_MESSAGE_STATE_INTERRUPTED {
+		t.Errorf("interrupted message %v", m)
+	}
+	if _, err := c.Append(ctx, ref, 0, &sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "next"}); err != nil {
+		t.Errorf("Append after the interrupt: %v", err)
+	}
+}
+
 // TestHandleStreamTurn streams an answer through a Handle's turn while a
 // watcher follows it: the handle's view and revision stay in step, so the
 // next turn saves without a conflict.

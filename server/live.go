@@ -35,7 +35,7 @@ func (s *Server) FinishMessage(ctx context.Context, req *sessiondv1.FinishMessag
 		return nil, s.toStatus(mFinishMessage, err)
 	}
 	res, err := s.store.FinishMessage(ctx, storage.FinishRequest{Ref: ref, MessageID: req.GetMessageId(),
-		ToolCalls: req.GetToolCalls(), Usage: req.GetUsage(), Model: req.GetModel()})
+		ToolCalls: req.GetToolCalls(), Usage: req.GetUsage(), Model: req.GetModel(), State: req.GetState()})
 	if err != nil {
 		return nil, s.refStatus(mFinishMessage, &ref, err)
 	}

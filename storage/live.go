@@ -57,16 +57,17 @@ func DeltaResultOf(rev uint64, m *sessiondv1.Message) DeltaResult {
 type FinishRequest struct {
 	Ref       Ref
 	MessageID string
-	// State is MESSAGE_STATE_COMPLETE (FinishMessage) or
-	// MESSAGE_STATE_INTERRUPTED (InterruptIdle).
+	// State is MESSAGE_STATE_COMPLETE or MESSAGE_STATE_INTERRUPTED (a
+	// writer's FinishMessage, or InterruptIdle).
 	State sessiondv1.MessageState
 	// The final fields of a COMPLETE message; when set they replace the
 	// message's.
 	ToolCalls []*sessiondv1.ToolCall
 	Usage     *sessiondv1.Usage
 	Model     string
-	// IdleBefore, for an interrupt, makes it a no-op unless the session
-	// was last changed before this time: a delta that landed since wins.
+	// IdleBefore, for InterruptIdle's interrupt, makes it a no-op unless
+	// the session was last changed before this time: a delta that landed
+	// since wins.
 	IdleBefore time.Time
 }
 
@@ -181,7 +182,7 @@ func CheckFinish(sessionID string, tally Tally, updatedAt time.Time, req FinishR
 	if err != nil {
 		return nil, nil, nil, tally, err
 	}
-	if req.State == stateInterrupted && !updatedAt.Before(req.IdleBefore) {
+	if req.State == stateInterrupted && !req.IdleBefore.IsZero() && !updatedAt.Before(req.IdleBefore) {
 		return nil, open, nil, tally, nil
 	}
 	closed = closeMessage(open, req)
@@ -349,8 +350,9 @@ func (s *Store) AppendDelta(ctx context.Context, req DeltaRequest) (DeltaResult,
 	return ld.AppendDelta(ctx, req, s.lim)
 }
 
-// FinishMessage closes a session's open message as COMPLETE, with the
-// final fields req sets (see CheckFinish). Errors: ErrNotFound,
+// FinishMessage closes a session's open message as COMPLETE (also when
+// req.State is unset) or INTERRUPTED, with the final fields req sets (see
+// CheckFinish). Errors: ErrNotFound,
 // ErrInvalid, ErrMessageState, ErrTooLarge, ErrUnsupported, ErrNoSpace,
 // ErrDataLoss.
 func (s *Store) FinishMessage(ctx context.Context, req FinishRequest) (FinishResult, error) {
@@ -372,7 +374,14 @@ func (s *Store) FinishMessage(ctx context.Context, req FinishRequest) (FinishRes
 	if f := msgcheck.Message("", probe); f != nil {
 		return FinishResult{}, Invalid(f.Field[1:], "%s", f.Description)
 	}
-	req.State, req.IdleBefore = stateComplete, time.Time{}
+	switch req.State {
+	case sessiondv1.MessageState_MESSAGE_STATE_UNSPECIFIED:
+		req.State = stateComplete
+	case stateComplete, stateInterrupted:
+	default:
+		return FinishResult{}, Invalid("state", "is %s; a message ends MESSAGE_STATE_COMPLETE or MESSAGE_STATE_INTERRUPTED", req.State)
+	}
+	req.IdleBefore = time.Time{}
 	return ld.FinishMessage(ctx, req, s.lim)
 }
 

@@ -30,6 +30,8 @@ type liveAnswer struct {
 	saved  bool  // the user's line is in the handle
 	broken error // the turn missed a piece: finish writes the rest
 	done   bool  // the turn is closed: finished, or interrupted by the daemon
+	ended  bool  // finish was called: cut says how the answer ended
+	cut    bool  // the answer was cut short (Ctrl-C, a failed stream)
 
 	content, reasoning         string // the answer so far
 	contentSent, reasoningSent int    // how much of it the turn holds
@@ -92,6 +94,11 @@ func (a *liveAnswer) catchUp(ctx context.Context) error {
 // rep reports (rep may be nil: the stream failed). Without a turn, the
 // answer is appended to the handle as a plain message.
 func (a *liveAnswer) finish(rep *reply) error {
+	if !a.ended {
+		// The first call knows how the answer ended; a retry
+		// (finishLeftOpen) passes nil and keeps that.
+		a.ended, a.cut = true, rep == nil || rep.finishReason == "interrupted"
+	}
 	if rep != nil {
 		a.model, a.usage = rep.model, rep.usage
 	}
@@ -109,7 +116,7 @@ func (a *liveAnswer) finish(rep *reply) error {
 	defer cancel()
 	err := a.catchUp(ctx)
 	if err == nil {
-		_, err = a.turn.Finish(ctx, client.FinishOptions{Model: a.model, Usage: a.usage})
+		_, err = a.turn.Finish(ctx, client.FinishOptions{Model: a.model, Usage: a.usage, Interrupted: a.cut})
 	}
 	a.done = err == nil || errors.Is(err, client.ErrMessageState)
 	if errors.Is(err, client.ErrMessageState) {

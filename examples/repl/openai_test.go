@@ -440,7 +440,8 @@ func TestDaemonGoneMidAnswer(t *testing.T) {
 }
 
 // TestCtrlCMidAnswer: Ctrl-C in the middle of an answer stops the model and
-// finishes the live turn with what came, so the session goes on.
+// closes the live turn as interrupted with what came, so the session goes
+// on.
 func TestCtrlCMidAnswer(t *testing.T) {
 	needBinaries(t)
 	srv := loopbackServer(t)
@@ -451,8 +452,8 @@ func TestCtrlCMidAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := msgs[0]; m.GetContent() != "Hello " || m.GetState() != sessiondv1.MessageState_MESSAGE_STATE_COMPLETE {
-		t.Errorf("after Ctrl-C the answer is %v, want it finished as far as it came", m)
+	if m := msgs[0]; m.GetContent() != "Hello " || m.GetState() != sessiondv1.MessageState_MESSAGE_STATE_INTERRUPTED {
+		t.Errorf("after Ctrl-C the answer is %v, want it closed as interrupted as far as it came", m)
 	}
 	p.send("second")
 	p.waitFor("assistant: Second answer.")

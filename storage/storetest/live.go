@@ -297,6 +297,32 @@ func testLive(t *testing.T, h *harness) {
 		appendMsgs(t, s, ref, msg("next", "go on"))
 	})
 
+	t.Run("WriterInterrupts", func(t *testing.T) {
+		t.Parallel()
+		s := liveStore(t, h)
+		ctx := t.Context()
+		se := create(t, s, storage.CreateRequest{Namespace: nsB})
+		ref := storage.Ref{Namespace: nsB, ID: se.ID}
+		appendMsgs(t, s, ref, openMsg("a", "cut"))
+		_, err := s.FinishMessage(ctx, storage.FinishRequest{Ref: ref, MessageID: "a", State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING})
+		wantErr(t, "FinishMessage to STREAMING", err, storage.ErrInvalid)
+		// Written to just now, yet closed at once: the writer says it stopped.
+		res, err := s.FinishMessage(ctx, storage.FinishRequest{Ref: ref, MessageID: "a", State: sessiondv1.MessageState_MESSAGE_STATE_INTERRUPTED, Model: "m"})
+		must(t, "FinishMessage INTERRUPTED", err)
+		if m := res.Message; !res.Closed || m.GetState() != sessiondv1.MessageState_MESSAGE_STATE_INTERRUPTED || m.GetContent() != "cut" || m.GetModel() != "m" {
+			t.Errorf("interrupted by its writer: closed %v, message %v", res.Closed, m)
+		}
+		if got := get(t, s, ref); got.OpenMessageID != "" || got.Revision != res.Revision {
+			t.Errorf("after the writer's interrupt: open message %q, revision %d; want none and %d", got.OpenMessageID, got.Revision, res.Revision)
+		}
+		again, err := s.FinishMessage(ctx, storage.FinishRequest{Ref: ref, MessageID: "a", State: sessiondv1.MessageState_MESSAGE_STATE_INTERRUPTED})
+		must(t, "retried FinishMessage INTERRUPTED", err)
+		if again.Closed || again.Revision != res.Revision || again.Message.GetState() != sessiondv1.MessageState_MESSAGE_STATE_INTERRUPTED {
+			t.Errorf("retried interrupt: closed %v at revision %d, state %v; want a no-op at %d", again.Closed, again.Revision, again.Message.GetState(), res.Revision)
+		}
+		appendMsgs(t, s, ref, msg("next", "go on"))
+	})
+
 	t.Run("Reopen", func(t *testing.T) {
 		t.Parallel()
 		addr := h.NewData(t)

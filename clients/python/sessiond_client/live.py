@@ -93,15 +93,19 @@ class Turn:
             self._length, self._reasoning_length, self._revision = resp.length, resp.reasoning_length, resp.revision
 
     def finish(self, *, tool_calls: Iterable[pb.ToolCall] = (), usage: Optional[pb.Usage] = None, model: str = "",
-               timeout: Optional[float] = None) -> pb.Message:
-        """Closes the message as MESSAGE_STATE_COMPLETE and returns it as
-        stored. The fields given replace the message's: ``tool_calls`` the
-        answer ends with (open until ROLE_TOOL results answer them),
+               interrupted: bool = False, timeout: Optional[float] = None) -> pb.Message:
+        """Closes the message as MESSAGE_STATE_COMPLETE, or with
+        ``interrupted`` as MESSAGE_STATE_INTERRUPTED (the answer was cut
+        short: a user's Ctrl-C, a model stream that failed), and returns it
+        as stored. The fields given replace the message's: ``tool_calls``
+        the answer ends with (open until ROLE_TOOL results answer them),
         ``usage`` and ``model``. A retry after it landed, with the same
         fields, succeeds. A message that is no longer open (the daemon
-        interrupted it) raises MessageState."""
+        interrupted it) raises MessageState, except for an interrupt, which
+        returns it as stored."""
+        state = pb.MESSAGE_STATE_INTERRUPTED if interrupted else pb.MESSAGE_STATE_COMPLETE
         req = pb.FinishMessageRequest(ref=self._ref, message_id=self._id, tool_calls=list(tool_calls),
-                                      usage=usage, model=model)
+                                      usage=usage, model=model, state=state)
         with self._mu:
             try:
                 resp = self._c._call("FinishMessage", self._c.rpc.FinishMessage, req, timeout)

@@ -130,6 +130,20 @@ class LiveTurnTest(DaemonTest):
         h.close()
         self.assertEqual([m.content for m in c.load(id=h.id)[1]], ["partial answer", "go on"])
 
+    def test_writer_interrupts_its_turn(self) -> None:
+        c = self.client()
+        h = c.new(alias="cut")
+        turn = h.stream_turn()
+        turn.write("half an answ")
+        # Closed at once, well before the idle timeout, keeping its text.
+        m = turn.finish(interrupted=True)
+        self.assertEqual((m.content, m.state), ("half an answ", pb.MESSAGE_STATE_INTERRUPTED))
+        self.assertTrue(turn.done)
+        self.assertEqual(c.load(id=h.id)[1][-1].state, pb.MESSAGE_STATE_INTERRUPTED)
+        h.append(user("go on"))
+        h.close()
+        self.assertEqual([m.content for m in c.load(id=h.id)[1]], ["half an answ", "go on"])
+
     def test_client_turn_checks(self) -> None:
         c = self.client()
         sid = c.create(alias="turns").id

@@ -251,9 +251,11 @@ const (
 	MessageState_MESSAGE_STATE_STREAMING MessageState = 1
 	// Closed by FinishMessage.
 	MessageState_MESSAGE_STATE_COMPLETE MessageState = 2
-	// Its writer went quiet for --stream-idle-timeout: the daemon closed it,
-	// keeping its text. Its tool calls stay open, so a load with
-	// close_open_tool_calls answers each with a synthetic result.
+	// Cut short, keeping its text: its writer stopped it (FinishMessage with
+	// this state, e.g. on a user's Ctrl-C), or went quiet for
+	// --stream-idle-timeout and the daemon closed it. Its tool calls stay
+	// open, so a load with close_open_tool_calls answers each with a
+	// synthetic result.
 	MessageState_MESSAGE_STATE_INTERRUPTED MessageState = 3
 )
 
@@ -3837,8 +3839,10 @@ func (x *AppendDeltaResponse) GetReasoningLength() int64 {
 }
 
 // The request of FinishMessage. Finishing a message that is already
-// COMPLETE with the same final fields is a no-op (a retry); any other
-// message that is not open is FAILED_PRECONDITION naming it.
+// COMPLETE with the same final fields is a no-op (a retry), and so is
+// interrupting a message that is no longer open (it answers the message as
+// stored); any other message that is not open is FAILED_PRECONDITION
+// naming it.
 type FinishMessageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Which session.
@@ -3851,7 +3855,11 @@ type FinishMessageRequest struct {
 	// The final usage, replacing the message's (optional).
 	Usage *Usage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
 	// The model that wrote the answer (optional; replaces the message's).
-	Model         string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// How the message ends: MESSAGE_STATE_COMPLETE (also when unset), or
+	// MESSAGE_STATE_INTERRUPTED for an answer cut short. Any other state is
+	// INVALID_ARGUMENT naming this field.
+	State         MessageState `protobuf:"varint,6,opt,name=state,proto3,enum=sessiond.v1.MessageState" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3921,12 +3929,19 @@ func (x *FinishMessageRequest) GetModel() string {
 	return ""
 }
 
+func (x *FinishMessageRequest) GetState() MessageState {
+	if x != nil {
+		return x.State
+	}
+	return MessageState_MESSAGE_STATE_UNSPECIFIED
+}
+
 // The response of FinishMessage.
 type FinishMessageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session's revision after the finish.
 	Revision uint64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	// The message as stored, with MESSAGE_STATE_COMPLETE.
+	// The message as stored, closed in the state asked for.
 	Message       *Message `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4252,7 +4267,7 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\x13AppendDeltaResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\x03R\x06length\x12)\n" +
-	"\x10reasoning_length\x18\x03 \x01(\x03R\x0freasoningLength\"\xd6\x01\n" +
+	"\x10reasoning_length\x18\x03 \x01(\x03R\x0freasoningLength\"\x87\x02\n" +
 	"\x14FinishMessageRequest\x12)\n" +
 	"\x03ref\x18\x01 \x01(\v2\x17.sessiond.v1.SessionRefR\x03ref\x12\x1d\n" +
 	"\n" +
@@ -4260,7 +4275,8 @@ const file_sessiond_v1_sessiond_proto_rawDesc = "" +
 	"\n" +
 	"tool_calls\x18\x03 \x03(\v2\x15.sessiond.v1.ToolCallR\ttoolCalls\x12(\n" +
 	"\x05usage\x18\x04 \x01(\v2\x12.sessiond.v1.UsageR\x05usage\x12\x14\n" +
-	"\x05model\x18\x05 \x01(\tR\x05model\"c\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12/\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x19.sessiond.v1.MessageStateR\x05state\"c\n" +
 	"\x15FinishMessageResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x04R\brevision\x12.\n" +
 	"\amessage\x18\x02 \x01(\v2\x14.sessiond.v1.MessageR\amessage*_\n" +
@@ -4462,46 +4478,47 @@ var file_sessiond_v1_sessiond_proto_depIdxs = []int32{
 	12, // 70: sessiond.v1.FinishMessageRequest.ref:type_name -> sessiond.v1.SessionRef
 	4,  // 71: sessiond.v1.FinishMessageRequest.tool_calls:type_name -> sessiond.v1.ToolCall
 	6,  // 72: sessiond.v1.FinishMessageRequest.usage:type_name -> sessiond.v1.Usage
-	9,  // 73: sessiond.v1.FinishMessageResponse.message:type_name -> sessiond.v1.Message
-	14, // 74: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
-	16, // 75: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
-	18, // 76: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
-	20, // 77: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
-	23, // 78: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
-	25, // 79: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
-	27, // 80: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
-	29, // 81: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
-	31, // 82: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
-	33, // 83: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
-	35, // 84: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
-	37, // 85: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
-	39, // 86: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
-	42, // 87: sessiond.v1.SessionStoreService.AppendStream:input_type -> sessiond.v1.AppendStreamRequest
-	45, // 88: sessiond.v1.SessionStoreService.CompactSession:input_type -> sessiond.v1.CompactSessionRequest
-	49, // 89: sessiond.v1.SessionStoreService.AppendDelta:input_type -> sessiond.v1.AppendDeltaRequest
-	51, // 90: sessiond.v1.SessionStoreService.FinishMessage:input_type -> sessiond.v1.FinishMessageRequest
-	15, // 91: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
-	17, // 92: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
-	19, // 93: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
-	21, // 94: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
-	24, // 95: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
-	26, // 96: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
-	28, // 97: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
-	30, // 98: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
-	32, // 99: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
-	34, // 100: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
-	36, // 101: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
-	38, // 102: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
-	40, // 103: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
-	43, // 104: sessiond.v1.SessionStoreService.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
-	46, // 105: sessiond.v1.SessionStoreService.CompactSession:output_type -> sessiond.v1.CompactSessionResponse
-	50, // 106: sessiond.v1.SessionStoreService.AppendDelta:output_type -> sessiond.v1.AppendDeltaResponse
-	52, // 107: sessiond.v1.SessionStoreService.FinishMessage:output_type -> sessiond.v1.FinishMessageResponse
-	91, // [91:108] is the sub-list for method output_type
-	74, // [74:91] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	3,  // 73: sessiond.v1.FinishMessageRequest.state:type_name -> sessiond.v1.MessageState
+	9,  // 74: sessiond.v1.FinishMessageResponse.message:type_name -> sessiond.v1.Message
+	14, // 75: sessiond.v1.SessionStoreService.CreateSession:input_type -> sessiond.v1.CreateSessionRequest
+	16, // 76: sessiond.v1.SessionStoreService.GetSession:input_type -> sessiond.v1.GetSessionRequest
+	18, // 77: sessiond.v1.SessionStoreService.LoadSession:input_type -> sessiond.v1.LoadSessionRequest
+	20, // 78: sessiond.v1.SessionStoreService.ListSessions:input_type -> sessiond.v1.ListSessionsRequest
+	23, // 79: sessiond.v1.SessionStoreService.SaveSession:input_type -> sessiond.v1.SaveSessionRequest
+	25, // 80: sessiond.v1.SessionStoreService.AppendMessages:input_type -> sessiond.v1.AppendMessagesRequest
+	27, // 81: sessiond.v1.SessionStoreService.UpdateSession:input_type -> sessiond.v1.UpdateSessionRequest
+	29, // 82: sessiond.v1.SessionStoreService.DeleteSession:input_type -> sessiond.v1.DeleteSessionRequest
+	31, // 83: sessiond.v1.SessionStoreService.ForkSession:input_type -> sessiond.v1.ForkSessionRequest
+	33, // 84: sessiond.v1.SessionStoreService.RewindSession:input_type -> sessiond.v1.RewindSessionRequest
+	35, // 85: sessiond.v1.SessionStoreService.SearchSessions:input_type -> sessiond.v1.SearchSessionsRequest
+	37, // 86: sessiond.v1.SessionStoreService.WatchSession:input_type -> sessiond.v1.WatchSessionRequest
+	39, // 87: sessiond.v1.SessionStoreService.GetServerInfo:input_type -> sessiond.v1.GetServerInfoRequest
+	42, // 88: sessiond.v1.SessionStoreService.AppendStream:input_type -> sessiond.v1.AppendStreamRequest
+	45, // 89: sessiond.v1.SessionStoreService.CompactSession:input_type -> sessiond.v1.CompactSessionRequest
+	49, // 90: sessiond.v1.SessionStoreService.AppendDelta:input_type -> sessiond.v1.AppendDeltaRequest
+	51, // 91: sessiond.v1.SessionStoreService.FinishMessage:input_type -> sessiond.v1.FinishMessageRequest
+	15, // 92: sessiond.v1.SessionStoreService.CreateSession:output_type -> sessiond.v1.CreateSessionResponse
+	17, // 93: sessiond.v1.SessionStoreService.GetSession:output_type -> sessiond.v1.GetSessionResponse
+	19, // 94: sessiond.v1.SessionStoreService.LoadSession:output_type -> sessiond.v1.LoadSessionResponse
+	21, // 95: sessiond.v1.SessionStoreService.ListSessions:output_type -> sessiond.v1.ListSessionsResponse
+	24, // 96: sessiond.v1.SessionStoreService.SaveSession:output_type -> sessiond.v1.SaveSessionResponse
+	26, // 97: sessiond.v1.SessionStoreService.AppendMessages:output_type -> sessiond.v1.AppendMessagesResponse
+	28, // 98: sessiond.v1.SessionStoreService.UpdateSession:output_type -> sessiond.v1.UpdateSessionResponse
+	30, // 99: sessiond.v1.SessionStoreService.DeleteSession:output_type -> sessiond.v1.DeleteSessionResponse
+	32, // 100: sessiond.v1.SessionStoreService.ForkSession:output_type -> sessiond.v1.ForkSessionResponse
+	34, // 101: sessiond.v1.SessionStoreService.RewindSession:output_type -> sessiond.v1.RewindSessionResponse
+	36, // 102: sessiond.v1.SessionStoreService.SearchSessions:output_type -> sessiond.v1.SearchSessionsResponse
+	38, // 103: sessiond.v1.SessionStoreService.WatchSession:output_type -> sessiond.v1.WatchSessionResponse
+	40, // 104: sessiond.v1.SessionStoreService.GetServerInfo:output_type -> sessiond.v1.GetServerInfoResponse
+	43, // 105: sessiond.v1.SessionStoreService.AppendStream:output_type -> sessiond.v1.AppendStreamResponse
+	46, // 106: sessiond.v1.SessionStoreService.CompactSession:output_type -> sessiond.v1.CompactSessionResponse
+	50, // 107: sessiond.v1.SessionStoreService.AppendDelta:output_type -> sessiond.v1.AppendDeltaResponse
+	52, // 108: sessiond.v1.SessionStoreService.FinishMessage:output_type -> sessiond.v1.FinishMessageResponse
+	92, // [92:109] is the sub-list for method output_type
+	75, // [75:92] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_sessiond_v1_sessiond_proto_init() }
