@@ -12,9 +12,9 @@ import (
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
-// TestTurn streams an answer through a Turn while a watcher follows it,
-// resumes it as a restarted program would, and finishes it.
-func TestTurn(t *testing.T) {
+// newTurn opens a turn in a new session of a new daemon.
+func newTurn(t *testing.T) (*client.Client, context.Context, client.Ref, *client.Turn) {
+	t.Helper()
 	c, ctx := dialSessiond(t)
 	sess, err := c.Create(ctx, client.CreateOptions{})
 	if err != nil {
@@ -25,6 +25,13 @@ func TestTurn(t *testing.T) {
 	if err != nil {
 		t.Fatalf("OpenTurn: %v", err)
 	}
+	return c, ctx, ref, turn
+}
+
+// TestTurn streams an answer through a Turn while a watcher follows it,
+// resumes it as a restarted program would, and finishes it.
+func TestTurn(t *testing.T) {
+	c, ctx, ref, turn := newTurn(t)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	// A follower joins whenever it does: it loads the message as far as it
@@ -108,16 +115,7 @@ func TestTurn(t *testing.T) {
 // interrupted at once, keeping its text, and the session takes appends
 // again without waiting for the daemon's idle timeout.
 func TestTurnInterrupted(t *testing.T) {
-	c, ctx := dialSessiond(t)
-	sess, err := c.Create(ctx, client.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := client.ID(sess.ID)
-	turn, err := c.OpenTurn(ctx, ref, &sessiondv1.Message{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ctx, ref, turn := newTurn(t)
 	if err := turn.Write(ctx, "The answ"); err != nil {
 		t.Fatal(err)
 	}
