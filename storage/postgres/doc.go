@@ -32,6 +32,17 @@
 //     index: a session with no given title, alias or summary (meta_search
 //     is then just the two newlines between them) has no entry in
 //     sessions_search, whose writers all serialise on its pending list.
+//   - session_filters (since schema version 10): one row per session
+//     holding what the GIN indexes cover, moved out of sessions:
+//     label_pairs, models and meta_search, under the same index names and
+//     conditions. An append writes a new version of the sessions row, and
+//     with it an entry in every index of sessions the row is in; the
+//     filters row, and its GIN entries, are written only when the labels,
+//     the searched text or the models change. A filtered listing looks up
+//     the ids the GIN index finds (id = ANY) rather than joining, which
+//     PostgreSQL would do by reading every session of the namespace;
+//     search matches the metadata with one key lookup per session it
+//     walks in list order. A listing without filters reads sessions alone.
 //   - messages: one row per message: its protobuf encoding (body; fields
 //     this version does not know survive), its position and its id (unique
 //     per session: idempotent appends). Since schema version 7 its lowered

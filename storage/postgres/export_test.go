@@ -126,3 +126,20 @@ func HoldWatcher(d *Store) (release func()) {
 
 // StatsQuery is the query Stats sizes the tables with.
 const StatsQuery = statsQuery
+
+// SessionRow returns the alias, meta, label pairs and search text columns
+// the driver writes for m, for tests that seed an older schema's rows.
+func SessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string, err error) {
+	return sessionRow(m)
+}
+
+// ListQuery is the query (and its arguments) of a listing's page.
+var ListQuery = listQuery
+
+// SearchCandidates is the query (and its arguments) of a search's page of
+// candidate sessions for query in namespace ns.
+func SearchCandidates(ns, query string, indexed bool) (string, []any) {
+	f := searchFilter{text: searchText(query), indexed: indexed}
+	f.pattern = "%" + likeEscape(f.text) + "%"
+	return f.candidates(ns, nil)
+}

@@ -71,10 +71,11 @@ func (s *Store) withConn(fn func(q querier) error) error {
 	return s.call(func() error { return fn(s.pool) })
 }
 
-// listWhere builds the filter of a listing; the first argument is the
-// namespace.
+// listWhere builds the filter of a listing of sessions; the first argument
+// is the namespace.
 func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) {
 	where := []string{"namespace = $1"}
+	var filters []string // conditions on the session's session_filters row f
 	args := []any{opts.Namespace}
 	arg := func(v any) string {
 		args = append(args, v)
@@ -85,7 +86,7 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 	}
 	if len(opts.Labels) > 0 {
 		// The label and model indexes hold only sessions that have some.
-		where = append(where, "label_pairs @> "+arg(labelPairs(opts.Labels))+"::bytea[] AND label_pairs <> '{}'")
+		filters = append(filters, "f.label_pairs @> "+arg(labelPairs(opts.Labels))+"::bytea[] AND f.label_pairs <> '{}'")
 	}
 	if !opts.UpdatedAfter.IsZero() {
 		where = append(where, "updated_ns > "+arg(opts.UpdatedAfter.UnixNano()))
@@ -94,7 +95,7 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 		where = append(where, "updated_ns < "+arg(opts.UpdatedBefore.UnixNano()))
 	}
 	if opts.Model != "" {
-		where = append(where, "models @> ARRAY["+arg(opts.Model)+"::text] AND models <> '{}'")
+		filters = append(filters, "f.models @> ARRAY["+arg(opts.Model)+"::text] AND f.models <> '{}'")
 	}
 	if after != nil {
 		// The first condition bounds the index scan; the second skips the
@@ -102,13 +103,26 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 		t, id := arg(after.UpdatedAt.UnixNano()), arg(after.ID)
 		where = append(where, fmt.Sprintf("updated_ns <= %s AND (updated_ns < %s OR id::text > %s)", t, t, id))
 	}
+	if len(filters) > 0 {
+		// The ids the filter indexes find, looked up by key: joined to
+		// sessions instead, PostgreSQL would rather read every session of
+		// the namespace than look each up.
+		where = append(where, "id = ANY(ARRAY(SELECT f.id FROM session_filters f WHERE "+strings.Join(filters, " AND ")+"))")
+	}
 	return strings.Join(where, " AND "), args
 }
 
 func listPage1(ctx context.Context, q querier, opts storage.ListOptions, after *storage.Cursor, n int64) ([]*storage.Session, error) {
+	sql, args := listQuery(opts, after, n)
+	return collectSessions(q.Query(ctx, sql, args...))
+}
+
+// listQuery is the query (and its arguments) reading a listing's page of
+// at most n sessions after the cursor.
+func listQuery(opts storage.ListOptions, after *storage.Cursor, n int64) (string, []any) {
 	where, args := listWhere(opts, after)
 	args = append(args, n)
-	return collectSessions(q.Query(ctx, fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, sessions.id LIMIT $%d", sessionCols, where, len(args)), args...))
+	return fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, sessions.id LIMIT $%d", sessionCols, where, len(args)), args
 }
 
 // collectSessions scans every row of a sessionCols query, taking the
@@ -140,18 +154,9 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 	for {
 		var cands []*storage.Session
 		err := s.withConn(func(qr querier) error {
-			where, args := listWhere(storage.ListOptions{Namespace: opts.Namespace}, after)
-			args = append(args, f.pattern)
-			p := len(args)
-			msgs, args := f.messages(args)
-			args = append(args, searchPage)
+			sql, args := f.candidates(opts.Namespace, after)
 			var err error
-			// A session with messages the indexer has not reached is a
-			// candidate: searchSession reads those from their rows.
-			cands, err = collectSessions(qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (`+metaSearched+` AND meta_search LIKE $%d
-				OR search_count < message_count
-				OR EXISTS (SELECT 1 FROM message_search m WHERE m.session_id = s.id AND %s))
-				ORDER BY updated_ns DESC, s.id LIMIT $%d`, sessionCols, where, p, msgs, len(args)), args...))
+			cands, err = collectSessions(qr.Query(ctx, sql, args...))
 			return err
 		})
 		if err != nil {
@@ -180,7 +185,27 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 	}
 }
 
-// metaSearched is sessions_search's condition (migration 8): the session
+// candidates returns the query (and its arguments) reading the next page
+// of sessions of namespace ns, after the cursor, that may hold a hit: a
+// metadata match, a message match, or messages the indexer has not
+// reached, which searchSession reads from their rows. The metadata is
+// matched on each walked session's filters row (a scalar subquery: one key
+// lookup per session, never a scan of every session's).
+func (f searchFilter) candidates(ns string, after *storage.Cursor) (string, []any) {
+	where, args := listWhere(storage.ListOptions{Namespace: ns}, after)
+	args = append(args, f.pattern)
+	p := len(args)
+	msgs, args := f.messages(args)
+	args = append(args, searchPage)
+	return fmt.Sprintf(`SELECT %s FROM sessions WHERE %s
+		AND ((SELECT f.`+metaSearched+` AND f.meta_search LIKE $%d FROM session_filters f WHERE f.id = sessions.id)
+		OR search_count < message_count
+		OR EXISTS (SELECT 1 FROM message_search m WHERE m.session_id = sessions.id AND %s))
+		ORDER BY updated_ns DESC, sessions.id LIMIT $%d`, sessionCols, where, p, msgs, len(args)), args
+}
+
+// metaSearched is sessions_search's condition (migrations 8 and 10), on
+// session_filters: the session
 // has a given title, an alias or a summary, which its meta_search holds
 // (searchText of the three, joined by newlines). A session without them
 // has no metadata hit, whatever the query.
