@@ -1107,8 +1107,8 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 			b.Queue(`INSERT INTO messages (session_id, pos, msg_id, body)
 				SELECT $1, pos, msg_id, body FROM messages WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
 			// The copies are indexed as far as the source is.
-			b.Queue(`INSERT INTO message_search (session_id, pos, search)
-				SELECT $1, pos, search FROM message_search WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
+			b.Queue(`INSERT INTO message_search (session_id, pos, sig)
+				SELECT $1, pos, sig FROM message_search WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
 			b.Queue(`UPDATE sessions SET search_count = (SELECT count(*) FROM message_search WHERE session_id = $1) WHERE id = $1`, m.ID)
 			if err := tx.SendBatch(ctx, b).Close(); err != nil || m.Compaction == nil {
 				return err

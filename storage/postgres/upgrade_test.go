@@ -81,12 +81,16 @@ func TestUpgradeFromReleased(t *testing.T) {
 	if n := hits(t, s, "hello"); n != 1 {
 		t.Fatalf("search after the upgrade: %d hits", n)
 	}
-	// The indexed text moved with the index (schema version 7).
-	var indexed string
-	var count int64
-	if err := connect(t, dsn).QueryRow(ctx, `SELECT ms.search, s.search_count FROM message_search ms JOIN sessions s ON s.id = ms.session_id
-		WHERE ms.session_id = $1 AND ms.pos = 0`, id).Scan(&indexed, &count); err != nil || indexed != "hello there" || count != 1 {
-		t.Fatalf("indexed text after the upgrade: %q, search_count %d, %v", indexed, count, err)
+	// Indexed again since schema version 10, by the indexer: found by its
+	// signature then.
+	waitIndexed(t, dsn, 10*time.Second)
+	var indexed, count int64
+	if err := connect(t, dsn).QueryRow(ctx, `SELECT count(*), max(s.search_count) FROM message_search ms JOIN sessions s ON s.id = ms.session_id
+		WHERE ms.session_id = $1`, id).Scan(&indexed, &count); err != nil || indexed != 1 || count != 1 {
+		t.Fatalf("indexed messages after the upgrade: %d, search_count %d, %v", indexed, count, err)
+	}
+	if n := hits(t, s, "hello"); n != 1 {
+		t.Fatalf("search after the message is indexed again: %d hits", n)
 	}
 
 	open := &sessiondv1.Message{Id: "a", Role: sessiondv1.Role_ROLE_ASSISTANT, State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING}

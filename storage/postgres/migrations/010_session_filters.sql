@@ -33,3 +33,24 @@ ALTER TABLE sessions
 	DROP COLUMN label_pairs,
 	DROP COLUMN models,
 	DROP COLUMN meta_search;
+
+-- Message search: a signature per message instead of its lowered text and
+-- a GiST index over that text's trigrams. The indexer wrote the text
+-- (about 1 KB a 1 KiB message) and a 256-byte GiST entry, whose page
+-- splits wrote as much again: some 2 KB of WAL per message, half of an
+-- append's. message_search.sig is a 2048-bit set with a bit for every
+-- three-byte window of the text (signature.go), which search tests
+-- directly (a GiST index over such signatures reads every leaf anyway:
+-- the unions of its inner pages have nearly every bit set). The signatures are
+-- computed by the daemon, so every message is indexed again, by the
+-- indexers, after the upgrade: search reads the messages not indexed yet
+-- from their rows meanwhile, and finds what it found before.
+DROP INDEX messages_search;
+DROP INDEX messages_long;
+TRUNCATE message_search;
+ALTER TABLE message_search
+	DROP COLUMN search,
+	ADD COLUMN sig bit(2048) NOT NULL;
+UPDATE sessions SET search_count = 0, search_epoch = nextval('sessions_search_epoch') WHERE search_count > 0;
+DROP FUNCTION sessiond_trgm_query(text);
+DROP FUNCTION sessiond_trgm(text);
