@@ -32,28 +32,36 @@
 //     index: a session with no given title, alias or summary (meta_search
 //     is then just the two newlines between them) has no entry in
 //     sessions_search, whose writers all serialise on its pending list.
+//   - session_filters (since schema version 10): one row per session
+//     holding what the GIN indexes cover, moved out of sessions:
+//     label_pairs, models and meta_search, under the same index names and
+//     conditions. An append writes a new version of the sessions row, and
+//     with it an entry in every index of sessions the row is in; the
+//     filters row, and its GIN entries, are written only when the labels,
+//     the searched text or the models change. A filtered listing looks up
+//     the ids the GIN index finds (id = ANY) rather than joining, which
+//     PostgreSQL would do by reading every session of the namespace;
+//     search matches the metadata with one key lookup per session it
+//     walks in list order. A listing without filters reads sessions alone.
 //   - messages: one row per message: its protobuf encoding (body; fields
 //     this version does not know survive), its position and its id (unique
-//     per session: idempotent appends). Since schema version 7 its lowered
-//     text is in message_search, which the search indexer (indexer.go)
-//     fills in batches off the append path, each session's messages in
-//     order up to sessions.search_count (index sessions_unindexed: the
-//     sessions it has yet to reach); search reads the messages past
-//     search_count from their rows. Message search uses messages_search, a
-//     GiST index on message_search over the pg_trgm trigrams of that
-//     text as a tsvector (sessiond_trgm), whose leaf entry is a fixed-size
-//     signature: an entry writes little to it (a pg_trgm GiST index keeps
-//     every trigram at the leaf, about 3 KB per 1 KiB message, and refuses
-//     messages of some 12 KB of varied text; a GIN index writes an entry per
-//     trigram). A query looks up the trigrams every text containing it holds
-//     (sessiond_trgm_query: its runs of three letters or digits); the
-//     signature only narrows the candidates, which LIKE and then the decoded
-//     message recheck. Only a message's first 65,536 characters are
-//     indexed; longer messages are always candidates (messages_long). A
-//     query without three letters or digits in a row reads every message
-//     of the namespace. There is no foreign key to sessions: every write of
-//     a session's messages holds the session's row lock, and Delete removes
-//     them.
+//     per session: idempotent appends). Since schema version 7 what search
+//     needs of it is in message_search, which the search indexer
+//     (indexer.go) fills in batches off the append path, each session's
+//     messages in order up to sessions.search_count (index
+//     sessions_unindexed: the sessions it has yet to reach); search reads
+//     the messages past search_count from their rows. Since schema version
+//     10 that is a 2048-bit signature of the message's lowered text (sig:
+//     a bit for each three-byte window, signature.go), where it was the
+//     text and a GiST index over its pg_trgm trigrams, which wrote about
+//     four times the bytes (and a GiST index over such signatures reads
+//     every leaf: its inner pages' unions have nearly every bit set). Search
+//     walks a namespace's sessions in list order and reads a session's
+//     signatures through its key; a signature only narrows the candidates,
+//     which the decoded message decides. A query shorter than three bytes
+//     reads every message of the namespace. There is no foreign key to
+//     sessions: every write of a session's messages holds the session's
+//     row lock, and Delete removes them.
 //   - Since schema version 6, live turns: sessions.open_message_id is the
 //     id of the session's open message (the tally's OpenMessageID; NULL
 //     when none; index sessions_streaming on updated_ns of the sessions

@@ -25,12 +25,10 @@ func OpenDriver(ctx context.Context, dsn string, opts Options) (*Store, *storage
 // EncodeMeta lets tests write sessions rows as the driver does.
 var EncodeMeta = encodeMeta
 
-// MessageSearch returns the condition on messages m (and its arguments)
-// that Search uses to find the messages holding query, as it decides it.
-func MessageSearch(query string, indexed bool) (string, []any) {
-	f := searchFilter{text: searchText(query), indexed: indexed}
-	f.pattern = "%" + likeEscape(f.text) + "%"
-	return f.messages(nil)
+// MessageSearch returns the condition on message_search m (and its
+// arguments) that Search uses to find the messages holding query.
+func MessageSearch(query string) (string, []any) {
+	return newSearchFilter(query).messages(nil)
 }
 
 // MetaSearched is the condition of the session search index.
@@ -126,3 +124,25 @@ func HoldWatcher(d *Store) (release func()) {
 
 // StatsQuery is the query Stats sizes the tables with.
 const StatsQuery = statsQuery
+
+// SessionRow returns the alias, meta, label pairs and search text columns
+// the driver writes for m, for tests that seed an older schema's rows.
+func SessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string, err error) {
+	return sessionRow(m)
+}
+
+// ListQuery is the query (and its arguments) of a listing's page.
+var ListQuery = listQuery
+
+// SearchCandidates is the query (and its arguments) of a search's page of
+// candidate sessions for query in namespace ns.
+func SearchCandidates(ns, query string) (string, []any) {
+	return newSearchFilter(query).candidates(ns, nil)
+}
+
+// Signature is the signature of a message's search text, and whether it
+// narrows a search (the text has three bytes).
+var Signature = signature
+
+// SearchText is a text as the search signature and metadata hold it.
+var SearchText = searchText

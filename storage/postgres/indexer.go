@@ -5,18 +5,20 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"go.uber.org/zap"
 
 	"github.com/sessiond/sessiond/storage"
 )
 
-// The search indexer: appends write no search text, and each Store's
-// indexer writes it into message_search in batches, a session's messages
-// in order from sessions.search_count, which it then moves. A pass reads,
+// The search indexer: appends write nothing search needs, and each
+// Store's indexer writes the signatures of their search text (signature.go)
+// into message_search in batches, a session's messages in order from
+// sessions.search_count, which it then moves. A pass reads,
 // in one statement and without locks, the sessions with messages to index
 // (sessions_unindexed, oldest change first) and those messages; then, in
-// one statement, it moves each session's search_count and inserts its
-// text, for the sessions whose search_count and search_epoch are still
+// one statement, it moves each session's search_count and inserts the
+// signatures, for the sessions whose search_count and search_epoch are still
 // what it read: a rewind, save or delete meanwhile (which changes the
 // epoch or removes the row), or another replica's indexer that got there
 // first, leaves that session to a later pass. The row locks that takes
@@ -58,7 +60,7 @@ FROM p JOIN messages m ON m.session_id = p.id AND m.pos >= p.lo AND m.pos < p.hi
 ORDER BY p.id, m.pos`
 
 // indexedSQL writes a pass (arguments: the sessions' ids, first and end
-// positions and epochs; the messages' session ids, positions and texts).
+// positions and epochs; the messages' session ids, positions and signatures).
 const indexedSQL = `WITH t AS (
 	SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[]) AS t(sid, lo, hi, epoch)
 ), l AS (
@@ -69,10 +71,10 @@ const indexedSQL = `WITH t AS (
 ), u AS (
 	UPDATE sessions s SET search_count = l.hi FROM l WHERE s.id = l.id RETURNING s.id
 )
-INSERT INTO message_search (session_id, pos, search)
-SELECT x.sid, x.pos, x.search FROM unnest($5::uuid[], $6::bigint[], $7::text[]) AS x(sid, pos, search)
+INSERT INTO message_search (session_id, pos, sig)
+SELECT x.sid, x.pos, x.sig FROM unnest($5::uuid[], $6::bigint[], $7::bit(2048)[]) AS x(sid, pos, sig)
 WHERE x.sid IN (SELECT id FROM u)
-ON CONFLICT (session_id, pos) DO UPDATE SET search = EXCLUDED.search`
+ON CONFLICT (session_id, pos) DO UPDATE SET sig = EXCLUDED.sig`
 
 // indexer runs passes until ctx ends, one after another while there is
 // work, else every indexInterval; after a failure, every indexRetry until
@@ -103,7 +105,7 @@ func (s *Store) indexer(ctx context.Context) {
 type indexRange struct {
 	id            string
 	lo, hi, epoch int64
-	texts         []string
+	sigs          []pgtype.Bits
 }
 
 // indexPass indexes one batch; more says whether it was full (more work
@@ -126,7 +128,7 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 				ranges = append(ranges, &indexRange{id: id, lo: lo, hi: hi, epoch: epoch})
 			}
 			r := ranges[len(ranges)-1]
-			if pos != r.lo+int64(len(r.texts)) {
+			if pos != r.lo+int64(len(r.sigs)) {
 				return nil // a gap: the range is cut short below
 			}
 			// A message stored damaged is indexed as empty, so that its
@@ -138,7 +140,8 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 			} else {
 				s.log.Warn("postgres: a message that does not decode is indexed as empty", zap.String("session", id), zap.Int64("position", pos))
 			}
-			r.texts = append(r.texts, text)
+			sig, _ := signature(text)
+			r.sigs = append(r.sigs, sig)
 			return nil
 		}); err != nil {
 			return err
@@ -152,19 +155,19 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 			los, his, epchs []int64
 			sids            []string
 			poss            []int64
-			texts           []string
+			sigs            []pgtype.Bits
 		)
 		for _, r := range ranges {
 			// Index only what was read in order from lo: the messages a
 			// pass read are those its one snapshot held.
-			r.hi = r.lo + int64(len(r.texts))
-			more = more || len(r.texts) == indexPerSession
+			r.hi = r.lo + int64(len(r.sigs))
+			more = more || len(r.sigs) == indexPerSession
 			ids, los, his, epchs = append(ids, r.id), append(los, r.lo), append(his, r.hi), append(epchs, r.epoch)
-			for i, t := range r.texts {
-				sids, poss, texts = append(sids, r.id), append(poss, r.lo+int64(i)), append(texts, t)
+			for i, sig := range r.sigs {
+				sids, poss, sigs = append(sids, r.id), append(poss, r.lo+int64(i)), append(sigs, sig)
 			}
 		}
-		_, err = s.pool.Exec(ctx, indexedSQL, ids, los, his, epchs, sids, poss, texts)
+		_, err = s.pool.Exec(ctx, indexedSQL, ids, los, his, epchs, sids, poss, sigs)
 		return err
 	})
 	return more, err

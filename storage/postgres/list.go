@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sessiond/sessiond/storage"
 )
@@ -71,10 +72,11 @@ func (s *Store) withConn(fn func(q querier) error) error {
 	return s.call(func() error { return fn(s.pool) })
 }
 
-// listWhere builds the filter of a listing; the first argument is the
-// namespace.
+// listWhere builds the filter of a listing of sessions; the first argument
+// is the namespace.
 func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) {
 	where := []string{"namespace = $1"}
+	var filters []string // conditions on the session's session_filters row f
 	args := []any{opts.Namespace}
 	arg := func(v any) string {
 		args = append(args, v)
@@ -85,7 +87,7 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 	}
 	if len(opts.Labels) > 0 {
 		// The label and model indexes hold only sessions that have some.
-		where = append(where, "label_pairs @> "+arg(labelPairs(opts.Labels))+"::bytea[] AND label_pairs <> '{}'")
+		filters = append(filters, "f.label_pairs @> "+arg(labelPairs(opts.Labels))+"::bytea[] AND f.label_pairs <> '{}'")
 	}
 	if !opts.UpdatedAfter.IsZero() {
 		where = append(where, "updated_ns > "+arg(opts.UpdatedAfter.UnixNano()))
@@ -94,7 +96,7 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 		where = append(where, "updated_ns < "+arg(opts.UpdatedBefore.UnixNano()))
 	}
 	if opts.Model != "" {
-		where = append(where, "models @> ARRAY["+arg(opts.Model)+"::text] AND models <> '{}'")
+		filters = append(filters, "f.models @> ARRAY["+arg(opts.Model)+"::text] AND f.models <> '{}'")
 	}
 	if after != nil {
 		// The first condition bounds the index scan; the second skips the
@@ -102,13 +104,26 @@ func listWhere(opts storage.ListOptions, after *storage.Cursor) (string, []any) 
 		t, id := arg(after.UpdatedAt.UnixNano()), arg(after.ID)
 		where = append(where, fmt.Sprintf("updated_ns <= %s AND (updated_ns < %s OR id::text > %s)", t, t, id))
 	}
+	if len(filters) > 0 {
+		// The ids the filter indexes find, looked up by key: joined to
+		// sessions instead, PostgreSQL would rather read every session of
+		// the namespace than look each up.
+		where = append(where, "id = ANY(ARRAY(SELECT f.id FROM session_filters f WHERE "+strings.Join(filters, " AND ")+"))")
+	}
 	return strings.Join(where, " AND "), args
 }
 
 func listPage1(ctx context.Context, q querier, opts storage.ListOptions, after *storage.Cursor, n int64) ([]*storage.Session, error) {
+	sql, args := listQuery(opts, after, n)
+	return collectSessions(q.Query(ctx, sql, args...))
+}
+
+// listQuery is the query (and its arguments) reading a listing's page of
+// at most n sessions after the cursor.
+func listQuery(opts storage.ListOptions, after *storage.Cursor, n int64) (string, []any) {
 	where, args := listWhere(opts, after)
 	args = append(args, n)
-	return collectSessions(q.Query(ctx, fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, sessions.id LIMIT $%d", sessionCols, where, len(args)), args...))
+	return fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, sessions.id LIMIT $%d", sessionCols, where, len(args)), args
 }
 
 // collectSessions scans every row of a sessionCols query, taking the
@@ -123,35 +138,20 @@ func collectSessions(rows pgx.Rows, err error) ([]*storage.Session, error) {
 // searchPage is how many candidate sessions one search page reads.
 const searchPage = 200
 
-// Search finds hits with the trigram indexes (sessions_search,
-// messages_search) and checks each candidate on its real strings, session
-// by session in list order.
+// Search finds candidates with the session search index (sessions_search)
+// and the messages' signatures (message_search.sig) and checks each on its
+// real strings, session by session in list order.
 func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield func(storage.SearchHit) error) error {
 	q := strings.ToLower(opts.Query)
-	f := searchFilter{text: searchText(opts.Query)}
-	f.pattern = "%" + likeEscape(f.text) + "%"
-	if err := s.call(func() error {
-		return s.pool.QueryRow(ctx, `SELECT numnode(sessiond_trgm_query($1)) > 0`, f.text).Scan(&f.indexed)
-	}); err != nil {
-		return err
-	}
+	f := newSearchFilter(opts.Query)
 	hits := int64(0)
 	var after *storage.Cursor
 	for {
 		var cands []*storage.Session
 		err := s.withConn(func(qr querier) error {
-			where, args := listWhere(storage.ListOptions{Namespace: opts.Namespace}, after)
-			args = append(args, f.pattern)
-			p := len(args)
-			msgs, args := f.messages(args)
-			args = append(args, searchPage)
+			sql, args := f.candidates(opts.Namespace, after)
 			var err error
-			// A session with messages the indexer has not reached is a
-			// candidate: searchSession reads those from their rows.
-			cands, err = collectSessions(qr.Query(ctx, fmt.Sprintf(`SELECT %s FROM sessions s WHERE %s AND (`+metaSearched+` AND meta_search LIKE $%d
-				OR search_count < message_count
-				OR EXISTS (SELECT 1 FROM message_search m WHERE m.session_id = s.id AND %s))
-				ORDER BY updated_ns DESC, s.id LIMIT $%d`, sessionCols, where, p, msgs, len(args)), args...))
+			cands, err = collectSessions(qr.Query(ctx, sql, args...))
 			return err
 		})
 		if err != nil {
@@ -180,43 +180,63 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 	}
 }
 
-// metaSearched is sessions_search's condition (migration 8): the session
-// has a given title, an alias or a summary, which its meta_search holds
-// (searchText of the three, joined by newlines). A session without them
-// has no metadata hit, whatever the query.
+// candidates returns the query (and its arguments) reading the next page
+// of sessions of namespace ns, after the cursor, that may hold a hit: a
+// metadata match, a message signature match, or messages the indexer has
+// not reached, which searchSession reads from their rows. The metadata and the
+// messages are matched by key on each session walked (scalar subqueries,
+// which PostgreSQL does not turn into a scan of every session's rows).
+func (f searchFilter) candidates(ns string, after *storage.Cursor) (string, []any) {
+	where, args := listWhere(storage.ListOptions{Namespace: ns}, after)
+	args = append(args, f.pattern)
+	p := len(args)
+	msgs, args := f.messages(args)
+	args = append(args, searchPage)
+	return fmt.Sprintf(`SELECT %s FROM sessions WHERE %s
+		AND ((SELECT f.`+metaSearched+` AND f.meta_search LIKE $%d FROM session_filters f WHERE f.id = sessions.id)
+		OR search_count < message_count
+		OR (SELECT true FROM message_search m WHERE m.session_id = sessions.id AND %s LIMIT 1))
+		ORDER BY updated_ns DESC, sessions.id LIMIT $%d`, sessionCols, where, p, msgs, len(args)), args
+}
+
+// metaSearched is sessions_search's condition (migrations 8 and 10), on
+// session_filters: the session has a given title, an alias or a summary,
+// which its meta_search holds (searchText of the three, joined by
+// newlines). A session without them has no metadata hit, whatever the
+// query.
 const metaSearched = `meta_search <> E'\n\n'`
 
-// searchFilter is the condition on a message_search row m that a search's
-// candidates meet.
+// searchFilter is what a search's candidates match: the session's
+// metadata (pattern) or a message's signature (sig).
 type searchFilter struct {
-	text    string // the query as the search column holds text
-	pattern string // LIKE pattern: text anywhere
-	indexed bool   // the query has trigrams messages_search can look up
+	text    string      // the query as searchText makes a text
+	pattern string      // LIKE pattern on session_filters.meta_search: text anywhere
+	sig     pgtype.Bits // the signature of text
+	narrows bool        // text has a window: sig narrows the messages
 }
 
-// messages returns the SQL condition on messages m, with its arguments
-// appended to args. It uses messages_search (and messages_long, for the
-// messages longer than it indexes) when the query has three letters or
-// digits in a row; a shorter query reads every message of the namespace.
+func newSearchFilter(query string) searchFilter {
+	f := searchFilter{text: searchText(query)}
+	f.pattern = "%" + likeEscape(f.text) + "%"
+	f.sig, f.narrows = signature(f.text)
+	return f
+}
+
+// messages returns the SQL condition on a message_search row m that the
+// messages holding the query meet, with its arguments appended to args: m's
+// signature has every bit of the query's. A query shorter than three bytes
+// reads every message of the namespace.
 func (f searchFilter) messages(args []any) (string, []any) {
-	args = append(args, f.pattern)
-	like := fmt.Sprintf("m.search LIKE $%d", len(args))
-	if !f.indexed {
-		return like, args
+	if !f.narrows {
+		return "true", args
 	}
-	args = append(args, f.text)
-	return fmt.Sprintf("(sessiond_trgm(m.search) @@ sessiond_trgm_query($%d) OR length(m.search) > %d) AND %s",
-		len(args), maxIndexedSearch, like), args
+	args = append(args, f.sig)
+	return fmt.Sprintf("(m.sig & $%d::bit(%d)) = $%d::bit(%d)", len(args), sigBits, len(args), sigBits), args
 }
-
-// maxIndexedSearch is how many characters of a message's search text
-// messages_search indexes (migration 2); longer messages are in
-// messages_long.
-const maxIndexedSearch = 65536
 
 // searchSession returns m's hits: its metadata hit first, then its
-// messages' in order: those whose indexed text f matches, and every one
-// the indexer has not reached. A message that does not decode ends the
+// messages' in order: those whose signature f matches, and every one the
+// indexer has not reached. A message that does not decode ends the
 // session's hits (damaged sessions are skipped, as documented).
 func (s *Store) searchSession(ctx context.Context, m *storage.Session, q string, f searchFilter) ([]storage.SearchHit, error) {
 	var out []storage.SearchHit

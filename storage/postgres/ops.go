@@ -302,9 +302,14 @@ func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search,
-			tally, models, expire_after_ns, open_message_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+	// The filters row is inserted from the sessions row, so that a taken
+	// id or alias is refused by sessions' keys, whose names Create and
+	// aliasErr know.
+	_, err = tx.Exec(ctx, `WITH x AS (
+			INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, tally, expire_after_ns, open_message_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $11, $13, $14) RETURNING id
+		)
+		INSERT INTO session_filters (id, label_pairs, meta_search, models) SELECT id, $9, $10, $12 FROM x`,
 		m.ID, m.Namespace, alias, m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount,
 		meta, labels, search, tally, models(m), int64(m.ExpireAfter), openCol(m))
 	return aliasErr(err, m)
@@ -313,15 +318,20 @@ func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 // bumpSession writes a session's new time, revision, message count and
 // tally (arguments: id, updated_ns, revision, message_count, tally, models,
 // open_message_id) when only its messages changed, as in Append and Rewind;
-// bumpArgs makes the arguments.
-const bumpSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6,
-	open_message_id = $7 WHERE id = $1`
+// bumpArgs makes the arguments. Its filters row is written only when its
+// models changed.
+const bumpSession = `WITH f AS (
+	UPDATE session_filters SET models = $6 WHERE id = $1 AND models <> $6
+)
+UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, open_message_id = $7 WHERE id = $1`
 
 // bumpTitledSession is bumpSession for an append that also derived the
 // session's title (storage.DeriveTitle), which meta holds; meta_search
 // holds only a title a client gave.
-const bumpTitledSession = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, models = $6,
-	open_message_id = $7, meta = $8 WHERE id = $1`
+const bumpTitledSession = `WITH f AS (
+	UPDATE session_filters SET models = $6 WHERE id = $1 AND models <> $6
+)
+UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, open_message_id = $7, meta = $8 WHERE id = $1`
 
 func bumpArgs(m *storage.Session) ([]any, error) {
 	tally, err := encodeTally(m)
@@ -331,7 +341,8 @@ func bumpArgs(m *storage.Session) ([]any, error) {
 	return []any{m.ID, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, tally, models(m), openCol(m)}, nil
 }
 
-// updateSession writes m's metadata, revision and count.
+// updateSession writes m's metadata, revision and count; its filters row
+// only when its labels, searched text or models changed.
 func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 	alias, meta, labels, search, err := sessionRow(m)
 	if err != nil {
@@ -341,8 +352,12 @@ func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `UPDATE sessions SET alias = $2, updated_ns = $3, revision = $4, message_count = $5, meta = $6, label_pairs = $7, meta_search = $8,
-			tally = $9, models = $10, expire_after_ns = $11, open_message_id = $12
+	_, err = tx.Exec(ctx, `WITH f AS (
+			UPDATE session_filters SET label_pairs = $7, meta_search = $8, models = $10
+			WHERE id = $1 AND (label_pairs <> $7 OR meta_search <> $8 OR models <> $10)
+		)
+		UPDATE sessions SET alias = $2, updated_ns = $3, revision = $4, message_count = $5, meta = $6,
+			tally = $9, expire_after_ns = $11, open_message_id = $12
 		WHERE id = $1`, m.ID, alias, m.UpdatedAt.UnixNano(), int64(m.Revision), m.MessageCount, meta, labels, search,
 		tally, models(m), int64(m.ExpireAfter), openCol(m))
 	return aliasErr(err, m)
@@ -1092,8 +1107,8 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 			b.Queue(`INSERT INTO messages (session_id, pos, msg_id, body)
 				SELECT $1, pos, msg_id, body FROM messages WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
 			// The copies are indexed as far as the source is.
-			b.Queue(`INSERT INTO message_search (session_id, pos, search)
-				SELECT $1, pos, search FROM message_search WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
+			b.Queue(`INSERT INTO message_search (session_id, pos, sig)
+				SELECT $1, pos, sig FROM message_search WHERE session_id = $2 AND pos < $3`, m.ID, src.ID, n)
 			b.Queue(`UPDATE sessions SET search_count = (SELECT count(*) FROM message_search WHERE session_id = $1) WHERE id = $1`, m.ID)
 			if err := tx.SendBatch(ctx, b).Close(); err != nil || m.Compaction == nil {
 				return err

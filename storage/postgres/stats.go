@@ -13,7 +13,8 @@ var _ storage.StatsReporter = (*Store)(nil)
 // included) of the schema the connection's search_path names.
 const statsQuery = `SELECT (SELECT count(*) FROM sessions),
 	pg_total_relation_size('sessions'::regclass) + pg_total_relation_size('messages'::regclass) + pg_total_relation_size('events'::regclass)
-	+ pg_total_relation_size('message_search'::regclass) + pg_total_relation_size('compactions'::regclass)`
+	+ pg_total_relation_size('message_search'::regclass) + pg_total_relation_size('compactions'::regclass)
+	+ pg_total_relation_size('session_filters'::regclass)`
 
 // Stats reports the sessions and the tables' size (one query, which
 // counts the sessions table: its cost grows with the sessions stored) and

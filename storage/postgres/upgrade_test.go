@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -80,12 +81,16 @@ func TestUpgradeFromReleased(t *testing.T) {
 	if n := hits(t, s, "hello"); n != 1 {
 		t.Fatalf("search after the upgrade: %d hits", n)
 	}
-	// The indexed text moved with the index (schema version 7).
-	var indexed string
-	var count int64
-	if err := connect(t, dsn).QueryRow(ctx, `SELECT ms.search, s.search_count FROM message_search ms JOIN sessions s ON s.id = ms.session_id
-		WHERE ms.session_id = $1 AND ms.pos = 0`, id).Scan(&indexed, &count); err != nil || indexed != "hello there" || count != 1 {
-		t.Fatalf("indexed text after the upgrade: %q, search_count %d, %v", indexed, count, err)
+	// Indexed again since schema version 10, by the indexer: found by its
+	// signature then.
+	waitIndexed(t, dsn, 10*time.Second)
+	var indexed, count int64
+	if err := connect(t, dsn).QueryRow(ctx, `SELECT count(*), max(s.search_count) FROM message_search ms JOIN sessions s ON s.id = ms.session_id
+		WHERE ms.session_id = $1`, id).Scan(&indexed, &count); err != nil || indexed != 1 || count != 1 {
+		t.Fatalf("indexed messages after the upgrade: %d, search_count %d, %v", indexed, count, err)
+	}
+	if n := hits(t, s, "hello"); n != 1 {
+		t.Fatalf("search after the message is indexed again: %d hits", n)
 	}
 
 	open := &sessiondv1.Message{Id: "a", Role: sessiondv1.Role_ROLE_ASSISTANT, State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING}
@@ -171,5 +176,105 @@ func TestUpgradeKeepsWatchHistory(t *testing.T) {
 			t.Fatalf("revision %d: %v with %q, session %+v; want %v with %q, %d messages, summary %q, title old",
 				ev.Revision, ev.Type, got, ev.Session, want.typ, want.msg, want.count, want.summary)
 		}
+	}
+}
+
+// TestUpgradeMovesFilters: sessions stored under schema version 9, with
+// and without labels, models, an alias and a title, keep their list
+// order, filters, search and alias after the move of the filtered columns
+// to session_filters (schema version 10), and later writes keep both
+// tables in step.
+func TestUpgradeMovesFilters(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	postgres.MigrateTo(t, dsn, 9)
+	ctx := t.Context()
+	conn := connect(t, dsn)
+	base := time.Now().Add(-time.Hour).UnixNano()
+	seeds := []struct {
+		id     string
+		s      storage.Session
+		models []string
+	}{
+		{"0190a000-0000-7000-8000-00000000000a", storage.Session{Title: "Weather in Paris", Alias: "wx", Labels: map[string]string{"team": "a"}}, []string{"m-1"}},
+		{"0190a000-0000-7000-8000-00000000000b", storage.Session{}, []string{}},
+		{"0190a000-0000-7000-8000-00000000000c", storage.Session{Summary: "trip to Rome", Labels: map[string]string{"team": "b"}}, []string{"m-2"}},
+	}
+	for i, sd := range seeds {
+		alias, meta, labels, search, err := postgres.SessionRow(&sd.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first seeded is the most recently updated.
+		if _, err := conn.Exec(ctx, `INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search, models)
+			VALUES ($1, 'ns', $2, $3::bigint, $3::bigint + $4::bigint, 1, 0, $5, $6, $7, $8)`,
+			sd.id, alias, base, int64(len(seeds)-i)*1000, meta, labels, search, sd.models); err != nil {
+			t.Fatalf("seed the version 9 schema: %v", err)
+		}
+	}
+	s := open(t, dsn)
+	list := func(opts storage.ListOptions) []string {
+		t.Helper()
+		opts.Namespace = "ns"
+		var ids []string
+		if err := s.List(ctx, opts, func(m *storage.Session) error { ids = append(ids, m.ID); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	a, b, c := seeds[0].id, seeds[1].id, seeds[2].id
+	for _, tc := range []struct {
+		name string
+		opts storage.ListOptions
+		want []string
+	}{
+		{"all", storage.ListOptions{}, []string{a, b, c}},
+		{"label team=a", storage.ListOptions{Labels: map[string]string{"team": "a"}}, []string{a}},
+		{"label team=b", storage.ListOptions{Labels: map[string]string{"team": "b"}}, []string{c}},
+		{"model m-1", storage.ListOptions{Model: "m-1"}, []string{a}},
+		{"alias prefix", storage.ListOptions{AliasPrefix: "w"}, []string{a}},
+	} {
+		if got := list(tc.opts); !slices.Equal(got, tc.want) {
+			t.Errorf("list %s after the upgrade: %v; want %v", tc.name, got, tc.want)
+		}
+	}
+	if got, err := s.Get(ctx, storage.Ref{Namespace: "ns", Alias: "wx"}); err != nil || got.ID != a || got.Title != "Weather in Paris" {
+		t.Fatalf("Get by alias after the upgrade: %+v, %v", got, err)
+	}
+	if n := hits(t, s, "paris"); n != 1 {
+		t.Errorf("search of a title after the upgrade: %d hits, want 1", n)
+	}
+	if n := hits(t, s, "rome"); n != 1 {
+		t.Errorf("search of a summary after the upgrade: %d hits, want 1", n)
+	}
+
+	// Writes after the upgrade: an append moves b to the top, an update
+	// changes a's labels, a delete removes c's filters row with it.
+	if _, err := s.Append(ctx, storage.AppendRequest{Ref: storage.Ref{Namespace: "ns", ID: b}, Messages: []*sessiondv1.Message{
+		{Id: "b1", Role: sessiondv1.Role_ROLE_ASSISTANT, Model: "m-3", Content: "hello"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, storage.UpdateRequest{Ref: storage.Ref{Namespace: "ns", ID: a}, Fields: storage.UpdateLabels, Labels: map[string]string{"team": "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, storage.Ref{Namespace: "ns", ID: c}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts storage.ListOptions
+		want []string
+	}{
+		{"all", storage.ListOptions{}, []string{a, b}},
+		{"label team=a", storage.ListOptions{Labels: map[string]string{"team": "a"}}, nil},
+		{"label team=b", storage.ListOptions{Labels: map[string]string{"team": "b"}}, []string{a}},
+		{"model m-3", storage.ListOptions{Model: "m-3"}, []string{b}},
+	} {
+		if got := list(tc.opts); !slices.Equal(got, tc.want) {
+			t.Errorf("list %s after the writes: %v; want %v", tc.name, got, tc.want)
+		}
+	}
+	var rows int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM session_filters`).Scan(&rows); err != nil || rows != 2 {
+		t.Errorf("%d session_filters rows after the delete (%v); want 2", rows, err)
 	}
 }

@@ -1,0 +1,136 @@
+package postgres_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sessiond/sessiond/storage"
+	"github.com/sessiond/sessiond/storage/postgres"
+	"github.com/sessiond/sessiond/storage/postgres/pgtest"
+)
+
+// TestPlansIndexDriven: on 20,000 sessions in four namespaces, a quarter
+// of them labelled, a fifth with a model, a third titled, each with an
+// indexed message, every listing
+// page (with each filter, and after a cursor) and every search page reads
+// through indexes, planned as the driver plans them (generic plans): no
+// statement reads every session's row.
+func TestPlansIndexDriven(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	open(t, dsn)
+	ctx := t.Context()
+	conn := connect(t, dsn)
+	label, err := postgres.EncodeMeta(&storage.Session{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `WITH x AS (
+			INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta)
+			SELECT gen_random_uuid(), 'ns' || (i % 4), CASE WHEN i % 10 = 0 THEN 'alias-' || i END,
+				1700000000000000000 + i, 1700000000000000000 + i * 1000, 1, 0, $1
+			FROM generate_series(1, 20000) AS i
+			RETURNING id, created_ns - 1700000000000000000 AS i
+		)
+		INSERT INTO session_filters (id, label_pairs, models, meta_search)
+		SELECT id, CASE WHEN i % 4 = 1 THEN ARRAY['\x047465616d61'::bytea] ELSE '{}' END,
+			CASE WHEN i % 5 = 0 THEN ARRAY['m-1'] ELSE '{}' END,
+			CASE WHEN i % 3 = 0 THEN 'title ' || i || E'\n\n' ELSE E'\n\n' END
+		FROM x`, label); err != nil {
+		t.Fatal(err)
+	}
+	// One indexed message each.
+	if _, err := conn.Exec(ctx, `WITH m AS (
+			INSERT INTO message_search (session_id, pos, sig) SELECT id, 0, repeat('01', 1024)::bit(2048) FROM sessions RETURNING session_id
+		)
+		UPDATE sessions SET message_count = 1, search_count = 1 WHERE id IN (SELECT session_id FROM m)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE sessions, session_filters, message_search"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	cursor := &storage.Cursor{UpdatedAt: time.Unix(0, 1700000000000000000+10000*1000), ID: "80000000-0000-0000-0000-000000000000"}
+	type query struct {
+		name string
+		sql  string
+		args []any
+	}
+	var qs []query
+	for _, o := range []struct {
+		name string
+		opts storage.ListOptions
+	}{
+		{"list", storage.ListOptions{}},
+		{"list by label", storage.ListOptions{Labels: map[string]string{"team": "a"}}},
+		{"list by model", storage.ListOptions{Model: "m-1"}},
+		{"list by alias prefix", storage.ListOptions{AliasPrefix: "alias-1"}},
+		{"list by label and model", storage.ListOptions{Labels: map[string]string{"team": "a"}, Model: "m-1"}},
+	} {
+		o.opts.Namespace = "ns1"
+		for _, after := range []*storage.Cursor{nil, cursor} {
+			sql, args := postgres.ListQuery(o.opts, after, 5000)
+			qs = append(qs, query{fmt.Sprintf("%s (cursor %v)", o.name, after != nil), sql, args})
+		}
+	}
+	for _, q := range []string{"title 17", "ti"} {
+		sql, args := postgres.SearchCandidates("ns1", q)
+		qs = append(qs, query{fmt.Sprintf("search candidates for %q", q), sql, args})
+	}
+	for i, q := range qs {
+		// A prepared statement's plan, generic as the driver's are.
+		name := fmt.Sprint("q", i)
+		if _, err := conn.Prepare(ctx, name, q.sql); err != nil {
+			t.Fatalf("%s: %v", q.name, err)
+		}
+		params := make([]string, len(q.args))
+		for j, a := range q.args {
+			params[j] = literal(t, a)
+		}
+		rows, err := conn.Query(ctx, "EXPLAIN EXECUTE "+name+"("+strings.Join(params, ", ")+")")
+		if err != nil {
+			t.Fatalf("%s: %v", q.name, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		if strings.Contains(plan, "Seq Scan on sessions") || strings.Contains(plan, "Seq Scan on session_filters") || strings.Contains(plan, "Seq Scan on message_search") {
+			t.Errorf("%s reads every session:\n%s\n%s", q.name, q.sql, plan)
+		}
+	}
+}
+
+// literal is a query argument as an SQL literal of unknown type, which
+// EXECUTE converts to its parameter's type.
+func literal(t *testing.T, a any) string {
+	t.Helper()
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	switch v := a.(type) {
+	case string:
+		return quote(v)
+	case int, int32, int64:
+		return fmt.Sprint(v)
+	case pgtype.Bits:
+		var b strings.Builder
+		for i := range int(v.Len) {
+			b.WriteByte('0' + v.Bytes[i/8]>>(7-i%8)&1)
+		}
+		return quote(b.String())
+	case [][]byte:
+		elems := make([]string, len(v))
+		for i, b := range v {
+			elems[i] = fmt.Sprintf(`"\\x%x"`, b)
+		}
+		return quote("{" + strings.Join(elems, ",") + "}")
+	}
+	t.Fatalf("no literal for %T", a)
+	return ""
+}
