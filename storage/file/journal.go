@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,11 +27,15 @@ type journal struct {
 	// f is nil while closed: a session's journal file is opened by its
 	// first write (journalFile) and closed again to keep the open journal
 	// files within WithMaxOpenJournals. The current log segment's is always open.
-	f          *os.File
-	path       string
-	tail       int64 // end of the valid data; the next flush writes here
-	alloc      int64 // file size: bytes past tail are reserved, and read as zeros
-	noPrealloc bool  // the file system cannot fallocate
+	f     *os.File
+	path  string
+	tail  int64 // end of the valid data; the next flush writes here
+	alloc int64 // file size: bytes past tail are reserved, and read as zeros
+	// crc is the CRC-32C of a session journal's bytes up to tail, kept as
+	// frames are written so that a fold lists the journal's checksum
+	// without reading it back. Log segments do not keep it.
+	crc        uint32
+	noPrealloc bool // the file system cannot fallocate
 	// zeroFill reserves space by writing zeros instead of fallocate (log
 	// segments, whose every flush is synced): a flush into fallocated space
 	// converts unwritten extents, a metadata change the file system
@@ -199,6 +204,7 @@ func (s *Store) writeJournal(e *entry, frame []byte, appends int) error {
 		s.cutFailedWrite(e, off)
 		return writeFailed(err)
 	}
+	j.crc = crc32.Update(j.crc, castagnoli, frame)
 	return nil
 }
 
@@ -430,7 +436,7 @@ func (s *Store) readSession(id string, known uint64, cut *journalCut) (*storage.
 	if meta.Revision < known {
 		return fail(fmt.Errorf("files hold revision %d, but revision %d was acknowledged: %w", meta.Revision, known, errCorrupt))
 	}
-	j := &journal{path: jpath, tail: int64(jc.end), alloc: int64(len(jdata))}
+	j := &journal{path: jpath, tail: int64(jc.end), alloc: int64(len(jdata)), crc: crc32.Checksum(jdata[:jc.end], castagnoli)}
 	if jc.torn || (j.alloc > j.tail && !allZero(jdata[jc.end:])) {
 		// Only an incomplete last flush can be here, never acknowledged.
 		// Cut it off (and give back the zeros) so that the next flush cannot
@@ -597,7 +603,7 @@ func (s *Store) newGeneration(e *entry, snap []byte, segs *segList) error {
 		return err
 	}
 	s.step("renamed")
-	e.j = &journal{path: jpath, tail: int64(len(head)), alloc: int64(len(head))}
+	e.j = &journal{path: jpath, tail: int64(len(head)), alloc: int64(len(head)), crc: crc32.Checksum(head, castagnoli)}
 	e.gen, e.segs = gen, segs
 	return nil
 }
@@ -637,7 +643,7 @@ func (s *Store) createFiles(meta *storage.Session, msgs [][]byte, cs []storage.S
 	}
 	// The journal's file is opened by the first write: a session that is
 	// only created holds no descriptor.
-	return &journal{path: filepath.Join(final, journalName(1)), tail: int64(len(head)), alloc: int64(len(head))}, nil
+	return &journal{path: filepath.Join(final, journalName(1)), tail: int64(len(head)), alloc: int64(len(head)), crc: crc32.Checksum(head, castagnoli)}, nil
 }
 
 // removeFiles deletes a session folder: renamed out of the way first (the
