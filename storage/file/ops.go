@@ -845,6 +845,7 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 		if err := s.removeFiles(e.id); err != nil {
 			return fmt.Errorf("file: delete session %s: %w", e.id, err)
 		}
+		s.discardPending(e.j)
 		s.forget(e)
 		// The drop voids the session's records in the write-ahead log, so
 		// that a replay never writes them into a new session with the same

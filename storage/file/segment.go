@@ -290,6 +290,9 @@ func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 	if err := s.journalFile(e); err != nil {
 		return err
 	}
+	if err := s.writePending(e); err != nil {
+		return err
+	}
 	j := e.j
 	if err := s.syncJournal(j); err != nil {
 		return ioErr(fmt.Errorf("sync journal: %w", err))
