@@ -206,7 +206,11 @@ func (s *Store) writeJournal(e *entry, frame []byte, appends int) error {
 			return writeFailed(err)
 		}
 	}
-	if err := s.walCommit(&walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: j.tail, frame: frame}, j: j, appends: appends}); err != nil {
+	req := &e.walReq
+	*req = walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: j.tail, frame: frame}, j: j, appends: appends, wake: req.wake}
+	err := s.walCommit(req)
+	req.rec.frame, req.j = nil, nil // the caller reuses the frame's buffer
+	if err != nil {
 		return writeFailed(err)
 	}
 	j.tail += int64(len(frame))

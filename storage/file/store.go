@@ -181,6 +181,11 @@ type entry struct {
 	// jelem is e in Store.jfiles.lru while j.f is open. Guarded by
 	// Store.jfiles.mu.
 	jelem *list.Element
+
+	// walReq carries each journal frame of e to the commit pipeline (see
+	// writeJournal): the holder of wmu waits for its flush, so one is
+	// enough, and its wake channel is made once.
+	walReq walReq
 }
 
 // view is a consistent state of a session for readers. msgs may share its

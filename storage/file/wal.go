@@ -307,8 +307,9 @@ type walReq struct {
 	rec     walRec
 	j       *journal // the session journal a frame record's frame goes to
 	appends int      // appends it makes durable, for the flush record
-	// wake is signalled once: when the flush covering the request is
-	// done (done and err are set before), or to hand it the lead.
+	// wake is signalled once per commit: when the flush covering the
+	// request is done (done and err are set before), or to hand it the
+	// lead. The leader touches a request no more once it signalled it.
 	wake chan struct{}
 	done bool
 	err  error
@@ -410,8 +411,10 @@ func (s *Store) walCommit(req *walReq) error {
 	}
 	w.queue = append(w.queue, req)
 	lead := !w.flushing
-	if !lead {
-		// Only a writer that waits is woken: set before it can be.
+	if !lead && req.wake == nil {
+		// Only a writer that waits is woken: set before it can be. Each
+		// wait takes the one signal sent, so a reused request's channel
+		// is empty here.
 		req.wake = make(chan struct{}, 1)
 	}
 	w.flushing = true
