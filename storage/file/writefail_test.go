@@ -148,3 +148,22 @@ func TestPendingWriteFails(t *testing.T) {
 		t.Errorf("after reopen: %v, %v; want %v", got, err, want)
 	}
 }
+
+// TestFailedAppendRetried: the ids of an append whose flush failed stay
+// free, so that its retry lands whole once the disk recovers.
+func TestFailedAppendRetried(t *testing.T) {
+	s := open(t, t.TempDir())
+	se := mustCreate(t, s, storage.CreateRequest{Messages: msgs("m", 1)})
+	s.testHooks().sync = func() error { return unix.EIO }
+	if _, err := s.Append(t.Context(), storage.AppendRequest{Ref: storage.Ref{ID: se.ID}, Messages: msgs("r", 2)}); !errors.Is(err, storage.ErrUnavailable) {
+		t.Fatalf("Append whose flush failed = %v, want ErrUnavailable", err)
+	}
+	s.testHooks().sync = nil
+	res, err := s.Append(t.Context(), storage.AppendRequest{Ref: storage.Ref{ID: se.ID}, Messages: msgs("r", 2)})
+	if err != nil || res.Appended != 2 {
+		t.Fatalf("retried Append = %+v, %v; want 2 appended", res, err)
+	}
+	if got, err := loadIDs(t, s, se.ID); err != nil || !slices.Equal(got, []string{"m0", "r0", "r1"}) {
+		t.Errorf("Load = %v, %v; want m0 r0 r1", got, err)
+	}
+}
