@@ -351,8 +351,9 @@
 // # Costs
 //
 // An append writes its bytes twice (journal and WAL) and costs a share of
-// one fdatasync; the journals' syncs happen in the background, once per
-// journal per WAL segment. A fold (past WithFoldThreshold of journal)
+// one fdatasync; its journal write is shared with the session's other
+// pending frames (one write per 64 KiB), and the journals' syncs happen in
+// the background, once per journal per WAL segment. A fold (past WithFoldThreshold of journal)
 // copies nothing: it writes a journal header and a snapshot of the
 // metadata plus 12 bytes per segment, and syncs the journal it ends. So the
 // bytes written stay about twice the bytes appended at any session size

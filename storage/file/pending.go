@@ -28,9 +28,9 @@ import (
 // write leaves nothing to cut off. A pending write that fails is retried
 // by the next: the bytes it left are a prefix of the same pending bytes.
 // Until then the session keeps its state in memory, the log segments
-// holding the frames are kept, and the session's writes fail as a journal
-// write failure did before (storage.ErrNoSpace or storage.ErrUnavailable),
-// with nothing acknowledged lost.
+// holding the frames are kept, and the session's writes fail as any
+// journal write failure does (storage.ErrNoSpace or
+// storage.ErrUnavailable), with nothing acknowledged lost.
 const (
 	pendingMax      = 64 << 10
 	storePendingMax = 16 << 20
