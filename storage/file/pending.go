@@ -60,17 +60,26 @@ func (s *Store) writePending(e *entry) error {
 	j := e.j
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if len(j.pending) == 0 {
-		return nil
-	}
-	if err := s.hookPending(); err != nil {
-		return ioErr(fmt.Errorf("write journal: %w", err))
+	if ok, err := s.pendingToWrite(j); !ok {
+		return err
 	}
 	if err := s.journalPut(j, j.written, j.pending); err != nil {
 		return err
 	}
 	s.pendingDone(j, j.pending[:0])
 	return nil
+}
+
+// pendingToWrite reports whether j has pending bytes to write, unless the
+// test hook pending fails the write. Caller holds j.mu.
+func (s *Store) pendingToWrite(j *journal) (bool, error) {
+	if len(j.pending) == 0 {
+		return false, nil
+	}
+	if err := s.hookPending(); err != nil {
+		return false, ioErr(fmt.Errorf("write journal: %w", err))
+	}
+	return true, nil
 }
 
 // pendingDone records that j's pending bytes are in its file, keeping
@@ -102,11 +111,8 @@ func (s *Store) settleJournal(e *entry) error {
 func (s *Store) writePendingPath(j *journal) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if len(j.pending) == 0 {
-		return nil
-	}
-	if err := s.hookPending(); err != nil {
-		return ioErr(fmt.Errorf("write journal: %w", err))
+	if ok, err := s.pendingToWrite(j); !ok {
+		return err
 	}
 	f, err := os.OpenFile(j.path, os.O_WRONLY, filePerm)
 	if err != nil {
