@@ -90,10 +90,15 @@
 //
 // # Writes
 //
-// An append never rewrites the session. It puts one commit frame at the end
-// of its session's journal, without syncing, and then makes it durable
-// through the write-ahead log (WAL) shared by all sessions: a record naming
-// the journal, the offset and the frame goes to the commit pipeline. The
+// An append never rewrites the session. It makes one commit frame, meant
+// for the end of its session's journal, durable through the write-ahead
+// log (WAL) shared by all sessions: a record naming the journal, the offset
+// and the frame goes to the commit pipeline. Once the flush is durable the
+// frame waits in memory for the journal's file, where a session's waiting
+// frames go with one write: by its write once 64 KiB wait, by a fold,
+// before the session leaves the cache, and by the sealer before it syncs
+// the journal (see pending.go). So a frame whose flush failed never
+// reaches the journal, and an append costs no journal write of its own. The
 // first writer that finds no flush running becomes the leader: it takes
 // every record queued at that moment, writes them as one batch frame with
 // one write and one fdatasync, and wakes the writers it covered; writers
@@ -180,9 +185,11 @@
 // offset, before any session is scanned or loaded; a journal that is gone
 // belongs to a session since deleted or rewritten (its snapshot is durable
 // and holds the change). The replayed segments are then sealed in the
-// background, and retired after the checkpoint that Open asks for. After kill -9 the page cache survives and nothing needs
-// writing: the replay reads each journal's range the log covers (1 MiB at
-// a time, not one read per record) and compares, several journals at once.
+// background, and retired after the checkpoint that Open asks for. After
+// kill -9 the page cache survives, and only the frames that waited for
+// their journals need writing: the replay reads each journal's range the
+// log covers (1 MiB at a time, not one read per record) and compares,
+// several journals at once.
 //
 // A WAL flush is one batch frame and the end mark, written after the
 // previous flush is durable, over that flush's end mark and, past it, zeros
@@ -212,10 +219,11 @@
 // while its journal also lost it (which needs a power failure as well) is
 // not marked.
 //
-// A journal flush is one frame written into zeros after the previous one
-// is in the journal, so a crash leaves at most one incomplete frame, with
+// A journal write is frames written into zeros after the previous ones are
+// in the journal, so a crash leaves at most one incomplete frame, with
 // nothing valid after it: that torn tail is cut off on load (and its space
-// zeroed), keeping everything before it. Any other checksum mismatch or malformed data (a bad
+// zeroed), keeping everything before it, and the log writes back whatever
+// acknowledged frames it held. Any other checksum mismatch or malformed data (a bad
 // frame followed by a valid one, a damaged snapshot, a broken revision
 // chain) makes that session answer storage.ErrDataLoss; every other session
 // keeps working and the store still opens. Nothing damaged is skipped
@@ -343,8 +351,9 @@
 // # Costs
 //
 // An append writes its bytes twice (journal and WAL) and costs a share of
-// one fdatasync; the journals' syncs happen in the background, once per
-// journal per WAL segment. A fold (past WithFoldThreshold of journal)
+// one fdatasync; its journal write is shared with the session's other
+// pending frames (one write per 64 KiB), and the journals' syncs happen in
+// the background, once per journal per WAL segment. A fold (past WithFoldThreshold of journal)
 // copies nothing: it writes a journal header and a snapshot of the
 // metadata plus 12 bytes per segment, and syncs the journal it ends. So the
 // bytes written stay about twice the bytes appended at any session size

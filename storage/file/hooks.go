@@ -19,9 +19,9 @@ type testHooks struct {
 	// mark runs before a checkpoint writes its mark, and can fail it (as a
 	// crash there would leave it).
 	mark func() error
-	// cut runs before a failed write's bytes are cut off the session's
-	// journal again, and can fail the cut (as an aborted filesystem does).
-	cut func() error
+	// pending runs before a journal's pending frames are written to its
+	// file, and can fail the write.
+	pending func() error
 }
 
 // step calls the test hook step, if set.
@@ -45,10 +45,10 @@ func (s *Store) hookWrite(e *entry) {
 	}
 }
 
-// hookCut calls the test hook cut, if set.
-func (s *Store) hookCut() error {
-	if s.hooks != nil && s.hooks.cut != nil {
-		return s.hooks.cut()
+// hookPending calls the test hook pending, if set.
+func (s *Store) hookPending() error {
+	if s.hooks != nil && s.hooks.pending != nil {
+		return s.hooks.pending()
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,22 +22,36 @@ import (
 
 // journal is a session's journal file (or a log segment), and what a
 // write needs to know about it. The store owns its files while it holds the
-// data dir's lock, so tail and alloc stay true while the file is closed.
+// data dir's lock, so tail, written and alloc stay true while the file is
+// closed.
 type journal struct {
 	// f is nil while closed: a session's journal file is opened by its
 	// first write (journalFile) and closed again to keep the open journal
 	// files within WithMaxOpenJournals. The current log segment's is always open.
-	f          *os.File
-	path       string
-	tail       int64 // end of the valid data; the next flush writes here
-	alloc      int64 // file size: bytes past tail are reserved, and read as zeros
-	noPrealloc bool  // the file system cannot fallocate
+	f    *os.File
+	path string
+	// tail is the end of the acknowledged data: the next frame goes here.
+	// A log segment's data is all in its file; a session journal's ends at
+	// written, followed by pending (see pending.go).
+	tail int64
+	// crc is the CRC-32C of a session journal's bytes up to tail, kept as
+	// frames are written so that a fold lists the journal's checksum
+	// without reading it back. Log segments do not keep it.
+	crc uint32
 	// zeroFill reserves space by writing zeros instead of fallocate (log
 	// segments, whose every flush is synced): a flush into fallocated space
 	// converts unwritten extents, a metadata change the file system
 	// journals at each fdatasync, where overwriting written blocks makes
 	// the fdatasync write data only.
 	zeroFill bool
+
+	// mu guards what follows in a session journal: its owner (holding the
+	// session's wmu), a flush's leader and the sealer all reach them.
+	mu         sync.Mutex
+	written    int64  // end of the data in the file
+	pending    []byte // the frames from written to tail, durable in the log only
+	alloc      int64  // file size: bytes past the data are reserved, and read as zeros
+	noPrealloc bool   // the file system cannot fallocate
 }
 
 // journalFiles bounds the session journal files the store keeps open.
@@ -175,30 +190,31 @@ func (s *Store) journalFile(e *entry) error {
 }
 
 // writeJournal appends frame durably to e's journal, opening its file if
-// needed: the frame goes into the journal (no sync), and its record into
-// the write-ahead log, whose flush makes it durable (see wal.go). appends
-// is how many appends the frame holds, for the flush record. A write that
-// fails leaves nothing a reader can see (see writefail.go), and its error
-// is storage.ErrNoSpace or storage.ErrUnavailable. Caller holds e.wmu and
-// has loaded e.
+// needed: its record goes into the write-ahead log, whose flush makes it
+// durable (see wal.go), and the frame then waits for the journal's file
+// with the journal's other pending bytes (see pending.go). appends is how
+// many appends the frame holds, for the flush record. A write that fails
+// leaves nothing a reader can see, and its error is storage.ErrNoSpace or
+// storage.ErrUnavailable. Caller holds e.wmu and has loaded e.
 func (s *Store) writeJournal(e *entry, frame []byte, appends int) error {
 	if err := s.journalFile(e); err != nil {
 		return writeFailed(err) // nothing was written
 	}
-	if err := s.finishCut(e); err != nil {
-		return err
-	}
 	j := e.j
-	off := j.tail
-	err := s.journalPut(j, frame)
-	if err == nil {
-		err = s.walCommit(&walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: off, frame: frame}, path: j.path, appends: appends})
+	if s.pendingFull(j) {
+		if err := s.writePending(e); err != nil {
+			return writeFailed(err)
+		}
 	}
+	req := &e.walReq
+	*req = walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: j.tail, frame: frame}, j: j, appends: appends, wake: req.wake}
+	err := s.walCommit(req)
+	req.rec.frame, req.j = nil, nil // the caller reuses the frame's buffer
 	if err != nil {
-		// Not durable, so not acknowledged: cut it off again.
-		s.cutFailedWrite(e, off)
 		return writeFailed(err)
 	}
+	j.tail += int64(len(frame))
+	j.crc = crc32.Update(j.crc, castagnoli, frame)
 	return nil
 }
 
@@ -286,7 +302,7 @@ func (s *Store) loadLocked(e *entry) error {
 		known = e.meta.Revision
 	}
 	s.mu.RUnlock()
-	meta, msgs, cs, gen, segs, j, err := s.readSession(e.id, known, e.cut)
+	meta, msgs, cs, gen, segs, j, err := s.readSession(e.id, known)
 	if err != nil {
 		if errors.Is(err, errCorrupt) {
 			err = damage(e.id, err)
@@ -362,10 +378,8 @@ func messageID(b []byte) (string, error) {
 //
 // known is the revision the store last knew the session at (0 if none):
 // files that hold less lost acknowledged changes (a truncated journal looks
-// like a crash's torn tail on its own). cut, if not nil, is the
-// acknowledged length of a journal that a failed write could not be cut
-// off (see writefail.go): nothing past it is read.
-func (s *Store) readSession(id string, known uint64, cut *journalCut) (*storage.Session, [][]byte, []storage.StoredCompaction, uint64, *segList, *journal, error) {
+// like a crash's torn tail on its own).
+func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte, []storage.StoredCompaction, uint64, *segList, *journal, error) {
 	fail := func(err error) (*storage.Session, [][]byte, []storage.StoredCompaction, uint64, *segList, *journal, error) {
 		return nil, nil, nil, 0, nil, nil, err
 	}
@@ -415,9 +429,6 @@ func (s *Store) readSession(id string, known uint64, cut *journalCut) (*storage.
 	} else if err != nil {
 		return fail(err)
 	}
-	if cut != nil && cut.gen == gen && int64(len(jdata)) > cut.size {
-		jdata = jdata[:cut.size]
-	}
 	jc, err := decodeJournal(jdata)
 	if err != nil {
 		return fail(err)
@@ -430,7 +441,7 @@ func (s *Store) readSession(id string, known uint64, cut *journalCut) (*storage.
 	if meta.Revision < known {
 		return fail(fmt.Errorf("files hold revision %d, but revision %d was acknowledged: %w", meta.Revision, known, errCorrupt))
 	}
-	j := &journal{path: jpath, tail: int64(jc.end), alloc: int64(len(jdata))}
+	j := &journal{path: jpath, tail: int64(jc.end), written: int64(jc.end), alloc: int64(len(jdata)), crc: crc32.Checksum(jdata[:jc.end], castagnoli)}
 	if jc.torn || (j.alloc > j.tail && !allZero(jdata[jc.end:])) {
 		// Only an incomplete last flush can be here, never acknowledged.
 		// Cut it off (and give back the zeros) so that the next flush cannot
@@ -445,36 +456,36 @@ func (s *Store) readSession(id string, known uint64, cut *journalCut) (*storage.
 	return meta, msgs, cs, gen, segs, j, nil
 }
 
-// journalWrite appends one frame to the journal and makes it durable with
-// one fdatasync. On error nothing of the frame stays in the file.
+// journalWrite appends one frame to a log segment and makes it durable
+// with one fdatasync. On error nothing of the frame stays in the file.
 func (s *Store) journalWrite(j *journal, frame []byte) error {
-	if err := s.journalPut(j, frame); err != nil {
+	if err := s.journalPut(j, j.tail, frame); err != nil {
 		return err
 	}
 	if err := s.syncJournal(j); err != nil {
-		j.tail -= int64(len(frame))
-		s.cutJournal(j)
+		s.cutJournal(j, j.tail)
 		return ioErr(fmt.Errorf("journal append: %w", err))
 	}
+	j.tail += int64(len(frame))
 	return nil
 }
 
-// cutJournal cuts what may have landed past j.tail; the reserved space
-// goes with it and is reserved again by the next flush.
-func (s *Store) cutJournal(j *journal) {
-	_ = j.f.Truncate(j.tail)
+// cutJournal cuts what may have landed past off; the reserved space goes
+// with it and is reserved again by the next write.
+func (s *Store) cutJournal(j *journal, off int64) {
+	_ = j.f.Truncate(off)
 	_ = j.f.Sync()
-	j.alloc = j.tail
+	j.alloc = off
 }
 
-// journalPut writes one frame at the journal's tail, reserving space ahead
-// (see preallocMin), without syncing. On error nothing of the frame stays
-// in the file.
-func (s *Store) journalPut(j *journal, frame []byte) error {
+// journalPut writes data at off, the end of the journal file's data,
+// reserving space ahead (see preallocMin), without syncing. On error
+// nothing of data stays in the file.
+func (s *Store) journalPut(j *journal, off int64, data []byte) error {
 	if j.f == nil {
 		return fmt.Errorf("journal %s is not open", j.path) // a caller skipped journalFile
 	}
-	need := j.tail + int64(len(frame))
+	need := off + int64(len(data))
 	if need > j.alloc && !j.noPrealloc {
 		size := max(j.alloc*2, preallocMin, need)
 		size = min(size, need+preallocMax)
@@ -494,18 +505,17 @@ func (s *Store) journalPut(j *journal, frame []byte) error {
 		case errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS):
 			j.noPrealloc = true
 		default:
-			_ = j.f.Truncate(j.tail)
-			j.alloc = j.tail
+			_ = j.f.Truncate(off)
+			j.alloc = off
 			return ioErr(fmt.Errorf("reserve journal space: %w", err))
 		}
 	}
-	n, err := j.f.WriteAt(frame, j.tail)
+	n, err := j.f.WriteAt(data, off)
 	s.stats.bytesWritten.Add(int64(n))
 	if err != nil {
-		s.cutJournal(j)
+		s.cutJournal(j, off)
 		return ioErr(fmt.Errorf("journal append: %w", err))
 	}
-	j.tail = need
 	if need > j.alloc {
 		j.alloc = need
 	}
@@ -546,10 +556,11 @@ func (s *Store) syncJournal(j *journal) error {
 // rewind replaces the session's content, so it writes it whole; a fold
 // appends (foldLocked). Caller holds e.wmu and has loaded e.
 func (s *Store) rewriteLocked(e *entry, meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction) error {
-	old, segs := e.gen, e.segs
+	old, segs, oldj := e.gen, e.segs, e.j
 	if err := s.newGeneration(e, encodeSnapshot(old+1, meta, msgs, cs), nil); err != nil {
 		return err
 	}
+	s.discardPending(oldj)
 	// The new snapshot holds everything. (A crash before the removals
 	// leaves the files to the next load's sweep.)
 	dir := s.sessionDir(e.id)
@@ -589,7 +600,8 @@ func (s *Store) newGeneration(e *entry, snap []byte, segs *segList) error {
 			// Renamed, but the folder's sync failed: the files hold the
 			// new generation, with its journal, at least until a power
 			// failure. What e knows may no longer match them: the next
-			// access reads them again.
+			// access reads them again. They hold every pending frame.
+			s.discardPending(e.j)
 			s.forget(e)
 			return err
 		}
@@ -597,7 +609,7 @@ func (s *Store) newGeneration(e *entry, snap []byte, segs *segList) error {
 		return err
 	}
 	s.step("renamed")
-	e.j = &journal{path: jpath, tail: int64(len(head)), alloc: int64(len(head))}
+	e.j = &journal{path: jpath, tail: int64(len(head)), written: int64(len(head)), alloc: int64(len(head)), crc: crc32.Checksum(head, castagnoli)}
 	e.gen, e.segs = gen, segs
 	return nil
 }
@@ -637,7 +649,7 @@ func (s *Store) createFiles(meta *storage.Session, msgs [][]byte, cs []storage.S
 	}
 	// The journal's file is opened by the first write: a session that is
 	// only created holds no descriptor.
-	return &journal{path: filepath.Join(final, journalName(1)), tail: int64(len(head)), alloc: int64(len(head))}, nil
+	return &journal{path: filepath.Join(final, journalName(1)), tail: int64(len(head)), written: int64(len(head)), alloc: int64(len(head)), crc: crc32.Checksum(head, castagnoli)}, nil
 }
 
 // removeFiles deletes a session folder: renamed out of the way first (the

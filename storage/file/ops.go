@@ -652,7 +652,6 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	v := e.view.Load()
 	meta := *v.meta
 	msgs := v.all()
-	added := map[string]int{} // ids appended earlier in this batch -> index in msgs
 	type change struct {
 		op   *appendOp
 		meta storage.Session
@@ -662,7 +661,12 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 	// on the stack.
 	var recBuf [4]record
 	var changeBuf [2]change
+	var addedBuf [4]string
 	recs, changes := recBuf[:0], changeBuf[:0]
+	// The batch's new ids go into e.ids at once, so that a later append
+	// of the batch finds them; added lists them to take back should the
+	// write fail.
+	added := addedBuf[:0]
 	for _, op := range live {
 		if err := op.ctx.Err(); err != nil {
 			finish(op, storage.AppendResult{}, err)
@@ -670,9 +674,6 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		}
 		fresh, err := storage.CheckAppend(e.id, op.msgs, op.exp, meta.Revision, meta.Tally, func(id string) (*sessiondv1.Message, bool, error) {
 			j, ok := e.ids[id]
-			if !ok {
-				j, ok = added[id]
-			}
 			if !ok {
 				return nil, false, nil
 			}
@@ -694,7 +695,8 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		meta.MessageCount += int64(len(enc))
 		meta.UpdatedAt = now(meta.UpdatedAt)
 		for i, p := range fresh.Prepared {
-			added[p.GetId()] = len(msgs) + i
+			e.ids[p.GetId()] = len(msgs) + i
+			added = append(added, p.GetId())
 		}
 		msgs = append(msgs, enc...)
 		recs = append(recs, record{kind: recAppend, rev: meta.Revision, updatedAt: meta.UpdatedAt, msgs: enc})
@@ -712,13 +714,15 @@ func (s *Store) commitAppends(e *entry, batch []*appendOp) {
 		encBufs.Put(bp)
 	}
 	if err != nil {
+		for _, id := range added {
+			delete(e.ids, id)
+		}
 		err = fmt.Errorf("file: append to session %s: %w", e.id, err)
 		for _, c := range changes {
 			finish(c.op, storage.AppendResult{}, err)
 		}
 		return
 	}
-	maps.Copy(e.ids, added)
 	final := meta
 	e.view.Store(&view{meta: &final, msgs: msgs, size: v.size + msgsSize(msgs[len(v.msgs):]), cs: v.cs})
 	s.setMeta(e, &final)
@@ -845,6 +849,7 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 		if err := s.removeFiles(e.id); err != nil {
 			return fmt.Errorf("file: delete session %s: %w", e.id, err)
 		}
+		s.discardPending(e.j)
 		s.forget(e)
 		// The drop voids the session's records in the write-ahead log, so
 		// that a replay never writes them into a new session with the same

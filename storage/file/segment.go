@@ -290,16 +290,15 @@ func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 	if err := s.journalFile(e); err != nil {
 		return err
 	}
+	if err := s.writePending(e); err != nil {
+		return err
+	}
 	j := e.j
 	if err := s.syncJournal(j); err != nil {
 		return ioErr(fmt.Errorf("sync journal: %w", err))
 	}
 	s.step("synced")
-	data := make([]byte, j.tail)
-	if _, err := j.f.ReadAt(data, 0); err != nil {
-		return ioErr(fmt.Errorf("read journal: %w", err))
-	}
-	segs = segs.with(segRef{length: uint64(j.tail), crc: crc32.Checksum(data, castagnoli)})
+	segs = segs.with(segRef{length: uint64(j.tail), crc: j.crc})
 	old, tail := j.path, j.tail
 	unused = false // a failing newGeneration may have renamed the snapshot
 	if err := s.newGeneration(e, encodeSegSnapshot(e.gen+1, meta, segs), segs); err != nil {

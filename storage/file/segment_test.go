@@ -40,7 +40,8 @@ func segmentFiles(t *testing.T, dir, id string) []string {
 // TestFoldAppends: a fold copies nothing, so a growing session costs less
 // than 3 bytes written per byte appended (journal, write-ahead log, and
 // the folds' small files); its segments read back after a clean close and
-// after a crash, metadata changes included; a save writes the session
+// after a crash, metadata changes included, and pass Check's checksums; a
+// save writes the session
 // whole again and drops them.
 func TestFoldAppends(t *testing.T) {
 	dir := t.TempDir()
@@ -111,6 +112,11 @@ func TestFoldAppends(t *testing.T) {
 		t.Fatalf("after a reopen, folds went from generation %d to %d listing %+v", gen, gen2, segs2)
 	}
 	check(t, s, want)
+	// Each fold lists the checksum the journal's writes kept, from its
+	// create, a fold, or a load: Check verifies it against the file.
+	if rep, err := Check(t.Context(), crashCopy(t, dir), false, nil); err != nil || rep.Damaged() {
+		t.Fatalf("Check after folds: %+v, %v", rep, err)
+	}
 
 	if _, err := s.Save(t.Context(), storage.SaveRequest{Ref: storage.Ref{ID: a.ID}, Title: "mid", Messages: msgs("s", 4)}); err != nil {
 		t.Fatal(err)

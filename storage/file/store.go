@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"golang.org/x/sys/unix"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -129,7 +130,10 @@ type Store struct {
 	closeErr  error
 
 	jfiles journalFiles // bounds the open journal files; see journal.go
-	wal    wal          // the write-ahead log shared by all sessions; see wal.go
+	// pendingBytes counts the journals' frames durable in the log only
+	// (see pending.go).
+	pendingBytes atomic.Int64
+	wal          wal // the write-ahead log shared by all sessions; see wal.go
 
 	hooks *testHooks // nil but in tests; see hooks.go
 
@@ -150,7 +154,6 @@ type entry struct {
 	gen  uint64
 	segs *segList       // the segments the snapshot lists; nil for a whole snapshot
 	ids  map[string]int // message id -> index, for idempotency checks
-	cut  *journalCut    // set while a failed write's bytes could not be cut off the journal
 
 	// view is what readers see: replaced (never modified) by writers while
 	// holding wmu; nil when the session's messages are not in memory.
@@ -178,6 +181,11 @@ type entry struct {
 	// jelem is e in Store.jfiles.lru while j.f is open. Guarded by
 	// Store.jfiles.mu.
 	jelem *list.Element
+
+	// walReq carries each journal frame of e to the commit pipeline (see
+	// writeJournal): the holder of wmu waits for its flush, so one is
+	// enough, and its wake channel is made once.
+	walReq walReq
 }
 
 // view is a consistent state of a session for readers. msgs may share its
@@ -766,7 +774,11 @@ func (s *Store) touch(e *entry) {
 		prev := el.Prev()
 		o := el.Value.(*entry)
 		if o != e && o.wmu.TryLock() {
-			s.dropLocked(o)
+			if s.dropLocked(o) != nil {
+				o.wmu.Unlock()
+				el = prev
+				continue // kept until its journal takes its pending frames
+			}
 			s.cacheSize -= o.cacheSize
 			o.cacheSize = 0
 			s.lru.Remove(el)
@@ -779,7 +791,9 @@ func (s *Store) touch(e *entry) {
 
 // forget removes e from the cache. Caller holds e.wmu.
 func (s *Store) forget(e *entry) {
-	s.dropLocked(e)
+	if s.dropLocked(e) != nil {
+		return
+	}
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
 	if e.lruElem != nil {
@@ -790,13 +804,20 @@ func (s *Store) forget(e *entry) {
 	}
 }
 
-// dropLocked forgets e's in-memory state; the next access reloads it.
-// Caller holds e.wmu.
-func (s *Store) dropLocked(e *entry) {
+// dropLocked forgets e's in-memory state; the next access reloads it. The
+// journal's pending frames go to its file first: when they cannot, e keeps
+// its state and the error is logged and returned. Caller holds e.wmu.
+func (s *Store) dropLocked(e *entry) error {
+	if err := s.settleJournal(e); err != nil {
+		s.cond.Log(s.log, zapcore.WarnLevel, "settle", "could not write a session's pending journal frames; keeping the session in memory",
+			zap.String("session", e.id), zap.Error(err))
+		return err
+	}
 	e.view.Store(nil)
 	s.closeJournalFile(e)
 	e.j = nil
 	e.ids = nil
+	return nil
 }
 
 // setMeta publishes a session's new metadata to readers and the list index.

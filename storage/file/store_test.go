@@ -404,6 +404,7 @@ func TestCrashDuringAppend(t *testing.T) {
 	cut := []*sessiondv1.Message{msg("cut1", strings.Repeat("p", 60)), msg("cut2", "second of the batch")}
 	mustAppend(t, s, se.ID, cut...)
 	end := e.j.tail
+	settle(t, s, e) // the journal as its pending frames leave it
 	jp := journalPath(t, dir, se.ID)
 	full, err := os.ReadFile(jp)
 	if err != nil {
@@ -502,6 +503,17 @@ func TestCrashDuringAppend(t *testing.T) {
 			}()
 		})
 	})
+}
+
+// settle writes e's pending journal frames into its file, as its next
+// write, a fold or the sealer does.
+func settle(t *testing.T, s *testStore, e *entry) {
+	t.Helper()
+	e.wmu.Lock()
+	defer s.unlock(e)
+	if err := s.settleJournal(e); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // appendAndReopen appends a message "after" to session id, closes s,
@@ -864,7 +876,7 @@ func TestCheck(t *testing.T) {
 	jp := journalPath(t, dir, b.ID)
 	jb, _ := os.ReadFile(jp)
 	junk := appendFrame(nil, []byte{typeCommit, 1, 2, 3})
-	copy(jb[tailB:], junk[:10]) // cut inside the payload
+	jb = append(jb[:tailB], junk[:10]...) // cut inside the payload
 	must(t, os.WriteFile(jp, jb, filePerm))
 	must(t, os.WriteFile(filepath.Join(dir, "sessions", "notes.txt"), []byte("hi"), filePerm))
 	must(t, os.WriteFile(filepath.Join(dir, "sessions", a.ID, journalName(99)), encodeJournalHead(99, a.ID), filePerm))

@@ -305,10 +305,11 @@ func identify(data []byte, seq uint64) walIdent {
 // walReq is one record waiting for the commit pipeline.
 type walReq struct {
 	rec     walRec
-	path    string // the journal's file
-	appends int    // appends it makes durable, for the flush record
-	// wake is signalled once: when the flush covering the request is
-	// done (done and err are set before), or to hand it the lead.
+	j       *journal // the session journal a frame record's frame goes to
+	appends int      // appends it makes durable, for the flush record
+	// wake is signalled once per commit: when the flush covering the
+	// request is done (done and err are set before), or to hand it the
+	// lead. The leader touches a request no more once it signalled it.
 	wake chan struct{}
 	done bool
 	err  error
@@ -328,10 +329,10 @@ type wal struct {
 
 	// Owned by the leader (the one that set flushing), and by Open and
 	// Close when no flush can run.
-	j       *journal // the current segment; nil until the first flush needs one
-	seq     uint64   // its sequence number (the last one used when j is nil)
-	salt    uint64   // its salt
-	touched map[string]struct{}
+	j       *journal              // the current segment; nil until the first flush needs one
+	seq     uint64                // its sequence number (the last one used when j is nil)
+	salt    uint64                // its salt
+	touched map[*journal]struct{} // the session journals the segment has frames for
 	buf     []byte
 
 	// endMu guards end: where the next flush writes, every flush before
@@ -389,7 +390,7 @@ func (s *Store) setLogEnd(p walPos) {
 type sealJob struct {
 	path     string
 	seq      uint64
-	journals []string
+	journals []*journal
 }
 
 func (s *Store) walPath(seq uint64) string {
@@ -410,8 +411,10 @@ func (s *Store) walCommit(req *walReq) error {
 	}
 	w.queue = append(w.queue, req)
 	lead := !w.flushing
-	if !lead {
-		// Only a writer that waits is woken: set before it can be.
+	if !lead && req.wake == nil {
+		// Only a writer that waits is woken: set before it can be. Each
+		// wait takes the one signal sent, so a reused request's channel
+		// is empty here.
 		req.wake = make(chan struct{}, 1)
 	}
 	w.flushing = true
@@ -485,9 +488,12 @@ func (s *Store) walFlush(batch []*walReq) error {
 	took := time.Since(t0)
 	w.j.tail -= walEndMark // the next flush overwrites the end mark
 	s.setLogEnd(walPos{seq: w.seq, off: w.j.tail})
+	// Durable now: the frames wait for their journals' files, and the
+	// sealer of this segment finds them there.
 	for _, r := range batch {
-		if r.path != "" {
-			w.touched[r.path] = struct{}{}
+		if r.j != nil {
+			s.addPending(r.j, r.rec.frame)
+			w.touched[r.j] = struct{}{}
 		}
 	}
 	if appends > 0 {
@@ -535,7 +541,7 @@ func (s *Store) walRotate() error {
 	}
 	old, touched := w.j, w.touched
 	w.j = j
-	w.seq, w.salt, w.touched = seq, salt, make(map[string]struct{})
+	w.seq, w.salt, w.touched = seq, salt, make(map[*journal]struct{})
 	s.setLogEnd(walPos{seq: seq, off: j.tail})
 	if old != nil {
 		_ = old.f.Close()
@@ -710,12 +716,15 @@ func (s *Store) sealLoop() {
 	}
 }
 
-// syncJournals makes every journal the segment has records for durable. A
-// journal that is gone was folded into a durable snapshot, or deleted with
-// its session.
+// syncJournals makes every journal the segment has records for durable,
+// writing its pending frames first. A journal that is gone was folded into
+// a durable snapshot, or deleted with its session.
 func (s *Store) syncJournals(job sealJob) error {
-	for _, p := range job.journals {
-		if err := syncFile(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+	for _, j := range job.journals {
+		if err := s.writePendingPath(j); err != nil {
+			return err
+		}
+		if err := syncFile(j.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
@@ -1192,7 +1201,7 @@ func (s *Store) replayWAL() (*walPlan, map[string]error, error) {
 	w.cond = sync.NewCond(&w.mu)
 	w.sealCond = sync.NewCond(&w.sealMu)
 	w.sealDone = make(chan struct{})
-	w.touched = make(map[string]struct{})
+	w.touched = make(map[*journal]struct{})
 	if err := os.Mkdir(filepath.Join(s.dir, walDir), dirPerm); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, nil, fmt.Errorf("file: create %s: %w", walDir, ioErr(err))
 	}
@@ -1247,7 +1256,11 @@ func (s *Store) replayWAL() (*walPlan, map[string]error, error) {
 		case seg.damaged:
 			s.log.Error("damaged write-ahead log segment from an earlier run; run sessionctl fsck --repair", zap.String("segment", seg.path), zap.String("damage", why))
 		default:
-			s.walSeal(sealJob{path: seg.path, seq: seg.seq, journals: p.segPaths[seg.path]})
+			var js []*journal
+			for _, jp := range p.segPaths[seg.path] {
+				js = append(js, &journal{path: jp}) // replayed: nothing pending
+			}
+			s.walSeal(sealJob{path: seg.path, seq: seg.seq, journals: js})
 		}
 	}
 	for id, err := range lost {
