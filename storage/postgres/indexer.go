@@ -167,7 +167,7 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 				sids, poss, sigs = append(sids, r.id), append(poss, r.lo+int64(i)), append(sigs, sig)
 			}
 		}
-		_, err = s.pool.Exec(ctx, indexedSQL, ids, los, his, epchs, sids, poss, sigs)
+		_, err = s.pool.Exec(ctx, indexedSQL, uuidArgs(ids), los, his, epchs, uuidArgs(sids), poss, sigs)
 		return err
 	})
 	return more, err
