@@ -63,7 +63,8 @@ const lockBatchSQL = `SELECT x.id FROM sessions x WHERE x.id IN (
 type batchArgs struct {
 	ord                []int32
 	ns                 []string
-	ids, aliases       []*string
+	ids                []*uuidArg
+	aliases            []*string
 	expected, n, nowNS []int64
 	titles             []bool
 	sentOrd            []int32
@@ -72,6 +73,22 @@ type batchArgs struct {
 	msgIndex           []int64
 	msgIDs             []string
 	bodies             [][]byte
+}
+
+// makeBatchArgs returns arrays with room for the appends of r: each
+// array sized once, instead of grown append by append.
+func makeBatchArgs(r []*fastAppend) *batchArgs {
+	var sent, msgs int
+	for _, a := range r {
+		sent, msgs = sent+len(a.sent), msgs+len(a.msgIDs)
+	}
+	n := len(r)
+	return &batchArgs{
+		ord: make([]int32, 0, n), ns: make([]string, 0, n), ids: make([]*uuidArg, 0, n), aliases: make([]*string, 0, n),
+		expected: make([]int64, 0, n), n: make([]int64, 0, n), nowNS: make([]int64, 0, n), titles: make([]bool, 0, n),
+		sentOrd: make([]int32, 0, sent), sent: make([]string, 0, sent),
+		msgOrd: make([]int32, 0, msgs), msgIndex: make([]int64, 0, msgs), msgIDs: make([]string, 0, msgs), bodies: make([][]byte, 0, msgs),
+	}
 }
 
 // add appends a, the batch's ord-th, to the arrays.
@@ -95,7 +112,8 @@ func (b *batchArgs) add(ord int32, a *fastAppend) {
 func (b *batchArgs) addRef(a *fastAppend) {
 	b.ns = append(b.ns, a.ns)
 	if a.byID {
-		b.ids, b.aliases = append(b.ids, &a.ref), append(b.aliases, nil)
+		id := uuidArg(a.ref)
+		b.ids, b.aliases = append(b.ids, &id), append(b.aliases, nil)
 	} else {
 		b.ids, b.aliases = append(b.ids, nil), append(b.aliases, &a.ref)
 	}
@@ -127,14 +145,14 @@ func rounds(batch []*fastAppend) [][]*fastAppend {
 // queueBatch queues the statements that write batch on b: the lock, then
 // one appendBatchSQL per round.
 func queueBatch(b *pgx.Batch, batch []*fastAppend) [][]*fastAppend {
-	var lock batchArgs
+	lock := batchArgs{ns: make([]string, 0, len(batch)), ids: make([]*uuidArg, 0, len(batch)), aliases: make([]*string, 0, len(batch))}
 	for _, a := range batch {
 		lock.addRef(a)
 	}
 	b.Queue(lockBatchSQL, lock.ns, lock.ids, lock.aliases)
 	rs := rounds(batch)
 	for _, r := range rs {
-		var args batchArgs
+		args := makeBatchArgs(r)
 		for i, a := range r {
 			args.add(int32(i), a)
 		}

@@ -23,7 +23,8 @@ import (
 // epoch or removes the row), or another replica's indexer that got there
 // first, leaves that session to a later pass. The row locks that takes
 // are held for that one statement, and taken in the order the group
-// commit takes them, so indexing never deadlocks with appends. An open
+// commit takes them (the sessions' ids, whatever their namespaces), so
+// indexing never deadlocks with appends. An open
 // message waits for its close. Search reads the messages not indexed yet
 // from their rows, so the indexer's lag costs search some reading, never a
 // hit.
@@ -66,7 +67,7 @@ const indexedSQL = `WITH t AS (
 ), l AS (
 	SELECT s.id, t.hi FROM sessions s JOIN t ON s.id = t.sid
 	WHERE s.search_count = t.lo AND s.search_epoch = t.epoch
-	ORDER BY s.namespace COLLATE "C", s.id::text COLLATE "C"
+	ORDER BY s.id
 	FOR UPDATE OF s
 ), u AS (
 	UPDATE sessions s SET search_count = l.hi FROM l WHERE s.id = l.id RETURNING s.id
@@ -167,7 +168,7 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 				sids, poss, sigs = append(sids, r.id), append(poss, r.lo+int64(i)), append(sigs, sig)
 			}
 		}
-		_, err = s.pool.Exec(ctx, indexedSQL, ids, los, his, epchs, sids, poss, sigs)
+		_, err = s.pool.Exec(ctx, indexedSQL, uuidArgs(ids), los, his, epchs, uuidArgs(sids), poss, sigs)
 		return err
 	})
 	return more, err

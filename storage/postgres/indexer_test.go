@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/postgres/pgtest"
@@ -164,4 +166,84 @@ func searchCount(s *storage.Store, query string) (int, error) {
 	n := 0
 	err := s.Search(context.Background(), storage.SearchOptions{Namespace: "ns", Query: query}, func(storage.SearchHit) error { n++; return nil })
 	return n, err
+}
+
+// TestIndexerLocksInGroupCommitOrder: the indexer takes its sessions' row
+// locks in the order a group commit takes them (by id), whatever their
+// namespaces, so a batch that holds one of them and then locks another
+// never deadlocks with it. The transaction below locks the sessions as a
+// batch does, with a deadlock_timeout short enough that it, not the
+// indexer, would be the one PostgreSQL aborts.
+func TestIndexerLocksInGroupCommitOrder(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
+	ctx := t.Context()
+	msg := []*sessiondv1.Message{{Role: sessiondv1.Role_ROLE_USER, Content: "words"}}
+	first, err := s.Create(ctx, storage.CreateRequest{Namespace: "b", Messages: msg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.Create(ctx, storage.CreateRequest{Namespace: "a", Messages: msg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// low has the smaller id and the later namespace: ordered by namespace,
+	// high comes first; ordered by id, low does.
+	low, high := first.ID, second.ID
+	if low > high {
+		t.Fatalf("ids not in creation order: %s then %s", first.ID, second.ID)
+	}
+	waitIndexed(t, dsn, 10*time.Second)
+	admin, batch := connect(t, dsn), connect(t, dsn)
+	for attempt := 0; ; attempt++ {
+		if _, err := admin.Exec(ctx, `UPDATE sessions SET search_count = 0 WHERE id = ANY($1::uuid[])`, []string{low, high}); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := batch.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL deadlock_timeout = '50ms'`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT id FROM sessions WHERE id = $1::uuid FOR UPDATE`, low); err != nil {
+			t.Fatal(err)
+		}
+		if !indexerWaits(t, admin, batch.PgConn().PID(), 3*time.Second) {
+			// The indexer passed between the UPDATE and the lock: again.
+			_ = tx.Rollback(ctx)
+			if attempt == 3 {
+				t.Fatal("the indexer never waited for the locked session")
+			}
+			continue
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT id FROM sessions WHERE id = $1::uuid FOR UPDATE`, high); err != nil {
+			t.Fatalf("locking the second session while the indexer waits for the first: %v", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	waitIndexed(t, dsn, 10*time.Second)
+}
+
+// indexerWaits reports whether the indexer's write waits for a lock that
+// the backend pid holds, within limit.
+func indexerWaits(t *testing.T, conn *pgx.Conn, pid uint32, limit time.Duration) bool {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < limit; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE $1::int = ANY(pg_blocking_pids(pid)) AND query LIKE '%INSERT INTO message_search%'`, int32(pid)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -459,15 +459,19 @@ func (s *Store) notifier(ctx context.Context) {
 				break drain
 			}
 		}
-		b := &pgx.Batch{}
+		payloads := make([]string, 0, len(revs))
 		for id, rev := range revs {
-			b.Queue(`SELECT pg_notify('`+notifyChannel+`', $1)`, notifyPayload(id, rev))
+			payloads = append(payloads, notifyPayload(id, rev))
 		}
-		if err := s.pool.SendBatch(ctx, b).Close(); err != nil && ctx.Err() == nil {
+		if _, err := s.pool.Exec(ctx, notifySQL, payloads); err != nil && ctx.Err() == nil {
 			s.log.Debug("postgres: notify failed; watchers catch up at their next poll", zap.String("error", safeText(mapErr(err))))
 		}
 	}
 }
+
+// notifySQL sends one notification per payload ($1), in one statement
+// whatever their number.
+const notifySQL = `SELECT pg_notify('` + notifyChannel + `', p) FROM unnest($1::text[]) AS p`
 
 // notifyPayload is a notification's text: the session's id and its
 // revision after the change, space-separated.
