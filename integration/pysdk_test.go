@@ -52,6 +52,7 @@ var pythonSDKTests = []string{
 	"test_handle_compacts_at_its_revision",
 	"test_handle_streams_a_turn_that_a_watcher_follows",
 	"test_abandoned_turn_is_interrupted",
+	"test_writer_interrupts_its_turn",
 	"test_client_turn_checks",
 }
 
