@@ -54,6 +54,13 @@ type journal struct {
 	noPrealloc bool   // the file system cannot fallocate
 }
 
+// sessionJournal is the journal of a session whose file at path holds
+// data, all of it acknowledged, and is size bytes long.
+func sessionJournal(path string, data []byte, size int64) *journal {
+	n := int64(len(data))
+	return &journal{path: path, tail: n, written: n, alloc: size, crc: crc32.Checksum(data, castagnoli)}
+}
+
 // journalFiles bounds the session journal files the store keeps open.
 // Keeping every written session's journal open would use one descriptor
 // per session written since Open, and a daemon past its descriptor limit
@@ -441,7 +448,7 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 	if meta.Revision < known {
 		return fail(fmt.Errorf("files hold revision %d, but revision %d was acknowledged: %w", meta.Revision, known, errCorrupt))
 	}
-	j := &journal{path: jpath, tail: int64(jc.end), written: int64(jc.end), alloc: int64(len(jdata)), crc: crc32.Checksum(jdata[:jc.end], castagnoli)}
+	j := sessionJournal(jpath, jdata[:jc.end], int64(len(jdata)))
 	if jc.torn || (j.alloc > j.tail && !allZero(jdata[jc.end:])) {
 		// Only an incomplete last flush can be here, never acknowledged.
 		// Cut it off (and give back the zeros) so that the next flush cannot
@@ -609,7 +616,7 @@ func (s *Store) newGeneration(e *entry, snap []byte, segs *segList) error {
 		return err
 	}
 	s.step("renamed")
-	e.j = &journal{path: jpath, tail: int64(len(head)), written: int64(len(head)), alloc: int64(len(head)), crc: crc32.Checksum(head, castagnoli)}
+	e.j = sessionJournal(jpath, head, int64(len(head)))
 	e.gen, e.segs = gen, segs
 	return nil
 }
@@ -649,7 +656,7 @@ func (s *Store) createFiles(meta *storage.Session, msgs [][]byte, cs []storage.S
 	}
 	// The journal's file is opened by the first write: a session that is
 	// only created holds no descriptor.
-	return &journal{path: filepath.Join(final, journalName(1)), tail: int64(len(head)), written: int64(len(head)), alloc: int64(len(head)), crc: crc32.Checksum(head, castagnoli)}, nil
+	return sessionJournal(filepath.Join(final, journalName(1)), head, int64(len(head))), nil
 }
 
 // removeFiles deletes a session folder: renamed out of the way first (the
