@@ -335,7 +335,7 @@ func (x *exporter) session(ctx context.Context, ref *sessiondv1.SessionRef) erro
 		return nil
 	}
 	if c := sess.GetCompaction(); c != nil {
-		sum, err := x.summary(ctx, ref, c)
+		sum, err := x.summary(ctx, ref, sess.GetId(), c)
 		if err != nil {
 			return err
 		}
@@ -346,10 +346,10 @@ func (x *exporter) session(ctx context.Context, ref *sessiondv1.SessionRef) erro
 	return x.lines.End(sess.GetId(), n)
 }
 
-// summary returns the summary of compaction c, which the session ref
-// named has: the first message of its context view, once that view is
+// summary returns the summary of compaction c, which session id (named by
+// ref) has: the first message of its context view, once that view is
 // still of c.
-func (x *exporter) summary(ctx context.Context, ref *sessiondv1.SessionRef, c *sessiondv1.Compaction) (*sessiondv1.Message, error) {
+func (x *exporter) summary(ctx context.Context, ref *sessiondv1.SessionRef, id string, c *sessiondv1.Compaction) (*sessiondv1.Message, error) {
 	stream, err := x.c.LoadSession(ctx, &sessiondv1.LoadSessionRequest{Ref: ref, View: sessiondv1.LoadView_LOAD_VIEW_CONTEXT, Limit: 1})
 	if err != nil {
 		return nil, x.e.rpcError("load", err)
@@ -369,7 +369,7 @@ func (x *exporter) summary(ctx context.Context, ref *sessiondv1.SessionRef, c *s
 		return nil, err
 	}
 	if got := sess.GetCompaction(); got.GetRevision() != c.GetRevision() || sum.GetId() != c.GetSummaryMessageId() {
-		return nil, fmt.Errorf("session %s was compacted again while it was exported; export again", sess.GetId())
+		return nil, fmt.Errorf("session %s was compacted again while it was exported; export again", id)
 	}
 	return sum, nil
 }
