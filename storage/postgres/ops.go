@@ -320,18 +320,19 @@ func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 // open_message_id) when only its messages changed, as in Append and Rewind;
 // bumpArgs makes the arguments. Its filters row is written only when its
 // models changed.
-const bumpSession = `WITH f AS (
+const bumpSession = bumpModels + `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, open_message_id = $7 WHERE id = $1`
+
+// bumpModels is the bump statements' write of the session's models ($6)
+// into its filters row, when they changed.
+const bumpModels = `WITH f AS (
 	UPDATE session_filters SET models = $6 WHERE id = $1 AND models <> $6
 )
-UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, open_message_id = $7 WHERE id = $1`
+`
 
 // bumpTitledSession is bumpSession for an append that also derived the
 // session's title (storage.DeriveTitle), which meta holds; meta_search
 // holds only a title a client gave.
-const bumpTitledSession = `WITH f AS (
-	UPDATE session_filters SET models = $6 WHERE id = $1 AND models <> $6
-)
-UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, open_message_id = $7, meta = $8 WHERE id = $1`
+const bumpTitledSession = bumpModels + `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, open_message_id = $7, meta = $8 WHERE id = $1`
 
 func bumpArgs(m *storage.Session) ([]any, error) {
 	tally, err := encodeTally(m)
