@@ -98,13 +98,8 @@ var modes = []mode{
 		name: "append", daemon: true,
 		help: "N clients append one message per call to M sessions; ops/s and latency",
 		flags: func(fs *flag.FlagSet, c *config) {
-			fs.IntVar(&c.clients, "clients", 1, "concurrent clients, each on its own connection")
-			fs.IntVar(&c.sessions, "sessions", 0, "sessions written (client i's k-th append goes to session (i + k*N) mod M; 0 = one per client)")
-			fs.DurationVar(&c.duration, "duration", 10*time.Second, "stop after this long")
-			fs.IntVar(&c.count, "count", 100000, "stop after this many appends in all")
-			fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
+			appendFlags(fs, c, 1, 10*time.Second, 100000)
 			fs.IntVar(&c.warmup, "warmup", 5, "untimed appends per client before the run")
-			fs.StringVar(&c.rpc, "rpc", rpcUnary, "how appends are sent: "+rpcUnary+" (an AppendMessages call each) or "+rpcStream+" (each client's over one AppendStream call, one in flight)")
 			fs.StringVar(&c.client, "client", clientLean, "the appends' gRPC client: "+clientLean+" (a minimal one, one call at a time per connection, like redis-benchmark's) or "+clientGRPC+" (grpc-go's)")
 			fs.StringVar(&c.metrics, "metrics", "", "the daemon's --metrics-listen `host:port` (loopback): also report its flushes over the timed run (appends per flush, mean flush and handling time)")
 			fs.IntVar(&c.prefill, "prefill", 0, "messages (of --size bytes) each session holds before the run: the cost of appending to long sessions")
@@ -113,14 +108,9 @@ var modes = []mode{
 	},
 	{
 		name: "searchlag", daemon: true,
-		help: "N clients append messages, each with a token of its own, to M sessions at full rate while a prober searches for the latest acknowledged: the lag until each is found (p50/p90/p99/max, share within --within) and appends/s",
+		help: "N clients append messages, each starting with a 22-byte token of its own, to M sessions at full rate while a prober searches for the latest acknowledged: the lag until each is found (p50/p90/p99/max, share within --within) and appends/s",
 		flags: func(fs *flag.FlagSet, c *config) {
-			fs.IntVar(&c.clients, "clients", 16, "concurrent appending clients, each on its own connection")
-			fs.IntVar(&c.sessions, "sessions", 0, "sessions written (client i's k-th append goes to session (i + k*N) mod M; 0 = one per client)")
-			fs.DurationVar(&c.duration, "duration", 30*time.Second, "stop appending after this long")
-			fs.IntVar(&c.count, "count", 1000000, "stop after this many appends in all")
-			fs.IntVar(&c.size, "size", 1024, "bytes of content per message, its 22-byte token included")
-			fs.StringVar(&c.rpc, "rpc", rpcUnary, "how appends are sent: "+rpcUnary+" (an AppendMessages call each) or "+rpcStream+" (each client's over one AppendStream call, one in flight)")
+			appendFlags(fs, c, 16, 30*time.Second, 1000000)
 			fs.IntVar(&c.samples, "samples", 2000, "messages sampled at most")
 			fs.DurationVar(&c.sampleEvery, "sample-every", 50*time.Millisecond, "sample the latest acknowledged message this often (or as often as the searches allow)")
 			fs.DurationVar(&c.wait, "wait", 10*time.Second, "give a sampled message up as not found this long after its acknowledgement")
@@ -211,6 +201,17 @@ var modes = []mode{
 		},
 		run: runSoak,
 	},
+}
+
+// appendFlags are the flags of the modes that append at full rate (append,
+// searchlag), with their defaults.
+func appendFlags(fs *flag.FlagSet, c *config, clients int, duration time.Duration, count int) {
+	fs.IntVar(&c.clients, "clients", clients, "concurrent clients, each on its own connection")
+	fs.IntVar(&c.sessions, "sessions", 0, "sessions written (client i's k-th append goes to session (i + k*N) mod M; 0 = one per client)")
+	fs.DurationVar(&c.duration, "duration", duration, "stop after this long")
+	fs.IntVar(&c.count, "count", count, "stop after this many appends in all")
+	fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
+	fs.StringVar(&c.rpc, "rpc", rpcUnary, "how appends are sent: "+rpcUnary+" (an AppendMessages call each) or "+rpcStream+" (each client's over one AppendStream call, one in flight)")
 }
 
 // commonFlags are accepted before the mode and after it.
