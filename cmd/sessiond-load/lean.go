@@ -464,3 +464,43 @@ func (l *leanConn) readStreamed() error {
 		}
 	}
 }
+
+// leanAppenders opens one lean connection per client for c.rpc (unary
+// AppendMessages or a streamed AppendStream) and returns the call that
+// sends an append over client i's connection, with the daemon's answer
+// (valid until that client's next call), and the function closing them
+// all. Every connection is closed at once when run ends, as grpc-go's
+// would be, so that a failing daemon stops every client.
+func leanAppenders(ctx, run context.Context, c *config) (appendOn func(ctx context.Context, client int, req *sessiondv1.AppendMessagesRequest) (*sessiondv1.AppendMessagesResponse, error), closeAll func(), err error) {
+	lean := make([]*leanConn, c.clients)
+	closeAll = func() {
+		for _, l := range lean {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+	}
+	method := sessiondv1.SessionStoreService_AppendMessages_FullMethodName
+	if c.rpc == rpcStream {
+		method = sessiondv1.SessionStoreService_AppendStream_FullMethodName
+	}
+	for i := range lean {
+		if lean[i], err = dialLean(ctx, c, method); err != nil {
+			closeAll()
+			return nil, func() {}, err
+		}
+		lean[i].closeOn(run)
+	}
+	if c.rpc == rpcStream {
+		resps := make([]sessiondv1.AppendStreamResponse, c.clients)
+		return func(ctx context.Context, client int, req *sessiondv1.AppendMessagesRequest) (*sessiondv1.AppendMessagesResponse, error) {
+			err := lean[client].appendStreamed(ctx, &sessiondv1.AppendStreamRequest{Append: req}, &resps[client])
+			return resps[client].GetResult(), err
+		}, closeAll, nil
+	}
+	resps := make([]sessiondv1.AppendMessagesResponse, c.clients)
+	return func(ctx context.Context, client int, req *sessiondv1.AppendMessagesRequest) (*sessiondv1.AppendMessagesResponse, error) {
+		err := lean[client].appendMessages(ctx, req, &resps[client])
+		return &resps[client], err
+	}, closeAll, nil
+}

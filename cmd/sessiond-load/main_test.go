@@ -38,11 +38,12 @@ func startDaemon(t *testing.T) *daemon {
 }
 
 // startDaemonMetrics is startDaemon with the daemon's metrics fed by m
-// (nil: none), as sessiond --metrics-listen wires them.
-func startDaemonMetrics(t *testing.T, m *metrics.Metrics) *daemon {
+// (nil: none), as sessiond --metrics-listen wires them, and the gRPC
+// server's options extra added to the daemon's.
+func startDaemonMetrics(t *testing.T, m *metrics.Metrics, extra ...grpc.ServerOption) *daemon {
 	t.Helper()
 	var opts []file.Option
-	var gopts []grpc.ServerOption
+	gopts := extra
 	if m != nil {
 		opts = append(opts, file.WithFlushObserver(m.ObserveFlush))
 		gopts = m.ServerOptions()
@@ -308,6 +309,9 @@ func TestErrors(t *testing.T) {
 		{"unknown client", []string{"--addr", d.addr, "append", "--client", "fast"}, true, "--client"},
 		{"unknown rpc", []string{"--addr", d.addr, "append", "--rpc", "bidi"}, true, "--rpc"},
 		{"negative prefill", []string{"--addr", d.addr, "append", "--prefill", "-1"}, true, "--prefill"},
+		{"searchlag of no samples", []string{"--addr", d.addr, "searchlag", "--samples", "0"}, true, "--samples"},
+		{"searchlag that never gives up", []string{"--addr", d.addr, "searchlag", "--wait", "0s"}, true, "--wait"},
+		{"searchlag unknown rpc", []string{"--addr", d.addr, "searchlag", "--rpc", "bidi"}, true, "--rpc"},
 		{"list of no namespace", []string{"--addr", d.addr, "list"}, true, "--namespace"},
 		{"startup of no data dir", []string{"startup", "--sessiond", "sessiond"}, true, "--dir"},
 		{"stray argument", []string{"--addr", d.addr, "health", "extra"}, true, "extra"},

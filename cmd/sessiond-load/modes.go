@@ -203,34 +203,17 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 			return nil, err
 		}
 	}
-	var lean []*leanConn
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	if c.client == clientLean {
-		lean = make([]*leanConn, c.clients)
-		defer func() {
-			for _, l := range lean {
-				if l != nil {
-					_ = l.Close()
-				}
-			}
-		}()
-		method := sessiondv1.SessionStoreService_AppendMessages_FullMethodName
-		if c.rpc == rpcStream {
-			method = sessiondv1.SessionStoreService_AppendStream_FullMethodName
+		appendLean, closeLean, err := leanAppenders(ctx, runCtx, c)
+		if err != nil {
+			return nil, err
 		}
-		for i := range lean {
-			if lean[i], err = dialLean(ctx, c, method); err != nil {
-				return nil, err
-			}
-		}
-		resps := make([]sessiondv1.AppendMessagesResponse, c.clients)
+		defer closeLean()
 		appendOne = func(ctx context.Context, client, seq int) error {
-			return lean[client].appendMessages(ctx, appendReq(client, seq), &resps[client])
-		}
-		if c.rpc == rpcStream {
-			sresps := make([]sessiondv1.AppendStreamResponse, c.clients)
-			appendOne = func(ctx context.Context, client, seq int) error {
-				return lean[client].appendStreamed(ctx, &sessiondv1.AppendStreamRequest{Append: appendReq(client, seq)}, &sresps[client])
-			}
+			_, err := appendLean(ctx, client, appendReq(client, seq))
+			return err
 		}
 	}
 
@@ -259,11 +242,6 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		}
 	}
 
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	for _, l := range lean {
-		l.closeOn(runCtx) // a failing daemon stops every client at once, as grpc-go's do
-	}
 	var (
 		issued, acked, failed atomic.Int64
 		firstErr              error

@@ -68,6 +68,12 @@ type config struct {
 	killEvery time.Duration
 	sample    time.Duration
 
+	// searchlag
+	samples     int
+	sampleEvery time.Duration
+	wait        time.Duration
+	within      time.Duration
+
 	createdMu sync.Mutex
 	created   []string // ids of the sessions the run created, for --cleanup
 }
@@ -92,18 +98,25 @@ var modes = []mode{
 		name: "append", daemon: true,
 		help: "N clients append one message per call to M sessions; ops/s and latency",
 		flags: func(fs *flag.FlagSet, c *config) {
-			fs.IntVar(&c.clients, "clients", 1, "concurrent clients, each on its own connection")
-			fs.IntVar(&c.sessions, "sessions", 0, "sessions written (client i's k-th append goes to session (i + k*N) mod M; 0 = one per client)")
-			fs.DurationVar(&c.duration, "duration", 10*time.Second, "stop after this long")
-			fs.IntVar(&c.count, "count", 100000, "stop after this many appends in all")
-			fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
+			appendFlags(fs, c, 1, 10*time.Second, 100000)
 			fs.IntVar(&c.warmup, "warmup", 5, "untimed appends per client before the run")
-			fs.StringVar(&c.rpc, "rpc", rpcUnary, "how appends are sent: "+rpcUnary+" (an AppendMessages call each) or "+rpcStream+" (each client's over one AppendStream call, one in flight)")
 			fs.StringVar(&c.client, "client", clientLean, "the appends' gRPC client: "+clientLean+" (a minimal one, one call at a time per connection, like redis-benchmark's) or "+clientGRPC+" (grpc-go's)")
 			fs.StringVar(&c.metrics, "metrics", "", "the daemon's --metrics-listen `host:port` (loopback): also report its flushes over the timed run (appends per flush, mean flush and handling time)")
 			fs.IntVar(&c.prefill, "prefill", 0, "messages (of --size bytes) each session holds before the run: the cost of appending to long sessions")
 		},
 		run: runAppend,
+	},
+	{
+		name: "searchlag", daemon: true,
+		help: "N clients append messages, each starting with a 22-byte token of its own, to M sessions at full rate while a prober searches for the latest acknowledged: the lag until each is found (p50/p90/p99/max, share within --within) and appends/s",
+		flags: func(fs *flag.FlagSet, c *config) {
+			appendFlags(fs, c, 16, 30*time.Second, 1000000)
+			fs.IntVar(&c.samples, "samples", 2000, "messages sampled at most")
+			fs.DurationVar(&c.sampleEvery, "sample-every", 50*time.Millisecond, "sample the latest acknowledged message this often (or as often as the searches allow)")
+			fs.DurationVar(&c.wait, "wait", 10*time.Second, "give a sampled message up as not found this long after its acknowledgement")
+			fs.DurationVar(&c.within, "within", 2*time.Second, "report the share of sampled messages found within this lag")
+		},
+		run: runSearchLag,
 	},
 	{
 		name: "health", daemon: true,
@@ -188,6 +201,17 @@ var modes = []mode{
 		},
 		run: runSoak,
 	},
+}
+
+// appendFlags are the flags of the modes that append at full rate (append,
+// searchlag), with their defaults.
+func appendFlags(fs *flag.FlagSet, c *config, clients int, duration time.Duration, count int) {
+	fs.IntVar(&c.clients, "clients", clients, "concurrent clients, each on its own connection")
+	fs.IntVar(&c.sessions, "sessions", 0, "sessions written (client i's k-th append goes to session (i + k*N) mod M; 0 = one per client)")
+	fs.DurationVar(&c.duration, "duration", duration, "stop after this long")
+	fs.IntVar(&c.count, "count", count, "stop after this many appends in all")
+	fs.IntVar(&c.size, "size", 1024, "bytes of content per message")
+	fs.StringVar(&c.rpc, "rpc", rpcUnary, "how appends are sent: "+rpcUnary+" (an AppendMessages call each) or "+rpcStream+" (each client's over one AppendStream call, one in flight)")
 }
 
 // commonFlags are accepted before the mode and after it.
@@ -310,7 +334,7 @@ func parseFlags(fs *flag.FlagSet, args []string, usage func()) error {
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: sessiond-load [FLAGS] MODE [MODE FLAGS]\n\nModes:\n")
 	for _, m := range modes {
-		fmt.Fprintf(w, "  %-7s %s\n", m.name, m.help)
+		fmt.Fprintf(w, "  %-9s %s\n", m.name, m.help)
 	}
 	fmt.Fprintf(w, "\nFlags (also accepted after the mode):\n")
 	fs.SetOutput(w)
@@ -383,21 +407,30 @@ func (c *config) check(m *mode) error {
 		return usagef("--timeout must be positive")
 	}
 	switch m.name {
-	case "append":
+	case "append", "searchlag":
 		if c.sessions == 0 {
 			c.sessions = c.clients
 		}
 		if c.clients < 1 || c.clients > 1024 || c.sessions < 1 || c.sessions > 100000 {
 			return usagef("--clients must be 1..1024 and --sessions 1..100000 (got %d, %d)", c.clients, c.sessions)
 		}
+		if c.rpc != rpcUnary && c.rpc != rpcStream {
+			return usagef("--rpc must be %s or %s (got %q)", rpcUnary, rpcStream, c.rpc)
+		}
+		if m.name == "searchlag" {
+			if c.samples < 1 || c.samples > 100000 {
+				return usagef("--samples must be 1..100000 (got %d)", c.samples)
+			}
+			if c.sampleEvery <= 0 || c.wait <= 0 || c.within <= 0 {
+				return usagef("--sample-every, --wait and --within must be positive")
+			}
+			break
+		}
 		if c.prefill < 0 || c.prefill > 100000 {
 			return usagef("--prefill must be 0..100000 (got %d)", c.prefill)
 		}
 		if c.client != clientLean && c.client != clientGRPC {
 			return usagef("--client must be %s or %s (got %q)", clientLean, clientGRPC, c.client)
-		}
-		if c.rpc != rpcUnary && c.rpc != rpcStream {
-			return usagef("--rpc must be %s or %s (got %q)", rpcUnary, rpcStream, c.rpc)
 		}
 	case "list":
 		if c.populate < 0 || c.clients < 1 || c.clients > 1024 {
@@ -438,7 +471,7 @@ func (c *config) check(m *mode) error {
 	}
 	// Every loop ends by count and by time; zero would mean "never".
 	switch m.name {
-	case "append", "health", "fsync":
+	case "append", "searchlag", "health", "fsync":
 		if c.count < 1 || c.duration <= 0 {
 			return usagef("--count and --duration must be positive")
 		}
