@@ -62,8 +62,10 @@
 #   PG_ONLY=1      of the rounds, run only raw pgbench INSERTs and sessiond
 #                  on PostgreSQL, unary and streamed (CLIENTS clients; the
 #                  rows of the others print "-"), and log per round the
-#                  writing transactions (commits) per sessiond append: a
-#                  quicker run for work on the PostgreSQL driver. Every
+#                  writing transactions (commits) per sessiond append; its
+#                  wide runs (unless WIDE=0) are raw INSERTs and sessiond on
+#                  PostgreSQL, unary and streamed: a quicker run for work on
+#                  the PostgreSQL driver. Every
 #                  PostgreSQL run records its WAL bytes per append (INSERT). Loading and listing
 #                  still run: make them small with LOAD_MESSAGES and
 #                  LIST_SESSIONS
@@ -489,6 +491,18 @@ pg_daemon_run() {
 	fi
 }
 
+# pg_daemon_wide ROUND NAME RPC: WIDE_CLIENTS clients append to
+# WIDE_SESSIONS sessions of the daemon on PostgreSQL, recorded as NAME_*.
+pg_daemon_wide() {
+	local r=$1 name=$2 rpc=$3 out
+	out=$("$LOAD" --json --addr "$SDPG" --namespace "$name-$r" append --rpc "$rpc" --clients "$WIDE_CLIENTS" \
+		--sessions "$WIDE_SESSIONS" --count 10000000 --duration "${DURATION}s" --size "$SIZE" --warmup 1)
+	record "$r" "${name}_ops" "$(json "d['ops_per_sec']" <<<"$out")"
+	record "$r" "${name}_p50_ms" "$(json "d['latency_ms']['p50']" <<<"$out")"
+}
+
+sessiond_pg_wide() { pg_daemon_wide "$1" sessiond_pg_wide unary; }
+sessiond_pg_stream_wide() { pg_daemon_wide "$1" sessiond_pg_stream_wide stream; }
 sessiond_pg_many() { pg_daemon_run "$1" sessiond_pg "$SDPG" "$SDPG_PID" unary; }
 sessiond_pg_stream_many() { pg_daemon_run "$1" sessiond_pg_stream "$SDPG" "$SDPG_PID" stream; }
 baseline_pg_many() { pg_daemon_run "$1" baseline_pg "$BASEPG" "$BASEPG_PID" unary; }
@@ -542,6 +556,7 @@ wide=(sessiond_wide sessiond_stream_wide redis_wide pg_wide)
 if [[ $PG_ONLY == 1 ]]; then
 	systems=(pg_many sessiond_pg_many sessiond_pg_stream_many)
 	[[ -n ${BASELINE:-} ]] && systems+=(baseline_pg_many baseline_pg_stream_many)
+	wide=(pg_wide sessiond_pg_wide sessiond_pg_stream_wide)
 elif [[ -n ${BASELINE:-} ]]; then
 	systems+=(baseline_many)
 fi
@@ -554,6 +569,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
 		for ((i = 0; i < ${#systems[@]}; i++)); do
 			s=${systems[$(((i + r - 1) % ${#systems[@]}))]}
 			log "round $r/$ROUNDS: $s ($CLIENTS clients, ${DURATION}s)"
+			"$s" "$r"
+		done
+		for ((i = 0; i < ${#wide[@]}; i++)); do
+			s=${wide[$(((i + r - 1) % ${#wide[@]}))]}
+			log "round $r/$ROUNDS: $s ($WIDE_CLIENTS clients on $WIDE_SESSIONS sessions, ${DURATION}s)"
 			"$s" "$r"
 		done
 		continue
@@ -706,6 +726,8 @@ row(f"sessiond appends/s, {wclients} clients on {wsessions} sessions", "sessiond
 row(f"sessiond streamed appends/s, {wclients} clients on {wsessions} sessions", "sessiond_stream_wide_ops", "{:.0f}")
 row(f"Redis appendfsync always RPUSH/s, {wclients} clients on {wsessions} keys", "redis_wide_ops", "{:.0f}")
 row(f"PostgreSQL synchronous_commit on INSERT/s, {wclients} clients on {wsessions} sessions", "pg_wide_ops", "{:.0f}")
+row(f"sessiond on PostgreSQL appends/s, {wclients} clients on {wsessions} sessions", "sessiond_pg_wide_ops", "{:.0f}")
+row(f"sessiond on PostgreSQL streamed appends/s, {wclients} clients on {wsessions} sessions", "sessiond_pg_stream_wide_ops", "{:.0f}")
 row(f"sessiond append p50 at {wclients} clients (ms)", "sessiond_wide_p50_ms")
 row(f"sessiond streamed append p50 at {wclients} clients (ms)", "sessiond_stream_wide_p50_ms")
 row(f"sessiond mean appends per flush, {wclients} clients", "sessiond_wide_batch", "{:.1f}")
@@ -754,6 +776,9 @@ for label, key, need in (("streamed", "sessiond_pg_stream_ops", 0.7), ("unary", 
     if key in med:
         q = get(key) / get("pg_ops")
         print(f"| sessiond on PostgreSQL, {clients} clients, {label} appends/s >= {need} x raw PostgreSQL INSERT/s | {get(key):.0f} vs {get('pg_ops'):.0f} = {q:.2f} x | {'yes' if q >= need else 'NO'} |")
+if "sessiond_pg_stream_wide_ops" in med:
+    q = get("sessiond_pg_stream_wide_ops") / get("pg_wide_ops")
+    print(f"| sessiond on PostgreSQL, {wclients} clients on {wsessions} sessions, streamed appends/s >= 0.7 x raw PostgreSQL INSERT/s | {get('sessiond_pg_stream_wide_ops'):.0f} vs {get('pg_wide_ops'):.0f} = {q:.2f} x | {'yes' if q >= 0.7 else 'NO'} |")
 if "sessiond_pg_wal_bytes" in med:
     q = get("sessiond_pg_wal_bytes") / get("pg_wal_bytes")
     print(f"| sessiond on PostgreSQL WAL bytes per {size} B append <= 2 x PostgreSQL's per INSERT | {get('sessiond_pg_wal_bytes'):.0f} vs {get('pg_wal_bytes'):.0f} = {q:.2f} x | {'yes' if q <= 2 else 'NO'} |")
