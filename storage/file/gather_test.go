@@ -2,6 +2,7 @@ package file
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -67,36 +68,16 @@ func TestGatherUntil(t *testing.T) {
 // rather than splitting into two halves that take turns, each waiting for
 // the other's flush.
 func TestGatherJoinsCohorts(t *testing.T) {
-	var mu sync.Mutex
-	var recs []storage.FlushRecord
-	s := open(t, t.TempDir(), WithFlushObserver(func(r storage.FlushRecord) {
-		mu.Lock()
-		recs = append(recs, r)
-		mu.Unlock()
-	}))
+	observe, flushes := recordFlushes()
+	s := open(t, t.TempDir(), observe)
 	const writers, each = 8, 40
-	sessions := make([]string, writers)
-	for i := range sessions {
-		sessions[i] = mustCreate(t, s, storage.CreateRequest{}).ID
-	}
+	sessions := createSessions(t, s, writers)
 	// A slow disk: the writers released by a flush are back long before
 	// the next one could end.
 	s.testHooks().sync = func() error { time.Sleep(5 * time.Millisecond); return nil }
-	mu.Lock()
-	recs = recs[:0]
-	mu.Unlock()
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Go(func() {
-			for i := range each {
-				mustAppend(t, s, sessions[w], msg(fmt.Sprintf("w%d-%d", w, i), "x"))
-			}
-		})
-	}
-	wg.Wait()
+	appendInLoops(t, s, sessions, each)
 	s.testHooks().sync = nil
-	mu.Lock()
-	defer mu.Unlock()
+	recs := flushes()
 	appends := 0
 	for _, r := range recs {
 		appends += r.Appends
@@ -106,6 +87,46 @@ func TestGatherJoinsCohorts(t *testing.T) {
 	if mean < 0.75*writers {
 		t.Errorf("%d writers appending in a loop: %.1f appends per flush; want most of them in each", writers, mean)
 	}
+}
+
+// recordFlushes returns a flush observer option and a function that
+// returns the flushes it saw so far.
+func recordFlushes() (Option, func() []storage.FlushRecord) {
+	var mu sync.Mutex
+	var recs []storage.FlushRecord
+	return WithFlushObserver(func(r storage.FlushRecord) {
+			mu.Lock()
+			recs = append(recs, r)
+			mu.Unlock()
+		}), func() []storage.FlushRecord {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(recs)
+		}
+}
+
+// appendInLoops has a writer per session append each messages to it, one
+// after the other, all writers at once.
+func appendInLoops(t *testing.T, s *testStore, sessions []string, each int) {
+	var wg sync.WaitGroup
+	for w, id := range sessions {
+		wg.Go(func() {
+			for i := range each {
+				mustAppend(t, s, id, msg(fmt.Sprintf("w%d-%d", w, i), "x"))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// createSessions creates n sessions and returns their ids.
+func createSessions(t *testing.T, s *testStore, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = mustCreate(t, s, storage.CreateRequest{}).ID
+	}
+	return ids
 }
 
 // TestGatherLoneWriterNeverWaits: a writer alone, or writers that take
