@@ -19,20 +19,21 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-// Interceptors. The logging and panic-recovery interceptors are
-// go-grpc-middleware v2's; ServerOptions chains them as
+// Interceptors. The logging interceptor is go-grpc-middleware v2's, and
+// so is the stream chain's panic recovery; ServerOptions chains them as
 //
-//	callInfo (ours) -> logging -> recovery -> handler
+//	unary:  unaryCalls (ours: call info, recovery) -> logging -> handler
+//	stream: callInfo (ours) -> logging -> recovery -> handler
 //
-// Logging sits outside recovery, so the log line of a call that panicked
-// says INTERNAL, as the client saw. Our outermost interceptor puts a
-// callInfo into the call's context: it records the session the request
-// names (for a stream, from its first request frame, which arrives after
-// the interceptors have run) and a recovered panic, and the logging
-// interceptor adds both to its "finished call" line. So every call logs
-// one line that names its session and namespace, and a panic is logged
-// once, on that line, with its stack. A unary call whose line the logger
-// would not write skips the logging interceptor (quietUnary).
+// A call's line is logged after its panic is recovered, so the line of a
+// call that panicked says INTERNAL, as the client saw. A callInfo in the
+// call's context records the session the request names (for a stream,
+// from its first request frame, which arrives after the interceptors have
+// run) and a recovered panic, and the logging interceptor adds both to its
+// "finished call" line. So every call logs one line that names its session
+// and namespace, and a panic is logged once, on that line, with its stack.
+// A unary call whose line the logger would not write skips the logging
+// interceptor, and needs no callInfo (see unaryCalls).
 
 // callInfo is what one call's log line says beyond the middleware's own
 // fields. Its mutex guards every field: the handler's goroutine writes it,
@@ -149,38 +150,61 @@ func logFields(ctx context.Context, _ interceptors.CallMeta) logging.Fields {
 	return f
 }
 
-// quietUnary runs the logging interceptor logged only for the unary calls
-// whose line the logger writes. The middleware builds a line's fields
-// (peer address, start time, service, method, ...) before the call and
-// after it, whether or not the line is written, a real part of an
-// append's cost; at the default level (info) a successful call's line
-// (debug) is never written. So when the logger does not write
-// debug lines, the call runs first, and only a call whose code is logged
-// at a level the logger writes goes through logged afterwards, with a
-// handler that answers what the call answered: the line is the
-// middleware's, with the call's own start time and duration (callInfo).
-func (s *Server) quietUnary(logged grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+// unaryCalls is the unary chain's interceptor of ours: it recovers a
+// panic in the handler and has logged, the logging interceptor, write the
+// call's line. The middleware builds a line's fields (peer address, start
+// time, service, method, ...) before the call and after it, whether or
+// not the line is written, a real part of an append's cost; at the
+// default level (info) a successful call's line (debug) is never written.
+// So when the logger does not write debug lines, the call runs first, and
+// only a call whose code is logged at a level the logger writes goes
+// through logged afterwards, with a handler that answers what the call
+// answered: the line is the middleware's, with the call's own start time
+// and duration (callInfo). A quiet call makes no callInfo and adds no
+// interceptor of its own to the chain.
+func (s *Server) unaryCalls(logged grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ci := callInfoFrom(ctx)
-		if ci == nil || s.log.Core().Enabled(zapcore.DebugLevel) {
-			return logged(ctx, req, info, handler)
+		if s.log.Core().Enabled(zapcore.DebugLevel) {
+			ci := &callInfo{}
+			ci.ns, ci.id, ci.alias, ci.named = requestSession(req)
+			return logged(context.WithValue(ctx, callInfoKey{}, ci), req, info, func(ctx context.Context, req any) (any, error) {
+				resp, p, err := callRecovering(ctx, req, handler)
+				if p != nil {
+					ci.mu.Lock()
+					ci.panic, ci.stack = p.panic, p.stack
+					ci.mu.Unlock()
+				}
+				return resp, err
+			})
 		}
 		start := time.Now()
-		resp, err := handler(ctx, req)
+		resp, ci, err := callRecovering(ctx, req, handler)
 		if !s.log.Core().Enabled(zapLevel(callLevel(status.Code(err)))) {
 			return resp, err
 		}
-		ci.mu.Lock()
+		if ci == nil {
+			ci = &callInfo{}
+		}
+		ci.ns, ci.id, ci.alias, ci.named = requestSession(req)
 		ci.start, ci.took = start, time.Since(start)
-		ci.mu.Unlock()
-		return logged(ctx, req, info, func(context.Context, any) (any, error) { return resp, err })
+		return logged(context.WithValue(ctx, callInfoKey{}, ci), req, info, func(context.Context, any) (any, error) { return resp, err })
 	}
 }
 
-func infoUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	ci := &callInfo{}
-	ci.ns, ci.id, ci.alias, ci.named = requestSession(req)
-	return handler(context.WithValue(ctx, callInfoKey{}, ci), req)
+// callRecovering runs a unary handler. A panic (or runtime.Goexit) in it
+// answers INTERNAL, and comes back as a callInfo holding the panic and
+// its stack; the panic's value is not sent, like any internal detail.
+func callRecovering(ctx context.Context, req any, handler grpc.UnaryHandler) (resp any, panicked *callInfo, err error) {
+	returned := false
+	defer func() {
+		if p := recover(); p != nil || !returned {
+			resp, err = nil, status.Error(codes.Internal, "internal error")
+			panicked = &callInfo{panic: p, stack: string(debug.Stack())}
+		}
+	}()
+	resp, err = handler(ctx, req)
+	returned = true
+	return resp, nil, err
 }
 
 func wrapStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -206,9 +230,9 @@ func (s *infoStream) RecvMsg(m any) error {
 	return err
 }
 
-// recovered is the recovery interceptor's handler: it keeps the panic and
-// its stack for the call's log line and answers INTERNAL; the panic's value
-// is not sent, like any internal detail.
+// recovered is the stream recovery interceptor's handler: it keeps the
+// panic and its stack for the call's log line and answers INTERNAL; the
+// panic's value is not sent, like any internal detail.
 func recovered(ctx context.Context, p any) error {
 	if ci := callInfoFrom(ctx); ci != nil {
 		ci.mu.Lock()
@@ -286,9 +310,7 @@ func (s *Server) interceptors() (grpc.ServerOption, grpc.ServerOption) {
 	recOpts := []recovery.Option{recovery.WithRecoveryHandlerContext(recovered)}
 	logger := zapLogger(s.log)
 	return grpc.ChainUnaryInterceptor(
-			infoUnary,
-			s.quietUnary(logging.UnaryServerInterceptor(logger, logOpts...)),
-			recovery.UnaryServerInterceptor(recOpts...),
+			s.unaryCalls(logging.UnaryServerInterceptor(logger, logOpts...)),
 		), grpc.ChainStreamInterceptor(
 			wrapStream,
 			logging.StreamServerInterceptor(logger, logOpts...),

@@ -124,7 +124,7 @@ func (s slowPanicStore) Append(ctx context.Context, req storage.AppendRequest, m
 	return s.Driver.Append(ctx, req, msgs)
 }
 
-// TestCallLogsAtInfo checks the quiet path of the call log (quietUnary): at
+// TestCallLogsAtInfo checks the quiet path of the call log (unaryCalls): at
 // the info level a successful call writes no line, and a call that fails
 // with a logged code still writes the middleware's whole line, with the
 // call's own start time and duration.
@@ -165,5 +165,28 @@ func TestCallLogsAtInfo(t *testing.T) {
 	start, err := time.Parse(time.RFC3339Nano, f["grpc.start_time"].(string))
 	if err != nil || start.Before(before) || time.Since(start) < slowPanicPause {
 		t.Errorf("grpc.start_time %v (%v): want the call's own start", f["grpc.start_time"], err)
+	}
+}
+
+// TestPanicLogsAtDebug: when the logger writes every call's line, a call
+// that panics still answers INTERNAL and logs one line with the panic and
+// its stack.
+func TestPanicLogsAtDebug(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	h := newHarness(t, harnessConfig{
+		wrap: func(d storage.Driver) storage.Driver { return slowPanicStore{d} },
+		opts: []Option{WithLogger(zap.New(core))},
+	})
+	h.create(t, &sessiondv1.CreateSessionRequest{Alias: "boom"})
+	_, err := h.client.AppendMessages(t.Context(), &sessiondv1.AppendMessagesRequest{Ref: byAlias("boom"), Messages: []*sessiondv1.Message{user("a", "b")}})
+	wantCode(t, err, codes.Internal, "internal error")
+
+	lines := logs.FilterMessage("finished call").FilterField(zap.String("grpc.method", "AppendMessages")).All()
+	if len(lines) != 1 {
+		t.Fatalf("%d AppendMessages lines, want 1: %v", len(lines), lines)
+	}
+	f := lines[0].ContextMap()
+	if f["grpc.code"] != "Internal" || f["panic"] != "boom in Append" || f["stack"] == nil || f["session_alias"] != "boom" || lines[0].Level != zapcore.ErrorLevel {
+		t.Errorf("line at %v: want an error line with the code, the panic, its stack and the session: %v", lines[0].Level, f)
 	}
 }

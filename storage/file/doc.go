@@ -102,10 +102,12 @@
 // first writer that finds no flush running becomes the leader: it takes
 // every record queued at that moment, writes them as one batch frame with
 // one write and one fdatasync, and wakes the writers it covered; writers
-// that arrive meanwhile queue, and one of them leads the next flush. There
-// is no timer (a lone writer flushes at once), and under load one flush
-// covers every writer, of any session, that queued during the previous one
-// (the RocksDB/Pebble commit pipeline). Appends to one session that wait
+// that arrive meanwhile queue, and one of them leads the next flush. A
+// lone writer flushes at once, and under load one flush covers every
+// writer, of any session, that queued during the previous one (the
+// RocksDB/Pebble commit pipeline); a leader first waits briefly for the
+// writers it expects, those that kept the last flushes busy, to join it
+// (see gather.go). Appends to one session that wait
 // for its lock are also folded into one commit frame by the next lock
 // holder. WithFlushObserver sees each flush (appends covered, bytes,
 // latency). Journal space is reserved ahead with fallocate and WAL space by

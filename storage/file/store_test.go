@@ -764,13 +764,8 @@ func TestAppendBytesConstant(t *testing.T) {
 // TestGroupCommit: concurrent appends to one session share flushes, and the
 // flush observer sees each flush once, with the appends it covered.
 func TestGroupCommit(t *testing.T) {
-	var mu sync.Mutex
-	var recs []storage.FlushRecord
-	s := openStore(t, t.TempDir(), WithFlushObserver(func(r storage.FlushRecord) {
-		mu.Lock()
-		recs = append(recs, r)
-		mu.Unlock()
-	}))
+	observe, flushes := recordFlushes()
+	s := openStore(t, t.TempDir(), observe)
 	se := mustCreate(t, s, storage.CreateRequest{})
 	const writers, each = 16, 20
 	// A slow flush, as on a busy disk, makes the writers queue behind it
@@ -797,8 +792,7 @@ func TestGroupCommit(t *testing.T) {
 		t.Errorf("%d appends took %d fdatasyncs; want fewer (group commit)", writers*each, syncs)
 	}
 	t.Logf("%d appends, %d fdatasyncs", writers*each, syncs)
-	mu.Lock()
-	defer mu.Unlock()
+	recs := flushes()
 	covered := 0
 	for _, r := range recs {
 		if r.Appends < 1 || r.Bytes <= 0 || r.Latency <= 0 {

@@ -37,8 +37,8 @@ import (
 //   - writers that arrive while a flush runs queue up and wait; when it ends
 //     one of them leads the next flush, covering all of them.
 //
-// There is no timer: a lone writer flushes at once, and under load one
-// flush covers every writer that queued during the previous one.
+// A lone writer flushes at once. Under load the leader first gathers the
+// writers it expects, so that one flush covers them all (see gather.go).
 //
 // The WAL is a series of segment files wal/wal-<seq>. Once the current
 // segment passes WithWALSegmentBytes, the leader starts the next one and
@@ -326,6 +326,7 @@ type wal struct {
 	spare    []*walReq // the last batch's array, emptied: the next queue
 	flushing bool
 	closed   bool
+	gather   walGatherState // see gather.go
 
 	// Owned by the leader (the one that set flushing), and by Open and
 	// Close when no flush can run.
@@ -410,6 +411,7 @@ func (s *Store) walCommit(req *walReq) error {
 		return fmt.Errorf("file: %w", storage.ErrClosed)
 	}
 	w.queue = append(w.queue, req)
+	w.gather.queued(len(w.queue))
 	lead := !w.flushing
 	if !lead && req.wake == nil {
 		// Only a writer that waits is woken: set before it can be. Each
@@ -431,6 +433,7 @@ func (s *Store) walCommit(req *walReq) error {
 	// cheaper per append, and the yield costs nothing when none are.
 	runtime.Gosched()
 	w.mu.Lock()
+	w.walGather()
 	batch := w.queue
 	w.queue, w.spare = w.spare, nil
 	w.mu.Unlock()
@@ -442,6 +445,7 @@ func (s *Store) walCommit(req *walReq) error {
 		}
 	}
 	w.mu.Lock()
+	w.gather.expect = len(batch) + len(w.queue)
 	clear(batch)
 	w.spare = batch[:0]
 	if len(w.queue) > 0 {
@@ -490,6 +494,7 @@ func (s *Store) walFlush(batch []*walReq) error {
 		return fmt.Errorf("file: write-ahead log: %w", err)
 	}
 	took := time.Since(t0)
+	w.gather.noteSync(took)
 	w.j.tail -= walEndMark // the next flush overwrites the end mark
 	s.setLogEnd(walPos{seq: w.seq, off: w.j.tail})
 	// Durable now: the frames wait for their journals' files, and the

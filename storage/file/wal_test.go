@@ -31,43 +31,25 @@ func walSegments(t *testing.T, dir string) []string {
 // TestCrossSessionGroupCommit: concurrent appends to different sessions
 // share WAL flushes, and every one is durable and in order.
 func TestCrossSessionGroupCommit(t *testing.T) {
-	var mu sync.Mutex
-	var recs []storage.FlushRecord
+	observe, flushes := recordFlushes()
 	dir := t.TempDir()
-	s := open(t, dir, WithFlushObserver(func(r storage.FlushRecord) {
-		mu.Lock()
-		recs = append(recs, r)
-		mu.Unlock()
-	}))
+	s := open(t, dir, observe)
 	const writers, each = 16, 10
-	sessions := make([]string, writers)
-	for i := range sessions {
-		sessions[i] = mustCreate(t, s, storage.CreateRequest{}).ID
-	}
+	sessions := createSessions(t, s, writers)
 	// A slow flush, as on a busy disk, makes writers queue behind it.
 	s.testHooks().sync = func() error { time.Sleep(2 * time.Millisecond); return nil }
 	before := s.stats.journalSyncs.Load()
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Go(func() {
-			for i := range each {
-				mustAppend(t, s, sessions[w], msg(fmt.Sprintf("w%d-%d", w, i), "x"))
-			}
-		})
-	}
-	wg.Wait()
+	appendInLoops(t, s, sessions, each)
 	s.testHooks().sync = nil
 	syncs := s.stats.journalSyncs.Load() - before
 	if syncs >= writers*each/2 {
 		t.Errorf("%d appends to %d sessions took %d fdatasyncs; want them to share flushes", writers*each, writers, syncs)
 	}
-	mu.Lock()
 	covered, most := 0, 0
-	for _, r := range recs {
+	for _, r := range flushes() {
 		covered += r.Appends
 		most = max(most, r.Appends)
 	}
-	mu.Unlock()
 	if covered != writers*each || most < 2 {
 		t.Errorf("flush records cover %d appends, at most %d in one; want %d, and some shared", covered, most, writers*each)
 	}
