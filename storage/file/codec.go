@@ -110,7 +110,7 @@ func tallyStored(id string, t storage.Tally, msgs [][]byte) (storage.Tally, erro
 // stored, onto m's tally and title, as the append did (Tally.AddStored,
 // storage.DeriveTitle).
 func addStored(m *storage.Session, msgs [][]byte) error {
-	dec, err := decodeStored(m.ID, msgs)
+	dec, err := decodeForTally(m.ID, msgs, m.Title == "")
 	if err != nil {
 		return err
 	}
