@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,11 +24,18 @@ import (
 // --- startup ---
 
 type startupReport struct {
-	Mode           string    `json:"mode"`
+	Mode string `json:"mode"`
+	// Each start-up, in run order: from launching the process to its first
+	// answer to a listing (after a SERVING health check), and the CPU time
+	// the daemon had used by then.
 	CleanMS        []float64 `json:"clean_ms"`
 	KilledMS       []float64 `json:"killed_ms,omitempty"`
+	CleanCPUMS     []float64 `json:"clean_cpu_ms,omitempty"`
+	KilledCPUMS    []float64 `json:"killed_cpu_ms,omitempty"`
 	CleanMSMedian  float64   `json:"clean_ms_median"`
 	KilledMSMedian float64   `json:"killed_ms_median,omitempty"`
+	CleanMSMax     float64   `json:"clean_ms_max"`
+	KilledMSMax    float64   `json:"killed_ms_max,omitempty"`
 	// The store's share: how long opening it took, as the daemon logged.
 	CleanOpenMSMedian  float64 `json:"clean_store_open_ms_median"`
 	KilledOpenMSMedian float64 `json:"killed_store_open_ms_median,omitempty"`
@@ -34,19 +45,27 @@ type startupReport struct {
 func (r *startupReport) rows() [][2]string {
 	rows := [][2]string{
 		{"mode", r.Mode},
-		{"ready after a clean stop (median)", fmtMS(r.CleanMSMedian)},
-		{"  of which opening the store", fmtMS(r.CleanOpenMSMedian)},
+		{"ready after a clean stop (median, max)", fmtMS(r.CleanMSMedian) + ", " + fmtMS(r.CleanMSMax)},
+		{"  of which opening the store (median)", fmtMS(r.CleanOpenMSMedian)},
+		{"  daemon CPU by then (median)", fmtMS(median(slices.Clone(r.CleanCPUMS)))},
 	}
 	if len(r.KilledMS) > 0 {
 		rows = append(rows,
-			[2]string{"ready after kill -9 under load (median)", fmtMS(r.KilledMSMedian)},
-			[2]string{"  of which opening the store", fmtMS(r.KilledOpenMSMedian)},
+			[2]string{"ready after kill -9 under load (median, max)", fmtMS(r.KilledMSMedian) + ", " + fmtMS(r.KilledMSMax)},
+			[2]string{"  of which opening the store (median)", fmtMS(r.KilledOpenMSMedian)},
+			[2]string{"  daemon CPU by then (median)", fmtMS(median(slices.Clone(r.KilledCPUMS)))},
 			[2]string{"appends before the kills", strconv.FormatInt(r.Appends, 10)})
 	}
 	for i, v := range r.CleanMS {
 		row := fmt.Sprintf("clean %s", fmtMS(v))
+		if i < len(r.CleanCPUMS) {
+			row += fmt.Sprintf(" (CPU %s)", fmtMS(r.CleanCPUMS[i]))
+		}
 		if i < len(r.KilledMS) {
 			row += fmt.Sprintf(", after kill -9 %s", fmtMS(r.KilledMS[i]))
+		}
+		if i < len(r.KilledCPUMS) {
+			row += fmt.Sprintf(" (CPU %s)", fmtMS(r.KilledCPUMS[i]))
 		}
 		rows = append(rows, [2]string{fmt.Sprintf("run %d", i+1), row})
 	}
@@ -54,10 +73,11 @@ func (r *startupReport) rows() [][2]string {
 }
 
 // runStartup times --repeat start-ups of sessiond over --dir: from starting
-// the process to its first SERVING health check. Each run starts the daemon
-// after a clean stop (SIGTERM) and, with --load, appends from --clients
-// clients for that long, kills it with SIGKILL and times the start-up after
-// that too. An untimed start and stop comes first, so that the first run
+// the process until it is ready, that is until it answers a SERVING health
+// check and then a listing of the default namespace (its first result, or
+// its end when empty). Each run starts the daemon after a clean stop
+// (SIGTERM) and, with --load, appends from --clients clients for that long,
+// kills it with SIGKILL and times the start-up after that too. An untimed start and stop comes first, so that the first run
 // also follows a clean stop.
 func runStartup(ctx context.Context, c *config, stderr io.Writer) (report, error) {
 	rep := &startupReport{Mode: "startup"}
@@ -70,11 +90,13 @@ func runStartup(ctx context.Context, c *config, stderr io.Writer) (report, error
 		return nil, err
 	}
 	for i := range c.repeat {
-		took, d, err := timedStart(ctx, c)
+		st, err := timedStart(ctx, c)
 		if err != nil {
 			return rep, err
 		}
-		rep.CleanMS = append(rep.CleanMS, took)
+		d := st.d
+		rep.CleanMS = append(rep.CleanMS, st.ms)
+		rep.CleanCPUMS = st.appendCPU(rep.CleanCPUMS)
 		cleanOpen = append(cleanOpen, ms(d.storeOpen))
 		if c.duration > 0 {
 			n, err := appendLoad(ctx, c)
@@ -83,10 +105,12 @@ func runStartup(ctx context.Context, c *config, stderr io.Writer) (report, error
 			if err != nil {
 				return rep, err
 			}
-			if took, d, err = timedStart(ctx, c); err != nil {
+			if st, err = timedStart(ctx, c); err != nil {
 				return rep, err
 			}
-			rep.KilledMS = append(rep.KilledMS, took)
+			d = st.d
+			rep.KilledMS = append(rep.KilledMS, st.ms)
+			rep.KilledCPUMS = st.appendCPU(rep.KilledCPUMS)
 			killedOpen = append(killedOpen, ms(d.storeOpen))
 		}
 		if err := d.stop(); err != nil {
@@ -94,28 +118,51 @@ func runStartup(ctx context.Context, c *config, stderr io.Writer) (report, error
 		}
 		fmt.Fprintf(stderr, "sessiond-load: start-up run %d of %d done\n", i+1, c.repeat)
 	}
-	rep.CleanMSMedian, rep.KilledMSMedian = median(rep.CleanMS), median(rep.KilledMS)
+	// median sorts what it is given: the runs keep their order.
+	rep.CleanMSMedian, rep.KilledMSMedian = median(slices.Clone(rep.CleanMS)), median(slices.Clone(rep.KilledMS))
+	rep.CleanMSMax, rep.KilledMSMax = maxOf(rep.CleanMS), maxOf(rep.KilledMS)
 	rep.CleanOpenMSMedian, rep.KilledOpenMSMedian = median(cleanOpen), median(killedOpen)
 	return rep, nil
 }
 
-// timedStart starts the daemon and waits for its first SERVING health
-// check; it returns the time that took, in milliseconds.
-func timedStart(ctx context.Context, c *config) (float64, *soakDaemon, error) {
+// timedStartup is one start-up of the daemon, timed until it was ready.
+type timedStartup struct {
+	d      *soakDaemon
+	ms     float64 // from launching the process
+	cpuMS  float64 // the daemon's CPU time by then
+	hasCPU bool    // false where it cannot be read (no /proc)
+}
+
+// timedStart starts the daemon and waits until it is ready (see
+// runStartup).
+func timedStart(ctx context.Context, c *config) (timedStartup, error) {
 	start := time.Now()
 	d, err := startSoakDaemon(ctx, c)
 	if err != nil {
-		return 0, nil, err
+		return timedStartup{}, err
 	}
-	if err := waitServing(ctx, c); err != nil {
+	if err := waitReady(ctx, c); err != nil {
 		d.kill()
-		return 0, nil, err
+		return timedStartup{}, err
 	}
-	return ms(time.Since(start)), d, nil
+	st := timedStartup{d: d, ms: ms(time.Since(start))}
+	if cpu, err := processCPU(d.cmd.Process.Pid); err == nil {
+		st.cpuMS, st.hasCPU = ms(cpu), true
+	}
+	return st, nil
 }
 
-// waitServing calls Health.Check until it answers SERVING, within --timeout.
-func waitServing(ctx context.Context, c *config) error {
+// appendCPU adds the daemon's CPU time at ready to cpu, if it was read.
+func (st timedStartup) appendCPU(cpu []float64) []float64 {
+	if !st.hasCPU {
+		return cpu
+	}
+	return append(cpu, st.cpuMS)
+}
+
+// waitReady calls Health.Check until it answers SERVING, then lists the
+// default namespace until its first answer, within --timeout.
+func waitReady(ctx context.Context, c *config) error {
 	conn, err := dial(c)
 	if err != nil {
 		return err
@@ -127,13 +174,56 @@ func waitServing(ctx context.Context, c *config) error {
 	for {
 		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return nil
+			break
 		}
 		if cctx.Err() != nil {
 			return fmt.Errorf("sessiond not serving within --timeout %v: last answer %v, %v", c.timeout, resp.GetStatus(), err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	stream, err := sessiondv1.NewSessionStoreServiceClient(conn).ListSessions(cctx, &sessiondv1.ListSessionsRequest{})
+	if err != nil {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	if _, err := stream.Recv(); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("list sessions: %w", err)
+	}
+	return nil
+}
+
+// processCPU returns the CPU time (user and system) process pid has used,
+// from /proc (clock ticks of 10 ms); an error where there is no /proc.
+func processCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// utime and stime are fields 14 and 15, the 12th and 13th after it.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+func maxOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return slices.Max(xs)
 }
 
 // appendLoad has --clients clients, each on its own connection and its own

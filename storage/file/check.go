@@ -188,10 +188,10 @@ func trustedRevisions(dir string, p *walPlan) (map[string]uint64, map[string]*st
 	if !ok {
 		return out, metas
 	}
-	for id, m := range ck.metas {
-		if !changed[id] {
-			out[id] = m.Revision
-			metas[id] = m
+	for _, m := range ck.metas {
+		if !changed[m.ID] {
+			out[m.ID] = m.Revision
+			metas[m.ID] = m
 		}
 	}
 	return out, metas

@@ -112,12 +112,12 @@ func decodeMark(data []byte) (uint64, []byte, walPos, error) {
 
 // checkpoint is what Open and Check learn from the index folder.
 type checkpoint struct {
-	ok     bool                        // a mark and its folder
-	why    string                      // when not ok
-	seq    uint64                      // the mark's sequence number
-	pos    walPos                      // the mark's log position: records from there on name changed sessions
-	metas  map[string]*storage.Session // the checkpoint's entries (without those of damaged index files)
-	maxSeq uint64                      // the highest sequence number named in the index folder
+	ok     bool               // a mark and its folder
+	why    string             // when not ok
+	seq    uint64             // the mark's sequence number
+	pos    walPos             // the mark's log position: records from there on name changed sessions
+	metas  []*storage.Session // the checkpoint's entries (without those of damaged index files)
+	maxSeq uint64             // the highest sequence number named in the index folder
 }
 
 // readCheckpoint reads the current checkpoint. A damaged index file costs
@@ -125,7 +125,7 @@ type checkpoint struct {
 // anything else wrong makes the checkpoint untrusted.
 func readCheckpoint(dir string, log *zap.Logger) *checkpoint {
 	idx := filepath.Join(dir, "index")
-	ck := &checkpoint{metas: map[string]*storage.Session{}}
+	ck := &checkpoint{}
 	des, err := os.ReadDir(idx)
 	if err != nil {
 		ck.why = "index folder unreadable: " + err.Error()
@@ -157,7 +157,6 @@ func readCheckpoint(dir string, log *zap.Logger) *checkpoint {
 		return ck
 	}
 	var all [][]*storage.Session
-	total := 0
 	for _, de := range files {
 		want, ok := nsFromFileName(de.Name())
 		if !ok {
@@ -181,14 +180,8 @@ func readCheckpoint(dir string, log *zap.Logger) *checkpoint {
 			continue
 		}
 		all = append(all, metas)
-		total += len(metas)
 	}
-	ck.metas = make(map[string]*storage.Session, total)
-	for _, metas := range all {
-		for _, m := range metas {
-			ck.metas[m.ID] = m
-		}
-	}
+	ck.metas = slices.Concat(all...)
 	ck.ok = true
 	return ck
 }

@@ -110,7 +110,7 @@ func tallyStored(id string, t storage.Tally, msgs [][]byte) (storage.Tally, erro
 // stored, onto m's tally and title, as the append did (Tally.AddStored,
 // storage.DeriveTitle).
 func addStored(m *storage.Session, msgs [][]byte) error {
-	dec, err := decodeStored(m.ID, msgs)
+	dec, err := decodeForTally(m.ID, msgs, m.Title == "")
 	if err != nil {
 		return err
 	}
@@ -458,6 +458,11 @@ func encodeCommitInto(buf []byte, recs []record) []byte {
 // decodeCommit decodes the records of one journal commit frame (its
 // payload, type byte first).
 func decodeCommit(f []byte) ([]record, error) {
+	return appendCommit(nil, f)
+}
+
+// appendCommit is decodeCommit appending the records to recs.
+func appendCommit(recs []record, f []byte) ([]record, error) {
 	if f[0] != typeCommit {
 		return nil, fmt.Errorf("frame type %d is not a commit: %w", f[0], errCorrupt)
 	}
@@ -465,7 +470,6 @@ func decodeCommit(f []byte) ([]record, error) {
 	if len(r.b) == 0 {
 		return nil, fmt.Errorf("empty commit: %w", errCorrupt)
 	}
-	var recs []record
 	for len(r.b) > 0 && r.err == nil {
 		rec := record{kind: r.byte1("record kind"), rev: r.u64("record revision")}
 		switch rec.kind {
@@ -474,7 +478,9 @@ func decodeCommit(f []byte) ([]record, error) {
 			n := r.uvarint("record message count")
 			if n > uint64(len(r.b)) {
 				r.fail("record message count")
+				break
 			}
+			rec.msgs = make([][]byte, 0, min(n, 1024)) // n is not yet checked against the messages
 			for j := uint64(0); j < n && r.err == nil; j++ {
 				rec.msgs = append(rec.msgs, r.bytes("record message"))
 			}
@@ -541,12 +547,12 @@ func decodeJournal(data []byte) (*journalContent, error) {
 		return nil, fmt.Errorf("journal header: %w", errCorrupt)
 	}
 	jc.id = idString(id)
+	// A commit holds one record but when a flush took several changes.
+	jc.records = make([]record, 0, len(frames)-1)
 	for i, f := range frames[1:] {
-		recs, err := decodeCommit(f)
-		if err != nil {
+		if jc.records, err = appendCommit(jc.records, f); err != nil {
 			return nil, fmt.Errorf("journal frame %d: %w", i+1, err)
 		}
-		jc.records = append(jc.records, recs...)
 	}
 	return jc, nil
 }

@@ -267,7 +267,8 @@
 //
 // Open lists sessions/ and takes the metadata of most sessions from the
 // last checkpoint; the others are scanned (the snapshot's header frame and
-// the journal, never the snapshot's messages). The checkpoint is read, the
+// the journal, never the snapshot's messages; of the journal's messages
+// only the fields the tally and a derived title read). The checkpoint is read, the
 // WAL replayed and sessions/ listed at the same time (none of the three
 // touches what another does), and the checkpoint's index runs are decoded
 // in parallel. After an Open that scanned sessions, the checkpoint that

@@ -213,7 +213,10 @@ func (s *Store) writeJournal(e *entry, frame []byte, appends int) error {
 			return writeFailed(err)
 		}
 	}
-	req := &e.walReq
+	if e.walReq == nil {
+		e.walReq = &walReq{}
+	}
+	req := e.walReq
 	*req = walReq{rec: walRec{kind: walKindFrame, id: e.id, gen: e.gen, off: j.tail, frame: frame}, j: j, appends: appends, wake: req.wake}
 	err := s.walCommit(req)
 	req.rec.frame, req.j = nil, nil // the caller reuses the frame's buffer

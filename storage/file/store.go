@@ -184,8 +184,9 @@ type entry struct {
 
 	// walReq carries each journal frame of e to the commit pipeline (see
 	// writeJournal): the holder of wmu waits for its flush, so one is
-	// enough, and its wake channel is made once.
-	walReq walReq
+	// enough, and its wake channel is made once. Made by the first write:
+	// most sessions of a large store are never written in a run.
+	walReq *walReq
 }
 
 // view is a consistent state of a session for readers. msgs may share its
@@ -320,7 +321,6 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 			ck.ok, ck.why = false, "the write-ahead log since the checkpoint is damaged where it names no session"
 		}
 	}
-	s.byID = make(map[string]*entry, len(ids))
 	if !ck.ok {
 		if ck.why != "no checkpoint" || len(ids) > 0 {
 			s.log.Info("no usable checkpoint; rescanning every session", zap.String("why", ck.why))
@@ -336,36 +336,58 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 		ck.metas, changed = nil, nil
 	}
 
+	// The checkpoint's sessions become entries, gone until their folder is
+	// listed. They share one allocation, as the checkpoint's metadata
+	// does: an entry dropped later keeps the others' memory, at most what
+	// this open allocated.
+	s.byID = make(map[string]*entry, max(len(ids), len(ck.metas)))
+	known := make([]entry, len(ck.metas))
+	for i, m := range ck.metas {
+		e := &known[i]
+		e.id, e.meta, e.gone = m.ID, m, true
+		s.byID[m.ID] = e
+	}
 	var todo []string
 	bounds := map[string]*storage.Session{} // checkpoint entries that rescans must not fall below
 	for _, id := range ids {
-		m, known := ck.metas[id]
+		e := s.byID[id]
+		if e == nil {
+			todo = append(todo, id) // created since the checkpoint
+			continue
+		}
+		e.gone = false
 		reset, named := changed[id]
 		switch {
-		case known && !named:
-			s.byID[id] = &entry{id: id, meta: m}
-		case known && !reset:
-			bounds[id] = m
+		case !named:
+			// Trusted: the entry stands.
+		case !reset:
+			bounds[id] = e.meta
 			todo = append(todo, id)
 		default:
 			todo = append(todo, id)
 		}
 	}
 	// Sessions the checkpoint knows that are gone: should their id be used
-	// again, the checkpoint's entry must not stand for the new session. A
-	// known session that is present is in byID or (changed since) in bounds;
-	// one reset since is neither, and needs no reset.
+	// again, the checkpoint's entry must not stand for the new session. One
+	// deleted since the checkpoint (a drop names it) needs no reset.
 	var vanished []string
-	for id, m := range ck.metas {
-		if s.byID[id] == nil && bounds[id] == nil && !changed[id] {
-			vanished = append(vanished, id)
-			// Not deleted through the store (that writes a drop): its
-			// folder was removed by hand, or lost.
-			if len(vanished) <= maxVanishedLogged {
-				s.log.Warn("session folder missing: the index knew this session, but it has no files (removed by hand?); it is gone",
-					zap.String("session", id), zap.String("namespace", m.Namespace), zap.String("alias", m.Alias),
-					zap.String("title", m.Title), zap.Int64("messages", m.MessageCount), zap.String("path", s.sessionDir(id)))
-			}
+	for i := range known {
+		e := &known[i]
+		if !e.gone || s.byID[e.id] != e {
+			continue
+		}
+		delete(s.byID, e.id)
+		if changed[e.id] {
+			continue
+		}
+		vanished = append(vanished, e.id)
+		// Not deleted through the store (that writes a drop): its folder
+		// was removed by hand, or lost.
+		if len(vanished) <= maxVanishedLogged {
+			m := e.meta
+			s.log.Warn("session folder missing: the index knew this session, but it has no files (removed by hand?); it is gone",
+				zap.String("session", e.id), zap.String("namespace", m.Namespace), zap.String("alias", m.Alias),
+				zap.String("title", m.Title), zap.Int64("messages", m.MessageCount), zap.String("path", s.sessionDir(e.id)))
 		}
 	}
 	if len(vanished) > maxVanishedLogged {

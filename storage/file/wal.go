@@ -920,6 +920,21 @@ func planWAL(dir string, log *zap.Logger, load func(path string) ([]byte, func()
 	slices.SortFunc(p.segs, bySeq)
 	slices.SortFunc(p.spares, bySeq)
 	recsByID := map[string][]walRec{}
+	// A session's records mostly name one journal: its path is made once.
+	type journalKey struct {
+		id  string
+		gen uint64
+	}
+	paths := map[journalKey]string{}
+	pathOf := func(id string, gen uint64) string {
+		k := journalKey{id, gen}
+		jp, ok := paths[k]
+		if !ok {
+			jp = journalPathOf(dir, id, gen)
+			paths[k] = jp
+		}
+		return jp
+	}
 	for _, seg := range p.segs {
 		data, unmap, err := load(seg.path)
 		if err != nil {
@@ -946,22 +961,39 @@ func planWAL(dir string, log *zap.Logger, load func(path string) ([]byte, func()
 		if torn {
 			p.torn[seg.path] = end
 		}
-		type event struct {
-			rec  walRec
-			lost bool
+		// Each record is planned as it is parsed, in log order.
+		seen := map[string]bool{}
+		plan := func(r walRec, lost bool) {
+			switch {
+			case r.kind == walKindTouch:
+				// Names its session; nothing to put into a journal.
+			case r.kind == walKindDrop:
+				delete(recsByID, r.id)
+				delete(p.lost, r.id)
+			case lost:
+				p.lost[r.id] = append(p.lost[r.id], r)
+			case !seg.damaged:
+				// A .damaged segment was replayed and synced when it was
+				// found; only its lost records still matter.
+				recsByID[r.id] = append(recsByID[r.id], r)
+				jp := pathOf(r.id, r.gen)
+				if !seen[jp] {
+					seen[jp] = true
+					p.segPaths[seg.path] = append(p.segPaths[seg.path], jp)
+				}
+			}
 		}
-		var events []event
 		add := func(at int, good, lost []walRec, clean bool) {
 			pos := walPos{seq: seg.seq, off: int64(at)}
 			for _, r := range good {
-				events = append(events, event{rec: r})
+				plan(r, false)
 				p.last[r.id] = pos
 				if r.kind == walKindDrop {
 					p.drops[r.id] = pos
 				}
 			}
 			for _, r := range lost {
-				events = append(events, event{rec: r, lost: true})
+				plan(r, true)
 				p.last[r.id] = pos
 			}
 			if !clean {
@@ -1000,33 +1032,21 @@ func planWAL(dir string, log *zap.Logger, load func(path string) ([]byte, func()
 		if len(problems) > 0 {
 			p.damaged[seg.path] = strings.Join(problems, "; ")
 		}
-		seen := map[string]bool{}
-		for _, ev := range events {
-			r := ev.rec
-			switch {
-			case r.kind == walKindTouch:
-				// Names its session; nothing to put into a journal.
-			case r.kind == walKindDrop:
-				delete(recsByID, r.id)
-				delete(p.lost, r.id)
-			case ev.lost:
-				p.lost[r.id] = append(p.lost[r.id], r)
-			case !seg.damaged:
-				// A .damaged segment was replayed and synced when it was
-				// found; only its lost records still matter.
-				recsByID[r.id] = append(recsByID[r.id], r)
-				jp := journalPathOf(dir, r.id, r.gen)
-				if !seen[jp] {
-					seen[jp] = true
-					p.segPaths[seg.path] = append(p.segPaths[seg.path], jp)
-				}
-			}
-		}
 	}
 	for id, recs := range recsByID {
-		for _, r := range recs {
-			jp := journalPathOf(dir, id, r.gen)
-			p.byPath[jp] = append(p.byPath[jp], r)
+		// Runs of one generation, in log order: mostly the whole list.
+		for len(recs) > 0 {
+			n := 1
+			for n < len(recs) && recs[n].gen == recs[0].gen {
+				n++
+			}
+			jp := pathOf(id, recs[0].gen)
+			if p.byPath[jp] == nil {
+				p.byPath[jp] = recs[:n:n]
+			} else {
+				p.byPath[jp] = append(p.byPath[jp], recs[:n]...)
+			}
+			recs = recs[n:]
 		}
 	}
 	return p, nil
