@@ -174,7 +174,7 @@ var modes = []mode{
 	},
 	{
 		name: "startup",
-		help: "starts sessiond over an existing --dir --repeat times, timing each start to its first SERVING health check, after a clean stop and (with --load) after kill -9 under append load; the sessions the load creates stay",
+		help: "starts sessiond over an existing --dir --repeat times, timing each start until it is ready (a SERVING health check, then a listing's first answer), after a clean stop and (with --load) after kill -9 under append load; the sessions the load creates stay",
 		flags: func(fs *flag.FlagSet, c *config) {
 			fs.StringVar(&c.sessiond, "sessiond", "sessiond", "the sessiond binary to run")
 			fs.StringVar(&c.dir, "dir", "", "the daemon's data dir (required: the sessions to start with)")
