@@ -146,3 +146,13 @@ var Signature = signature
 
 // SearchText is a text as the search signature and metadata hold it.
 var SearchText = searchText
+
+// NotifyChannel is the channel the stores LISTEN and NOTIFY on.
+const NotifyChannel = notifyChannel
+
+// StopNotifier ends d's notifier: d's writes then wake no watcher by
+// NOTIFY, as when one is lost.
+func StopNotifier(d *Store) {
+	d.stopNotify()
+	<-d.notifyDone
+}

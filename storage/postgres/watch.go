@@ -423,8 +423,13 @@ func (w *watcher) listen(ctx context.Context) {
 			continue
 		}
 		w.catchUp(ctx, "") // what happened while not listening
+		// A wake-up can be lost (the writer's NOTIFY failed, or its
+		// notifier was behind), and other sessions' notifications, which
+		// share the channel, may never let a wait time out: so every
+		// watched session is caught up once a poll interval all the same.
+		poll := time.Now().Add(w.poll)
 		for ctx.Err() == nil {
-			wctx, cancel := context.WithTimeout(ctx, w.poll)
+			wctx, cancel := context.WithDeadline(ctx, poll)
 			n, err := conn.WaitForNotification(wctx)
 			cancel()
 			switch {
@@ -437,12 +442,15 @@ func (w *watcher) listen(ctx context.Context) {
 					w.catchUp(ctx, id)
 				}
 			case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-				w.catchUp(ctx, "")
 			default:
 				if ctx.Err() == nil {
 					w.s.log.Warn("postgres: watch connection lost; reconnecting", zap.String("error", safeText(mapErr(err))))
 				}
 				goto reconnect
+			}
+			if !time.Now().Before(poll) {
+				w.catchUp(ctx, "")
+				poll = time.Now().Add(w.poll)
 			}
 		}
 	reconnect:

@@ -166,3 +166,72 @@ func TestWatchRewindOfAppendsWithoutRows(t *testing.T) {
 		t.Errorf("revisions on the kept messages: %v (%v), want [2 2]", revs, rows.Err())
 	}
 }
+
+// TestWatchPollsThroughOtherNotifications: a watcher whose wake-up was
+// lost still delivers the append within a few poll intervals, while other
+// sessions' notifications on the shared channel keep arriving faster than
+// the poll interval (so its wait for a notification never times out).
+func TestWatchPollsThroughOtherNotifications(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := t.Context()
+	silent, writer, err := postgres.OpenDriver(ctx, dsn, postgres.Options{MaxConns: 4, MinConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = writer.Close() })
+	postgres.StopNotifier(silent)
+	const poll = 200 * time.Millisecond
+	watching, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 4, MinConns: 1, PollInterval: poll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watching.Close() })
+	se, err := writer.Create(ctx, storage.CreateRequest{Namespace: "ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := storage.Ref{Namespace: "ns", ID: se.ID}
+	sub, err := watching.Watch(ctx, ref, se.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+
+	noise := connect(t, dsn)
+	stop, stopped := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				stopped <- nil
+				return
+			case <-time.After(poll / 10):
+			}
+			if _, err := noise.Exec(ctx, "SELECT pg_notify($1, $2)", postgres.NotifyChannel, "00000000-0000-0000-0000-000000000001 1"); err != nil {
+				stopped <- err
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-stopped; err != nil {
+			t.Errorf("notify: %v", err)
+		}
+	}()
+	res, err := writer.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{{Id: "m", Role: sessiondv1.Role_ROLE_USER, Content: "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev, ok := <-sub.Events():
+		if !ok {
+			t.Fatalf("subscription ended: %v", sub.Err())
+		}
+		if ev.Revision != res.Revision {
+			t.Fatalf("event at revision %d, want %d", ev.Revision, res.Revision)
+		}
+	case <-time.After(25 * poll):
+		t.Fatalf("the append was not delivered within %v (poll interval %v) while other notifications kept arriving", 25*poll, poll)
+	}
+}
