@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -58,5 +60,19 @@ func TestDecodeForTally(t *testing.T) {
 	}
 	if _, err := decodeForTally("s", [][]byte{{0x0a, 0x05, 'a'}}, false); !errors.Is(err, errCorrupt) {
 		t.Errorf("truncated message: %v, want errCorrupt", err)
+	}
+}
+
+// TestTallyFieldNumbers: the field numbers decodeForTally keeps are the
+// Message fields of those names.
+func TestTallyFieldNumbers(t *testing.T) {
+	fields := (&sessiondv1.Message{}).ProtoReflect().Descriptor().Fields()
+	for name, num := range map[protoreflect.Name]protowire.Number{
+		"id": fMsgID, "role": fMsgRole, "content": fMsgContent, "parts": fMsgParts, "tool_calls": fMsgToolCalls,
+		"tool_call_id": fMsgToolCallID, "model": fMsgModel, "usage": fMsgUsage, "state": fMsgState,
+	} {
+		if f := fields.ByName(name); f == nil || protowire.Number(f.Number()) != num {
+			t.Errorf("Message field %s: %v, want number %d", name, f, num)
+		}
 	}
 }
