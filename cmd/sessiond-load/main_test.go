@@ -475,3 +475,15 @@ func TestGNUFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestMedianKeepsOrder: median leaves the runs it is given in run order,
+// which the per-run rows of a report pair by index.
+func TestMedianKeepsOrder(t *testing.T) {
+	runs := []float64{3, 1, 4, 2}
+	if m := median(runs); m != 2.5 {
+		t.Errorf("median %v, want 2.5", m)
+	}
+	if runs[0] != 3 || runs[1] != 1 || runs[2] != 4 || runs[3] != 2 {
+		t.Errorf("median reordered its input: %v", runs)
+	}
+}

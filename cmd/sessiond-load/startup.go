@@ -47,13 +47,13 @@ func (r *startupReport) rows() [][2]string {
 		{"mode", r.Mode},
 		{"ready after a clean stop (median, max)", fmtMS(r.CleanMSMedian) + ", " + fmtMS(r.CleanMSMax)},
 		{"  of which opening the store (median)", fmtMS(r.CleanOpenMSMedian)},
-		{"  daemon CPU by then (median)", fmtMS(median(slices.Clone(r.CleanCPUMS)))},
+		{"  daemon CPU by then (median)", fmtMS(median(r.CleanCPUMS))},
 	}
 	if len(r.KilledMS) > 0 {
 		rows = append(rows,
 			[2]string{"ready after kill -9 under load (median, max)", fmtMS(r.KilledMSMedian) + ", " + fmtMS(r.KilledMSMax)},
 			[2]string{"  of which opening the store (median)", fmtMS(r.KilledOpenMSMedian)},
-			[2]string{"  daemon CPU by then (median)", fmtMS(median(slices.Clone(r.KilledCPUMS)))},
+			[2]string{"  daemon CPU by then (median)", fmtMS(median(r.KilledCPUMS))},
 			[2]string{"appends before the kills", strconv.FormatInt(r.Appends, 10)})
 	}
 	for i, v := range r.CleanMS {
@@ -118,8 +118,7 @@ func runStartup(ctx context.Context, c *config, stderr io.Writer) (report, error
 		}
 		fmt.Fprintf(stderr, "sessiond-load: start-up run %d of %d done\n", i+1, c.repeat)
 	}
-	// median sorts what it is given: the runs keep their order.
-	rep.CleanMSMedian, rep.KilledMSMedian = median(slices.Clone(rep.CleanMS)), median(slices.Clone(rep.KilledMS))
+	rep.CleanMSMedian, rep.KilledMSMedian = median(rep.CleanMS), median(rep.KilledMS)
 	rep.CleanMSMax, rep.KilledMSMax = maxOf(rep.CleanMS), maxOf(rep.KilledMS)
 	rep.CleanOpenMSMedian, rep.KilledOpenMSMedian = median(cleanOpen), median(killedOpen)
 	return rep, nil

@@ -43,13 +43,13 @@ func percentile(d []time.Duration, p int) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// median of xs (the mean of the middle two for an even count); xs is sorted
-// in place.
+// median of xs (the mean of the middle two for an even count); xs keeps
+// its order.
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
-	slices.Sort(xs)
+	xs = slices.Sorted(slices.Values(xs))
 	n := len(xs)
 	if n%2 == 1 {
 		return xs[n/2]
