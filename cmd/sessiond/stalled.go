@@ -66,6 +66,7 @@ type trackedConn struct {
 	t        *connTracker
 	local    connAddr
 	progress atomic.Int64 // UnixNano of the last read or write that moved bytes
+	read     atomic.Int64 // UnixNano of the last read that moved bytes
 	written  atomic.Int64 // UnixNano of the last write that moved bytes
 	ended    atomic.Int64 // UnixNano of when the last call's handler returned
 	calls    atomic.Int64
@@ -85,7 +86,9 @@ func (c *trackedConn) LocalAddr() net.Addr { return c.local }
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
-		c.progress.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		c.progress.Store(now)
+		c.read.Store(now)
 	}
 	return n, err
 }
@@ -143,11 +146,19 @@ func callRunning(ctx context.Context) func() {
 }
 
 // closeStalled runs during a graceful stop, until done is closed: every
-// stallGrace/4 it closes the connections that have no call running, an
-// answer unwritten, and have moved no byte for stallGrace since the stop
-// began. An answer is unwritten when nothing was written after the last
-// call ended, the stop's GOAWAY aside: for a call that ended before the
-// stop, what counts is whether anything was written before the stop.
+// stallGrace/4 it closes the connections that have no call running, have
+// moved no byte for stallGrace since the stop began, and either answered
+// the stop or have an answer unwritten.
+//
+// A client that sent anything after the stop began answered its GOAWAY's
+// ping, and grpc-go closes such a connection at once when no stream is
+// open on it; one still open a stallGrace later with no call running holds
+// a finished call whose status waits behind data its client will not read.
+// An answer is also unwritten when nothing was written after the last call
+// ended, the stop's GOAWAY aside: for a call that ended before the stop,
+// what counts is whether anything was written before the stop. That alone
+// misses a connection whose queued data went out after its last call
+// ended, and it is the only sign from a client that reads nothing at all.
 func (t *connTracker) closeStalled(done <-chan struct{}, log *zap.Logger) {
 	start := time.Now()
 	writtenAtStart := map[*trackedConn]int64{}
@@ -171,8 +182,9 @@ func (t *connTracker) closeStalled(done <-chan struct{}, log *zap.Logger) {
 			last := time.Unix(0, max(c.progress.Load(), start.UnixNano()))
 			ended := c.ended.Load()
 			before, ok := writtenAtStart[c]
+			answered := c.read.Load() > start.UnixNano()
 			unwritten := ended > c.written.Load() || (ok && ended > before && ended <= start.UnixNano())
-			if c.calls.Load() == 0 && unwritten && now.Sub(last) >= stallGrace {
+			if c.calls.Load() == 0 && (answered || unwritten) && now.Sub(last) >= stallGrace {
 				stalled = append(stalled, c)
 			}
 		}
