@@ -258,24 +258,6 @@ func encodeTally(m *storage.Session) ([]byte, error) {
 	return b, nil
 }
 
-// decodeTally fills m's tally from encodeTally's bytes; NULL marks it
-// unknown when the session has messages.
-func decodeTally(b []byte, m *storage.Session) error {
-	if b == nil {
-		m.Unknown = m.MessageCount > 0
-		return nil
-	}
-	var p sessiondv1.Session
-	if err := proto.Unmarshal(b, &p); err != nil {
-		return err
-	}
-	u := p.GetUsage()
-	m.OpenToolCallIDs, m.Models, m.TitleDerived = p.GetOpenToolCallIds(), p.GetModels(), p.GetTitleDerived()
-	m.Usage = storage.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
-		CachedInputTokens: u.GetCachedInputTokens(), ReasoningTokens: u.GetReasoningTokens()}
-	return nil
-}
-
 // models is the models column of m.
 func models(m *storage.Session) []string {
 	if m.Models == nil {
