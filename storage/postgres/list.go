@@ -176,13 +176,36 @@ func listQuery(opts storage.ListOptions, after *storage.Cursor, n int64) (string
 	return fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, sessions.id LIMIT $%d", sessionCols, where, len(args)), args
 }
 
+// sessionSlab is how many sessions collectSessions allocates at once.
+const sessionSlab = 64
+
 // collectSessions scans every row of a sessionCols query, taking the
-// query's own result as it comes.
+// query's own result as it comes. Sessions are allocated sessionSlab at a
+// time, each row is read into the same destinations, and the metadata and
+// tally are decoded from the connection's bytes: a listing's rows are most
+// of what it allocates.
 func collectSessions(rows pgx.Rows, err error) ([]*storage.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*storage.Session, error) { return scanSession(r) })
+	defer rows.Close()
+	var (
+		out  []*storage.Session
+		slab []storage.Session
+		c    = newSessionScan[pgtype.DriverBytes]()
+	)
+	for rows.Next() {
+		if len(slab) == 0 {
+			slab = make([]storage.Session, sessionSlab)
+		}
+		m := &slab[0]
+		slab = slab[1:]
+		if err := c.scan(rows, m); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
 }
 
 // searchPage is how many candidate sessions one search page reads.
