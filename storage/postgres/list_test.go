@@ -20,11 +20,7 @@ import (
 func TestListReadsAhead(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	ctx := t.Context()
-	d, s, err := postgres.OpenDriver(ctx, dsn, postgres.Options{MaxConns: 4, MinConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	d, s := openDriver(t, dsn, 4)
 	var want []string
 	for range 11 {
 		se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns"})
