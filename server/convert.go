@@ -3,6 +3,7 @@ package server
 import (
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -186,21 +187,48 @@ func listOptionsFromProto(r *sessiondv1.ListSessionsRequest, after *storage.Curs
 	}
 }
 
-// listFrame is one ListSessions frame with its session and timestamps, in
-// one allocation: a listing builds one per session.
+// listFrame is one ListSessions frame with its session and timestamps.
 type listFrame struct {
 	resp             sessiondv1.ListSessionsResponse
 	sess             sessiondv1.Session
 	created, updated timestamppb.Timestamp
 }
 
-// listFrameToProto builds s's ListSessions frame. The frame shares s's maps
-// and slices, which it only reads.
-func listFrameToProto(s *storage.Session) *sessiondv1.ListSessionsResponse {
-	f := new(listFrame)
+// listFrameToProto builds s's ListSessions frame in f and returns it. The
+// frame shares s's maps and slices, which it only reads.
+func (f *listFrame) listFrameToProto(s *storage.Session) *sessiondv1.ListSessionsResponse {
 	f.resp.Session = sessionInto(&f.sess, s, timeInto(&f.created, s.CreatedAt), timeInto(&f.updated, s.UpdatedAt))
 	f.resp.NextPageToken = encodePageToken(storage.Cursor{UpdatedAt: s.UpdatedAt, ID: s.ID})
 	return &f.resp
+}
+
+// listChunk is the size of the buffers a listing encodes its frames into.
+const listChunk = 64 << 10
+
+// listEncoder encodes a listing's frames, one after another, with one
+// frame built in place for them all and the encodings sharing buffers: a
+// listing allocates per buffer, not per session. An encoding is never
+// written again once returned, so gRPC may send it after Send returns.
+type listEncoder struct {
+	frame listFrame
+	buf   []byte
+}
+
+// encode returns the wire encoding of s's ListSessions frame.
+func (e *listEncoder) encode(s *storage.Session) ([]byte, error) {
+	e.frame = listFrame{}
+	m := e.frame.listFrameToProto(s)
+	n := proto.Size(m)
+	if cap(e.buf)-len(e.buf) < n {
+		e.buf = make([]byte, 0, max(listChunk, n))
+	}
+	start := len(e.buf)
+	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(e.buf, m)
+	if err != nil {
+		return nil, err
+	}
+	e.buf = b
+	return b[start:len(b):len(b)], nil
 }
 
 // saveFromProto builds a save from a stream's header and all its messages.

@@ -86,13 +86,18 @@ func (s *Server) ListSessions(req *sessiondv1.ListSessionsRequest, stream grpc.S
 		return s.toStatus(mList, err)
 	}
 	opts := listOptionsFromProto(req, after)
+	var enc listEncoder
 	err = s.store.List(ctx, opts, func(sess *storage.Session) error {
 		// Checked per session so that a client that went away stops the
 		// listing now, not after the store has walked every session.
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		return stream.Send(listFrameToProto(sess))
+		b, err := enc.encode(sess)
+		if err != nil {
+			return err
+		}
+		return stream.SendMsg(&encodedEvent{b: b})
 	})
 	return s.toStatus(mList, err)
 }
@@ -265,8 +270,9 @@ func encodeEvent(ev storage.Event) ([]byte, error) {
 	return proto.Marshal(eventToProto(ev))
 }
 
-// encodedEvent is a WatchSessionResponse already encoded, and shared with
-// the session's other watchers: requestCodec sends its bytes as they are.
+// encodedEvent is a response already encoded (a WatchSessionResponse
+// shared with the session's other watchers, or a ListSessions frame):
+// requestCodec sends its bytes as they are.
 type encodedEvent struct{ b []byte }
 
 // stuckSendGrace is how long a watch that ends waits for its sender's Send

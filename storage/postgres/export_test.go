@@ -156,3 +156,19 @@ func StopNotifier(d *Store) {
 	d.stopNotify()
 	<-d.notifyDone
 }
+
+// ListPaged is d's List with the page sizes given.
+func ListPaged(ctx context.Context, d *Store, opts storage.ListOptions, first, page int64, yield func(*storage.Session) error) error {
+	return d.listPaged(ctx, opts, first, page, yield)
+}
+
+// StopBackground ends d's notifier and search indexer, so that only the
+// calls a test makes use d's connections.
+func StopBackground(d *Store) {
+	StopNotifier(d)
+	d.stopIndex()
+	<-d.indexDone
+}
+
+// AcquiredConns is how many of d's pooled connections are in use.
+func AcquiredConns(d *Store) int32 { return d.pool.Stat().AcquiredConns() }

@@ -11,35 +11,85 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-// listPage is how many sessions one keyset page of a listing reads.
-const listPage = 5000
+// A listing reads keyset pages of the sessions_list index: a short first
+// page, so that the first session comes soon, then pages of listPage.
+const (
+	listFirstPage = 500
+	listPage      = 5000
+)
 
-// List yields sessions in list order, reading keyset pages of the
-// sessions_list index; no transaction or lock is held while yield runs.
+// List yields sessions in list order, reading keyset pages; no transaction
+// or lock is held while yield runs.
 func (s *Store) List(ctx context.Context, opts storage.ListOptions, yield func(*storage.Session) error) error {
-	after := opts.After
+	return s.listPaged(ctx, opts, listFirstPage, listPage, yield)
+}
+
+// listPageResult is a page of a listing as its read ended.
+type listPageResult struct {
+	got []*storage.Session
+	err error
+}
+
+// listPaged is List with its page sizes. While one page is yielded, the
+// next is read on a connection of its own, so that the database and the
+// caller work at the same time; at most one page is read ahead. When
+// listPaged returns, that read has ended (cancelled, if still running) and
+// released its connection.
+func (s *Store) listPaged(ctx context.Context, opts storage.ListOptions, first, page int64, yield func(*storage.Session) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	next := make(chan listPageResult, 1)
+	fetching := false
+	defer func() {
+		cancel()
+		if fetching {
+			<-next
+		}
+	}()
 	left := opts.Limit
+	fetch := func(after *storage.Cursor, n int64) {
+		fetching = true
+		go func() {
+			var r listPageResult
+			r.err = s.withConn(func(q querier) error {
+				var err error
+				r.got, err = listPage1(ctx, q, opts, after, n)
+				return err
+			})
+			next <- r
+		}()
+	}
+	size := func(n int64) int64 {
+		if left > 0 {
+			return min(n, left)
+		}
+		return n
+	}
+	n := size(first)
+	fetch(opts.After, n)
 	for {
-		page := int64(listPage)
+		r := <-next
+		fetching = false
+		if r.err != nil {
+			return r.err
+		}
+		more := int64(len(r.got)) == n
 		if left > 0 {
-			page = min(page, left)
+			left -= int64(len(r.got))
+			more = more && left > 0
 		}
-		got, err := s.queryYield(ctx, func(q querier) ([]*storage.Session, error) {
-			return listPage1(ctx, q, opts, after, page)
-		}, yield)
-		if err != nil {
-			return err
+		if more {
+			last := r.got[len(r.got)-1]
+			n = size(page)
+			fetch(&storage.Cursor{UpdatedAt: last.UpdatedAt, ID: last.ID}, n)
 		}
-		if int64(len(got)) < page {
-			return nil
-		}
-		if left > 0 {
-			if left -= int64(len(got)); left == 0 {
-				return nil
+		for _, m := range r.got {
+			if err := yield(m); err != nil {
+				return err
 			}
 		}
-		last := got[len(got)-1]
-		after = &storage.Cursor{UpdatedAt: last.UpdatedAt, ID: last.ID}
+		if !more {
+			return nil
+		}
 	}
 }
 
@@ -126,13 +176,36 @@ func listQuery(opts storage.ListOptions, after *storage.Cursor, n int64) (string
 	return fmt.Sprintf("SELECT %s FROM sessions WHERE %s ORDER BY updated_ns DESC, sessions.id LIMIT $%d", sessionCols, where, len(args)), args
 }
 
+// sessionSlab is how many sessions collectSessions allocates at once.
+const sessionSlab = 64
+
 // collectSessions scans every row of a sessionCols query, taking the
-// query's own result as it comes.
+// query's own result as it comes. Sessions are allocated sessionSlab at a
+// time, each row is read into the same destinations, and the metadata and
+// tally are decoded from the connection's bytes: a listing's rows are most
+// of what it allocates.
 func collectSessions(rows pgx.Rows, err error) ([]*storage.Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*storage.Session, error) { return scanSession(r) })
+	defer rows.Close()
+	var (
+		out  []*storage.Session
+		slab []storage.Session
+		c    = newSessionScan[pgtype.DriverBytes]()
+	)
+	for rows.Next() {
+		if len(slab) == 0 {
+			slab = make([]storage.Session, sessionSlab)
+		}
+		m := &slab[0]
+		slab = slab[1:]
+		if err := c.scan(rows, m); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
 }
 
 // searchPage is how many candidate sessions one search page reads.

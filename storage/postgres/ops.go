@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 
@@ -29,27 +30,54 @@ const (
 )
 
 func scanSession(row pgx.Row) (*storage.Session, error) {
-	var (
-		m            storage.Session
-		created, upd int64
-		rev, expire  int64
-		meta, tally  []byte
-		open         string
-	)
-	if err := row.Scan(&m.ID, &m.Namespace, &m.Alias, &created, &upd, &rev, &m.MessageCount, &meta, &tally, &expire, &open); err != nil {
+	var m storage.Session
+	if err := newSessionScan[[]byte]().scan(row, &m); err != nil {
 		return nil, err
 	}
-	if err := decodeMeta(meta, &m); err != nil {
-		return nil, fmt.Errorf("postgres: session %s metadata does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
-	}
-	if err := decodeTally(tally, &m); err != nil {
-		return nil, fmt.Errorf("postgres: session %s tally does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
-	}
-	m.OpenMessageID = open
-	m.ExpireAfter = time.Duration(expire)
-	m.CreatedAt, m.UpdatedAt = time.Unix(0, created).UTC(), time.Unix(0, upd).UTC()
-	m.Revision = uint64(rev)
 	return &m, nil
+}
+
+// sessionScan reads sessionCols rows, one after another, into the
+// destinations it holds, reused from row to row. The metadata and tally
+// are read as B: pgtype.DriverBytes, which saves their copies, when the
+// rows are those of a Rows still open (their bytes are the connection's
+// until the next row); []byte otherwise. Rows of one namespace share its
+// string.
+type sessionScan[B []byte | pgtype.DriverBytes] struct {
+	id, alias, open              string
+	created, updated, rev, count int64
+	expire                       int64
+	namespace, meta, tally       B
+	lastNamespace                string
+	dest                         []any
+}
+
+func newSessionScan[B []byte | pgtype.DriverBytes]() *sessionScan[B] {
+	c := new(sessionScan[B])
+	c.dest = []any{&c.id, &c.namespace, &c.alias, &c.created, &c.updated, &c.rev, &c.count, &c.meta, &c.tally, &c.expire, &c.open}
+	return c
+}
+
+// scan reads row into m, a session of zero value.
+func (c *sessionScan[B]) scan(row pgx.Row, m *storage.Session) error {
+	if err := row.Scan(c.dest...); err != nil {
+		return err
+	}
+	if string(c.namespace) != c.lastNamespace {
+		c.lastNamespace = string(c.namespace)
+	}
+	m.ID, m.Namespace, m.Alias, m.MessageCount = c.id, c.lastNamespace, c.alias, c.count
+	if err := decodeMeta([]byte(c.meta), m); err != nil {
+		return fmt.Errorf("postgres: session %s metadata does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
+	}
+	if err := decodeTally([]byte(c.tally), m); err != nil {
+		return fmt.Errorf("postgres: session %s tally does not decode: %v: %w", m.ID, err, storage.ErrDataLoss)
+	}
+	m.OpenMessageID = c.open
+	m.ExpireAfter = time.Duration(c.expire)
+	m.CreatedAt, m.UpdatedAt = time.Unix(0, c.created).UTC(), time.Unix(0, c.updated).UTC()
+	m.Revision = uint64(c.rev)
+	return nil
 }
 
 // appended is what an appendFastSQL row says: the session's id (whose
@@ -256,24 +284,6 @@ func encodeTally(m *storage.Session) ([]byte, error) {
 		return nil, fmt.Errorf("postgres: encode the tally of session %s: %w", m.ID, err)
 	}
 	return b, nil
-}
-
-// decodeTally fills m's tally from encodeTally's bytes; NULL marks it
-// unknown when the session has messages.
-func decodeTally(b []byte, m *storage.Session) error {
-	if b == nil {
-		m.Unknown = m.MessageCount > 0
-		return nil
-	}
-	var p sessiondv1.Session
-	if err := proto.Unmarshal(b, &p); err != nil {
-		return err
-	}
-	u := p.GetUsage()
-	m.OpenToolCallIDs, m.Models, m.TitleDerived = p.GetOpenToolCallIds(), p.GetModels(), p.GetTitleDerived()
-	m.Usage = storage.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
-		CachedInputTokens: u.GetCachedInputTokens(), ReasoningTokens: u.GetReasoningTokens()}
-	return nil
 }
 
 // models is the models column of m.
