@@ -263,17 +263,7 @@ func encodeSnapshot(gen uint64, meta *storage.Session, msgs [][]byte, cs []stora
 	h = append(h, idBytes(meta.ID)...)
 	h = append(h, marshalMeta(meta)...)
 	out = appendFrame(out, h)
-	run := []byte{typeSnapMsgs}
-	for _, m := range msgs {
-		if len(run) > 1 && len(run)+len(m) > snapRun {
-			out = appendFrame(out, run)
-			run = run[:1]
-		}
-		run = putBytes(run, m)
-	}
-	if len(run) > 1 {
-		out = appendFrame(out, run)
-	}
+	out = appendRuns(out, typeSnapMsgs, snapRun, len(msgs), func(i int) []byte { return msgs[i] })
 	if len(cs) > 0 {
 		p := binary.AppendUvarint([]byte{typeSnapCompactions}, uint64(len(cs)))
 		for i := range cs {
