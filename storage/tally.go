@@ -169,12 +169,9 @@ func (t Tally) add(field string, msgs []*sessiondv1.Message, strict bool) (Tally
 // or names a model or usage. A backend may take a faster path for a batch
 // that does not, leaving the tally as it is.
 func AffectsTally(msgs []*sessiondv1.Message) bool {
-	for _, m := range msgs {
-		if len(m.GetToolCalls()) > 0 || m.GetToolCallId() != "" || m.GetModel() != "" || m.GetUsage() != nil {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(msgs, func(m *sessiondv1.Message) bool {
+		return len(m.GetToolCalls()) > 0 || m.GetToolCallId() != "" || m.GetModel() != "" || m.GetUsage() != nil
+	})
 }
 
 // SyntheticKey is the metadata key (value "true") that marks a ROLE_TOOL
