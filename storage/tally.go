@@ -81,8 +81,8 @@ func Count(field string, msgs []*sessiondv1.Message) (Tally, error) {
 
 // Recount returns the tally of messages already stored (a rewind or fork
 // keeping some of them, a session stored before tallies were kept). It
-// never fails: a ROLE_TOOL message that answers no open call, which the
-// pairing rule refuses today but an earlier version stored, is skipped.
+// never fails: what is stored stays readable, so a ROLE_TOOL message that
+// answers no open call is skipped rather than refused.
 func Recount(msgs []*sessiondv1.Message) Tally { return Tally{}.AddStored(msgs) }
 
 // AddStored is Add for messages already stored (a backend replaying its
