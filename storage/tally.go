@@ -81,8 +81,8 @@ func Count(field string, msgs []*sessiondv1.Message) (Tally, error) {
 
 // Recount returns the tally of messages already stored (a rewind or fork
 // keeping some of them, a session stored before tallies were kept). It
-// never fails: a ROLE_TOOL message that answers no open call, which the
-// pairing rule refuses today but an earlier version stored, is skipped.
+// never fails: what is stored stays readable, so a ROLE_TOOL message that
+// answers no open call is skipped rather than refused.
 func Recount(msgs []*sessiondv1.Message) Tally { return Tally{}.AddStored(msgs) }
 
 // AddStored is Add for messages already stored (a backend replaying its
@@ -169,12 +169,9 @@ func (t Tally) add(field string, msgs []*sessiondv1.Message, strict bool) (Tally
 // or names a model or usage. A backend may take a faster path for a batch
 // that does not, leaving the tally as it is.
 func AffectsTally(msgs []*sessiondv1.Message) bool {
-	for _, m := range msgs {
-		if len(m.GetToolCalls()) > 0 || m.GetToolCallId() != "" || m.GetModel() != "" || m.GetUsage() != nil {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(msgs, func(m *sessiondv1.Message) bool {
+		return len(m.GetToolCalls()) > 0 || m.GetToolCallId() != "" || m.GetModel() != "" || m.GetUsage() != nil
+	})
 }
 
 // SyntheticKey is the metadata key (value "true") that marks a ROLE_TOOL

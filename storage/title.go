@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -30,12 +31,9 @@ func DeriveTitle(m *Session, msgs []*sessiondv1.Message) bool {
 // an untitled session (TitleFrom is not ""): a check cheap enough for every
 // append.
 func CanTitle(msgs []*sessiondv1.Message) bool {
-	for _, m := range msgs {
-		if m.GetRole() == sessiondv1.Role_ROLE_USER && strings.ContainsFunc(messageText(m), notBlank) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(msgs, func(m *sessiondv1.Message) bool {
+		return m.GetRole() == sessiondv1.Role_ROLE_USER && strings.ContainsFunc(messageText(m), notBlank)
+	})
 }
 
 func blank(r rune) bool    { return unicode.IsSpace(r) || unicode.IsControl(r) }

@@ -11,7 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -212,12 +212,8 @@ func (e *env) listAll(ctx context.Context, c sessiondv1.SessionStoreServiceClien
 	if err != nil {
 		return nil, err
 	}
-	sort.Slice(ss, func(i, j int) bool {
-		a, b := ss[i].GetCreatedAt().AsTime(), ss[j].GetCreatedAt().AsTime()
-		if !a.Equal(b) {
-			return a.Before(b)
-		}
-		return ss[i].GetId() < ss[j].GetId()
+	slices.SortFunc(ss, func(a, b *sessiondv1.Session) int {
+		return cmp.Or(a.GetCreatedAt().AsTime().Compare(b.GetCreatedAt().AsTime()), strings.Compare(a.GetId(), b.GetId()))
 	})
 	refs := make([]*sessiondv1.SessionRef, len(ss))
 	for i, s := range ss {

@@ -1,14 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,12 +225,8 @@ func (e *env) printPurgeCandidates(rs []purgeResult) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	sort.Slice(rs, func(i, j int) bool {
-		a, b := rs[i].s.GetUpdatedAt().AsTime(), rs[j].s.GetUpdatedAt().AsTime()
-		if !a.Equal(b) {
-			return a.Before(b)
-		}
-		return rs[i].s.GetId() < rs[j].s.GetId()
+	slices.SortFunc(rs, func(a, b purgeResult) int {
+		return cmp.Or(a.s.GetUpdatedAt().AsTime().Compare(b.s.GetUpdatedAt().AsTime()), strings.Compare(a.s.GetId(), b.s.GetId()))
 	})
 	if e.json {
 		for _, r := range rs {

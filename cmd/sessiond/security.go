@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -86,12 +87,7 @@ func listenLoopback(ctx context.Context, addr string) bool {
 	if err != nil || len(ips) == 0 {
 		return false
 	}
-	for _, ip := range ips {
-		if !ip.IP.IsLoopback() {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(ips, func(ip net.IPAddr) bool { return !ip.IP.IsLoopback() })
 }
 
 // security is the daemon's loaded tokens and certificates.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,7 +86,7 @@ func (c *certs) reload(force bool) (*x509.Certificate, error) {
 		}
 		now[i] = b
 	}
-	if !force && equalFiles(now, c.last) {
+	if !force && slices.EqualFunc(now[:], c.last[:], bytes.Equal) {
 		return nil, nil
 	}
 	c.last = now
@@ -110,16 +111,6 @@ func (c *certs) reload(force bool) (*x509.Certificate, error) {
 	}
 	c.cur.Store(cfg)
 	return cert.Leaf, nil
-}
-
-// equalFiles compares file contents read by reload.
-func equalFiles(a, b [3][]byte) bool {
-	for i := range a {
-		if !bytes.Equal(a[i], b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // certFields describes a loaded certificate for the log.

@@ -145,9 +145,6 @@ func marshalMeta(m *storage.Session) []byte {
 	return b
 }
 
-// unmarshalMeta decodes metadata written by marshalMeta (see decodeMeta).
-func unmarshalMeta(b []byte) (*storage.Session, error) { return decodeMeta(b) }
-
 // cloneMeta returns a copy whose maps the caller may modify.
 func cloneMeta(m *storage.Session) *storage.Session {
 	c := *m
@@ -263,17 +260,7 @@ func encodeSnapshot(gen uint64, meta *storage.Session, msgs [][]byte, cs []stora
 	h = append(h, idBytes(meta.ID)...)
 	h = append(h, marshalMeta(meta)...)
 	out = appendFrame(out, h)
-	run := []byte{typeSnapMsgs}
-	for _, m := range msgs {
-		if len(run) > 1 && len(run)+len(m) > snapRun {
-			out = appendFrame(out, run)
-			run = run[:1]
-		}
-		run = putBytes(run, m)
-	}
-	if len(run) > 1 {
-		out = appendFrame(out, run)
-	}
+	out = appendRuns(out, typeSnapMsgs, snapRun, len(msgs), func(i int) []byte { return msgs[i] })
 	if len(cs) > 0 {
 		p := binary.AppendUvarint([]byte{typeSnapCompactions}, uint64(len(cs)))
 		for i := range cs {
@@ -318,7 +305,7 @@ func decodeSnapshotHeader(data []byte) (gen uint64, meta *storage.Session, next 
 	if r.err != nil {
 		return 0, nil, 0, r.err
 	}
-	meta, err = unmarshalMeta(r.b)
+	meta, err = decodeMeta(r.b)
 	if err != nil {
 		return 0, nil, 0, err
 	}
@@ -487,7 +474,7 @@ func appendCommit(recs []record, f []byte) ([]record, error) {
 		case recMeta:
 			b := r.bytes("record metadata")
 			if r.err == nil {
-				m, err := unmarshalMeta(b)
+				m, err := decodeMeta(b)
 				if err != nil {
 					return nil, err
 				}

@@ -20,6 +20,14 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
+// openJournals reports how many journal files are open, and the most that
+// have been at once.
+func (s *Store) openJournals() (open, peak int) {
+	s.jfiles.mu.Lock()
+	defer s.jfiles.mu.Unlock()
+	return s.jfiles.open, s.jfiles.peak
+}
+
 // journalFDs counts this process's descriptors open on a session journal
 // under dir (not on the temp folders of creates in progress). ok is false
 // where /proc/self/fd cannot tell.

@@ -67,6 +67,25 @@ func appendFrame(dst, payload []byte) []byte {
 	return dst
 }
 
+// appendRuns appends n items, each length-prefixed, as frames of type typ:
+// a frame ends before the item that would take it past limit bytes, so
+// that a reader decodes a large state in pieces.
+func appendRuns(dst []byte, typ byte, limit, n int, item func(i int) []byte) []byte {
+	run := []byte{typ}
+	for i := range n {
+		b := item(i)
+		if len(run) > 1 && len(run)+len(b) > limit {
+			dst = appendFrame(dst, run)
+			run = run[:1]
+		}
+		run = putBytes(run, b)
+	}
+	if len(run) > 1 {
+		dst = appendFrame(dst, run)
+	}
+	return dst
+}
+
 // readFrame returns the payload of the frame at off and the offset just past
 // it, or ok=false if there is no valid frame there (short, bad length, bad
 // checksum, non-zero padding, or an unknown type).

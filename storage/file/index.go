@@ -41,19 +41,7 @@ func encodeIndex(epoch []byte, ns string, metas []*storage.Session) []byte {
 	h = putU64(h, uint64(len(metas)))
 	h = append(h, ns...)
 	out := appendFrame(nil, h)
-	run := []byte{typeIndexRun}
-	for _, m := range metas {
-		b := marshalMeta(m)
-		if len(run) > 1 && len(run)+len(b) > indexRunMax {
-			out = appendFrame(out, run)
-			run = run[:1]
-		}
-		run = putBytes(run, b)
-	}
-	if len(run) > 1 {
-		out = appendFrame(out, run)
-	}
-	return out
+	return appendRuns(out, typeIndexRun, indexRunMax, len(metas), func(i int) []byte { return marshalMeta(metas[i]) })
 }
 
 // decodeIndex checks and decodes one namespace index file. Its runs are

@@ -273,14 +273,6 @@ func (s *Store) closeJournalFiles() {
 	}
 }
 
-// openJournals reports how many journal files are open, and the most that
-// have been at once.
-func (s *Store) openJournals() (open, peak int) {
-	s.jfiles.mu.Lock()
-	defer s.jfiles.mu.Unlock()
-	return s.jfiles.open, s.jfiles.peak
-}
-
 // Preallocation sizes: reserve ahead so that most flushes are data-only
 // fdatasyncs, doubling up to a cap so that small sessions stay small.
 const (

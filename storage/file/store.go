@@ -890,26 +890,19 @@ type listKey struct {
 	id string
 }
 
-// keyLess orders list (storage) order: UpdatedAt ascending, then ID
+// compareKeys orders list (storage) order: UpdatedAt ascending, then ID
 // descending; List walks it backwards.
-func keyLess(a, b listKey) bool {
+func compareKeys(a, b listKey) int {
 	if c := a.t.Compare(b.t); c != 0 {
-		return c < 0
+		return c
 	}
-	return a.id > b.id
+	return strings.Compare(b.id, a.id)
 }
 
+// search returns the position of the first session at or after k.
 func (n *nsIndex) search(k listKey) int {
-	lo, hi := 0, len(n.list)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if keyLess(n.list[m].key, k) {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
+	i, _ := slices.BinarySearchFunc(n.list, k, func(e *entry, k listKey) int { return compareKeys(e.key, k) })
+	return i
 }
 
 func (n *nsIndex) insert(e *entry) {
@@ -962,12 +955,7 @@ func (s *Store) buildIndexes() {
 		n.list = append(n.list, e)
 	}
 	for _, n := range s.ns {
-		slices.SortFunc(n.list, func(a, b *entry) int {
-			if c := a.key.t.Compare(b.key.t); c != 0 {
-				return c
-			}
-			return strings.Compare(b.id, a.id) // keyLess's order
-		})
+		slices.SortFunc(n.list, func(a, b *entry) int { return compareKeys(a.key, b.key) })
 		for _, e := range n.list {
 			a := e.meta.Alias
 			if a == "" {
