@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/storetest"
 )
@@ -92,4 +95,17 @@ func (s *Store) testHooks() *testHooks {
 		s.hooks = &testHooks{}
 	}
 	return s.hooks
+}
+
+// marshalMessages encodes ms, one encoding each, as a journal holds them.
+func marshalMessages(ms []*sessiondv1.Message) ([][]byte, error) {
+	out := make([][]byte, 0, len(ms))
+	for _, m := range ms {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }

@@ -39,22 +39,6 @@ func metaEqual(a, b *storage.Session) bool {
 		(pa == nil) == (pb == nil) && (pa == nil || *pa == *pb)
 }
 
-func marshalMessages(ms []*sessiondv1.Message) ([][]byte, error) {
-	return appendMarshaled(make([][]byte, 0, len(ms)), ms)
-}
-
-// appendMarshaled appends the encodings of ms to out, one allocation each.
-func appendMarshaled(out [][]byte, ms []*sessiondv1.Message) ([][]byte, error) {
-	for i, m := range ms {
-		b, err := proto.Marshal(m)
-		if err != nil {
-			return nil, fmt.Errorf("file: encode message %d: %w", i, err)
-		}
-		out = append(out, b)
-	}
-	return out, nil
-}
-
 func unmarshalMessage(id string, b []byte) (*sessiondv1.Message, error) {
 	m := new(sessiondv1.Message)
 	if err := proto.Unmarshal(b, m); err != nil {
