@@ -156,3 +156,6 @@ func StopNotifier(d *Store) {
 	d.stopNotify()
 	<-d.notifyDone
 }
+
+// UnindexedSQL is the search indexer's read, for plan tests.
+const UnindexedSQL = unindexedSQL

@@ -134,3 +134,44 @@ func literal(t *testing.T, a any) string {
 	t.Fatalf("no literal for %T", a)
 	return ""
 }
+
+// TestIndexerReadDoesNotSortBodies: the search indexer's read, planned as
+// the driver plans it, hands the messages over as the join finds them
+// instead of sorting them, bodies and all, by position.
+func TestIndexerReadDoesNotSortBodies(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	open(t, dsn)
+	ctx := t.Context()
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(ctx, `WITH x AS (
+			INSERT INTO sessions (id, namespace, created_ns, updated_ns, revision, message_count, meta)
+			SELECT gen_random_uuid(), 'ns', i, i, 1, 100, '\x00'::bytea FROM generate_series(1, 200) AS i
+			RETURNING id
+		)
+		INSERT INTO messages (session_id, pos, msg_id, body, revision, updated_ns)
+		SELECT x.id, p, 'm' || p, '\x00'::bytea, 1, 1 FROM x, generate_series(0, 99) AS p`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE sessions, messages"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Prepare(ctx, "unindexed", postgres.UnindexedSQL); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, "EXPLAIN (VERBOSE) EXECUTE unindexed(32, 256)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines {
+		if strings.Contains(l, "Sort Key:") && strings.Contains(l, "pos") {
+			t.Errorf("the indexer's read sorts the messages:\n%s", strings.Join(lines, "\n"))
+		}
+	}
+}
