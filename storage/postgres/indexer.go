@@ -177,7 +177,7 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 				sids, poss, sigs = append(sids, r.id), append(poss, r.lo+int64(i)), append(sigs, sig)
 			}
 		}
-		_, err = s.pool.Exec(ctx, indexedSQL, uuidArgs(ids), los, his, epchs, uuidArgs(sids), poss, sigs)
+		_, err = s.pool.Exec(ctx, indexedSQL, uuidArgs(ids), los, his, epchs, uuidArgs(sids), poss, encodeSigs(sigs))
 		return err
 	})
 	return more, err
