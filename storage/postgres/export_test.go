@@ -159,3 +159,10 @@ func StopNotifier(d *Store) {
 
 // UnindexedSQL is the search indexer's read, for plan tests.
 const UnindexedSQL = unindexedSQL
+
+// LockBatchSQL and AppendBatchSQL are a group commit's statements, for
+// plan tests.
+const (
+	LockBatchSQL   = lockBatchSQL
+	AppendBatchSQL = appendBatchSQL
+)
