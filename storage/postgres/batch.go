@@ -25,23 +25,25 @@ import (
 // general path. The sessions are locked first, by lockBatchSQL, so
 // that this statement's snapshot already holds every append committed
 // before the lock was granted: its ids check is then exact.
+//
+// A ref by id needs no lookup to find its row, and one by alias one index
+// probe, so the statement reads sessions once, in the UPDATE's own join:
+// each further join of the batch against sessions is another scan (on a
+// small, busy table a sequential one, over every dead version of its
+// rows) and another hash table, at every execution.
 const appendBatchSQL = `WITH a AS (
-	SELECT a.*, ARRAY(SELECT sent.mid FROM unnest($9::int[], $10::text[]) AS sent(ord, mid) WHERE sent.ord = a.ord) AS sent
+	SELECT a.*, coalesce(a.ref_id, (SELECT x.id FROM sessions x WHERE x.namespace = a.ref_ns AND x.alias = a.ref_alias)) AS session_id
 	FROM unnest($1::int[], $2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::boolean[])
 		AS a(ord, ref_ns, ref_id, ref_alias, expected, n, now_ns, titles)
-), r AS (
-	SELECT a.*, x.id AS session_id FROM a JOIN sessions x ON x.namespace = a.ref_ns AND x.id = a.ref_id
-	UNION ALL
-	SELECT a.*, x.id FROM a JOIN sessions x ON x.namespace = a.ref_ns AND x.alias = a.ref_alias
 ), s AS (
-	UPDATE sessions SET revision = revision + 1, message_count = message_count + r.n,
-		updated_ns = CASE WHEN r.now_ns > updated_ns THEN r.now_ns ELSE updated_ns + 1000 END
-	FROM r
-	WHERE sessions.id = r.session_id AND (r.expected = 0 OR sessions.revision = r.expected)
+	UPDATE sessions SET revision = revision + 1, message_count = message_count + a.n,
+		updated_ns = CASE WHEN a.now_ns > updated_ns THEN a.now_ns ELSE updated_ns + 1000 END
+	FROM a
+	WHERE sessions.id = a.session_id AND sessions.namespace = a.ref_ns AND (a.expected = 0 OR sessions.revision = a.expected)
 		AND sessions.open_message_id IS NULL
-		AND NOT (r.titles AND get_byte(sessions.meta, 1) = 0)
-		AND NOT EXISTS (SELECT 1 FROM unnest(r.sent) AS sent(mid) JOIN messages m ON m.session_id = sessions.id AND m.msg_id = sent.mid)
-	RETURNING r.ord, r.n, sessions.id, sessions.updated_ns, sessions.revision, sessions.message_count
+		AND NOT (a.titles AND get_byte(sessions.meta, 1) = 0)
+		AND NOT EXISTS (SELECT 1 FROM unnest($9::int[], $10::text[]) AS sent(ord, mid) JOIN messages m ON m.session_id = sessions.id AND m.msg_id = sent.mid WHERE sent.ord = a.ord)
+	RETURNING a.ord, a.n, sessions.id, sessions.updated_ns, sessions.revision, sessions.message_count
 ), m AS (
 	INSERT INTO messages (session_id, pos, msg_id, body, revision, updated_ns)
 	SELECT s.id, s.message_count - s.n + t.i - 1, t.mid, t.body, s.revision, s.updated_ns
@@ -52,12 +54,15 @@ SELECT ord, id::text, revision, message_count FROM s`
 // lockBatchSQL locks the sessions a batch names ($1 namespaces, $2 ids,
 // $3 aliases, as appendBatchSQL's $2-$4) in the order of their ids, so
 // that two replicas' batches on the same sessions wait for each other
-// instead of deadlocking, whatever refs they name them by.
-const lockBatchSQL = `SELECT x.id FROM sessions x WHERE x.id IN (
-	SELECT y.id FROM unnest($1::text[], $2::uuid[]) AS a(ref_ns, ref_id) JOIN sessions y ON y.namespace = a.ref_ns AND y.id = a.ref_id
-	UNION ALL
-	SELECT y.id FROM unnest($1::text[], $3::text[]) AS a(ref_ns, ref_alias) JOIN sessions y ON y.namespace = a.ref_ns AND y.alias = a.ref_alias)
-	ORDER BY x.id FOR UPDATE OF x`
+// instead of deadlocking, whatever refs they name them by. It reads
+// sessions once, as appendBatchSQL does: a ref by alias is looked up in
+// the alias index, and a ref by id locks that id's row whatever its
+// namespace (appendBatchSQL checks the namespace; a ref naming the wrong
+// one has then only held a lock until the batch's commit).
+const lockBatchSQL = `SELECT id FROM sessions WHERE id IN (
+	SELECT coalesce(a.ref_id, (SELECT x.id FROM sessions x WHERE x.namespace = a.ref_ns AND x.alias = a.ref_alias))
+	FROM unnest($1::text[], $2::uuid[], $3::text[]) AS a(ref_ns, ref_id, ref_alias))
+	ORDER BY id FOR UPDATE`
 
 // batchArgs are appendBatchSQL's arrays.
 type batchArgs struct {

@@ -172,3 +172,13 @@ func StopBackground(d *Store) {
 
 // AcquiredConns is how many of d's pooled connections are in use.
 func AcquiredConns(d *Store) int32 { return d.pool.Stat().AcquiredConns() }
+
+// UnindexedSQL is the search indexer's read, for plan tests.
+const UnindexedSQL = unindexedSQL
+
+// LockBatchSQL and AppendBatchSQL are a group commit's statements, for
+// plan tests.
+const (
+	LockBatchSQL   = lockBatchSQL
+	AppendBatchSQL = appendBatchSQL
+)

@@ -389,17 +389,24 @@ func appendAsync(ctx context.Context, s *storage.Store, ref storage.Ref, id stri
 // a row lock.
 func waitLockWaiters(t *testing.T, dsn string, n int) {
 	t.Helper()
+	waitBackends(t, dsn, `wait_event_type = 'Lock' AND query LIKE 'WITH s AS%'`, n, "append statements waiting for a row lock")
+}
+
+// waitBackends waits (at most 10 s) until n of the server's backends
+// match where, a condition on pg_stat_activity; what names them.
+func waitBackends(t *testing.T, dsn, where string, n int, what string) {
+	t.Helper()
 	mon := connect(t, dsn)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		var waiting int
-		if err := mon.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH s AS%'`).Scan(&waiting); err != nil {
+		var got int
+		if err := mon.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE `+where).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
-		if waiting >= n {
+		if got >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d append statements wait for a row lock after 10 s; want %d", waiting, n)
+			t.Fatalf("%d %s after 10 s; want %d", got, what, n)
 		}
 	}
 }

@@ -51,14 +51,15 @@ const unindexed = `search_count < message_count - (open_message_id IS NOT NULL):
 
 // unindexedSQL reads a pass's sessions (arguments: indexSessions,
 // indexPerSession), each with the range of positions to index and its
-// epoch, and the messages in that range, in order.
+// epoch, and the messages in that range, in no particular order: sorting
+// them would copy every body once more, and indexPass places each by its
+// position.
 const unindexedSQL = `WITH p AS (
 	SELECT id, search_count AS lo, least(message_count - (open_message_id IS NOT NULL)::int, search_count + $2) AS hi, search_epoch
 	FROM sessions WHERE ` + unindexed + ` ORDER BY updated_ns LIMIT $1
 )
 SELECT p.id::text, p.lo, p.hi, p.search_epoch, m.pos, m.body
-FROM p JOIN messages m ON m.session_id = p.id AND m.pos >= p.lo AND m.pos < p.hi
-ORDER BY p.id, m.pos`
+FROM p JOIN messages m ON m.session_id = p.id AND m.pos >= p.lo AND m.pos < p.hi`
 
 // indexedSQL writes a pass (arguments: the sessions' ids, first and end
 // positions and epochs; the messages' session ids, positions and signatures).
@@ -106,7 +107,7 @@ func (s *Store) indexer(ctx context.Context) {
 type indexRange struct {
 	id            string
 	lo, hi, epoch int64
-	sigs          []pgtype.Bits
+	sigs          []pgtype.Bits // by position from lo; Valid once read
 }
 
 // indexPass indexes one batch; more says whether it was full (more work
@@ -119,18 +120,21 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 		}
 		var (
 			ranges        []*indexRange
+			byID          = map[string]*indexRange{}
 			id            string
 			lo, hi, epoch int64
 			pos           int64
 			body          []byte
 		)
 		if _, err := pgx.ForEachRow(rows, []any{&id, &lo, &hi, &epoch, &pos, &body}, func() error {
-			if len(ranges) == 0 || ranges[len(ranges)-1].id != id {
-				ranges = append(ranges, &indexRange{id: id, lo: lo, hi: hi, epoch: epoch})
+			r := byID[id]
+			if r == nil {
+				r = &indexRange{id: id, lo: lo, hi: hi, epoch: epoch, sigs: make([]pgtype.Bits, max(hi-lo, 0))}
+				byID[id] = r
+				ranges = append(ranges, r)
 			}
-			r := ranges[len(ranges)-1]
-			if pos != r.lo+int64(len(r.sigs)) {
-				return nil // a gap: the range is cut short below
+			if pos < r.lo || pos >= r.hi {
+				return nil
 			}
 			// A message stored damaged is indexed as empty, so that its
 			// session's later messages are indexed; search skips the
@@ -141,8 +145,7 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 			} else {
 				s.log.Warn("postgres: a message that does not decode is indexed as empty", zap.String("session", id), zap.Int64("position", pos))
 			}
-			sig, _ := signature(text)
-			r.sigs = append(r.sigs, sig)
+			r.sigs[pos-r.lo], _ = signature(text)
 			return nil
 		}); err != nil {
 			return err
@@ -159,8 +162,14 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 			sigs            []pgtype.Bits
 		)
 		for _, r := range ranges {
-			// Index only what was read in order from lo: the messages a
-			// pass read are those its one snapshot held.
+			// Index only what was read without a gap from lo: the
+			// messages a pass read are those its one snapshot held.
+			for i, sig := range r.sigs {
+				if !sig.Valid {
+					r.sigs = r.sigs[:i]
+					break
+				}
+			}
 			r.hi = r.lo + int64(len(r.sigs))
 			more = more || len(r.sigs) == indexPerSession
 			ids, los, his, epchs = append(ids, r.id), append(los, r.lo), append(his, r.hi), append(epchs, r.epoch)
@@ -168,7 +177,7 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 				sids, poss, sigs = append(sids, r.id), append(poss, r.lo+int64(i)), append(sigs, sig)
 			}
 		}
-		_, err = s.pool.Exec(ctx, indexedSQL, uuidArgs(ids), los, his, epchs, uuidArgs(sids), poss, sigs)
+		_, err = s.pool.Exec(ctx, indexedSQL, uuidArgs(ids), los, his, epchs, uuidArgs(sids), poss, encodeSigs(sigs))
 		return err
 	})
 	return more, err

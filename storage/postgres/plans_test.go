@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -133,4 +134,103 @@ func literal(t *testing.T, a any) string {
 	}
 	t.Fatalf("no literal for %T", a)
 	return ""
+}
+
+// TestIndexerReadDoesNotSortBodies: the search indexer's read, planned as
+// the driver plans it, hands the messages over as the join finds them
+// instead of sorting them, bodies and all, by position.
+func TestIndexerReadDoesNotSortBodies(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	open(t, dsn)
+	ctx := t.Context()
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(ctx, `WITH x AS (
+			INSERT INTO sessions (id, namespace, created_ns, updated_ns, revision, message_count, meta)
+			SELECT gen_random_uuid(), 'ns', i, i, 1, 100, '\x00'::bytea FROM generate_series(1, 200) AS i
+			RETURNING id
+		)
+		INSERT INTO messages (session_id, pos, msg_id, body, revision, updated_ns)
+		SELECT x.id, p, 'm' || p, '\x00'::bytea, 1, 1 FROM x, generate_series(0, 99) AS p`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE sessions, messages"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Prepare(ctx, "unindexed", postgres.UnindexedSQL); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, "EXPLAIN (VERBOSE) EXECUTE unindexed(32, 256)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines {
+		if strings.Contains(l, "Sort Key:") && strings.Contains(l, "pos") {
+			t.Errorf("the indexer's read sorts the messages:\n%s", strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// TestBatchReadsSessionsOnce: each of a group commit's statements,
+// planned as the driver plans them on a table as small as a benchmark's,
+// reads sessions once for a batch of refs by id: every further read of a
+// small, busy table is a sequential scan over the dead versions its
+// appends leave behind.
+func TestBatchReadsSessionsOnce(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	open(t, dsn)
+	ctx := t.Context()
+	conn := connect(t, dsn)
+	var ids string
+	if err := conn.QueryRow(ctx, `WITH x AS (
+			INSERT INTO sessions (id, namespace, created_ns, updated_ns, revision, message_count, meta)
+			SELECT gen_random_uuid(), 'ns', i, i, 1, 0, '\x00'::bytea FROM generate_series(1, 16) AS i
+			RETURNING id
+		)
+		SELECT array_agg(id)::text FROM (SELECT id FROM x LIMIT 2) AS y`).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	readsSessions := regexp.MustCompile(`Scan .*on sessions( |$)`)
+	for _, q := range []struct{ name, sql, args string }{
+		{"lock", postgres.LockBatchSQL, `'{ns,ns}', '` + ids + `', '{NULL,NULL}'`},
+		{"append", postgres.AppendBatchSQL, `'{0,1}', '{ns,ns}', '` + ids + `', '{NULL,NULL}', '{0,0}', '{1,1}', '{1,1}', '{f,f}',
+			'{0,1}', '{a,b}', '{0,1}', '{1,1}', '{a,b}', '{"\\x00","\\x00"}'`},
+	} {
+		if _, err := conn.Prepare(ctx, q.name, q.sql); err != nil {
+			t.Fatalf("%s: %v", q.name, err)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE "+q.name+"("+q.args+")")
+		if err != nil {
+			t.Fatalf("%s: %v", q.name, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		reads := 0
+		for _, l := range lines {
+			if readsSessions.MatchString(l) && !strings.Contains(l, "never executed") {
+				reads++
+			}
+		}
+		if reads != 1 {
+			t.Errorf("the batch's %s statement reads sessions %d times, want once:\n%s", q.name, reads, strings.Join(lines, "\n"))
+		}
+	}
 }

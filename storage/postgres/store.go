@@ -117,6 +117,7 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// driver's statements are keyed lookups and index walks whose plan does
 	// not depend on the values.
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	cfg.AfterConnect = registerSigArray
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
