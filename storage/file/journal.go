@@ -501,6 +501,13 @@ func (s *Store) journalPut(j *journal, off int64, data []byte) error {
 			err = reserve(j.f, j.alloc, need-j.alloc)
 			size = need
 		}
+		if err == nil && j.zeroFill {
+			// The zeros' block allocation must be committed before a
+			// flush writes into them: otherwise it rides in the flush's
+			// own filesystem journal transaction, and an fdatasync that
+			// ext4 confirms after its journal aborted is lost at repair.
+			err = j.f.Sync()
+		}
 		switch {
 		case err == nil:
 			j.alloc = size
