@@ -502,11 +502,7 @@ func (s *Store) journalPut(j *journal, off int64, data []byte) error {
 			size = need
 		}
 		if err == nil && j.zeroFill {
-			// The zeros' block allocation must be committed before a
-			// flush writes into them: otherwise it rides in the flush's
-			// own filesystem journal transaction, and an fdatasync that
-			// ext4 confirms after its journal aborted is lost at repair.
-			err = j.f.Sync()
+			err = j.f.Sync() // see writeZeros
 		}
 		switch {
 		case err == nil:
@@ -535,7 +531,11 @@ func (s *Store) journalPut(j *journal, off int64, data []byte) error {
 var zeroBlock [128 << 10]byte
 
 // writeZeros writes n zero bytes to f at off. Like fallocate's, the space
-// holds no data yet, so it is not counted in bytesWritten.
+// holds no data yet, so it is not counted in bytesWritten. Its caller syncs
+// the zeros before any flush writes into them: their block allocation must
+// be committed on its own, or it rides in the flush's filesystem journal
+// transaction, and an fdatasync that ext4 confirms after its journal
+// aborted is lost at repair.
 func writeZeros(f *os.File, off, n int64) error {
 	for n > 0 {
 		k, err := f.WriteAt(zeroBlock[:min(n, int64(len(zeroBlock)))], off)
