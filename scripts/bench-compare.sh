@@ -555,7 +555,11 @@ systems=(sessiond_many sessiond_stream_many redis_many pg_many sessiond_pg_many)
 wide=(sessiond_wide sessiond_stream_wide redis_wide pg_wide)
 if [[ $PG_ONLY == 1 ]]; then
 	systems=(pg_many sessiond_pg_many sessiond_pg_stream_many)
-	[[ -n ${BASELINE:-} ]] && systems+=(baseline_pg_many baseline_pg_stream_many)
+	if [[ -n ${BASELINE:-} ]]; then
+		systems+=(baseline_pg_many)
+		# A baseline from before AppendStream has no streamed appends to measure.
+		grep -q 'rpc AppendStream' "$BASELINE/proto/sessiond/v1/sessiond.proto" && systems+=(baseline_pg_stream_many)
+	fi
 	wide=(pg_wide sessiond_pg_wide sessiond_pg_stream_wide)
 elif [[ -n ${BASELINE:-} ]]; then
 	systems+=(baseline_many)
