@@ -50,8 +50,7 @@ import (
 //
 // The package doc's contracts (concurrency, durability, revisions, watch)
 // are the Driver's to keep: every method is safe for concurrent use; a write
-// that returns nil is durable; a write that fails changed nothing. Every
-// method returns ErrClosed after Close.
+// that returns nil is durable; a write that fails changed nothing.
 type Driver interface {
 	// Create makes a session at revision req.Revision (1 or more; New's
 	// Create sets it) holding msgs.Prepared, with msgs.Tally and
@@ -136,8 +135,9 @@ type Driver interface {
 	// while yield runs.
 	Expired(ctx context.Context, opts ExpiredOptions, yield func(*Session) error) error
 
-	// Close releases the backend; it waits for writes in progress and ends
-	// every subscription with ErrClosed.
+	// Close releases the backend and ends every subscription with
+	// ErrClosed. The Store calls it once, after the calls it admitted have
+	// returned.
 	Close() error
 
 	// Compact stores a compaction: summary.Prepared[0] (encoded as

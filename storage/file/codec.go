@@ -208,9 +208,7 @@ func (r *reader) bytes(what string) []byte {
 		r.fail(what)
 		return nil
 	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
+	return r.fixed(int(n), what)
 }
 
 func (r *reader) fixed(n int, what string) []byte {

@@ -12,10 +12,6 @@ import (
 // messages are untouched: the record only adds to the session's list of
 // compactions, which the next snapshot of the session carries whole.
 func (s *Store) Compact(ctx context.Context, req storage.CompactRequest, summary storage.Messages) (*storage.Session, error) {
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.writes.Done()
 	var out *storage.Session
 	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
 		i, ok := e.ids[req.ThroughMessageID]

@@ -22,10 +22,6 @@ var _ storage.LiveDriver = (*Store)(nil)
 // AppendDelta adds to the session's open message with one durable journal
 // record.
 func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limits storage.Limits) (storage.DeltaResult, error) {
-	if err := s.begin(); err != nil {
-		return storage.DeltaResult{}, err
-	}
-	defer s.writes.Done()
 	var out storage.DeltaResult
 	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
 		next, open, enc, applied, err := storage.CheckDelta(e.id, v.meta.Tally, req.Delta, limits, e.stored(v))
@@ -54,10 +50,6 @@ func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limit
 // FinishMessage closes the session's open message with one durable
 // journal record.
 func (s *Store) FinishMessage(ctx context.Context, req storage.FinishRequest, limits storage.Limits) (storage.FinishResult, error) {
-	if err := s.begin(); err != nil {
-		return storage.FinishResult{}, err
-	}
-	defer s.writes.Done()
 	var out storage.FinishResult
 	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
 		closed, cur, enc, tally, err := storage.CheckFinish(e.id, v.meta.Tally, v.meta.UpdatedAt, req, limits, e.stored(v))

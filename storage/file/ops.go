@@ -72,10 +72,6 @@ func (s *Store) Create(ctx context.Context, req storage.CreateRequest, msgs stor
 		p := *req.Parent
 		meta.Parent = &p
 	}
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.writes.Done()
 	return s.create(ctx, meta, enc, nil, &createRetry{req, msgs}, req.ID != "")
 }
 
@@ -108,11 +104,6 @@ func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte,
 		e := &entry{id: meta.ID}
 		e.wmu.Lock()
 		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			e.wmu.Unlock()
-			return nil, fmt.Errorf("file: %w", storage.ErrClosed)
-		}
 		if old := s.byID[meta.ID]; old != nil {
 			s.mu.Unlock()
 			e.wmu.Unlock()
@@ -204,9 +195,6 @@ func (s *Store) createRetry(_ context.Context, e *entry, retry *createRetry) (*s
 func (s *Store) Get(ctx context.Context, ref storage.Ref) (*storage.Session, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, fmt.Errorf("file: %w", storage.ErrClosed)
-	}
 	e, err := s.resolveLocked(ref)
 	if err != nil {
 		return nil, err
@@ -371,10 +359,6 @@ func (s *Store) walkList(ctx context.Context, opts *storage.ListOptions, each fu
 		}
 		page = page[:0]
 		s.mu.RLock()
-		if s.closed {
-			s.mu.RUnlock()
-			return fmt.Errorf("file: %w", storage.ErrClosed)
-		}
 		done := true
 		if n := s.ns[opts.Namespace]; n != nil {
 			i := len(n.list) - 1
@@ -426,10 +410,6 @@ func (s *Store) Expired(ctx context.Context, opts storage.ExpiredOptions, yield 
 func (s *Store) scanIndex(limit int64, match func(*storage.Session) bool, yield func(*storage.Session) error) error {
 	var found []*storage.Session
 	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return fmt.Errorf("file: %w", storage.ErrClosed)
-	}
 	for _, n := range s.ns {
 		for _, e := range n.list {
 			if limit > 0 && int64(len(found)) >= limit {
@@ -468,10 +448,6 @@ func matches(m *storage.Session, o *storage.ListOptions) bool {
 func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.Messages) (*storage.Session, error) {
 	ref := req.Ref
 	enc := msgs.Encoded
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.writes.Done()
 	var raced error // a create that lost a race, to answer if the winner is not ours to save into
 	for range 10 {
 		var out *storage.Session
@@ -565,10 +541,6 @@ type appendOp struct {
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
 	ref := req.Ref
 	op := &appendOp{ctx: ctx, ref: ref, exp: req.ExpectedRevision, msgs: msgs}
-	if err := s.begin(); err != nil {
-		return storage.AppendResult{}, err
-	}
-	defer s.writes.Done()
 	for range 100 {
 		e, err := s.resolve(ref)
 		if err != nil {
@@ -759,10 +731,6 @@ func (s *Store) maybeFold(e *entry) {
 
 // Update changes the selected metadata fields with one journal record.
 func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage.Session, error) {
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.writes.Done()
 	var out *storage.Session
 	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
 		m, changed := storage.ApplyUpdate(v.meta, req)
@@ -814,10 +782,6 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 
 // Delete removes a session and its files.
 func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision uint64) error {
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.writes.Done()
 	return s.withSession(ref, func(e *entry) error {
 		s.mu.RLock()
 		meta, damaged := e.meta, e.damaged
@@ -869,10 +833,6 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 
 // Fork copies a session's first messages into a new session.
 func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Session, error) {
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.writes.Done()
 	v, err := s.readView(req.Ref)
 	if err != nil {
 		return nil, err
@@ -909,10 +869,6 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 
 // Rewind keeps a session's first messages.
 func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage.Session, error) {
-	if err := s.begin(); err != nil {
-		return nil, err
-	}
-	defer s.writes.Done()
 	var out *storage.Session
 	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
 		if err := storage.CheckCount(e.id, req.MessageCount, int64(len(v.msgs))); err != nil {

@@ -112,7 +112,7 @@ type Store struct {
 	mu      sync.RWMutex
 	byID    map[string]*entry
 	ns      map[string]*nsIndex
-	closed  bool
+	closed  bool   // set by Close; ends the background disk measurement
 	ckptSeq uint64 // sequence number of the last checkpoint begun (see checkpoint.go)
 
 	ckptMu      sync.Mutex    // serialises checkpoints
@@ -120,8 +120,6 @@ type Store struct {
 	ckptKick    chan struct{} // asks the checkpoint loop for a checkpoint now
 	ckptStop    chan struct{} // closed by Close: the loop ends
 	ckptDone    chan struct{} // closed by the loop when it ended
-
-	writes sync.WaitGroup // operations in progress, waited for by Close
 
 	cacheMu   sync.Mutex // guards lru, cacheSize and every entry's lruElem/cacheSize
 	lru       *list.List // of *entry with a loaded view, most recent first
@@ -672,15 +670,15 @@ func replayWith(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompact
 	return &m, msgs, cs, nil
 }
 
-// Close waits for writes in progress, ends every subscription, writes a
-// last checkpoint (so that the next Open rescans nothing) and releases the
-// data dir.
+// Close ends every subscription, writes a last checkpoint (so that the
+// next Open rescans nothing) and releases the data dir. The storage.Store
+// calls it once its calls have returned; closed stops the background disk
+// measurement.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
 		s.mu.Unlock()
-		s.writes.Wait()
 		close(s.ckptStop)
 		<-s.ckptDone
 		s.broker.Close()
@@ -699,17 +697,6 @@ func (s *Store) Close() error {
 		s.closeErr = s.lock.Close()
 	})
 	return s.closeErr
-}
-
-// begin registers an operation; Close waits for it. It fails after Close.
-func (s *Store) begin() error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return fmt.Errorf("file: %w", storage.ErrClosed)
-	}
-	s.writes.Add(1)
-	return nil
 }
 
 // resolveLocked finds ref's session. Caller holds mu.
@@ -742,9 +729,6 @@ func (s *Store) resolveLocked(ref storage.Ref) (*entry, error) {
 func (s *Store) resolve(ref storage.Ref) (*entry, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed {
-		return nil, fmt.Errorf("file: %w", storage.ErrClosed)
-	}
 	return s.resolveLocked(ref)
 }
 

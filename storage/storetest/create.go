@@ -510,60 +510,46 @@ func testInvalidUTF8(t *testing.T, h *harness) {
 		call call
 	}{
 		{"CreateTitle", func(ctx context.Context, s *storage.Store, _ storage.Ref) error {
-			_, err := s.Create(ctx, storage.CreateRequest{Title: bad})
-			return err
+			return errOf(s.Create(ctx, storage.CreateRequest{Title: bad}))
 		}},
 		{"CreateSummary", func(ctx context.Context, s *storage.Store, _ storage.Ref) error {
-			_, err := s.Create(ctx, storage.CreateRequest{Summary: bad})
-			return err
+			return errOf(s.Create(ctx, storage.CreateRequest{Summary: bad}))
 		}},
 		{"CreateMetadata", func(ctx context.Context, s *storage.Store, _ storage.Ref) error {
-			_, err := s.Create(ctx, storage.CreateRequest{Metadata: map[string]string{"k": bad}})
-			return err
+			return errOf(s.Create(ctx, storage.CreateRequest{Metadata: map[string]string{"k": bad}}))
 		}},
 		{"CreateLabels", func(ctx context.Context, s *storage.Store, _ storage.Ref) error {
-			_, err := s.Create(ctx, storage.CreateRequest{Labels: map[string]string{bad: "v"}})
-			return err
+			return errOf(s.Create(ctx, storage.CreateRequest{Labels: map[string]string{bad: "v"}}))
 		}},
 		{"CreateMessage", func(ctx context.Context, s *storage.Store, _ storage.Ref) error {
-			_, err := s.Create(ctx, storage.CreateRequest{Messages: badMsg})
-			return err
+			return errOf(s.Create(ctx, storage.CreateRequest{Messages: badMsg}))
 		}},
 		{"AppendMessage", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
-			_, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: badMsg})
-			return err
+			return errOf(s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: badMsg}))
 		}},
 		{"AppendArguments", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
-			_, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: badArgs})
-			return err
+			return errOf(s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: badArgs}))
 		}},
 		{"SaveTitle", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
-			_, err := s.Save(ctx, storage.SaveRequest{Ref: ref, Title: bad})
-			return err
+			return errOf(s.Save(ctx, storage.SaveRequest{Ref: ref, Title: bad}))
 		}},
 		{"SaveMetadata", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
-			_, err := s.Save(ctx, storage.SaveRequest{Ref: ref, Metadata: map[string]string{bad: ""}})
-			return err
+			return errOf(s.Save(ctx, storage.SaveRequest{Ref: ref, Metadata: map[string]string{bad: ""}}))
 		}},
 		{"SaveMessage", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
-			_, err := s.Save(ctx, storage.SaveRequest{Ref: ref, Messages: badMsg})
-			return err
+			return errOf(s.Save(ctx, storage.SaveRequest{Ref: ref, Messages: badMsg}))
 		}},
 		{"UpdateTitle", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
-			_, err := s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateTitle, Title: bad})
-			return err
+			return errOf(s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateTitle, Title: bad}))
 		}},
 		{"UpdateSummary", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
-			_, err := s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateSummary, Summary: bad})
-			return err
+			return errOf(s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateSummary, Summary: bad}))
 		}},
 		{"UpdateLabels", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
-			_, err := s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateLabels, Labels: map[string]string{"k": bad}})
-			return err
+			return errOf(s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateLabels, Labels: map[string]string{"k": bad}}))
 		}},
 		{"ForkTitle", func(ctx context.Context, s *storage.Store, ref storage.Ref) error {
-			_, err := s.Fork(ctx, storage.ForkRequest{Ref: ref, Title: bad})
-			return err
+			return errOf(s.Fork(ctx, storage.ForkRequest{Ref: ref, Title: bad}))
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -233,13 +233,9 @@ func testClosed(t *testing.T, h *harness) {
 		"Load":   func() error { _, _, err := s.Load(ctx, ref, storage.LoadOptions{}); return err },
 		"List":   func() error { return s.List(ctx, storage.ListOptions{}, nop) },
 		"Save":   func() error { _, err := s.Save(ctx, storage.SaveRequest{Ref: ref}); return err },
-		"Append": func() error {
-			_, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: msgs("n", 1)})
-			return err
-		},
+		"Append": func() error { return errOf(s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: msgs("n", 1)})) },
 		"Update": func() error {
-			_, err := s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateTitle, Title: "x"})
-			return err
+			return errOf(s.Update(ctx, storage.UpdateRequest{Ref: ref, Fields: storage.UpdateTitle, Title: "x"}))
 		},
 		"Delete": func() error { return s.Delete(ctx, ref, 0) },
 		"Fork":   func() error { _, err := s.Fork(ctx, storage.ForkRequest{Ref: ref}); return err },

@@ -55,7 +55,7 @@ func TestConformanceMemStore(t *testing.T) {
 // memData is a store's data, under one mutex. Every driver open on it
 // publishes its changes to the brokers of all.
 type memData struct {
-	mu       sync.Mutex                   // guards everything below and each open driver's closed
+	mu       sync.Mutex                   // guards everything below
 	sessions map[string]*memSession       // by id
 	aliases  map[string]map[string]string // namespace -> alias -> id
 	lastTime time.Time
@@ -66,7 +66,6 @@ type memData struct {
 type memStore struct {
 	*memData
 	broker *storage.Broker
-	closed bool
 }
 
 type memSession struct {
@@ -111,13 +110,11 @@ func cloneMsgs(ms []*sessiondv1.Message) []*sessiondv1.Message {
 	return out
 }
 
-// locked runs fn under the lock, after the closed check.
+// locked runs fn under the lock. The Store refuses calls after Close, so
+// none reaches a closed driver.
 func (s *memStore) locked(fn func() error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return storage.ErrClosed
-	}
 	return fn()
 }
 
@@ -569,10 +566,6 @@ func (s *memStore) Expired(_ context.Context, opts storage.ExpiredOptions, yield
 func (s *memStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return storage.ErrClosed
-	}
-	s.closed = true
 	s.open = slices.DeleteFunc(s.open, func(o *memStore) bool { return o == s })
 	s.broker.Close()
 	return nil

@@ -286,6 +286,9 @@ func must(t *testing.T, what string, err error) {
 	}
 }
 
+// errOf is the error of a call whose result a check does not need.
+func errOf[T any](_ T, err error) error { return err }
+
 // timeSlack allows for backends that keep timestamps at microsecond or
 // millisecond precision, and for clocks read a moment apart.
 const timeSlack = 5 * time.Millisecond

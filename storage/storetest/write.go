@@ -785,24 +785,19 @@ func testExpectedRevision(t *testing.T, h *harness) {
 		do   func(expected uint64) error
 	}{
 		{"Append", func(e uint64) error {
-			_, err := s.Append(t.Context(), storage.AppendRequest{Ref: ref, ExpectedRevision: e, Messages: []*sessiondv1.Message{msg(fmt.Sprintf("new-%d", e), "new")}})
-			return err
+			return errOf(s.Append(t.Context(), storage.AppendRequest{Ref: ref, ExpectedRevision: e, Messages: []*sessiondv1.Message{msg(fmt.Sprintf("new-%d", e), "new")}}))
 		}},
 		{"Save", func(e uint64) error {
-			_, err := s.Save(t.Context(), storage.SaveRequest{Ref: ref, ExpectedRevision: e, Title: fmt.Sprintf("saved at %d", e), Messages: msgs("saved", 2)})
-			return err
+			return errOf(s.Save(t.Context(), storage.SaveRequest{Ref: ref, ExpectedRevision: e, Title: fmt.Sprintf("saved at %d", e), Messages: msgs("saved", 2)}))
 		}},
 		{"Save create_if_missing", func(e uint64) error {
-			_, err := s.Save(t.Context(), storage.SaveRequest{Ref: ref, ExpectedRevision: e, Title: fmt.Sprintf("saved again at %d", e), Messages: msgs("saved", 2), CreateIfMissing: true})
-			return err
+			return errOf(s.Save(t.Context(), storage.SaveRequest{Ref: ref, ExpectedRevision: e, Title: fmt.Sprintf("saved again at %d", e), Messages: msgs("saved", 2), CreateIfMissing: true}))
 		}},
 		{"Update", func(e uint64) error {
-			_, err := s.Update(t.Context(), storage.UpdateRequest{Ref: ref, ExpectedRevision: e, Fields: storage.UpdateTitle | storage.UpdateAlias, Title: fmt.Sprintf("updated at %d", e), Alias: fmt.Sprintf("cas-%d", e)})
-			return err
+			return errOf(s.Update(t.Context(), storage.UpdateRequest{Ref: ref, ExpectedRevision: e, Fields: storage.UpdateTitle | storage.UpdateAlias, Title: fmt.Sprintf("updated at %d", e), Alias: fmt.Sprintf("cas-%d", e)}))
 		}},
 		{"Rewind", func(e uint64) error {
-			_, err := s.Rewind(t.Context(), storage.RewindRequest{Ref: ref, ExpectedRevision: e, MessageCount: 1})
-			return err
+			return errOf(s.Rewind(t.Context(), storage.RewindRequest{Ref: ref, ExpectedRevision: e, MessageCount: 1}))
 		}},
 		{"Delete", func(e uint64) error { return s.Delete(t.Context(), ref, e) }},
 	}
