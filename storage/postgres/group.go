@@ -22,7 +22,15 @@ import (
 // connection: BEGIN, the lock of every session the batch names
 // (lockBatchSQL), one statement writing all of its appends from arrays
 // (appendBatchSQL), COMMIT. One commit (one WAL flush), one round trip and
-// the same five statements then serve N appends. One batch is in flight
+// the same five statements then serve N appends. The appends of a busy
+// Store arrive in waves (their clients were answered together, by the last
+// batch's commit), so a leader that finds nothing in flight just after a
+// batch of N first gathers: it waits until the N-1 others are back in the
+// queue, or at most the last batch's write time (capped at
+// groupGatherMax), and writes them with its own. Otherwise the first to
+// return would be written alone, and the rest would wait for its commit
+// before theirs: one commit of a single append for every batch. After a
+// batch of one (a single client) nobody waits. One batch is in flight
 // per Store at a time, except that a write still going after
 // groupLockWait (stuck on a row lock) hands the queue on to the next batch
 // then.
@@ -69,6 +77,10 @@ const groupBatches = 1
 // enough that one busy session does not stall every append of the Store.
 const groupLockWait = 100 * time.Millisecond
 
+// groupGatherMax bounds a leader's gather: the wait for the appends a
+// busy Store expects back after a batch, when some never come.
+const groupGatherMax = 2 * time.Millisecond
+
 // groupLockTimeout sets groupLockWait for a batch's transaction.
 var groupLockTimeout = fmt.Sprintf("SET LOCAL lock_timeout = %d", groupLockWait.Milliseconds())
 
@@ -78,6 +90,12 @@ type appendGroup struct {
 	max     int           // batches written at a time (groupBatches)
 	writing int           // batches being written, at most max
 	queue   []*fastAppend // arrived while max batches were being written, in order
+
+	// The last batch's size and write time, the next gather's measure.
+	expect    int
+	lastWrite time.Duration
+	gatherMax time.Duration // groupGatherMax; longer in tests
+	gathered  chan struct{} // non-nil while a leader gathers: closed once expect appends are in hand
 
 	batches, grouped atomic.Uint64 // batches of two or more written, appends in them
 	statements       atomic.Uint64 // statements sent to write them
@@ -115,6 +133,10 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 	batch := []*fastAppend{a}
 	if g.writing >= g.max {
 		g.queue = append(g.queue, a)
+		if g.gathered != nil && len(g.queue)+1 >= g.expect {
+			close(g.gathered)
+			g.gathered = nil
+		}
 		g.mu.Unlock()
 		select {
 		case batch = <-a.next:
@@ -127,7 +149,15 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 		}
 	} else {
 		g.writing++
-		g.mu.Unlock()
+		wait := min(g.lastWrite, g.gatherMax)
+		if g.expect < 2 || wait <= 0 {
+			g.mu.Unlock()
+		} else {
+			full := make(chan struct{})
+			g.gathered = full
+			g.mu.Unlock()
+			batch = g.gather(a, full, wait)
+		}
 	}
 	if batch != nil {
 		s.lead(a, batch)
@@ -136,6 +166,26 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 		s.writeOne(a)
 	}
 	return a.done, a.err
+}
+
+// gather waits until full is closed (the appends the last batch held are
+// back), or for wait, and returns the batch leader writes: itself and the
+// appends queued meanwhile.
+func (g *appendGroup) gather(leader *fastAppend, full chan struct{}, wait time.Duration) []*fastAppend {
+	t := time.NewTimer(wait)
+	select {
+	case <-full:
+	case <-t.C:
+	}
+	t.Stop()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gathered == full {
+		g.gathered = nil
+	}
+	batch := append([]*fastAppend{leader}, g.queue...)
+	g.queue = nil
+	return batch
 }
 
 // leave takes a out of the queue, if no leader has taken it yet: a caller
@@ -161,8 +211,13 @@ func (s *Store) lead(leader *fastAppend, batch []*fastAppend) {
 	var once sync.Once
 	handOff := func() { once.Do(s.group.handOff) }
 	t := time.AfterFunc(groupLockWait, handOff)
+	start := time.Now()
 	s.writeBatch(batch)
 	t.Stop()
+	g := &s.group
+	g.mu.Lock()
+	g.expect, g.lastWrite = len(batch), time.Since(start)
+	g.mu.Unlock()
 	handOff()
 	for _, a := range batch {
 		if a != leader {

@@ -135,6 +135,7 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	s := &Store{pool: pool, log: log, wakeCh: make(chan changed, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{})}
 	s.group.max = groupBatches
+	s.group.gatherMax = groupGatherMax
 	nctx, stop := context.WithCancel(context.Background())
 	s.stopNotify = stop
 	go s.notifier(nctx)
