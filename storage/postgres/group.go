@@ -24,13 +24,13 @@ import (
 // (appendBatchSQL), COMMIT. One commit (one WAL flush), one round trip and
 // the same five statements then serve N appends. The appends of a busy
 // Store arrive in waves (their clients were answered together, by the last
-// batch's commit), so a leader that finds nothing in flight just after a
-// batch of N first gathers: it waits until the N-1 others are back in the
-// queue, or at most the last batch's write time (capped at
-// groupGatherMax), and writes them with its own. Otherwise the first to
+// batch's commit), so a leader holding fewer appends than the last batch
+// first gathers: it waits until as many are in hand, or at most the last
+// batch's write time (capped at groupGatherMax). Otherwise the first to
 // return would be written alone, and the rest would wait for its commit
-// before theirs: one commit of a single append for every batch. After a
-// batch of one (a single client) nobody waits. One batch is in flight
+// before theirs, and again the next time: a commit of a single append for
+// every batch. After a batch of one (a single client) nobody waits. One
+// batch is in flight
 // per Store at a time, except that a write still going after
 // groupLockWait (stuck on a row lock) hands the queue on to the next batch
 // then.
@@ -95,7 +95,8 @@ type appendGroup struct {
 	expect    int
 	lastWrite time.Duration
 	gatherMax time.Duration // groupGatherMax; longer in tests
-	gathered  chan struct{} // non-nil while a leader gathers: closed once expect appends are in hand
+	gathered  chan struct{} // non-nil while a leader gathers: closed once need more are queued
+	need      int
 
 	batches, grouped atomic.Uint64 // batches of two or more written, appends in them
 	statements       atomic.Uint64 // statements sent to write them
@@ -133,7 +134,7 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 	batch := []*fastAppend{a}
 	if g.writing >= g.max {
 		g.queue = append(g.queue, a)
-		if g.gathered != nil && len(g.queue)+1 >= g.expect {
+		if g.gathered != nil && len(g.queue) >= g.need {
 			close(g.gathered)
 			g.gathered = nil
 		}
@@ -149,18 +150,10 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 		}
 	} else {
 		g.writing++
-		wait := min(g.lastWrite, g.gatherMax)
-		if g.expect < 2 || wait <= 0 {
-			g.mu.Unlock()
-		} else {
-			full := make(chan struct{})
-			g.gathered = full
-			g.mu.Unlock()
-			batch = g.gather(a, full, wait)
-		}
+		g.mu.Unlock()
 	}
 	if batch != nil {
-		s.lead(a, batch)
+		s.lead(a, s.group.gather(batch))
 	}
 	if a.alone {
 		s.writeOne(a)
@@ -168,10 +161,20 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 	return a.done, a.err
 }
 
-// gather waits until full is closed (the appends the last batch held are
-// back), or for wait, and returns the batch leader writes: itself and the
-// appends queued meanwhile.
-func (g *appendGroup) gather(leader *fastAppend, full chan struct{}, wait time.Duration) []*fastAppend {
+// gather returns batch, which a leader is about to write, with the
+// appends queued meanwhile: when batch is smaller than the last batch, it
+// first waits until as many are in hand, or at most the last batch's
+// write time (capped at gatherMax).
+func (g *appendGroup) gather(batch []*fastAppend) []*fastAppend {
+	g.mu.Lock()
+	wait, need := min(g.lastWrite, g.gatherMax), g.expect-len(batch)
+	if wait <= 0 || need <= 0 {
+		g.mu.Unlock()
+		return batch
+	}
+	full := make(chan struct{})
+	g.gathered, g.need = full, need
+	g.mu.Unlock()
 	t := time.NewTimer(wait)
 	select {
 	case <-full:
@@ -183,7 +186,7 @@ func (g *appendGroup) gather(leader *fastAppend, full chan struct{}, wait time.D
 	if g.gathered == full {
 		g.gathered = nil
 	}
-	batch := append([]*fastAppend{leader}, g.queue...)
+	batch = append(batch, g.queue...)
 	g.queue = nil
 	return batch
 }

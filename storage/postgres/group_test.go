@@ -569,10 +569,11 @@ func TestGroupCommitIDAndAlias(t *testing.T) {
 	}
 }
 
-// TestGroupCommitGathers: after a batch of n appends, the first append
-// to come back waits for the n-1 others and writes them all in one batch,
-// or, when fewer come, writes those that did once the last batch's write
-// time has passed; after a batch of one, an append is written at once.
+// TestGroupCommitGathers: after a batch of n appends, a leader holding
+// fewer (the first append to come back, or a batch queued meanwhile)
+// waits for n in all and writes them in one batch, or, when fewer come,
+// writes those that did once the last batch's write time has passed;
+// after a batch of one, an append is written at once.
 func TestGroupCommitGathers(t *testing.T) {
 	d, s := openDriver(t, pgtest.Schema(t), 4)
 	ctx := t.Context()
@@ -606,6 +607,23 @@ func TestGroupCommitGathers(t *testing.T) {
 	appendAll(refs, "all")
 	if b, g := written(); b-b0 != 1 || g-g0 != 4 || time.Since(start) > 30*time.Second {
 		t.Errorf("4 appends after a batch of 4: %d batches holding %d appends in %v; want 1 holding 4 at once", b-b0, g-g0, time.Since(start))
+	}
+
+	// A batch of one handed on (queued while another was written) waits
+	// for the three others too.
+	postgres.SetGather(d, 4, time.Minute)
+	b0, g0 = written()
+	release := postgres.HoldAppends(t, d)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		appendAll(refs[:1], "handed")
+	}()
+	release(1)
+	appendAll(refs[1:], "handed")
+	<-done
+	if b, g := written(); b-b0 != 1 || g-g0 != 4 {
+		t.Errorf("1 append handed on, then 3: %d batches holding %d appends; want 1 holding 4", b-b0, g-g0)
 	}
 
 	// Two of four back: written together once the wait is over.
