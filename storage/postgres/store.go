@@ -472,8 +472,12 @@ func (s *Store) notifier(ctx context.Context) {
 }
 
 // notifySQL sends one notification per payload ($1), in one statement
-// whatever their number.
-const notifySQL = `SELECT pg_notify('` + notifyChannel + `', p) FROM unnest($1::text[]) AS p`
+// whatever their number. Its transaction commits without waiting for a WAL
+// flush (synchronous_commit off for it alone): a NOTIFY takes a
+// transaction id, so its commit writes a commit record, and a wake-up lost
+// in a crash is one a watcher's poll makes up for.
+const notifySQL = `SELECT pg_notify('` + notifyChannel + `', p)
+	FROM set_config('synchronous_commit', 'off', true), unnest($1::text[]) AS p`
 
 // notifyPayload is a notification's text: the session's id and its
 // revision after the change, space-separated.
