@@ -120,6 +120,7 @@ type fastAppend struct {
 	done  *appended // nil: the statement updated no row
 	err   error
 	alone bool // the batch failed: write this append alone
+	woken bool // its watchers' wake-up is sent
 
 	// next delivers nil once the append is written, or the batch of
 	// appends queued meanwhile, for this append (their first) to lead.
@@ -222,6 +223,15 @@ func (s *Store) lead(leader *fastAppend, batch []*fastAppend) {
 	g.expect, g.lastWrite = len(batch), time.Since(start)
 	g.mu.Unlock()
 	handOff()
+	// The batch's wake-ups go together, before its callers run on, so that
+	// the notifier sends them in one notification transaction rather than
+	// one each.
+	for _, a := range batch {
+		if a.done != nil && a.err == nil {
+			s.wake(a.done.id, a.done.res.Revision)
+			a.woken = true
+		}
+	}
 	for _, a := range batch {
 		if a != leader {
 			a.next <- nil
