@@ -112,8 +112,11 @@
 // number: BEGIN, lock_timeout, the row locks of their sessions in the
 // order of the sessions' ids, one statement that writes every append from
 // arrays (a second append to a session in the batch takes one more
-// statement), COMMIT. A lone append is written at once, alone; no append
-// waits for a timer. Each append keeps its own conditions and sees what
+// statement), COMMIT. A batch smaller than the last one first waits for as
+// many appends, at most the last batch's write time (2 ms at most): under
+// load appends come back in waves, and the first back would otherwise be
+// committed alone with the others waiting behind it. A lone client's
+// append (its last batch held one) is written at once. Each append keeps its own conditions and sees what
 // the appends before it wrote, so every append is decided as if it ran
 // alone in queue order, and one that the statement does not apply takes
 // the general path after the batch's commit. A statement PostgreSQL
@@ -143,7 +146,8 @@
 // messages of a one-statement append) and, once committed, sends
 // pg_notify with the session's id and new revision (outside the write's
 // transaction, which would otherwise hold PostgreSQL's global notify lock
-// through its commit). Each Store keeps one LISTEN connection while
+// through its commit; a group commit's together, and with no wait for a
+// WAL flush). Each Store keeps one LISTEN connection while
 // anything is watched; a notification of a revision it has not delivered
 // (or a poll every Options.PollInterval, or a reconnect) makes it read the
 // watched sessions' events after the last one it delivered, so watchers on

@@ -182,3 +182,15 @@ const (
 	LockBatchSQL   = lockBatchSQL
 	AppendBatchSQL = appendBatchSQL
 )
+
+// SetGather makes d's next leader gather as after a batch of expect
+// appends that took wait to write, with no cap on the wait.
+func SetGather(d *Store, expect int, wait time.Duration) {
+	g := &d.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.expect, g.lastWrite, g.gatherMax = expect, wait, wait
+}
+
+// Batches is how many batches of two or more appends d has written.
+func Batches(d *Store) uint64 { return d.group.batches.Load() }

@@ -22,7 +22,15 @@ import (
 // connection: BEGIN, the lock of every session the batch names
 // (lockBatchSQL), one statement writing all of its appends from arrays
 // (appendBatchSQL), COMMIT. One commit (one WAL flush), one round trip and
-// the same five statements then serve N appends. One batch is in flight
+// the same five statements then serve N appends. The appends of a busy
+// Store arrive in waves (their clients were answered together, by the last
+// batch's commit), so a leader holding fewer appends than the last batch
+// first gathers: it waits until as many are in hand, or at most the last
+// batch's write time (capped at groupGatherMax). Otherwise the first to
+// return would be written alone, and the rest would wait for its commit
+// before theirs, and again the next time: a commit of a single append for
+// every batch. After a batch of one (a single client) nobody waits. One
+// batch is in flight
 // per Store at a time, except that a write still going after
 // groupLockWait (stuck on a row lock) hands the queue on to the next batch
 // then.
@@ -69,6 +77,10 @@ const groupBatches = 1
 // enough that one busy session does not stall every append of the Store.
 const groupLockWait = 100 * time.Millisecond
 
+// groupGatherMax bounds a leader's gather: the wait for the appends a
+// busy Store expects back after a batch, when some never come.
+const groupGatherMax = 2 * time.Millisecond
+
 // groupLockTimeout sets groupLockWait for a batch's transaction.
 var groupLockTimeout = fmt.Sprintf("SET LOCAL lock_timeout = %d", groupLockWait.Milliseconds())
 
@@ -78,6 +90,13 @@ type appendGroup struct {
 	max     int           // batches written at a time (groupBatches)
 	writing int           // batches being written, at most max
 	queue   []*fastAppend // arrived while max batches were being written, in order
+
+	// The last batch's size and write time, the next gather's measure.
+	expect    int
+	lastWrite time.Duration
+	gatherMax time.Duration // groupGatherMax; longer in tests
+	gathered  chan struct{} // non-nil while a leader gathers: closed once need more are queued
+	need      int
 
 	batches, grouped atomic.Uint64 // batches of two or more written, appends in them
 	statements       atomic.Uint64 // statements sent to write them
@@ -101,6 +120,7 @@ type fastAppend struct {
 	done  *appended // nil: the statement updated no row
 	err   error
 	alone bool // the batch failed: write this append alone
+	woken bool // its watchers' wake-up is sent
 
 	// next delivers nil once the append is written, or the batch of
 	// appends queued meanwhile, for this append (their first) to lead.
@@ -115,6 +135,10 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 	batch := []*fastAppend{a}
 	if g.writing >= g.max {
 		g.queue = append(g.queue, a)
+		if g.gathered != nil && len(g.queue) >= g.need {
+			close(g.gathered)
+			g.gathered = nil
+		}
 		g.mu.Unlock()
 		select {
 		case batch = <-a.next:
@@ -130,12 +154,42 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 		g.mu.Unlock()
 	}
 	if batch != nil {
-		s.lead(a, batch)
+		s.lead(a, s.group.gather(batch))
 	}
 	if a.alone {
 		s.writeOne(a)
 	}
 	return a.done, a.err
+}
+
+// gather returns batch, which a leader is about to write, with the
+// appends queued meanwhile: when batch is smaller than the last batch, it
+// first waits until as many are in hand, or at most the last batch's
+// write time (capped at gatherMax).
+func (g *appendGroup) gather(batch []*fastAppend) []*fastAppend {
+	g.mu.Lock()
+	wait, need := min(g.lastWrite, g.gatherMax), g.expect-len(batch)
+	if wait <= 0 || need <= 0 {
+		g.mu.Unlock()
+		return batch
+	}
+	full := make(chan struct{})
+	g.gathered, g.need = full, need
+	g.mu.Unlock()
+	t := time.NewTimer(wait)
+	select {
+	case <-full:
+	case <-t.C:
+	}
+	t.Stop()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gathered == full {
+		g.gathered = nil
+	}
+	batch = append(batch, g.queue...)
+	g.queue = nil
+	return batch
 }
 
 // leave takes a out of the queue, if no leader has taken it yet: a caller
@@ -161,9 +215,23 @@ func (s *Store) lead(leader *fastAppend, batch []*fastAppend) {
 	var once sync.Once
 	handOff := func() { once.Do(s.group.handOff) }
 	t := time.AfterFunc(groupLockWait, handOff)
+	start := time.Now()
 	s.writeBatch(batch)
 	t.Stop()
+	g := &s.group
+	g.mu.Lock()
+	g.expect, g.lastWrite = len(batch), time.Since(start)
+	g.mu.Unlock()
 	handOff()
+	// The batch's wake-ups go together, before its callers run on, so that
+	// the notifier sends them in one notification transaction rather than
+	// one each.
+	for _, a := range batch {
+		if a.done != nil && a.err == nil {
+			s.wake(a.done.id, a.done.res.Revision)
+			a.woken = true
+		}
+	}
 	for _, a := range batch {
 		if a != leader {
 			a.next <- nil

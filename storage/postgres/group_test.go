@@ -568,3 +568,78 @@ func TestGroupCommitIDAndAlias(t *testing.T) {
 		t.Errorf("revision %d with %d messages; want 3 with 2", got.Revision, len(msgs))
 	}
 }
+
+// TestGroupCommitGathers: after a batch of n appends, a leader holding
+// fewer (the first append to come back, or a batch queued meanwhile)
+// waits for n in all and writes them in one batch, or, when fewer come,
+// writes those that did once the last batch's write time has passed;
+// after a batch of one, an append is written at once.
+func TestGroupCommitGathers(t *testing.T) {
+	d, s := openDriver(t, pgtest.Schema(t), 4)
+	ctx := t.Context()
+	refs := createSessions(t, s, 4)
+	appendAll := func(refs []storage.Ref, tag string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, len(refs))
+		for i, ref := range refs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{userMsg(fmt.Sprintf("%s-%d", tag, i))}})
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	written := func() (uint64, uint64) { return postgres.Batches(d), postgres.Grouped(d) }
+
+	// All four back, one by one: one batch, long before the wait's end.
+	postgres.SetGather(d, 4, time.Minute)
+	b0, g0 := written()
+	start := time.Now()
+	appendAll(refs, "all")
+	if b, g := written(); b-b0 != 1 || g-g0 != 4 || time.Since(start) > 30*time.Second {
+		t.Errorf("4 appends after a batch of 4: %d batches holding %d appends in %v; want 1 holding 4 at once", b-b0, g-g0, time.Since(start))
+	}
+
+	// A batch of one handed on (queued while another was written) waits
+	// for the three others too.
+	postgres.SetGather(d, 4, time.Minute)
+	b0, g0 = written()
+	release := postgres.HoldAppends(t, d)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		appendAll(refs[:1], "handed")
+	}()
+	release(1)
+	appendAll(refs[1:], "handed")
+	<-done
+	if b, g := written(); b-b0 != 1 || g-g0 != 4 {
+		t.Errorf("1 append handed on, then 3: %d batches holding %d appends; want 1 holding 4", b-b0, g-g0)
+	}
+
+	// Two of four back: written together once the wait is over.
+	postgres.SetGather(d, 4, 200*time.Millisecond)
+	b0, g0 = written()
+	start = time.Now()
+	appendAll(refs[:2], "two")
+	if b, g := written(); b-b0 != 1 || g-g0 != 2 || time.Since(start) < 200*time.Millisecond {
+		t.Errorf("2 appends after a batch of 4: %d batches holding %d appends in %v; want 1 holding 2 after the wait", b-b0, g-g0, time.Since(start))
+	}
+
+	// After a batch of one, no wait.
+	postgres.SetGather(d, 1, time.Minute)
+	start = time.Now()
+	appendAll(refs[:1], "one")
+	if time.Since(start) > 30*time.Second {
+		t.Errorf("an append after a batch of one took %v: it waited for others", time.Since(start))
+	}
+}

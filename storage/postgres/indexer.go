@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,14 +19,17 @@ import (
 // sessions.search_count, which it then moves. A pass reads,
 // in one statement and without locks, the sessions with messages to index
 // (sessions_unindexed, oldest change first) and those messages; then, in
-// one statement, it moves each session's search_count and inserts the
-// signatures, for the sessions whose search_count and search_epoch are still
-// what it read: a rewind, save or delete meanwhile (which changes the
-// epoch or removes the row), or another replica's indexer that got there
-// first, leaves that session to a later pass. The row locks that takes
-// are held for that one statement, and taken in the order the group
-// commit takes them (the sessions' ids, whatever their namespaces), so
-// indexing never deadlocks with appends. An open
+// one transaction, it inserts the signatures of the sessions whose
+// search_count and search_epoch are still what it read (indexedSQL, no
+// locks: appends wait for nothing while the bulk of the pass is written),
+// and moves those sessions' search_count under their row locks
+// (indexedMoveSQL), which it holds only for that short statement and the
+// commit. A session a rewind, save or delete changed meanwhile (its epoch
+// changes, or its row goes), or that another replica's indexer got to
+// first, fails the second check: the pass rolls back, and the next one
+// reads again. The row locks are taken in the order the group commit
+// takes them (the sessions' ids, whatever their namespaces), so indexing
+// never deadlocks with appends. An open
 // message waits for its close. Search reads the messages not indexed yet
 // from their rows, so the indexer's lag costs search some reading, never a
 // hit.
@@ -61,9 +66,31 @@ const unindexedSQL = `WITH p AS (
 SELECT p.id::text, p.lo, p.hi, p.search_epoch, m.pos, m.body
 FROM p JOIN messages m ON m.session_id = p.id AND m.pos >= p.lo AND m.pos < p.hi`
 
-// indexedSQL writes a pass (arguments: the sessions' ids, first and end
-// positions and epochs; the messages' session ids, positions and signatures).
+// indexedSQL writes a pass's signatures (arguments: the sessions' ids,
+// first and end positions and epochs; the messages' session ids, positions
+// and signatures) for the sessions still as the pass read them, and
+// returns those sessions' ids. A row it overwrites (ON CONFLICT) belongs to
+// a session whose search_count is at or before its position, whose
+// signature search does not read. The rows go in key order, so that two
+// replicas' passes that write the same rows wait for each other instead
+// of deadlocking.
 const indexedSQL = `WITH t AS (
+	SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[]) AS t(sid, lo, hi, epoch)
+), i AS (
+	INSERT INTO message_search (session_id, pos, sig)
+	SELECT x.sid, x.pos, x.sig FROM unnest($5::uuid[], $6::bigint[], $7::bit(2048)[]) AS x(sid, pos, sig)
+	WHERE x.sid IN (SELECT s.id FROM sessions s JOIN t ON s.id = t.sid WHERE s.search_count = t.lo AND s.search_epoch = t.epoch)
+	ORDER BY x.sid, x.pos
+	ON CONFLICT (session_id, pos) DO UPDATE SET sig = EXCLUDED.sig
+	RETURNING session_id
+)
+SELECT DISTINCT session_id::text FROM i`
+
+// indexedMoveSQL moves the search_count of the sessions indexedSQL wrote
+// (arguments: their ids, first and end positions and epochs) if each is
+// still as the pass read it, under their row locks taken in id order, and
+// returns how many it moved.
+const indexedMoveSQL = `WITH t AS (
 	SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[]) AS t(sid, lo, hi, epoch)
 ), l AS (
 	SELECT s.id, t.hi FROM sessions s JOIN t ON s.id = t.sid
@@ -73,10 +100,7 @@ const indexedSQL = `WITH t AS (
 ), u AS (
 	UPDATE sessions s SET search_count = l.hi FROM l WHERE s.id = l.id RETURNING s.id
 )
-INSERT INTO message_search (session_id, pos, sig)
-SELECT x.sid, x.pos, x.sig FROM unnest($5::uuid[], $6::bigint[], $7::bit(2048)[]) AS x(sid, pos, sig)
-WHERE x.sid IN (SELECT id FROM u)
-ON CONFLICT (session_id, pos) DO UPDATE SET sig = EXCLUDED.sig`
+SELECT count(*) FROM u`
 
 // indexer runs passes until ctx ends, one after another while there is
 // work, else every indexInterval; after a failure, every indexRetry until
@@ -155,11 +179,9 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 		}
 		more = len(ranges) == indexSessions
 		var (
-			ids             []string
-			los, his, epchs []int64
-			sids            []string
-			poss            []int64
-			sigs            []pgtype.Bits
+			sids []string
+			poss []int64
+			sigs []pgtype.Bits
 		)
 		for _, r := range ranges {
 			// Index only what was read without a gap from lo: the
@@ -172,13 +194,57 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 			}
 			r.hi = r.lo + int64(len(r.sigs))
 			more = more || len(r.sigs) == indexPerSession
-			ids, los, his, epchs = append(ids, r.id), append(los, r.lo), append(his, r.hi), append(epchs, r.epoch)
 			for i, sig := range r.sigs {
 				sids, poss, sigs = append(sids, r.id), append(poss, r.lo+int64(i)), append(sigs, sig)
 			}
 		}
-		_, err = s.pool.Exec(ctx, indexedSQL, uuidArgs(ids), los, his, epchs, uuidArgs(sids), poss, encodeSigs(sigs))
+		err = s.writeIndexed(ctx, ranges, sids, poss, sigs)
+		if errors.Is(err, errIndexRaced) {
+			more, err = true, nil
+		}
 		return err
 	})
 	return more, err
 }
+
+// writeIndexed writes a pass: the signatures sigs (of the messages at
+// positions poss of sessions sids) of ranges, then each written session's
+// new search_count, in one transaction that it rolls back when a session
+// changed between the two.
+func (s *Store) writeIndexed(ctx context.Context, ranges []*indexRange, sids []string, poss []int64, sigs []pgtype.Bits) error {
+	cols := func(keep func(*indexRange) bool) []any {
+		var (
+			ids             []string
+			los, his, epchs []int64
+		)
+		for _, r := range ranges {
+			if keep(r) {
+				ids, los, his, epchs = append(ids, r.id), append(los, r.lo), append(his, r.hi), append(epchs, r.epoch)
+			}
+		}
+		return []any{uuidArgs(ids), los, his, epchs}
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, indexedSQL, append(cols(func(*indexRange) bool { return true }), uuidArgs(sids), poss, encodeSigs(sigs))...)
+		if err != nil {
+			return err
+		}
+		written, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(written) == 0 {
+			return err
+		}
+		move := cols(func(r *indexRange) bool { return slices.Contains(written, r.id) })
+		var moved int64
+		if err := tx.QueryRow(ctx, indexedMoveSQL, move...).Scan(&moved); err != nil {
+			return err
+		}
+		if moved != int64(len(written)) {
+			return errIndexRaced
+		}
+		return nil
+	})
+}
+
+// errIndexRaced rolls back a pass whose sessions changed while it wrote:
+// the next pass reads them again.
+var errIndexRaced = errors.New("postgres: a session changed during a search indexing pass")

@@ -231,14 +231,81 @@ func TestIndexerLocksInGroupCommitOrder(t *testing.T) {
 	waitIndexed(t, dsn, 10*time.Second)
 }
 
-// indexerWaits reports whether the indexer's write waits for a lock that
+// TestIndexerWritesWithoutSessionLocks: while a pass writes its
+// signatures (held here by a row of message_search that another
+// transaction has locked), it holds no session's row lock: appends and a
+// rewind of its session go through at once. The pass, whose session
+// changed meanwhile, then writes nothing, and the next one indexes the
+// session as it is.
+func TestIndexerWritesWithoutSessionLocks(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	s := open(t, dsn)
+	ctx := t.Context()
+	user := func(id, text string) []*sessiondv1.Message {
+		return []*sessiondv1.Message{{Id: id, Role: sessiondv1.Role_ROLE_USER, Content: text}}
+	}
+	se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "t", Messages: append(user("a", "alpha words"), user("b", "bravo words")...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := storage.Ref{Namespace: "ns", ID: se.ID}
+	waitIndexed(t, dsn, 10*time.Second)
+	admin, blocker := connect(t, dsn), connect(t, dsn)
+	tx, err := blocker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `UPDATE message_search SET sig = sig WHERE session_id = $1 AND pos = 0`, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `UPDATE sessions SET search_count = 0 WHERE id = $1`, se.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !indexerWaitsIn(t, admin, blocker.PgConn().PID(), "INSERT INTO message_search", 10*time.Second) {
+		t.Fatal("the indexer never waited for the locked signature")
+	}
+	quick, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := s.Append(quick, storage.AppendRequest{Ref: ref, Messages: user("c", "charlie words")}); err != nil {
+		t.Fatalf("append while the indexer writes signatures of its session: %v", err)
+	}
+	if _, err := s.Rewind(quick, storage.RewindRequest{Ref: ref, MessageCount: 1}); err != nil {
+		t.Fatalf("rewind while the indexer writes signatures of its session: %v", err)
+	}
+	if _, err := s.Append(quick, storage.AppendRequest{Ref: ref, Messages: user("d", "delta words")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitIndexed(t, dsn, 10*time.Second)
+	for query, want := range map[string]int{"alpha": 1, "bravo": 0, "charlie": 0, "delta": 1} {
+		if n := hits(t, s, query); n != want {
+			t.Errorf("search %q after the rewind: %d hits, want %d", query, n, want)
+		}
+	}
+	var stale int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM message_search WHERE session_id = $1 AND pos >= 2`, se.ID).Scan(&stale); err != nil || stale != 0 {
+		t.Errorf("%d signatures past the session's 2 messages (%v); want none", stale, err)
+	}
+}
+
+// indexerWaits reports whether the indexer's move of search_count waits for a lock that
 // the backend pid holds, within limit.
 func indexerWaits(t *testing.T, conn *pgx.Conn, pid uint32, limit time.Duration) bool {
+	t.Helper()
+	return indexerWaitsIn(t, conn, pid, "UPDATE sessions s SET search_count", limit)
+}
+
+// indexerWaitsIn reports whether the indexer's statement holding stmt
+// waits for a lock that the backend pid holds, within limit.
+func indexerWaitsIn(t *testing.T, conn *pgx.Conn, pid uint32, stmt string, limit time.Duration) bool {
 	t.Helper()
 	for start := time.Now(); time.Since(start) < limit; time.Sleep(10 * time.Millisecond) {
 		var n int
 		if err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
-			WHERE $1::int = ANY(pg_blocking_pids(pid)) AND query LIKE '%INSERT INTO message_search%'`, int32(pid)).Scan(&n); err != nil {
+			WHERE $1::int = ANY(pg_blocking_pids(pid)) AND query LIKE '%' || $2 || '%'`, int32(pid), stmt).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {

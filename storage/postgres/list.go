@@ -93,25 +93,6 @@ func (s *Store) listPaged(ctx context.Context, opts storage.ListOptions, first, 
 	}
 }
 
-// queryYield runs query on a pooled connection, then yields each session it
-// read, with no connection held while yield runs, and returns them.
-func (s *Store) queryYield(ctx context.Context, query func(q querier) ([]*storage.Session, error), yield func(*storage.Session) error) ([]*storage.Session, error) {
-	var got []*storage.Session
-	if err := s.withConn(func(q querier) error {
-		var err error
-		got, err = query(q)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	for _, m := range got {
-		if err := yield(m); err != nil {
-			return nil, err
-		}
-	}
-	return got, nil
-}
-
 // querier is what pool connections and transactions share.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -370,11 +351,19 @@ func (s *Store) Expired(ctx context.Context, opts storage.ExpiredOptions, yield 
 	}
 	left := opts.Limit
 	for _, q := range qs {
-		got, err := s.queryYield(ctx, func(c querier) ([]*storage.Session, error) {
-			return collectSessions(c.Query(ctx, q.sql, append(q.args, pgLimit(left))...))
-		}, yield)
-		if err != nil {
+		// Read whole, then yielded: no connection is held while yield runs.
+		var got []*storage.Session
+		if err := s.withConn(func(c querier) error {
+			var err error
+			got, err = collectSessions(c.Query(ctx, q.sql, append(q.args, pgLimit(left))...))
 			return err
+		}); err != nil {
+			return err
+		}
+		for _, m := range got {
+			if err := yield(m); err != nil {
+				return err
+			}
 		}
 		if opts.Limit > 0 {
 			if left -= int64(len(got)); left <= 0 {

@@ -911,15 +911,18 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 		ref, byID = req.Ref.Alias, false
 	}
 	n := int64(len(ids))
-	m, err := s.runFast(&fastAppend{
+	a := &fastAppend{
 		ctx: ctx, ns: req.Ref.Namespace, ref: ref, byID: byID, key: req.Ref.Namespace + "\x00" + ref,
 		expected: int64(req.ExpectedRevision), nowNS: time.Now().UnixNano(), sent: msgs.SentIDs(),
 		msgIDs: ids, bodies: bodies, titles: storage.CanTitle(msgs.Prepared), next: make(chan []*fastAppend, 1),
-	})
+	}
+	m, err := s.runFast(a)
 	if m == nil || err != nil {
 		return res, false, err
 	}
-	s.wake(m.id, uint64(m.res.Revision))
+	if !a.woken {
+		s.wake(m.id, m.res.Revision)
+	}
 	m.res.Appended = n
 	return m.res, true, nil
 }

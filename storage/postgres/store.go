@@ -135,6 +135,7 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	s := &Store{pool: pool, log: log, wakeCh: make(chan changed, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{})}
 	s.group.max = groupBatches
+	s.group.gatherMax = groupGatherMax
 	nctx, stop := context.WithCancel(context.Background())
 	s.stopNotify = stop
 	go s.notifier(nctx)
@@ -436,7 +437,8 @@ func (s *Store) wake(id string, rev uint64) {
 // batch in a transaction of its own. A NOTIFY inside a write's transaction
 // would hold PostgreSQL's global notification lock through that commit's
 // WAL flush and so serialise every write of every replica; a transaction
-// holding only NOTIFYs writes no WAL and holds it for a moment. A
+// holding only NOTIFYs writes only its commit record (see notifySQL) and
+// holds it for a moment. A
 // notification says only which session moved and to which revision
 // (notifyPayload): the rows are the truth, and a wake-up lost (the
 // process killed between the commit and the NOTIFY) only delays watchers
@@ -471,8 +473,12 @@ func (s *Store) notifier(ctx context.Context) {
 }
 
 // notifySQL sends one notification per payload ($1), in one statement
-// whatever their number.
-const notifySQL = `SELECT pg_notify('` + notifyChannel + `', p) FROM unnest($1::text[]) AS p`
+// whatever their number. Its transaction commits without waiting for a WAL
+// flush (synchronous_commit off for it alone): a NOTIFY takes a
+// transaction id, so its commit writes a commit record, and a wake-up lost
+// in a crash is one a watcher's poll makes up for.
+const notifySQL = `SELECT pg_notify('` + notifyChannel + `', p)
+	FROM set_config('synchronous_commit', 'off', true), unnest($1::text[]) AS p`
 
 // notifyPayload is a notification's text: the session's id and its
 // revision after the change, space-separated.
