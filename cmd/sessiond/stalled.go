@@ -54,7 +54,6 @@ func (l *trackedListener) Accept() (net.Conn, error) {
 	}
 	tc := &trackedConn{Conn: c, t: l.t}
 	tc.local = connAddr{Addr: c.LocalAddr(), conn: tc}
-	tc.progress.Store(time.Now().UnixNano())
 	l.t.mu.Lock()
 	l.t.conns[tc] = struct{}{}
 	l.t.mu.Unlock()
@@ -63,14 +62,13 @@ func (l *trackedListener) Accept() (net.Conn, error) {
 
 type trackedConn struct {
 	net.Conn
-	t        *connTracker
-	local    connAddr
-	progress atomic.Int64 // UnixNano of the last read or write that moved bytes
-	read     atomic.Int64 // UnixNano of the last read that moved bytes
-	written  atomic.Int64 // UnixNano of the last write that moved bytes
-	ended    atomic.Int64 // UnixNano of when the last call's handler returned
-	calls    atomic.Int64
-	once     sync.Once
+	t       *connTracker
+	local   connAddr
+	read    atomic.Int64 // UnixNano of the last read that moved bytes
+	written atomic.Int64 // UnixNano of the last write that moved bytes
+	ended   atomic.Int64 // UnixNano of when the last call's handler returned
+	calls   atomic.Int64
+	once    sync.Once
 }
 
 // connAddr is a connection's local address carrying the connection: gRPC
@@ -86,9 +84,7 @@ func (c *trackedConn) LocalAddr() net.Addr { return c.local }
 func (c *trackedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
-		now := time.Now().UnixNano()
-		c.progress.Store(now)
-		c.read.Store(now)
+		c.read.Store(time.Now().UnixNano())
 	}
 	return n, err
 }
@@ -96,9 +92,7 @@ func (c *trackedConn) Read(b []byte) (int, error) {
 func (c *trackedConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	if n > 0 {
-		now := time.Now().UnixNano()
-		c.progress.Store(now)
-		c.written.Store(now)
+		c.written.Store(time.Now().UnixNano())
 	}
 	return n, err
 }
@@ -117,31 +111,46 @@ func (c *trackedConn) Close() error {
 func (t *connTracker) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-			defer callRunning(ctx)()
+			c := callConn(ctx)
+			c.callStarted()
+			defer c.callEnded()
 			return handler(ctx, req)
 		}),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-			defer callRunning(ss.Context())()
+			c := callConn(ss.Context())
+			c.callStarted()
+			defer c.callEnded()
 			return handler(srv, ss)
 		}),
 	}
 }
 
-// callRunning counts a call against its connection until the returned
-// function is called.
-func callRunning(ctx context.Context) func() {
+// callConn returns the tracked connection a call runs on, or nil when it
+// runs on none (an in-process call).
+func callConn(ctx context.Context) *trackedConn {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return func() {}
+		return nil
 	}
 	a, ok := p.LocalAddr.(connAddr)
 	if !ok {
-		return func() {}
+		return nil
 	}
-	a.conn.calls.Add(1)
-	return func() {
-		a.conn.ended.Store(time.Now().UnixNano())
-		a.conn.calls.Add(-1)
+	return a.conn
+}
+
+// callStarted and callEnded count a call against its connection; on a nil
+// connection they do nothing.
+func (c *trackedConn) callStarted() {
+	if c != nil {
+		c.calls.Add(1)
+	}
+}
+
+func (c *trackedConn) callEnded() {
+	if c != nil {
+		c.ended.Store(time.Now().UnixNano())
+		c.calls.Add(-1)
 	}
 }
 
@@ -179,7 +188,7 @@ func (t *connTracker) closeStalled(done <-chan struct{}, log *zap.Logger) {
 		var stalled []*trackedConn
 		t.mu.Lock()
 		for c := range t.conns {
-			last := time.Unix(0, max(c.progress.Load(), start.UnixNano()))
+			last := time.Unix(0, max(c.read.Load(), c.written.Load(), start.UnixNano()))
 			ended := c.ended.Load()
 			before, ok := writtenAtStart[c]
 			answered := c.read.Load() > start.UnixNano()

@@ -17,11 +17,14 @@ import "time"
 //     wait) in which none arrived, and after about one synced write's time
 //     (the running mean, at most walGatherMax) in all.
 //
-// A lone writer, or writers that take turns, expect no one else and never
-// wait; a writer that stops costs the others one short wait, after which
-// it is no longer expected.
+// A step is half of that time, not less: on a busy machine a writer's
+// next request can be late by a scheduling delay, and a leader that gives
+// up on it flushes a short batch that splits the writers again. A lone
+// writer, or writers that take turns, expect no one else and never wait;
+// a writer that stops costs the others one such step, after which it is
+// no longer expected.
 const (
-	walGatherSteps = 4
+	walGatherSteps = 2
 	walGatherMax   = 4 * time.Millisecond
 )
 

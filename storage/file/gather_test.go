@@ -48,6 +48,20 @@ func TestGatherUntil(t *testing.T) {
 			t.Errorf("took a queue of %d after %v; want 1 after one step (%v), not the whole wait", n, took, step)
 		}
 	})
+	t.Run("waits out a writer late by less than a step", func(t *testing.T) {
+		// A writer delayed past a quarter of the wait, as a busy machine
+		// delays one, still joins: a shorter step would flush without it.
+		w := &wal{queue: []*walReq{{}}}
+		wait := 400 * time.Millisecond
+		go func() {
+			time.Sleep(wait * 2 / 5)
+			joinQueue(w)
+		}()
+		n, took := gatherFrom(w, 2, wait)
+		if n != 2 || took >= wait {
+			t.Errorf("took a queue of %d after %v; want 2, the late writer's request included, before the whole wait (%v)", n, took, wait)
+		}
+	})
 	t.Run("goes on while writers arrive", func(t *testing.T) {
 		w := &wal{queue: []*walReq{{}}}
 		step := 400 * time.Millisecond
