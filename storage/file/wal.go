@@ -1139,6 +1139,11 @@ func applyJournal(path string, recs []walRec, buf []byte, st *ioStats) (_ []byte
 	if err != nil {
 		return buf, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
 	}
+	defer func() { // also when a fault in a mapped segment unwinds
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, cerr))
+		}
+	}()
 	// win holds the journal's bytes from winOff on, as read (and as
 	// written since); a short read leaves it shorter.
 	// A window reaches no further than the records do: a small journal
@@ -1164,15 +1169,11 @@ func applyJournal(path string, recs []walRec, buf []byte, st *ioStats) (_ []byte
 		n, err := f.WriteAt(r.frame, r.off)
 		st.bytesWritten.Add(int64(n))
 		if err != nil {
-			_ = f.Close()
 			return buf, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
 		}
 		// The window must show what the file now holds: drop it (a
 		// later record is compared with a fresh read).
 		winOff = -1
-	}
-	if err := f.Close(); err != nil {
-		return buf, ioErr(fmt.Errorf("replay the write-ahead log into %s: %w", path, err))
 	}
 	return buf, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/sys/unix"
 
 	"github.com/sessiond/sessiond/storage"
 )
@@ -611,5 +612,46 @@ func TestApplyJournal(t *testing.T) {
 	// Gone: nothing to do, no error.
 	if _, err := applyJournal(filepath.Join(t.TempDir(), "gone"), recs, nil, &st); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestApplyJournalFaultClosesFile: a record whose mapped segment faults
+// (here: the segment was cut under its mapping) fails the replay with an
+// I/O error, and the journal's file is closed all the same.
+func TestApplyJournalFaultClosesFile(t *testing.T) {
+	dir := t.TempDir()
+	seg, path := filepath.Join(dir, "segment"), filepath.Join(dir, "journal")
+	if err := os.WriteFile(seg, bytes.Repeat([]byte{7}, 8192), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, unmap, err := mapSegment(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unmap == nil {
+		t.Skip("this file system cannot map files")
+	}
+	defer unmap()
+	if err := os.Truncate(seg, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The journal holds bytes where the record goes, so that the replay
+	// compares them with the record's: that read of the mapping faults.
+	if err := os.WriteFile(path, make([]byte, 200), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var st ioStats
+	_, err = applyJournal(path, []walRec{{off: 0, frame: data[:100]}}, nil, &st)
+	if !errors.Is(err, unix.EIO) {
+		t.Fatalf("replay from a faulting mapping: got %v, want an I/O error", err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot list open files: %v", err)
+	}
+	for _, fd := range fds {
+		if target, _ := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); target == path {
+			t.Fatalf("the journal %s is still open after the failed replay", path)
+		}
 	}
 }
