@@ -109,25 +109,25 @@
 // appends share an fdatasync): the appends that arrive while a Store is
 // writing queue, and when it is done the first of them writes them all as
 // one transaction in one round trip of five statements, whatever their
-// number: BEGIN, lock_timeout, the row locks of their sessions in the
-// order of the sessions' ids, one statement that writes every append from
-// arrays (a second append to a session in the batch takes one more
-// statement), COMMIT. A batch smaller than the last one first waits for as
-// many appends, at most the last batch's write time (2 ms at most): under
-// load appends come back in waves, and the first back would otherwise be
-// committed alone with the others waiting behind it. A lone client's
-// append (its last batch held one) is written at once. Each append keeps its own conditions and sees what
-// the appends before it wrote, so every append is decided as if it ran
-// alone in queue order, and one that the statement does not apply takes
-// the general path after the batch's commit. A statement PostgreSQL
-// refuses (a deadlock PostgreSQL broke, the lock timeout) rolls the batch
-// back, and each of its appends is retried alone. Locking in id order
-// keeps two replicas' batches from deadlocking over the same sessions. A
-// session's row lock held long by another transaction holds up only that
-// session's appends: a batch waits at most 100 ms for its row locks
-// (lock_timeout; then its appends are retried alone), and a write still
-// going after 100 ms lets the next batch start. An append whose caller
-// gives up while it is queued returns at once, unwritten.
+// number: BEGIN, lock_timeout, the row locks of their sessions in the order
+// of the sessions' ids, one statement that writes every append from arrays
+// (a second append to a session in the batch takes one more statement),
+// COMMIT. A batch smaller than the last one first waits for as many
+// appends, at most the last batch's write time (2 ms at most): under load
+// appends come back in waves, and the first back would otherwise be
+// committed alone with the others waiting behind it. A lone client's append
+// (its last batch held one) is written at once. Each append keeps its own
+// conditions and sees what the appends before it wrote, so every append is
+// decided as if it ran alone in queue order, and one that the statement
+// does not apply takes the general path after the batch's commit. A
+// statement PostgreSQL refuses (a deadlock PostgreSQL broke, the lock
+// timeout) rolls the batch back, and each of its appends is retried alone.
+// Locking in id order keeps two replicas' batches from deadlocking over the
+// same sessions. A session's row lock held long by another transaction
+// holds up only that session's appends: a batch waits at most 100 ms for
+// its row locks (lock_timeout; then its appends are retried alone), and a
+// write still going after 100 ms lets the next batch start. An append whose
+// caller gives up while it is queued returns at once, unwritten.
 //
 // Creates race on the primary key and the (namespace, alias) unique key:
 // exactly one wins. Reads (Get, Load) run in a read-only repeatable-read

@@ -438,11 +438,10 @@ func (s *Store) wake(id string, rev uint64) {
 // would hold PostgreSQL's global notification lock through that commit's
 // WAL flush and so serialise every write of every replica; a transaction
 // holding only NOTIFYs writes only its commit record (see notifySQL) and
-// holds it for a moment. A
-// notification says only which session moved and to which revision
-// (notifyPayload): the rows are the truth, and a wake-up lost (the
-// process killed between the commit and the NOTIFY) only delays watchers
-// until their next poll.
+// holds it for a moment. A notification says only which session moved and
+// to which revision (notifyPayload): the rows are the truth, and a wake-up
+// lost (the process killed between the commit and the NOTIFY) only delays
+// watchers until their next poll.
 func (s *Store) notifier(ctx context.Context) {
 	defer close(s.notifyDone)
 	for {
