@@ -7,7 +7,7 @@
 //
 // The modes and their flags are in run.go (`sessiond-load --help`). A run
 // writes into a namespace of its own, sessiond-load-TIME-RANDOM, unless
-// --namespace names one; --cleanup removes what it wrote. Every loop is
+// --namespace names one ("" is the default namespace); --cleanup removes what it wrote. Every loop is
 // bounded by a count and a duration. --json writes the report as one JSON
 // object.
 //

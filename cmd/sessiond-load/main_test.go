@@ -243,6 +243,19 @@ func TestModes(t *testing.T) {
 		}
 	})
 
+	t.Run("list of the default namespace", func(t *testing.T) {
+		for i := range 3 {
+			if _, err := d.store.Create(t.Context(), storage.CreateRequest{Title: "default " + strconv.Itoa(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var rep listReport
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "", "list", "--repeat", "1")
+		if rep.Populated != 0 || rep.Sessions != 3 {
+			t.Fatalf("report %+v; want the 3 sessions of the default namespace listed, none created", rep)
+		}
+	})
+
 	t.Run("load", func(t *testing.T) {
 		// 1,200 messages of 1 KiB are more than one ~1 MiB frame.
 		var rep loadReport

@@ -217,7 +217,7 @@ func appendFlags(fs *flag.FlagSet, c *config, clients int, duration time.Duratio
 // commonFlags are accepted before the mode and after it.
 func commonFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.addr, "addr", c.addr, "sessiond address, host:port on loopback")
-	fs.StringVar(&c.namespace, "namespace", c.namespace, "namespace of the sessions the run creates (default: a new one per run, sessiond-load-TIME-RANDOM, so that a run never mixes with other sessions)")
+	fs.StringVar(&c.namespace, "namespace", c.namespace, "namespace of the sessions the run creates (\"\" is the default namespace; without the flag: a new one per run, sessiond-load-TIME-RANDOM, so that a run never mixes with other sessions)")
 	fs.BoolVar(&c.cleanup, "cleanup", c.cleanup, "remove what the run wrote when it ends: the sessions it created, and the data dir it made")
 	fs.BoolVar(&c.json, "json", c.json, "write the report as one JSON object")
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "deadline of each call")
@@ -277,9 +277,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var err error
-	if c.namespace == "" {
+	// --namespace "" names the default namespace; only an absent flag asks
+	// for a namespace of the run's own.
+	if !global.Changed("namespace") && !fs.Changed("namespace") {
 		if m.name == "list" && c.populate == 0 {
-			return usagef("list without --populate lists an existing namespace: give --namespace")
+			return usagef("list without --populate lists an existing namespace: give --namespace (\"\" for the default one)")
 		}
 		if c.namespace, err = runNamespace(time.Now()); err != nil {
 			return err
