@@ -303,11 +303,10 @@
 // page cache, and much more with a cold one, so start-up after a crash
 // (kill -9, then a restart by systemd) relies on checkpoints rather than on
 // a clean Close. A checkpoint is a copy of every session's metadata, written
-// in the background when WithCheckpoints says (by default 30 s after a
-// change, or sooner once 4,096 sessions changed), when synced log segments
-// wait for one (above), and by Close. Its mark records a position P in the
-// WAL (etcd's WAL and snapshot: the snapshot names the log index it
-// covers): every change whose metadata the checkpoint does not show is in
+// in the background 30 s after a change (or sooner once 4,096 sessions
+// changed), when synced log segments wait for one (above), and by Close.
+// Its mark records a position P in the WAL (etcd's WAL and snapshot: the
+// snapshot names the log index it covers): every change whose metadata the checkpoint does not show is in
 // the log at or after P. The log names the session of every change: an
 // append or update by its journal frame, a delete by its drop record, and a
 // save or rewind, whose new generation has no journal frame, by a touch
@@ -356,7 +355,7 @@
 // An append writes its bytes twice (journal and WAL) and costs a share of
 // one fdatasync; its journal write is shared with the session's other
 // pending frames (one write per 64 KiB), and the journals' syncs happen in
-// the background, once per journal per WAL segment. A fold (past WithFoldThreshold of journal)
+// the background, once per journal per WAL segment. A fold (past 4 MiB of journal)
 // copies nothing: it writes a journal header and a snapshot of the
 // metadata plus 12 bytes per segment, and syncs the journal it ends. So the
 // bytes written stay about twice the bytes appended at any session size
