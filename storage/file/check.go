@@ -82,20 +82,26 @@ func Check(ctx context.Context, dir string, repair bool, progress func(done, tot
 	c := &checker{dir: dir, repair: repair, rep: &CheckReport{Dir: dir}, stamp: time.Now().UTC().Format("20060102T150405Z")}
 	err = c.run(ctx, progress)
 	if err == nil && repair && c.changed {
-		// Rebuild the derived indexes from the repaired sessions: an open
-		// without the checkpoint mark scans every session, and Close writes a
-		// new checkpoint.
-		_ = os.Remove(filepath.Join(dir, "index", cleanName))
-		var s *Store
-		if s, err = openLocked(ctx, dir, lock); err == nil {
-			return c.rep, s.Close() // releases the lock
-		}
+		return c.rep, rebuildIndex(ctx, dir, lock)
 	}
 	lock.Close()
 	if err != nil {
 		return nil, err
 	}
 	return c.rep, nil
+}
+
+// rebuildIndex rebuilds the derived indexes from the sessions and releases
+// lock: an open without the checkpoint mark scans every session, and its
+// Close writes a new checkpoint.
+func rebuildIndex(ctx context.Context, dir string, lock *os.File) error {
+	_ = os.Remove(filepath.Join(dir, "index", cleanName))
+	s, err := openLocked(ctx, dir, lock)
+	if err != nil {
+		lock.Close()
+		return err
+	}
+	return s.Close() // releases the lock
 }
 
 type checker struct {
