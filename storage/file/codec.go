@@ -38,13 +38,9 @@ func metaToProto(m *storage.Session) *sessiondv1.Session {
 	if m.Parent != nil {
 		p.Parent = &sessiondv1.ForkOrigin{SessionId: m.Parent.SessionID, MessageCount: m.Parent.MessageCount}
 	}
-	// usage is always written, zero or not: its absence marks metadata
-	// written before tallies were kept (storage.Tally.Unknown).
-	if !m.Unknown {
-		u := m.Usage
-		p.Usage = &sessiondv1.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-			CachedInputTokens: u.CachedInputTokens, ReasoningTokens: u.ReasoningTokens}
-	}
+	u := m.Usage
+	p.Usage = &sessiondv1.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CachedInputTokens: u.CachedInputTokens, ReasoningTokens: u.ReasoningTokens}
 	if m.ExpireAfter > 0 {
 		p.ExpireAfter = durationpb.New(m.ExpireAfter)
 	}
