@@ -200,15 +200,7 @@ func (e *env) notice(obj map[string]any, format string, a ...any) {
 // listAll names every session of the namespace, oldest first, so that an
 // import creates a fork's parent before the fork.
 func (e *env) listAll(ctx context.Context, c sessiondv1.SessionStoreServiceClient) ([]*sessiondv1.SessionRef, error) {
-	stream, err := c.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Namespace: e.namespace})
-	if err != nil {
-		return nil, e.rpcError("export", err)
-	}
-	var ss []*sessiondv1.Session
-	err = recvEach(e, "export", stream, func(resp *sessiondv1.ListSessionsResponse) error {
-		ss = append(ss, resp.GetSession())
-		return nil
-	})
+	ss, err := e.listSessions(ctx, c, "export", &sessiondv1.ListSessionsRequest{Namespace: e.namespace})
 	if err != nil {
 		return nil, err
 	}

@@ -84,13 +84,11 @@ func (e *env) exportConversation(ctx context.Context, sa sessionArg, output stri
 // importConversation reads one conversation in format f from name (- for
 // stdin) and creates it as a new session of the namespace.
 func (e *env) importConversation(ctx context.Context, name string, f convert.Format, alias string) error {
-	if alias != "" {
-		if err := storage.ValidateAlias(alias); err != nil {
-			return usageErrorf("import: --alias: %v", err)
-		}
-		if _, err := uuid.Parse(alias); err == nil {
-			return usageErrorf("import: --alias %q is shaped like a session id; aliases never are", alias)
-		}
+	if err := optionalAlias("import: --alias", alias); err != nil {
+		return err
+	}
+	if _, err := uuid.Parse(alias); err == nil {
+		return usageErrorf("import: --alias %q is shaped like a session id; aliases never are", alias)
 	}
 	var in io.Reader = e.stdin
 	if name != "-" {
@@ -129,13 +127,9 @@ func (e *env) importConversation(ctx context.Context, name string, f convert.For
 	if err != nil {
 		return fmt.Errorf("import %s: %w", name, err)
 	}
-	if e.json {
-		return writeJSONLine(e.stdout, sess)
-	}
 	named := ""
 	if alias != "" {
 		named = fmt.Sprintf(" (alias %s)", alias)
 	}
-	fmt.Fprintf(e.stdout, "imported %s as session %s%s, %d messages\n", name, sess.GetId(), named, sess.GetMessageCount())
-	return nil
+	return e.printResult(sess, "imported %s as session %s%s, %d messages\n", name, sess.GetId(), named, sess.GetMessageCount())
 }

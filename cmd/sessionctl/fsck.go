@@ -52,11 +52,24 @@ unreadable, or in use by a running daemon).`,
 	return cmd
 }
 
-func (e *env) fsck(ctx context.Context, dir string, repair bool) error {
+// checkDataDir refuses a DATA_DIR that is not a directory.
+func checkDataDir(dir string) error {
 	if st, err := os.Stat(dir); err != nil {
 		return &exitErr{code: exitFsckOperational, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %w; give the daemon's --data-dir", err)}
 	} else if !st.IsDir() {
 		return usageErrorf("fsck: %s is not a directory; give the daemon's --data-dir", dir)
+	}
+	return nil
+}
+
+// errInUse is fsck's answer when a daemon holds the data dir.
+func errInUse(dir string) error {
+	return &exitErr{code: exitFsckOperational, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %s is in use by a running sessiond; stop the daemon first (fsck works offline)", dir)}
+}
+
+func (e *env) fsck(ctx context.Context, dir string, repair bool) error {
+	if err := checkDataDir(dir); err != nil {
+		return err
 	}
 	prog := newProgress(e, "checking")
 	defer prog.finish()
@@ -65,7 +78,7 @@ func (e *env) fsck(ctx context.Context, dir string, repair bool) error {
 	})
 	prog.finish()
 	if errors.Is(err, storage.ErrLocked) {
-		return &exitErr{code: exitFsckOperational, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %s is in use by a running sessiond; stop the daemon first (fsck works offline)", dir)}
+		return errInUse(dir)
 	}
 	if err != nil {
 		return &exitErr{code: exitFsckOperational, grpc: codes.Unknown, err: fmt.Errorf("fsck %s: %w", dir, err)}
@@ -130,16 +143,14 @@ func (e *env) fsck(ctx context.Context, dir string, repair bool) error {
 // fsckRestore brings sessions back from quarantine/, one after the other;
 // it stops at the first that cannot be restored.
 func (e *env) fsckRestore(ctx context.Context, dir string, ids []string) error {
-	if st, err := os.Stat(dir); err != nil {
-		return &exitErr{code: exitFsckOperational, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %w; give the daemon's --data-dir", err)}
-	} else if !st.IsDir() {
-		return usageErrorf("fsck: %s is not a directory; give the daemon's --data-dir", dir)
+	if err := checkDataDir(dir); err != nil {
+		return err
 	}
 	for _, id := range ids {
 		r, err := file.Restore(ctx, dir, id)
 		switch {
 		case errors.Is(err, storage.ErrLocked):
-			return &exitErr{code: exitFsckOperational, grpc: codes.FailedPrecondition, err: fmt.Errorf("fsck: %s is in use by a running sessiond; stop the daemon first (fsck works offline)", dir)}
+			return errInUse(dir)
 		case errors.Is(err, storage.ErrInvalid):
 			return usageErrorf("fsck: --restore %q: not a session id", id)
 		case errors.Is(err, storage.ErrNotFound):
@@ -149,13 +160,10 @@ func (e *env) fsckRestore(ctx context.Context, dir string, ids []string) error {
 		case err != nil:
 			return &exitErr{code: exitFsckOperational, grpc: codes.Unknown, err: fmt.Errorf("fsck: restore %s: %w", id, err)}
 		}
-		if e.json {
-			if err := json.NewEncoder(e.stdout).Encode(map[string]any{"restored": r.ID, "from": r.From, "detail": r.Detail}); err != nil {
-				return err
-			}
-			continue
+		if err := e.printResult(map[string]any{"restored": r.ID, "from": r.From, "detail": r.Detail},
+			"restored session %s from %s: %s\n", r.ID, safeLine(r.From), safeLine(oneLine(r.Detail))); err != nil {
+			return err
 		}
-		fmt.Fprintf(e.stdout, "restored session %s from %s: %s\n", r.ID, safeLine(r.From), safeLine(oneLine(r.Detail)))
 	}
 	return nil
 }

@@ -48,12 +48,8 @@ func (e *env) health(ctx context.Context, service string) error {
 		return e.rpcError("health", err)
 	}
 	st := resp.GetStatus()
-	if e.json {
-		if err := writeJSONLine(e.stdout, resp); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintln(e.stdout, st.String())
+	if err := e.printResult(resp, "%s\n", st); err != nil {
+		return err
 	}
 	if st != healthpb.HealthCheckResponse_SERVING {
 		return &exitErr{code: exitError, grpc: codes.Unavailable, err: fmt.Errorf("health: sessiond at %s is %s; see its logs", e.addr, st)}
@@ -92,9 +88,6 @@ func (e *env) version(ctx context.Context) error {
 		}
 		return err
 	}
-	if e.json {
-		return json.NewEncoder(e.stdout).Encode(map[string]string{"sessionctl": own, "sessiond": info.GetVersion(), "backend": info.GetBackend()})
-	}
-	fmt.Fprintf(e.stdout, "sessiond %s (backend %s)\n", info.GetVersion(), info.GetBackend())
-	return nil
+	return e.printResult(map[string]string{"sessionctl": own, "sessiond": info.GetVersion(), "backend": info.GetBackend()},
+		"sessiond %s (backend %s)\n", info.GetVersion(), info.GetBackend())
 }

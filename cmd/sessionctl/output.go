@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // rpcError turns a failed call into one line that says what went wrong and
@@ -107,6 +109,31 @@ func writeJSONLine(w io.Writer, m proto.Message) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
+}
+
+// printResult prints a command's result on stdout: v as one JSON line with
+// --json (proto3 JSON for a proto message), else format for people.
+func (e *env) printResult(v any, format string, a ...any) error {
+	if e.json {
+		if m, ok := v.(proto.Message); ok {
+			return writeJSONLine(e.stdout, m)
+		}
+		return json.NewEncoder(e.stdout).Encode(v)
+	}
+	fmt.Fprintf(e.stdout, format, a...)
+	return nil
+}
+
+// optionalAlias checks an alias a flag or argument gives, if any; what
+// names it in the usage error.
+func optionalAlias(what, alias string) error {
+	if alias == "" {
+		return nil
+	}
+	if err := storage.ValidateAlias(alias); err != nil {
+		return usageErrorf("%s: %v", what, err)
+	}
+	return nil
 }
 
 // timeLayout is how times are shown to people: local time with its zone.
@@ -361,10 +388,9 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 // Asian wide characters and emoji as two columns), borderless like
 // kubectl's, without trailing blanks.
 type table struct {
-	w    io.Writer
-	buf  bytes.Buffer
-	t    *tablewriter.Table
-	rows int
+	w   io.Writer
+	buf bytes.Buffer
+	t   *tablewriter.Table
 }
 
 func newTable(w io.Writer, header ...string) *table {
@@ -391,10 +417,7 @@ func newTable(w io.Writer, header ...string) *table {
 }
 
 // row adds a row; its cells must already be safe (clip or safeLine).
-func (tb *table) row(cells ...string) error {
-	tb.rows++
-	return tb.t.Append(cells)
-}
+func (tb *table) row(cells ...string) error { return tb.t.Append(cells) }
 
 // flush renders the table. With no rows it prints the header alone.
 func (tb *table) flush() error {

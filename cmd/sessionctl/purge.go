@@ -123,15 +123,8 @@ func (e *env) purge(ctx context.Context, idle time.Duration, idleText string, dr
 	}
 	start := time.Now()
 	cutoff := start.Add(-idle)
-	stream, err := c.ListSessions(ctx, &sessiondv1.ListSessionsRequest{Namespace: e.namespace, UpdatedBefore: timestamppb.New(cutoff)})
+	listed, err := e.listSessions(ctx, c, "purge: list", &sessiondv1.ListSessionsRequest{Namespace: e.namespace, UpdatedBefore: timestamppb.New(cutoff)})
 	if err != nil {
-		return e.rpcError("purge: list", err)
-	}
-	var listed []*sessiondv1.Session
-	if err := recvEach(e, "purge: list", stream, func(resp *sessiondv1.ListSessionsResponse) error {
-		listed = append(listed, resp.GetSession())
-		return nil
-	}); err != nil {
 		return err
 	}
 	rep := purgeReport{Namespace: e.namespace, IdleFor: idleText, Cutoff: cutoff.UTC().Format(time.RFC3339), DryRun: dryRun,

@@ -141,12 +141,8 @@ watch, server info), write (read plus every change), admin (everything).`,
 			if err != nil {
 				return fmt.Errorf("token add: %w", err)
 			}
-			if e.json {
-				if err := json.NewEncoder(e.stdout).Encode(map[string]any{"name": name, "secret": secret, "namespaces": namespaces, "role": r.String()}); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintln(e.stdout, secret)
+			if err := e.printResult(map[string]any{"name": name, "secret": secret, "namespaces": namespaces, "role": r.String()}, "%s\n", secret); err != nil {
+				return err
 			}
 			fmt.Fprintf(e.stderr, "token %s (%s on %s) added to %s; the secret is shown only this once\n",
 				name, r, nsList(namespaces), file)

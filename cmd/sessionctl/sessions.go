@@ -22,7 +22,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
-	"github.com/sessiond/sessiond/storage"
 )
 
 func lsCmd(e *env) *cobra.Command {
@@ -73,20 +72,17 @@ func (e *env) ls(ctx context.Context, req *sessiondv1.ListSessionsRequest) error
 	if err != nil {
 		return err
 	}
-	stream, err := c.ListSessions(ctx, req)
-	if err != nil {
-		return e.rpcError("ls", err)
-	}
 	if e.json {
+		stream, err := c.ListSessions(ctx, req)
+		if err != nil {
+			return e.rpcError("ls", err)
+		}
 		return recvEach(e, "ls", stream, func(resp *sessiondv1.ListSessionsResponse) error {
 			return writeJSONLine(e.stdout, resp.GetSession())
 		})
 	}
-	var ss []*sessiondv1.Session
-	if err := recvEach(e, "ls", stream, func(resp *sessiondv1.ListSessionsResponse) error {
-		ss = append(ss, resp.GetSession())
-		return nil
-	}); err != nil {
+	ss, err := e.listSessions(ctx, c, "ls", req)
+	if err != nil {
 		return err
 	}
 	unreadable := e.unreadable(ctx, c, ss)
@@ -111,6 +107,21 @@ func (e *env) ls(ctx context.Context, req *sessiondv1.ListSessionsRequest) error
 		fmt.Fprintf(e.stderr, "sessionctl: ls: %d sessions could not be read (marked above); stop sessiond and run 'sessionctl fsck DATA_DIR'\n", n)
 	}
 	return nil
+}
+
+// listSessions returns every session a listing yields; op names the
+// command in errors.
+func (e *env) listSessions(ctx context.Context, c sessiondv1.SessionStoreServiceClient, op string, req *sessiondv1.ListSessionsRequest) ([]*sessiondv1.Session, error) {
+	stream, err := c.ListSessions(ctx, req)
+	if err != nil {
+		return nil, e.rpcError(op, err)
+	}
+	var ss []*sessiondv1.Session
+	err = recvEach(e, op, stream, func(resp *sessiondv1.ListSessionsResponse) error {
+		ss = append(ss, resp.GetSession())
+		return nil
+	})
+	return ss, err
 }
 
 // lsCheckers bounds the GetSession calls ls has in flight.
@@ -374,10 +385,8 @@ func renameCmd(e *env) *cobra.Command {
 				return err
 			}
 			alias := pos[1]
-			if alias != "" {
-				if err := storage.ValidateAlias(alias); err != nil {
-					return usageErrorf("rename: NEWALIAS: %v", err)
-				}
+			if err := optionalAlias("rename: NEWALIAS", alias); err != nil {
+				return err
 			}
 			c, err := e.dial(cmd.Context())
 			if err != nil {
@@ -391,15 +400,10 @@ func renameCmd(e *env) *cobra.Command {
 			if err != nil {
 				return e.rpcError("rename "+sa.text, err)
 			}
-			if e.json {
-				return writeJSONLine(e.stdout, resp.GetSession())
-			}
 			if alias == "" {
-				fmt.Fprintf(e.stdout, "%s has no alias now\n", resp.GetSession().GetId())
-			} else {
-				fmt.Fprintf(e.stdout, "%s is now %s\n", resp.GetSession().GetId(), alias)
+				return e.printResult(resp.GetSession(), "%s has no alias now\n", resp.GetSession().GetId())
 			}
-			return nil
+			return e.printResult(resp.GetSession(), "%s is now %s\n", resp.GetSession().GetId(), alias)
 		},
 	}
 }
@@ -416,10 +420,8 @@ func forkCmd(e *env) *cobra.Command {
 			if n < 0 {
 				return usageErrorf("fork: --messages must not be negative")
 			}
-			if alias != "" {
-				if err := storage.ValidateAlias(alias); err != nil {
-					return usageErrorf("fork: --alias: %v", err)
-				}
+			if err := optionalAlias("fork: --alias", alias); err != nil {
+				return err
 			}
 			sa, err := e.parseSessionArg(pos[0])
 			if err != nil {
@@ -433,12 +435,7 @@ func forkCmd(e *env) *cobra.Command {
 			if err != nil {
 				return e.rpcError("fork "+sa.text, err)
 			}
-			s := resp.GetSession()
-			if e.json {
-				return writeJSONLine(e.stdout, s)
-			}
-			fmt.Fprintf(e.stdout, "%s\n", s.GetId())
-			return nil
+			return e.printResult(resp.GetSession(), "%s\n", resp.GetSession().GetId())
 		},
 	}
 	f := cmd.Flags()
@@ -498,11 +495,7 @@ func rewindCmd(e *env) *cobra.Command {
 				return e.rpcError(op, err)
 			}
 			s := resp.GetSession()
-			if e.json {
-				return writeJSONLine(e.stdout, s)
-			}
-			fmt.Fprintf(e.stdout, "%s now has %d messages (revision %d)\n", safeLine(displayName(s)), s.GetMessageCount(), s.GetRevision())
-			return nil
+			return e.printResult(s, "%s now has %d messages (revision %d)\n", safeLine(displayName(s)), s.GetMessageCount(), s.GetRevision())
 		},
 	}
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "rewind without asking")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -35,10 +34,8 @@ running the same create again returns the session the first run made
   ID=$(sessionctl create)`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if alias != "" {
-				if err := storage.ValidateAlias(alias); err != nil {
-					return usageErrorf("create: --alias: %v", err)
-				}
+			if err := optionalAlias("create: --alias", alias); err != nil {
+				return err
 			}
 			if id != "" {
 				u, err := uuid.Parse(id)
@@ -57,12 +54,7 @@ running the same create again returns the session the first run made
 			if err != nil {
 				return e.rpcError("create", err)
 			}
-			s := resp.GetSession()
-			if e.json {
-				return writeJSONLine(e.stdout, s)
-			}
-			fmt.Fprintln(e.stdout, s.GetId())
-			return nil
+			return e.printResult(resp.GetSession(), "%s\n", resp.GetSession().GetId())
 		},
 	}
 	f := cmd.Flags()
@@ -139,11 +131,7 @@ chosen here, a UUIDv7, or given with --id: an append run again with the same
 			if err != nil {
 				return e.rpcError("append "+sa.text, err)
 			}
-			if e.json {
-				return json.NewEncoder(e.stdout).Encode(map[string]any{"message_id": id, "revision": resp.GetRevision(), "message_count": resp.GetMessageCount()})
-			}
-			fmt.Fprintln(e.stdout, id)
-			return nil
+			return e.printResult(map[string]any{"message_id": id, "revision": resp.GetRevision(), "message_count": resp.GetMessageCount()}, "%s\n", id)
 		},
 	}
 	f := cmd.Flags()
@@ -209,11 +197,7 @@ session and writes at its revision, trying again if another writer won.`,
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSONLine(e.stdout, s)
-			}
-			fmt.Fprintf(e.stdout, "%s updated (revision %d)\n", s.GetId(), s.GetRevision())
-			return nil
+			return e.printResult(s, "%s updated (revision %d)\n", s.GetId(), s.GetRevision())
 		},
 	}
 	f := cmd.Flags()

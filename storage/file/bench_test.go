@@ -484,9 +484,6 @@ func abandon(s *testStore) {
 	}
 	close(s.ckptStop)
 	<-s.ckptDone
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
 	s.closeJournalFiles()
 	_ = s.lock.Close()
 }

@@ -72,8 +72,12 @@ func (r *CheckReport) Damaged() bool { return len(r.Findings) > 0 }
 // each session with the number done and the total. It fails with an error
 // wrapping storage.ErrLocked while a store has the dir open.
 func Check(ctx context.Context, dir string, repair bool, progress func(done, total int)) (*CheckReport, error) {
-	if _, err := os.Stat(filepath.Join(dir, formatFile)); err != nil {
+	b, err := os.ReadFile(filepath.Join(dir, formatFile))
+	if err != nil {
 		return nil, fmt.Errorf("file: check %s: not a sessiond data dir: %w", dir, err)
+	}
+	if string(b) != formatVersion {
+		return nil, fmt.Errorf("file: check %s: format %q is not %q; refusing to check", dir, strings.TrimSpace(string(b)), strings.TrimSpace(formatVersion))
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
@@ -82,20 +86,26 @@ func Check(ctx context.Context, dir string, repair bool, progress func(done, tot
 	c := &checker{dir: dir, repair: repair, rep: &CheckReport{Dir: dir}, stamp: time.Now().UTC().Format("20060102T150405Z")}
 	err = c.run(ctx, progress)
 	if err == nil && repair && c.changed {
-		// Rebuild the derived indexes from the repaired sessions: an open
-		// without the checkpoint mark scans every session, and Close writes a
-		// new checkpoint.
-		_ = os.Remove(filepath.Join(dir, "index", cleanName))
-		var s *Store
-		if s, err = openLocked(ctx, dir, lock); err == nil {
-			return c.rep, s.Close() // releases the lock
-		}
+		return c.rep, rebuildIndex(ctx, dir, lock)
 	}
 	lock.Close()
 	if err != nil {
 		return nil, err
 	}
 	return c.rep, nil
+}
+
+// rebuildIndex rebuilds the derived indexes from the sessions and releases
+// lock: an open without the checkpoint mark scans every session, and its
+// Close writes a new checkpoint.
+func rebuildIndex(ctx context.Context, dir string, lock *os.File) error {
+	_ = os.Remove(filepath.Join(dir, "index", cleanName))
+	s, err := openLocked(ctx, dir, lock)
+	if err != nil {
+		lock.Close()
+		return err
+	}
+	return s.Close() // releases the lock
 }
 
 type checker struct {
@@ -237,13 +247,6 @@ func (c *checker) quarantine(path string) func() error {
 }
 
 func (c *checker) run(ctx context.Context, progress func(done, total int)) error {
-	b, err := os.ReadFile(filepath.Join(c.dir, formatFile))
-	if err != nil {
-		return fmt.Errorf("file: check %s: %w", c.dir, err)
-	}
-	if string(b) != formatVersion {
-		return fmt.Errorf("file: check %s: format %q is not %q; refusing to check", c.dir, strings.TrimSpace(string(b)), strings.TrimSpace(formatVersion))
-	}
 	top, err := os.ReadDir(c.dir)
 	if err != nil {
 		return err
@@ -448,8 +451,8 @@ func (c *checker) salvage(id, dir string) (string, error) {
 				sv.lost++
 			}
 		case p[0] == typeSnapSegments:
-			if l, err := decodeSegListAny(p); err == nil && (sv.meta == nil || l.base+uint64(len(l.journals)) == gen) {
-				segs, gen = l, l.base+uint64(len(l.journals))
+			if l, err := decodeSegList(p); err == nil && (sv.meta == nil || l.gen() == gen) {
+				segs, gen = l, l.gen()
 			} else {
 				sv.lost++
 				lostList = true
@@ -634,7 +637,7 @@ func (sv *salvaged) journal(data []byte) {
 		if f[0] == typeJournalHead {
 			continue
 		}
-		recs, err := decodeCommit(f)
+		recs, err := appendCommit(nil, f)
 		if err != nil {
 			sv.lost++
 			continue

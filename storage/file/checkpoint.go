@@ -59,23 +59,6 @@ const (
 	defaultCkptDirty    = 4096
 )
 
-// WithCheckpoints sets how often the metadata checkpoint is written: every
-// interval while anything changed, and as soon as changed sessions were
-// written to (or created) since the last one (defaults 30 s and 4,096).
-// Open after a crash rescans at most the sessions changed since the last
-// checkpoint, so changed bounds that work; each checkpoint writes every
-// session's metadata once, in the background.
-func WithCheckpoints(interval time.Duration, changed int) Option {
-	return func(o *options) {
-		if interval > 0 {
-			o.ckptInterval = interval
-		}
-		if changed > 0 {
-			o.ckptDirty = changed
-		}
-	}
-}
-
 func seqName(prefix string, seq uint64) string { return fmt.Sprintf("%s%016x", prefix, seq) }
 
 func parseSeqName(name, prefix string) (uint64, bool) {

@@ -38,13 +38,9 @@ func metaToProto(m *storage.Session) *sessiondv1.Session {
 	if m.Parent != nil {
 		p.Parent = &sessiondv1.ForkOrigin{SessionId: m.Parent.SessionID, MessageCount: m.Parent.MessageCount}
 	}
-	// usage is always written, zero or not: its absence marks metadata
-	// written before tallies were kept (storage.Tally.Unknown).
-	if !m.Unknown {
-		u := m.Usage
-		p.Usage = &sessiondv1.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
-			CachedInputTokens: u.CachedInputTokens, ReasoningTokens: u.ReasoningTokens}
-	}
+	u := m.Usage
+	p.Usage = &sessiondv1.Usage{InputTokens: u.InputTokens, OutputTokens: u.OutputTokens,
+		CachedInputTokens: u.CachedInputTokens, ReasoningTokens: u.ReasoningTokens}
 	if m.ExpireAfter > 0 {
 		p.ExpireAfter = durationpb.New(m.ExpireAfter)
 	}
@@ -329,8 +325,11 @@ func decodeSnapshot(data []byte) (gen uint64, meta *storage.Session, segs *segLi
 		off = next
 		switch {
 		case p[0] == typeSnapSegments && first:
-			if segs, err = decodeSegList(p, gen); err != nil {
+			if segs, err = decodeSegList(p); err != nil {
 				return 0, nil, nil, nil, nil, err
+			}
+			if segs.gen() != gen {
+				return 0, nil, nil, nil, nil, fmt.Errorf("segment list of generation %d: base %d and %d journals do not lead to it: %w", gen, segs.base, len(segs.journals), errCorrupt)
 			}
 		case p[0] == typeSnapMsgs && segs == nil:
 			run, err := decodeSnapRun(p)
@@ -440,13 +439,8 @@ func encodeCommitInto(buf []byte, recs []record) []byte {
 	return finishFrame(buf)
 }
 
-// decodeCommit decodes the records of one journal commit frame (its
-// payload, type byte first).
-func decodeCommit(f []byte) ([]record, error) {
-	return appendCommit(nil, f)
-}
-
-// appendCommit is decodeCommit appending the records to recs.
+// appendCommit decodes the records of one journal commit frame (its
+// payload, type byte first), appending them to recs.
 func appendCommit(recs []record, f []byte) ([]record, error) {
 	if f[0] != typeCommit {
 		return nil, fmt.Errorf("frame type %d is not a commit: %w", f[0], errCorrupt)

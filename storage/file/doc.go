@@ -44,9 +44,7 @@
 // payload[0] is the frame type. A whole snapshot is a header frame (type 1:
 // generation, session id, the metadata as a sessiond.v1.Session proto,
 // whose open_tool_call_ids, usage, models and expire_after hold the
-// session's storage.Tally and idle time to live; usage is always present,
-// and its absence marks metadata written before tallies were kept, which
-// the first load of the session recounts from its messages),
+// session's storage.Tally and idle time to live),
 // message frames (type 2: a run of uvarint-length-prefixed sessiond.v1.Message
 // encodings, each exactly as the client's message was marshalled, unknown
 // fields included), when the session has compactions a compactions frame
@@ -299,15 +297,14 @@
 //
 // # Checkpoints
 //
-// Scanning every session costs about 2.5 s per 100,000 sessions with a warm
-// page cache, and much more with a cold one, so start-up after a crash
-// (kill -9, then a restart by systemd) relies on checkpoints rather than on
-// a clean Close. A checkpoint is a copy of every session's metadata, written
-// in the background when WithCheckpoints says (by default 30 s after a
-// change, or sooner once 4,096 sessions changed), when synced log segments
-// wait for one (above), and by Close. Its mark records a position P in the
-// WAL (etcd's WAL and snapshot: the snapshot names the log index it
-// covers): every change whose metadata the checkpoint does not show is in
+// Scanning reads two files per session, so its cost grows with the store
+// and with a cold page cache; start-up after a crash (kill -9, then a
+// restart by systemd) relies on checkpoints instead, which bound the scan
+// to the sessions written since the last one, rather than on a clean Close. A checkpoint is a copy of every session's metadata, written
+// in the background 30 s after a change (or sooner once 4,096 sessions
+// changed), when synced log segments wait for one (above), and by Close.
+// Its mark records a position P in the WAL (etcd's WAL and snapshot: the
+// snapshot names the log index it covers): every change whose metadata the checkpoint does not show is in
 // the log at or after P. The log names the session of every change: an
 // append or update by its journal frame, a delete by its drop record, and a
 // save or rewind, whose new generation has no journal frame, by a touch
@@ -343,26 +340,21 @@
 // listing shows the checkpoint's metadata until the session is first
 // loaded, which reads the frame and updates it.
 //
-// This was chosen over scanning faster (in parallel, which Open does too):
-// a scan reads two files per session, so its cost grows with the store and
-// with a cold page cache, while the log bounds it by the sessions written
-// since the last checkpoint. A session's metadata is trusted without
-// reading its files only as it would be after a clean Close: damage to
-// files no write touched since the checkpoint is found when the session is
-// loaded, as before.
+// A session's metadata is trusted without reading its files only as it
+// would be after a clean Close: damage to files no write touched since the
+// checkpoint is found when the session is loaded.
 //
 // # Costs
 //
 // An append writes its bytes twice (journal and WAL) and costs a share of
 // one fdatasync; its journal write is shared with the session's other
 // pending frames (one write per 64 KiB), and the journals' syncs happen in
-// the background, once per journal per WAL segment. A fold (past WithFoldThreshold of journal)
+// the background, once per journal per WAL segment. A fold (past 4 MiB of journal)
 // copies nothing: it writes a journal header and a snapshot of the
 // metadata plus 12 bytes per segment, and syncs the journal it ends. So the
 // bytes written stay about twice the bytes appended at any session size
 // (BenchmarkBigSession measures the ratio), where rewriting the snapshot
-// at each fold would grow it with the session. A
-// session of S bytes is about S/4 MiB segment files, read in order by its
-// first load, which costs about what reading one whole snapshot did. A
-// save or rewind writes the session whole, once.
+// at each fold would grow it with the session. A session of S bytes is
+// about S/4 MiB segment files, read in order by its first load. A save or
+// rewind writes the session whole, once.
 package file

@@ -314,11 +314,6 @@ func (s *Store) loadLocked(e *entry) error {
 		return fmt.Errorf("file: load session %s: %w", e.id, ioErr(err))
 	}
 	ids, err := indexIDs(msgs)
-	if err == nil && meta.Unknown {
-		// Written before tallies were kept: count them now, so that every
-		// write from here on keeps them (and persists them).
-		meta.Tally, err = tallyStored(e.id, storage.Tally{}, msgs)
-	}
 	if err != nil {
 		err = damage(e.id, err)
 		s.markDamaged(e, err)

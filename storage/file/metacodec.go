@@ -47,7 +47,7 @@ func decodeMeta(b []byte) (*storage.Session, error) {
 func decodeMetaInto(m *storage.Session, b []byte, strs *strSource) error {
 	var (
 		created, updated, expire [2]int64 // seconds, nanos
-		hasUsage, hasExpire      bool
+		hasExpire                bool
 		tools, models            []string
 		parent                   *storage.ForkOrigin
 		compaction               *sessiondv1.Compaction
@@ -148,7 +148,6 @@ func decodeMetaInto(m *storage.Session, b []byte, strs *strSource) error {
 			hasExpire = true
 			err = decodeInts(v, expire[:])
 		case fSessUsage:
-			hasUsage = true
 			u := [4]int64{m.Usage.InputTokens, m.Usage.OutputTokens, m.Usage.CachedInputTokens, m.Usage.ReasoningTokens}
 			err = decodeInts(v, u[:])
 			m.Usage = storage.Usage{InputTokens: u[0], OutputTokens: u[1], CachedInputTokens: u[2], ReasoningTokens: u[3]}
@@ -187,11 +186,7 @@ func decodeMetaInto(m *storage.Session, b []byte, strs *strSource) error {
 	m.CreatedAt = time.Unix(created[0], int64(int32(created[1]))).UTC()
 	m.UpdatedAt = time.Unix(updated[0], int64(int32(updated[1]))).UTC()
 	m.Parent = parent
-	if hasUsage {
-		m.OpenToolCallIDs, m.Models = tools, models
-	} else {
-		m.Unknown = m.MessageCount > 0
-	}
+	m.OpenToolCallIDs, m.Models = tools, models
 	if hasExpire {
 		m.ExpireAfter = (&durationpb.Duration{Seconds: expire[0], Nanos: int32(expire[1])}).AsDuration()
 	}

@@ -35,12 +35,10 @@ func metaFromProto(p *sessiondv1.Session) *storage.Session {
 	if p.Parent != nil {
 		m.Parent = &storage.ForkOrigin{SessionID: p.Parent.GetSessionId(), MessageCount: p.Parent.GetMessageCount()}
 	}
+	m.OpenToolCallIDs, m.Models = p.GetOpenToolCallIds(), p.GetModels()
 	if u := p.GetUsage(); u != nil {
-		m.OpenToolCallIDs, m.Models = p.GetOpenToolCallIds(), p.GetModels()
 		m.Usage = storage.Usage{InputTokens: u.GetInputTokens(), OutputTokens: u.GetOutputTokens(),
 			CachedInputTokens: u.GetCachedInputTokens(), ReasoningTokens: u.GetReasoningTokens()}
-	} else {
-		m.Unknown = p.GetMessageCount() > 0
 	}
 	if d := p.GetExpireAfter(); d != nil {
 		m.ExpireAfter = d.AsDuration()
@@ -73,9 +71,7 @@ func randomMeta(r *rand.Rand) *storage.Session {
 	if r.IntN(3) == 0 {
 		m.Parent = &storage.ForkOrigin{SessionID: str(), MessageCount: r.Int64N(100)}
 	}
-	if r.IntN(4) == 0 {
-		m.Unknown = true
-	} else {
+	if r.IntN(4) != 0 {
 		m.Usage = storage.Usage{InputTokens: r.Int64N(1e6), OutputTokens: r.Int64N(10), CachedInputTokens: r.Int64N(2), ReasoningTokens: -r.Int64N(2)}
 		for range r.IntN(3) {
 			m.OpenToolCallIDs = append(m.OpenToolCallIDs, str())

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -48,14 +47,9 @@ func Restore(ctx context.Context, dir, id string) (*Restored, error) {
 		lock.Close()
 		return nil, err
 	}
-	// Rebuild the derived indexes so that the session is listed and its
-	// alias known, as Check does after a repair.
-	_ = os.Remove(filepath.Join(dir, "index", cleanName))
-	s, err := openLocked(ctx, dir, lock)
-	if err != nil {
-		return nil, err
-	}
-	return r, s.Close() // releases the lock
+	// The session is listed and its alias known once the indexes are
+	// rebuilt.
+	return r, rebuildIndex(ctx, dir, lock)
 }
 
 func restoreLocked(dir, id string) (*Restored, error) {
@@ -84,27 +78,29 @@ func restoreLocked(dir, id string) (*Restored, error) {
 	// Rebuilt beside the live folders under a temporary name, which a crash
 	// leaves as a stray for Check, and renamed in whole.
 	tmp := filepath.Join(root, tmpPref+id+"-"+randSuffix())
+	renamed := false
+	defer func() {
+		if !renamed {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
 	if err := copyFolder(src, tmp); err != nil {
-		_ = os.RemoveAll(tmp)
 		return nil, fmt.Errorf("file: restore %s: copy from quarantine: %w", id, err)
 	}
-	c := &checker{dir: dir, repair: true, restoring: true, rep: &CheckReport{Dir: dir}, stamp: time.Now().UTC().Format("20060102T150405Z")}
 	p, err := readWAL(dir, zap.NewNop())
 	if err != nil {
-		_ = os.RemoveAll(tmp)
 		return nil, fmt.Errorf("file: restore %s: read the write-ahead log: %w", id, err)
 	}
-	c.wal = p
+	c := &checker{dir: dir, restoring: true}
 	c.known, c.indexed = trustedRevisions(dir, p)
 	kept, err := c.salvage(id, tmp)
 	if err != nil {
-		_ = os.RemoveAll(tmp)
 		return nil, fmt.Errorf("file: restore %s: %w", id, err)
 	}
 	if err := os.Rename(tmp, live); err != nil {
-		_ = os.RemoveAll(tmp)
 		return nil, err
 	}
+	renamed = true
 	if err := syncDir(root); err != nil {
 		return nil, err
 	}

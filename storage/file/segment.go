@@ -98,22 +98,13 @@ func encodeSegSnapshot(gen uint64, meta *storage.Session, l *segList) []byte {
 	return appendFrame(out, putU64([]byte{typeSnapEnd}, uint64(meta.MessageCount)))
 }
 
-// decodeSegList decodes a typeSnapSegments frame (its payload, type byte
-// first) of the snapshot of generation gen.
-func decodeSegList(p []byte, gen uint64) (*segList, error) {
-	l, err := decodeSegListAny(p)
-	if err != nil {
-		return nil, err
-	}
-	if n := uint64(len(l.journals)); l.base+n != gen {
-		return nil, fmt.Errorf("segment list of generation %d: base %d and %d journals do not lead to it: %w", gen, l.base, n, errCorrupt)
-	}
-	return l, nil
-}
+// gen is the generation whose snapshot lists l: the one after its last
+// journal.
+func (l *segList) gen() uint64 { return l.base + uint64(len(l.journals)) }
 
-// decodeSegListAny decodes a typeSnapSegments frame of a snapshot of any
-// generation.
-func decodeSegListAny(p []byte) (*segList, error) {
+// decodeSegList decodes a typeSnapSegments frame (its payload, type byte
+// first).
+func decodeSegList(p []byte) (*segList, error) {
 	r := reader{b: p[1:]}
 	l := &segList{base: r.u64("segment base generation")}
 	l.baseRef = r.segRef()

@@ -52,14 +52,11 @@ type diskUsage struct {
 // Stats reports the store's state for monitoring: the sessions listed, the
 // data dir's allocated size (measured in the background; -1 until the
 // first measurement ends), the message cache, the open journal files, the
-// listing encodings and the write-ahead log segments started.
-// Its only error is ErrClosed. Safe for concurrent use.
+// listing encodings and the write-ahead log segments started. The
+// storage.Store refuses it once closed; it fails with nothing else. Safe for
+// concurrent use.
 func (s *Store) Stats(ctx context.Context) (storage.Stats, error) {
 	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return storage.Stats{}, storage.ErrClosed
-	}
 	var sessions int64
 	for _, n := range s.ns {
 		sessions += int64(len(n.list))
@@ -144,7 +141,7 @@ func (s *Store) walkDisk() (int64, error) {
 	var total int64
 	n := 0
 	err := filepath.WalkDir(s.dir, func(path string, d fs.DirEntry, err error) error {
-		if n++; n%256 == 0 && s.isClosed() {
+		if n++; n%256 == 0 && s.closing() {
 			return storage.ErrClosed
 		}
 		if err != nil {
@@ -169,11 +166,14 @@ func (s *Store) walkDisk() (int64, error) {
 	return total, nil
 }
 
-// isClosed reports whether Close has begun.
-func (s *Store) isClosed() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.closed
+// closing reports whether Close has begun.
+func (s *Store) closing() bool {
+	select {
+	case <-s.ckptStop:
+		return true
+	default:
+		return false
+	}
 }
 
 // allocated is the space fi takes on disk: its blocks where the system says

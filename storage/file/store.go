@@ -49,12 +49,6 @@ func WithLimits(l storage.Limits) Option { return func(o *options) { o.limits = 
 // WithLogger sets the logger (default: none).
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithFoldThreshold sets the journal size past which a session's journal is
-// folded (default 4 MiB): it becomes a segment that the next generation's
-// snapshot lists, copying nothing (see the package doc). A larger threshold
-// means fewer segment files per session and a longer journal to replay.
-func WithFoldThreshold(bytes int64) Option { return func(o *options) { o.foldBytes = bytes } }
-
 // WithCacheBytes bounds the message bytes kept in memory for recently used
 // sessions (default 256 MiB). Sessions beyond it are read from disk again.
 func WithCacheBytes(bytes int64) Option { return func(o *options) { o.cacheBytes = bytes } }
@@ -102,7 +96,7 @@ type Store struct {
 	disk   diskUsage        // the data dir's size, as last measured (stats.go)
 	cond   *ratelog.Limiter // logs persisting conditions at a bounded rate
 
-	// mu guards byID, ns, closed, ckptSeq, and each entry's meta, damaged,
+	// mu guards byID, ns, ckptSeq, and each entry's meta, damaged,
 	// gone, key, busy and ckptSeq fields. It is held briefly, never across
 	// disk I/O, and never while calling back into the caller. Lock order:
 	// entry.wmu, then mu. A checkpoint holds ckptMu and takes mu, and never
@@ -112,13 +106,12 @@ type Store struct {
 	mu      sync.RWMutex
 	byID    map[string]*entry
 	ns      map[string]*nsIndex
-	closed  bool   // set by Close; ends the background disk measurement
 	ckptSeq uint64 // sequence number of the last checkpoint begun (see checkpoint.go)
 
 	ckptMu      sync.Mutex    // serialises checkpoints
 	ckptChanged atomic.Int64  // sessions changed or created since the last checkpoint began
 	ckptKick    chan struct{} // asks the checkpoint loop for a checkpoint now
-	ckptStop    chan struct{} // closed by Close: the loop ends
+	ckptStop    chan struct{} // closed by Close: the loop and the disk measurement end
 	ckptDone    chan struct{} // closed by the loop when it ended
 
 	cacheMu   sync.Mutex // guards lru, cacheSize and every entry's lruElem/cacheSize
@@ -672,13 +665,9 @@ func replayWith(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompact
 
 // Close ends every subscription, writes a last checkpoint (so that the
 // next Open rescans nothing) and releases the data dir. The storage.Store
-// calls it once its calls have returned; closed stops the background disk
-// measurement.
+// calls it once its calls have returned.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closed = true
-		s.mu.Unlock()
 		close(s.ckptStop)
 		<-s.ckptDone
 		s.broker.Close()

@@ -103,12 +103,6 @@ func WithWALSegmentBytes(n int64) Option {
 	return func(o *options) { o.walSegment = max(n, 4<<10) }
 }
 
-// withWALSpares sets how many retired segments are kept for reuse (default
-// walMaxSpares); 0 turns recycling off, for benchmarks that compare.
-func withWALSpares(n int) Option {
-	return func(o *options) { o.walSpares = n }
-}
-
 // walRec is one WAL record. Its encoding:
 //
 //	kind (1) | 3 zero bytes | CRC-32C of the other 36 bytes (4) | session id (16) | generation (8) | offset (8)

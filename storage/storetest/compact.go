@@ -203,18 +203,14 @@ func testCompact(t *testing.T, h *harness) {
 	})
 
 	t.Run("Reopen", func(t *testing.T) {
-		addr := h.NewData(t)
-		s1, err := h.openOn(t, addr)
-		must(t, "Open", err)
+		s1, addr := h.openData(t)
 		se := create(t, s1, storage.CreateRequest{Messages: msgs("m", 4)})
 		ref := storage.Ref{ID: se.ID}
 		compact(t, s1, storage.CompactRequest{Ref: ref, ThroughMessageID: "m-1", Summary: summaryMsg("s1", "one")})
 		compact(t, s1, storage.CompactRequest{Ref: ref, ThroughMessageID: "m-2", Summary: summaryMsg("s2", "two")})
 		appendMsgs(t, s1, ref, msg("after", "x"))
 		wantSe, wantMs := loadView(t, s1, ref, storage.LoadOptions{View: storage.ViewContext})
-		must(t, "Close", s1.Close())
-		s2, err := h.openOn(t, addr)
-		must(t, "reopen", err)
+		s2 := h.reopen(t, "after reopen", s1, addr)
 		gotSe, gotMs := loadView(t, s2, ref, storage.LoadOptions{View: storage.ViewContext})
 		if d := diffSession(wantSe, gotSe); d != "" {
 			t.Errorf("session after reopen (-before +after):\n%s", d)

@@ -210,11 +210,7 @@ func testCreate(t *testing.T, h *harness) {
 		// An import keeps the session's revision: the new session starts
 		// there, every change goes on from it, a retried create is still
 		// recognised, and it survives a reopen.
-		addr := h.NewData(t)
-		s, err := h.openOn(t, addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, addr := h.openData(t)
 		id := uuid.NewString()
 		req := storage.CreateRequest{Namespace: nsA, ID: id, Alias: "imported-rev", Revision: 41, Messages: msgs("m", 2)}
 		se := create(t, s, req)
@@ -231,20 +227,14 @@ func testCreate(t *testing.T, h *harness) {
 		if _, err := s.Create(t.Context(), req); !errors.Is(err, storage.ErrAlreadyExists) {
 			t.Errorf("create again after a change: %v, want ErrAlreadyExists", err)
 		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		s2, err := h.openOn(t, addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s2 := h.reopen(t, "after reopen", s, addr)
 		if got := get(t, s2, ref); got.Revision != 42 || got.MessageCount != 3 {
 			t.Errorf("after reopen: revision %d with %d messages, want 42 with 3", got.Revision, got.MessageCount)
 		}
 		if zero := create(t, s2, storage.CreateRequest{Namespace: nsA}); zero.Revision != 1 {
 			t.Errorf("Create without a revision answered revision %d, want 1", zero.Revision)
 		}
-		_, err = s2.Create(t.Context(), storage.CreateRequest{Namespace: nsA, Revision: storage.MaxStartRevision + 1})
+		_, err := s2.Create(t.Context(), storage.CreateRequest{Namespace: nsA, Revision: storage.MaxStartRevision + 1})
 		if !errors.Is(err, storage.ErrInvalid) || !strings.Contains(err.Error(), "revision") {
 			t.Errorf("Create with revision over the bound: %v, want ErrInvalid naming revision", err)
 		}

@@ -325,12 +325,10 @@ func testLive(t *testing.T, h *harness) {
 
 	t.Run("Reopen", func(t *testing.T) {
 		t.Parallel()
-		addr := h.NewData(t)
-		s1, err := h.openOn(t, addr)
-		must(t, "Open", err)
+		s1, addr := h.openData(t)
 		se := create(t, s1, storage.CreateRequest{})
 		ref := storage.Ref{ID: se.ID}
-		_, err = s1.AppendDelta(t.Context(), storage.DeltaRequest{Ref: ref, Delta: &sessiondv1.MessageDelta{MessageId: "a", Content: "x"}})
+		_, err := s1.AppendDelta(t.Context(), storage.DeltaRequest{Ref: ref, Delta: &sessiondv1.MessageDelta{MessageId: "a", Content: "x"}})
 		if errors.Is(err, storage.ErrUnsupported) {
 			t.Skip("the backend does not store live turns")
 		}
@@ -343,11 +341,7 @@ func testLive(t *testing.T, h *harness) {
 		appendDelta(t, s1, refB, delta("b", 1, "2"))
 		_, err = s1.FinishMessage(t.Context(), storage.FinishRequest{Ref: refB, MessageID: "b", Model: "m"})
 		must(t, "FinishMessage", err)
-		want := takeState(t, s1)
-		must(t, "Close", s1.Close())
-		s2, err := h.openOn(t, addr)
-		must(t, "reopen", err)
-		checkState(t, "after reopen", want, takeState(t, s2))
+		s2 := h.reopen(t, "after reopen", s1, addr)
 		if got := get(t, s2, ref); got.OpenMessageID != "a" {
 			t.Errorf("after reopen: open message %q, want a", got.OpenMessageID)
 		}

@@ -45,9 +45,7 @@ func checkState(t *testing.T, what string, want, got state) {
 // every rule about what was there before.
 func testReopen(t *testing.T, h *harness) {
 	ctx := t.Context()
-	addr := h.NewData(t)
-	s1, err := h.openOn(t, addr)
-	must(t, "Open", err)
+	s1, addr := h.openData(t)
 
 	// One of every kind of write.
 	a := create(t, s1, storage.CreateRequest{Alias: "keep", Title: "t", Summary: "s",
@@ -56,7 +54,7 @@ func testReopen(t *testing.T, h *harness) {
 	appendMsgs(t, s1, refA, msgs("a", 2)...)
 	landed := msgs("landed", 2)
 	appendMsgs(t, s1, refA, landed...)
-	_, err = s1.Update(ctx, storage.UpdateRequest{Ref: refA, Fields: storage.UpdateTitle | storage.UpdateLabels, Title: "t2", Labels: map[string]string{"l": "2"}})
+	_, err := s1.Update(ctx, storage.UpdateRequest{Ref: refA, Fields: storage.UpdateTitle | storage.UpdateLabels, Title: "t2", Labels: map[string]string{"l": "2"}})
 	must(t, "Update", err)
 	bID := uuid.NewString()
 	create(t, s1, storage.CreateRequest{Namespace: nsA, ID: bID, Messages: msgs("b", 3)})
@@ -75,14 +73,8 @@ func testReopen(t *testing.T, h *harness) {
 	_, err = s1.Save(ctx, storage.SaveRequest{Ref: storage.Ref{Namespace: nsB, Alias: "made-by-save"}, CreateIfMissing: true, Messages: msgs("mbs", 1)})
 	must(t, "Save creating", err)
 
-	before := takeState(t, s1)
 	checkInvariants(t, s1)
-	must(t, "Close", s1.Close())
-
-	s2, err := h.openOn(t, addr)
-	must(t, "reopen", err)
-	checkState(t, "after reopen", before, takeState(t, s2))
-	checkInvariants(t, s2)
+	s2 := h.reopen(t, "after reopen", s1, addr)
 	_, err = s2.Get(ctx, storage.Ref{Namespace: nsB, ID: gone.ID})
 	wantErr(t, "Get of a session deleted before the reopen", err, storage.ErrNotFound)
 	_, err = s2.Get(ctx, storage.Ref{Alias: "old-name"})
@@ -110,12 +102,7 @@ func testReopen(t *testing.T, h *harness) {
 	create(t, s2, storage.CreateRequest{Alias: "old-name"}) // freed before the reopen
 
 	// And a second cycle keeps what the reopened store acknowledged.
-	before = takeState(t, s2)
-	must(t, "Close", s2.Close())
-	s3, err := h.openOn(t, addr)
-	must(t, "second reopen", err)
-	checkState(t, "after the second reopen", before, takeState(t, s3))
-	checkInvariants(t, s3)
+	h.reopen(t, "after the second reopen", s2, addr)
 }
 
 // testSecondOpen checks a second store opened on data another store holds:
@@ -124,9 +111,7 @@ func testReopen(t *testing.T, h *harness) {
 // opens again once the first store is closed.
 func testSecondOpen(t *testing.T, h *harness) {
 	ctx := t.Context()
-	addr := h.NewData(t)
-	s1, err := h.openOn(t, addr)
-	must(t, "Open", err)
+	s1, addr := h.openData(t)
 	se := create(t, s1, storage.CreateRequest{Alias: "shared", Messages: msgs("m", 1)})
 	ref := storage.Ref{ID: se.ID}
 
@@ -134,11 +119,7 @@ func testSecondOpen(t *testing.T, h *harness) {
 		_, err := h.openOn(t, addr)
 		wantErr(t, "a second Open on data held by an open store", err, storage.ErrLocked)
 		appendMsgs(t, s1, ref, msgs("still", 1)...) // the failed open disturbed nothing
-		before := takeState(t, s1)
-		must(t, "Close", s1.Close())
-		s2, err := h.openOn(t, addr)
-		must(t, "Open after the holder closed", err)
-		checkState(t, "after the holder closed", before, takeState(t, s2))
+		h.reopen(t, "after the holder closed", s1, addr)
 		return
 	}
 

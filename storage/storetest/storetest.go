@@ -144,6 +144,30 @@ func (h *harness) openOn(t *testing.T, addr string) (*storage.Store, error) {
 	return s, nil
 }
 
+// openData opens a store on fresh data and returns it with the data's
+// address, for tests that close it and open the data again (reopen).
+func (h *harness) openData(t *testing.T) (*storage.Store, string) {
+	t.Helper()
+	addr := h.NewData(t)
+	s, err := h.openOn(t, addr)
+	must(t, "Open", err)
+	return s, addr
+}
+
+// reopen closes s, opens its data at addr again, and checks that the new
+// store shows every session as s did (what names the moment) and is
+// consistent.
+func (h *harness) reopen(t *testing.T, what string, s *storage.Store, addr string) *storage.Store {
+	t.Helper()
+	before := takeState(t, s)
+	must(t, "Close", s.Close())
+	s2, err := h.openOn(t, addr)
+	must(t, "Open "+what, err)
+	checkState(t, what, before, takeState(t, s2))
+	checkInvariants(t, s2)
+	return s2
+}
+
 // checkInvariants checks what must hold in every state of every store: the
 // listing is in order, ids are canonical and unique across namespaces, every
 // listed session answers Get and Load alike, its message count matches its

@@ -53,9 +53,7 @@ func usage(in, out int64) storage.Usage {
 // totals, models) and the pairing rule every write applies.
 func testTally(t *testing.T, h *harness) {
 	ctx := t.Context()
-	addr := h.NewData(t)
-	s, err := h.openOn(t, addr)
-	must(t, "Open", err)
+	s, addr := h.openData(t)
 
 	t.Run("Create", func(t *testing.T) {
 		se := create(t, s, storage.CreateRequest{Namespace: nsA, Messages: []*sessiondv1.Message{
@@ -257,10 +255,5 @@ func testTally(t *testing.T, h *harness) {
 	})
 
 	// Everything above survives a close and an open.
-	before := takeState(t, s)
-	must(t, "Close", s.Close())
-	s2, err := h.openOn(t, addr)
-	must(t, "reopen", err)
-	checkState(t, "after reopen", before, takeState(t, s2))
-	checkInvariants(t, s2)
+	h.reopen(t, "after reopen", s, addr)
 }

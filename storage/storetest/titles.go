@@ -21,9 +21,7 @@ func wantTitle(t *testing.T, what string, got *storage.Session, title string, de
 // gives replaces it.
 func testTitles(t *testing.T, h *harness) {
 	ctx := t.Context()
-	addr := h.NewData(t)
-	s, err := h.openOn(t, addr)
-	must(t, "Open", err)
+	s, addr := h.openData(t)
 	system := &sessiondv1.Message{Role: sessiondv1.Role_ROLE_SYSTEM, Content: "You are terse."}
 	question := msg("", "  How do I\tcut a  release?\nSecond line")
 
@@ -89,11 +87,7 @@ func testTitles(t *testing.T, h *harness) {
 	}
 	wantTitle(t, "listed session", listed[ref.ID], "From a text part", true)
 
-	before := takeState(t, s)
-	must(t, "Close", s.Close())
-	s2, err := h.openOn(t, addr)
-	must(t, "reopen", err)
-	checkState(t, "titles after reopen", before, takeState(t, s2))
+	s2 := h.reopen(t, "titles after reopen", s, addr)
 	wantTitle(t, "after reopen", get(t, s2, ref), "From a text part", true)
 	must(t, "Close", s2.Close())
 }
