@@ -920,9 +920,6 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 	if m == nil || err != nil {
 		return res, false, err
 	}
-	if !a.woken {
-		s.wake(m.id, m.res.Revision)
-	}
 	m.res.Appended = n
 	return m.res, true, nil
 }
