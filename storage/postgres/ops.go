@@ -144,19 +144,17 @@ type changed struct {
 // wakes the watchers of what it changed. A write that fails changes
 // nothing: the transaction rolls back.
 func (s *Store) withTx(ctx context.Context, fn func(tx *wtx) error) error {
-	return s.call(func() error {
-		var w *wtx
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			w = &wtx{Tx: tx}
-			return fn(w)
-		})
-		if err == nil {
-			for _, c := range w.changed {
-				s.wake(c.id, c.rev)
-			}
-		}
-		return err
+	var w *wtx
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		w = &wtx{Tx: tx}
+		return fn(w)
 	})
+	if err == nil {
+		for _, c := range w.changed {
+			s.wake(c.id, c.rev)
+		}
+	}
+	return wrapErr(err)
 }
 
 // onConn runs fn, a write that sends its own BEGIN and COMMIT in batches
@@ -185,19 +183,7 @@ func (s *Store) onConn(ctx context.Context, fn func(conn *pgxpool.Conn, w *wtx) 
 // withSnapshot runs fn in a read-only repeatable-read transaction: one
 // consistent snapshot.
 func (s *Store) withSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return s.call(func() error {
-		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
-	})
-}
-
-// call runs fn as one call of the store: ErrClosed after Close, else fn's
-// error mapped by wrapErr. An ended context is storage.Store's to refuse.
-func (s *Store) call(fn func() error) error {
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.end()
-	return wrapErr(fn())
+	return wrapErr(pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn))
 }
 
 // wrapErr maps pgx errors, leaving errors that already wrap a storage
@@ -826,25 +812,26 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 // picked the new messages, those messages, the session's new revision, its
 // event and COMMIT in the other.
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
-	var res storage.AppendResult
-	err := s.call(func() error {
-		var ok bool
-		var err error
-		// The one-statement append leaves the tally as it is: only for a
-		// batch that does not change it (no tool call or result, usage or
-		// model, no open message), which needs no pairing check either.
-		if !storage.AffectsTally(msgs.Prepared) && !opens(msgs.Prepared) {
-			if res, ok, err = s.appendFast(ctx, req, msgs); err != nil || ok {
-				return err
-			}
+	// The one-statement append leaves the tally as it is: only for a
+	// batch that does not change it (no tool call or result, usage or
+	// model, no open message), which needs no pairing check either.
+	if !storage.AffectsTally(msgs.Prepared) && !opens(msgs.Prepared) {
+		res, ok, err := s.appendFast(ctx, req, msgs)
+		if err != nil {
+			return storage.AppendResult{}, wrapErr(err)
 		}
-		return s.onConn(ctx, func(conn *pgxpool.Conn, w *wtx) error {
-			res, err = s.appendOn(ctx, conn, req, msgs, w)
-			return err
-		})
+		if ok {
+			return res, nil
+		}
+	}
+	var res storage.AppendResult
+	err := s.onConn(ctx, func(conn *pgxpool.Conn, w *wtx) error {
+		var err error
+		res, err = s.appendOn(ctx, conn, req, msgs, w)
+		return err
 	})
 	if err != nil {
-		return storage.AppendResult{}, err
+		return storage.AppendResult{}, wrapErr(err)
 	}
 	return res, nil
 }
