@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // appendBatchSQL writes a group commit's appends in one statement, each
@@ -12,11 +13,13 @@ import (
 // NULL), expected revision, its number of messages, now, whether it would title
 // an untitled session), one per id the client set ($9-$10: the append's
 // ordinal, the id), and one per message ($11-$14: the append's ordinal,
-// the message's ordinal in its append, its id and encoding). Each message
-// carries its append's revision and updated_ns, the append's event for
-// watchers, as appendFastSQL's do. It returns one row per append
-// it wrote, named by its ordinal; an append without a row is not plainly
-// new (or names no session) and takes the general path.
+// the message's ordinal in its append, its id and encoding; $15: its
+// search signature). Each message carries its append's revision and
+// updated_ns, the append's event for watchers, and goes into a session
+// whose messages are all indexed with its signature, as appendFastSQL's
+// do. It returns one row per append it wrote, named by its ordinal; an
+// append without a row is not plainly new (or names no session) and takes
+// the general path.
 //
 // Each session may appear once: an UPDATE changes a row once per
 // statement, so a second append to a session waits for the batch's next
@@ -37,17 +40,23 @@ const appendBatchSQL = `WITH a AS (
 		AS a(ord, ref_ns, ref_id, ref_alias, expected, n, now_ns, titles)
 ), s AS (
 	UPDATE sessions SET revision = revision + 1, message_count = message_count + a.n,
-		updated_ns = CASE WHEN a.now_ns > updated_ns THEN a.now_ns ELSE updated_ns + 1000 END
+		updated_ns = CASE WHEN a.now_ns > updated_ns THEN a.now_ns ELSE updated_ns + 1000 END,
+		search_count = CASE WHEN search_count = message_count THEN message_count + a.n ELSE search_count END
 	FROM a
 	WHERE sessions.id = a.session_id AND sessions.namespace = a.ref_ns AND (a.expected = 0 OR sessions.revision = a.expected)
 		AND sessions.open_message_id IS NULL
 		AND NOT (a.titles AND get_byte(sessions.meta, 1) = 0)
 		AND NOT EXISTS (SELECT 1 FROM unnest($9::int[], $10::text[]) AS sent(ord, mid) JOIN messages m ON m.session_id = sessions.id AND m.msg_id = sent.mid WHERE sent.ord = a.ord)
-	RETURNING a.ord, a.n, sessions.id, sessions.updated_ns, sessions.revision, sessions.message_count
+	RETURNING a.ord, a.n, sessions.id, sessions.updated_ns, sessions.revision, sessions.message_count, sessions.search_count
 ), m AS (
 	INSERT INTO messages (session_id, pos, msg_id, body, revision, updated_ns)
 	SELECT s.id, s.message_count - s.n + t.i - 1, t.mid, t.body, s.revision, s.updated_ns
 	FROM s JOIN unnest($11::int[], $12::bigint[], $13::text[], $14::bytea[]) AS t(ord, i, mid, body) ON t.ord = s.ord
+), i AS (
+	INSERT INTO message_search (session_id, pos, sig)
+	SELECT s.id, s.message_count - s.n + t.i - 1, t.sig
+	FROM s JOIN unnest($11::int[], $12::bigint[], $15::bit(2048)[]) AS t(ord, i, sig) ON t.ord = s.ord
+	WHERE s.search_count = s.message_count
 )
 SELECT ord, id::text, revision, message_count FROM s`
 
@@ -78,6 +87,7 @@ type batchArgs struct {
 	msgIndex           []int64
 	msgIDs             []string
 	bodies             [][]byte
+	sigs               []pgtype.Bits
 }
 
 // makeBatchArgs returns arrays with room for the appends of r: each
@@ -93,6 +103,7 @@ func makeBatchArgs(r []*fastAppend) *batchArgs {
 		expected: make([]int64, 0, n), n: make([]int64, 0, n), nowNS: make([]int64, 0, n), titles: make([]bool, 0, n),
 		sentOrd: make([]int32, 0, sent), sent: make([]string, 0, sent),
 		msgOrd: make([]int32, 0, msgs), msgIndex: make([]int64, 0, msgs), msgIDs: make([]string, 0, msgs), bodies: make([][]byte, 0, msgs),
+		sigs: make([]pgtype.Bits, 0, msgs),
 	}
 }
 
@@ -111,6 +122,7 @@ func (b *batchArgs) add(ord int32, a *fastAppend) {
 		b.msgOrd, b.msgIndex = append(b.msgOrd, ord), append(b.msgIndex, int64(i+1))
 		b.msgIDs, b.bodies = append(b.msgIDs, id), append(b.bodies, a.bodies[i])
 	}
+	b.sigs = append(b.sigs, a.sigs...)
 }
 
 // addRef appends a's ref alone, as lockBatchSQL takes it.
@@ -126,7 +138,7 @@ func (b *batchArgs) addRef(a *fastAppend) {
 
 func (b *batchArgs) args() []any {
 	return []any{b.ord, b.ns, b.ids, b.aliases, b.expected, b.n, b.nowNS, b.titles,
-		b.sentOrd, b.sent, b.msgOrd, b.msgIndex, b.msgIDs, b.bodies}
+		b.sentOrd, b.sent, b.msgOrd, b.msgIndex, b.msgIDs, b.bodies, encodeSigs(b.sigs)}
 }
 
 // rounds splits batch into rounds in which each ref appears once, keeping

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Group commit: the one-statement appends (appendFastSQL) that arrive while
@@ -114,7 +115,8 @@ type fastAppend struct {
 	sent     []string // the ids the client set
 	msgIDs   []string
 	bodies   [][]byte
-	titles   bool // storage.CanTitle
+	sigs     []pgtype.Bits // the messages' search signatures
+	titles   bool          // storage.CanTitle
 
 	// Set by the leader that wrote it, before next delivers.
 	done  *appended // nil: the statement updated no row
@@ -297,7 +299,7 @@ func (s *Store) writeOne(a *fastAppend) {
 		q = appendFastByID
 	}
 	a.done, a.err = fastResult(scanAppended(s.pool.QueryRow(a.ctx, q, a.ns, a.ref, a.expected, int64(len(a.msgIDs)), a.nowNS,
-		a.sent, a.msgIDs, a.bodies, a.titles)))
+		a.sent, a.msgIDs, a.bodies, a.titles, encodeSigs(a.sigs))))
 	s.wakeWritten(a)
 }
 

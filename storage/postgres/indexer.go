@@ -9,14 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"go.uber.org/zap"
-
-	"github.com/sessiond/sessiond/storage"
 )
 
-// The search indexer: appends write nothing search needs, and each
-// Store's indexer writes the signatures of their search text (signature.go)
-// into message_search in batches, a session's messages in order from
-// sessions.search_count, which it then moves. A pass reads,
+// The search indexer: the one-statement append signs its messages itself
+// while its session's messages are all indexed (appendFastSQL); for the
+// messages any other write stores, each Store's indexer writes the
+// signatures of their search text (signature.go) into message_search in
+// batches, a session's messages in order from sessions.search_count,
+// which it then moves. A pass reads,
 // in one statement and without locks, the sessions with messages to index
 // (sessions_unindexed, oldest change first) and those messages; then, in
 // one transaction, it inserts the signatures of the sessions whose
@@ -162,13 +162,12 @@ func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
 		// A message stored damaged is indexed as empty, so that its
 		// session's later messages are indexed; search skips the
 		// session when it decodes its messages.
-		text := ""
 		if m, err := decode(id, body); err == nil {
-			text = searchText(storage.MessageTexts(m)...)
+			r.sigs[pos-r.lo] = messageSignature(m)
 		} else {
 			s.log.Warn("postgres: a message that does not decode is indexed as empty", zap.String("session", id), zap.Int64("position", pos))
+			r.sigs[pos-r.lo], _ = signature("")
 		}
-		r.sigs[pos-r.lo], _ = signature(text)
 		return nil
 	}); err != nil {
 		return false, err

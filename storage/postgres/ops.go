@@ -852,9 +852,17 @@ func opens(msgs []*sessiondv1.Message) bool {
 // ids and encodings, $9 whether the batch would title an untitled session
 // (storage.CanTitle; the general path then derives the title, since the
 // row's meta says the title is empty when its second byte, the title's
-// length, is 0). It returns the session's id, new revision and message
-// count, all an append answers (scanAppended); no row: the append is not
-// plainly new (or the session does not exist).
+// length, is 0), $10 the messages' search signatures. It returns the
+// session's id, new revision and message count, all an append answers
+// (scanAppended); no row: the append is not plainly new (or the session
+// does not exist).
+//
+// A session whose messages are all indexed for search (search_count is
+// its message count: the usual case once the indexer has caught up) gets
+// its new messages' signatures in message_search in the same statement,
+// and stays so: the search indexer then has nothing to read, decode or
+// write for it. Any other session's messages wait for the indexer, which
+// indexes a session's messages in order.
 //
 // The updated_ns rule is now's: the time given, or 1µs after the stored
 // one when that is not earlier. A concurrent append committed while this
@@ -865,15 +873,21 @@ func opens(msgs []*sessiondv1.Message) bool {
 // the batch under the lock.
 const appendFastSQL = `WITH s AS (
 	UPDATE sessions SET revision = revision + 1, message_count = message_count + $4,
-		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END
+		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END,
+		search_count = CASE WHEN search_count = message_count THEN message_count + $4 ELSE search_count END
 	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint) AND open_message_id IS NULL
 		AND NOT ($9::boolean AND get_byte(meta, 1) = 0)
 		AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = ANY($6::text[]))
-	RETURNING id, updated_ns, revision, message_count
+	RETURNING id, updated_ns, revision, message_count, search_count
 ), m AS (
 	INSERT INTO messages (session_id, pos, msg_id, body, revision, updated_ns)
 	SELECT s.id, s.message_count - $4 + t.ord - 1, t.mid, t.body, s.revision, s.updated_ns
 	FROM s, unnest($7::text[], $8::bytea[]) WITH ORDINALITY AS t(mid, body, ord)
+), i AS (
+	INSERT INTO message_search (session_id, pos, sig)
+	SELECT s.id, s.message_count - $4 + t.ord - 1, t.sig
+	FROM s, unnest($10::bit(2048)[]) WITH ORDINALITY AS t(sig, ord)
+	WHERE s.search_count = s.message_count
 )
 SELECT id::text, revision, message_count FROM s`
 
@@ -901,7 +915,8 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 	a := &fastAppend{
 		ctx: ctx, ns: req.Ref.Namespace, ref: ref, byID: byID, key: req.Ref.Namespace + "\x00" + ref,
 		expected: int64(req.ExpectedRevision), nowNS: time.Now().UnixNano(), sent: msgs.SentIDs(),
-		msgIDs: ids, bodies: bodies, titles: storage.CanTitle(msgs.Prepared), next: make(chan []*fastAppend, 1),
+		msgIDs: ids, bodies: bodies, sigs: signatures(msgs.Prepared), titles: storage.CanTitle(msgs.Prepared),
+		next: make(chan []*fastAppend, 1),
 	}
 	m, err := s.runFast(a)
 	if m == nil || err != nil {

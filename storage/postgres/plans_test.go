@@ -199,11 +199,12 @@ func TestBatchReadsSessionsOnce(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
+	sig := strings.Repeat("0", 2048) // an empty search signature
 	readsSessions := regexp.MustCompile(`Scan .*on sessions( |$)`)
 	for _, q := range []struct{ name, sql, args string }{
 		{"lock", postgres.LockBatchSQL, `'{ns,ns}', '` + ids + `', '{NULL,NULL}'`},
 		{"append", postgres.AppendBatchSQL, `'{0,1}', '{ns,ns}', '` + ids + `', '{NULL,NULL}', '{0,0}', '{1,1}', '{1,1}', '{f,f}',
-			'{0,1}', '{a,b}', '{0,1}', '{1,1}', '{a,b}', '{"\\x00","\\x00"}'`},
+			'{0,1}', '{a,b}', '{0,1}', '{1,1}', '{a,b}', '{"\\x00","\\x00"}', '{` + sig + `,` + sig + `}'`},
 	} {
 		if _, err := conn.Prepare(ctx, q.name, q.sql); err != nil {
 			t.Fatalf("%s: %v", q.name, err)
