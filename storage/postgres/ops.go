@@ -864,6 +864,9 @@ func opens(msgs []*sessiondv1.Message) bool {
 // write for it. Any other session's messages wait for the indexer, which
 // indexes a session's messages in order.
 //
+// The ids check probes the message key once per id, as appendBatchSQL's
+// does (see there why).
+//
 // The updated_ns rule is now's: the time given, or 1µs after the stored
 // one when that is not earlier. A concurrent append committed while this
 // one waited for the row lock is seen by the UPDATE (read committed
@@ -877,7 +880,8 @@ const appendFastSQL = `WITH s AS (
 		search_count = CASE WHEN search_count = message_count THEN message_count + $4 ELSE search_count END
 	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint) AND open_message_id IS NULL
 		AND NOT ($9::boolean AND get_byte(meta, 1) = 0)
-		AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = ANY($6::text[]))
+		AND NOT EXISTS (SELECT 1 FROM unnest($6::text[]) AS sent(mid)
+			WHERE (SELECT true FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = sent.mid))
 	RETURNING id, updated_ns, revision, message_count, search_count
 ), m AS (
 	INSERT INTO messages (session_id, pos, msg_id, body, revision, updated_ns)
