@@ -59,6 +59,11 @@
 #                  baseline_many baseline_pg_many baseline_pg_stream_many"
 #                  (default: all that apply)
 #   WIDE=0         skip the 64-client runs
+#   WARMUP=1       first run one uncounted round of every throughput system
+#                  (16-client and wide), so that each counted round follows
+#                  one of every system: the first round otherwise also pays
+#                  for opening the daemons' pooled connections and preparing
+#                  their statements, and for cold caches and empty tables
 #   PG_ONLY=1      of the rounds, run only raw pgbench INSERTs and sessiond
 #                  on PostgreSQL, unary and streamed (CLIENTS clients; the
 #                  rows of the others print "-"), and log per round the
@@ -176,7 +181,7 @@ started=$(date -u '+%Y-%m-%d %H:%M UTC')
 load_at_start=$(cut -d' ' -f1-3 /proc/loadavg)
 write_report() {
 	local settings="" v
-	for v in ROUNDS DURATION CLIENTS LIST_SESSIONS LOAD_MESSAGES WIDE_CLIENTS WIDE_SESSIONS LONG_MESSAGES WIDE PG_ONLY SYSTEMS BASELINE; do
+	for v in ROUNDS DURATION CLIENTS LIST_SESSIONS LOAD_MESSAGES WIDE_CLIENTS WIDE_SESSIONS LONG_MESSAGES WIDE WARMUP PG_ONLY SYSTEMS BASELINE; do
 		[[ -n ${!v+x} && -n ${!v} ]] && settings+="$v=${!v} "
 	done
 	cat <<-MD
@@ -204,7 +209,8 @@ fstype=$(df --output=fstype "$work" | tail -n 1)
 [[ $fstype == tmpfs ]] && log "warning: $work is on tmpfs; fsync costs nothing there, so every durable number is meaningless"
 results=$work/results.tsv
 : >"$results"
-record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$results"; } # round metric value
+warming=0 # 1 during WARMUP's round, whose figures are not recorded
+record() { ((warming)) || printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$results"; } # round metric value
 
 # CPU per operation of a run: the whole machine's busy time (the store, its
 # client and anything else running) and one process's, in clock ticks read
@@ -568,6 +574,14 @@ if [[ -n ${SYSTEMS:-} ]]; then
 	read -r -a systems <<<"$SYSTEMS"
 fi
 [[ ${WIDE:-1} == 0 ]] && wide=()
+if [[ ${WARMUP:-0} == 1 ]]; then
+	warming=1
+	for s in "${systems[@]}" "${wide[@]}"; do
+		log "warm-up round (not counted): $s"
+		"$s" 0
+	done
+	warming=0
+fi
 for ((r = 1; r <= ROUNDS; r++)); do
 	if [[ $PG_ONLY == 1 ]]; then
 		for ((i = 0; i < ${#systems[@]}; i++)); do

@@ -46,11 +46,12 @@
 //   - messages: one row per message: its protobuf encoding (body; fields
 //     this version does not know survive), its position and its id (unique
 //     per session: idempotent appends). Since schema version 7 what search
-//     needs of it is in message_search, which the search indexer
-//     (indexer.go) fills in batches off the append path, each session's
-//     messages in order up to sessions.search_count (index
-//     sessions_unindexed: the sessions it has yet to reach); search reads
-//     the messages past search_count from their rows. Since schema version
+//     needs of it is in message_search, each session's messages in order
+//     up to sessions.search_count: the one-statement append writes its
+//     messages' rows there itself when the session's search_count is its
+//     message count, and the search indexer (indexer.go) fills in the rest
+//     in batches (index sessions_unindexed: the sessions it has yet to
+//     reach); search reads the messages past search_count from their rows. Since schema version
 //     10 that is a 2048-bit signature of the message's lowered text (sig:
 //     a bit for each three-byte window, signature.go), where it was the
 //     text and a GiST index over its pg_trgm trigrams, which wrote about

@@ -183,6 +183,10 @@ const (
 	AppendBatchSQL = appendBatchSQL
 )
 
+// AppendFastByID is the one-statement append by session id, for plan
+// tests.
+var AppendFastByID = appendFastByID
+
 // SetGather makes d's next leader gather as after a batch of expect
 // appends that took wait to write, with no cap on the wait.
 func SetGather(d *Store, expect int, wait time.Duration) {

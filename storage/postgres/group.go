@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Group commit: the one-statement appends (appendFastSQL) that arrive while
@@ -114,13 +115,13 @@ type fastAppend struct {
 	sent     []string // the ids the client set
 	msgIDs   []string
 	bodies   [][]byte
-	titles   bool // storage.CanTitle
+	sigs     []pgtype.Bits // the messages' search signatures
+	titles   bool          // storage.CanTitle
 
 	// Set by the leader that wrote it, before next delivers.
 	done  *appended // nil: the statement updated no row
 	err   error
 	alone bool // the batch failed: write this append alone
-	woken bool // its watchers' wake-up is sent
 
 	// next delivers nil once the append is written, or the batch of
 	// appends queued meanwhile, for this append (their first) to lead.
@@ -223,15 +224,6 @@ func (s *Store) lead(leader *fastAppend, batch []*fastAppend) {
 	g.expect, g.lastWrite = len(batch), time.Since(start)
 	g.mu.Unlock()
 	handOff()
-	// The batch's wake-ups go together, before its callers run on, so that
-	// the notifier sends them in one notification transaction rather than
-	// one each.
-	for _, a := range batch {
-		if a.done != nil && a.err == nil {
-			s.wake(a.done.id, a.done.res.Revision)
-			a.woken = true
-		}
-	}
 	for _, a := range batch {
 		if a != leader {
 			a.next <- nil
@@ -255,8 +247,8 @@ func (g *appendGroup) handOff() {
 }
 
 // writeBatch writes the appends of batch: one alone as its own statement,
-// several in one transaction. An append whose caller has given up before
-// the batch starts is not written.
+// several in one transaction, and wakes the watchers of what it wrote. An
+// append whose caller has given up before the batch starts is not written.
 func (s *Store) writeBatch(batch []*fastAppend) {
 	live := batch[:0:0]
 	for _, a := range batch {
@@ -279,6 +271,12 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 	case err == nil:
 		s.group.batches.Add(1)
 		s.group.grouped.Add(uint64(len(live)))
+		// The batch's wake-ups go together, before its callers run on, so
+		// that the notifier sends them in one notification transaction
+		// rather than one each.
+		for _, a := range live {
+			s.wakeWritten(a)
+		}
 	case errors.As(err, &pe):
 		// The server refused one statement, so it rolled back the whole
 		// batch: each append is retried alone, where only its own can
@@ -293,14 +291,23 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 	}
 }
 
-// writeOne writes a as its own statement and transaction.
+// writeOne writes a as its own statement and transaction, and wakes its
+// session's watchers if it wrote it.
 func (s *Store) writeOne(a *fastAppend) {
 	q := appendFastByAlias
 	if a.byID {
 		q = appendFastByID
 	}
 	a.done, a.err = fastResult(scanAppended(s.pool.QueryRow(a.ctx, q, a.ns, a.ref, a.expected, int64(len(a.msgIDs)), a.nowNS,
-		a.sent, a.msgIDs, a.bodies, a.titles)))
+		a.sent, a.msgIDs, a.bodies, a.titles, encodeSigs(a.sigs))))
+	s.wakeWritten(a)
+}
+
+// wakeWritten wakes the watchers of a's session if a was written.
+func (s *Store) wakeWritten(a *fastAppend) {
+	if a.done != nil && a.err == nil {
+		s.wake(a.done.id, a.done.res.Revision)
+	}
 }
 
 // fastResult is the outcome of one appendFastSQL row: no row, or a unique

@@ -9,14 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"go.uber.org/zap"
-
-	"github.com/sessiond/sessiond/storage"
 )
 
-// The search indexer: appends write nothing search needs, and each
-// Store's indexer writes the signatures of their search text (signature.go)
-// into message_search in batches, a session's messages in order from
-// sessions.search_count, which it then moves. A pass reads,
+// The search indexer: the one-statement append signs its messages itself
+// while its session's messages are all indexed (appendFastSQL); for the
+// messages any other write stores, each Store's indexer writes the
+// signatures of their search text (signature.go) into message_search in
+// batches, a session's messages in order from sessions.search_count,
+// which it then moves. A pass reads,
 // in one statement and without locks, the sessions with messages to index
 // (sessions_unindexed, oldest change first) and those messages; then, in
 // one transaction, it inserts the signatures of the sessions whose
@@ -137,73 +137,69 @@ type indexRange struct {
 // indexPass indexes one batch; more says whether it was full (more work
 // may be waiting).
 func (s *Store) indexPass(ctx context.Context) (more bool, err error) {
-	err = s.call(func() error {
-		rows, err := s.pool.Query(ctx, unindexedSQL, indexSessions, indexPerSession)
-		if err != nil {
-			return err
+	rows, err := s.pool.Query(ctx, unindexedSQL, indexSessions, indexPerSession)
+	if err != nil {
+		return false, err
+	}
+	var (
+		ranges        []*indexRange
+		byID          = map[string]*indexRange{}
+		id            string
+		lo, hi, epoch int64
+		pos           int64
+		body          []byte
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &lo, &hi, &epoch, &pos, &body}, func() error {
+		r := byID[id]
+		if r == nil {
+			r = &indexRange{id: id, lo: lo, hi: hi, epoch: epoch, sigs: make([]pgtype.Bits, max(hi-lo, 0))}
+			byID[id] = r
+			ranges = append(ranges, r)
 		}
-		var (
-			ranges        []*indexRange
-			byID          = map[string]*indexRange{}
-			id            string
-			lo, hi, epoch int64
-			pos           int64
-			body          []byte
-		)
-		if _, err := pgx.ForEachRow(rows, []any{&id, &lo, &hi, &epoch, &pos, &body}, func() error {
-			r := byID[id]
-			if r == nil {
-				r = &indexRange{id: id, lo: lo, hi: hi, epoch: epoch, sigs: make([]pgtype.Bits, max(hi-lo, 0))}
-				byID[id] = r
-				ranges = append(ranges, r)
-			}
-			if pos < r.lo || pos >= r.hi {
-				return nil
-			}
-			// A message stored damaged is indexed as empty, so that its
-			// session's later messages are indexed; search skips the
-			// session when it decodes its messages.
-			text := ""
-			if m, err := decode(id, body); err == nil {
-				text = searchText(storage.MessageTexts(m)...)
-			} else {
-				s.log.Warn("postgres: a message that does not decode is indexed as empty", zap.String("session", id), zap.Int64("position", pos))
-			}
-			r.sigs[pos-r.lo], _ = signature(text)
-			return nil
-		}); err != nil {
-			return err
-		}
-		if len(ranges) == 0 {
+		if pos < r.lo || pos >= r.hi {
 			return nil
 		}
-		more = len(ranges) == indexSessions
-		var (
-			sids []string
-			poss []int64
-			sigs []pgtype.Bits
-		)
-		for _, r := range ranges {
-			// Index only what was read without a gap from lo: the
-			// messages a pass read are those its one snapshot held.
-			for i, sig := range r.sigs {
-				if !sig.Valid {
-					r.sigs = r.sigs[:i]
-					break
-				}
-			}
-			r.hi = r.lo + int64(len(r.sigs))
-			more = more || len(r.sigs) == indexPerSession
-			for i, sig := range r.sigs {
-				sids, poss, sigs = append(sids, r.id), append(poss, r.lo+int64(i)), append(sigs, sig)
+		// A message stored damaged is indexed as empty, so that its
+		// session's later messages are indexed; search skips the
+		// session when it decodes its messages.
+		if m, err := decode(id, body); err == nil {
+			r.sigs[pos-r.lo] = messageSignature(m)
+		} else {
+			s.log.Warn("postgres: a message that does not decode is indexed as empty", zap.String("session", id), zap.Int64("position", pos))
+			r.sigs[pos-r.lo], _ = signature("")
+		}
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	if len(ranges) == 0 {
+		return false, nil
+	}
+	more = len(ranges) == indexSessions
+	var (
+		sids []string
+		poss []int64
+		sigs []pgtype.Bits
+	)
+	for _, r := range ranges {
+		// Index only what was read without a gap from lo: the
+		// messages a pass read are those its one snapshot held.
+		for i, sig := range r.sigs {
+			if !sig.Valid {
+				r.sigs = r.sigs[:i]
+				break
 			}
 		}
-		err = s.writeIndexed(ctx, ranges, sids, poss, sigs)
-		if errors.Is(err, errIndexRaced) {
-			more, err = true, nil
+		r.hi = r.lo + int64(len(r.sigs))
+		more = more || len(r.sigs) == indexPerSession
+		for i, sig := range r.sigs {
+			sids, poss, sigs = append(sids, r.id), append(poss, r.lo+int64(i)), append(sigs, sig)
 		}
-		return err
-	})
+	}
+	err = s.writeIndexed(ctx, ranges, sids, poss, sigs)
+	if errors.Is(err, errIndexRaced) {
+		return true, nil
+	}
 	return more, err
 }
 

@@ -11,6 +11,7 @@ import (
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
+	"github.com/sessiond/sessiond/storage/postgres"
 	"github.com/sessiond/sessiond/storage/postgres/pgtest"
 )
 
@@ -313,4 +314,105 @@ func indexerWaitsIn(t *testing.T, conn *pgx.Conn, pid uint32, stmt string, limit
 		}
 	}
 	return false
+}
+
+// TestAppendIndexesCaughtUpSession: with the indexer stopped, a
+// one-statement append, alone or in a batch, writes its messages'
+// signatures itself into a session whose messages are all indexed, and
+// leaves those of a session the indexer has not caught up with to the
+// indexer; search finds the messages either way.
+func TestAppendIndexesCaughtUpSession(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	d, s := openDriver(t, dsn, 4)
+	postgres.StopBackground(d)
+	ctx := t.Context()
+	refs := createSessions(t, s, 2)
+	caughtUp, other := refs[0], refs[1]
+	behind, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "behind",
+		Messages: []*sessiondv1.Message{userMsg("b0")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func(id string) *sessiondv1.Message {
+		return &sessiondv1.Message{Id: id, Role: sessiondv1.Role_ROLE_USER, Content: "word zq" + id + " here"}
+	}
+	appendOne := func(ref storage.Ref, id string) {
+		if _, err := s.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{msg(id)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendOne(caughtUp, "a0") // alone
+
+	release := postgres.HoldAppends(t, d)
+	done := make(chan error, 4)
+	batch := []struct {
+		ref storage.Ref
+		id  string
+	}{{caughtUp, "a1"}, {other, "o0"}, {storage.Ref{Namespace: "ns", ID: behind.ID}, "b1"}, {caughtUp, "a2"}}
+	for i, a := range batch {
+		go func() {
+			_, err := s.Append(ctx, storage.AppendRequest{Ref: a.ref, Messages: []*sessiondv1.Message{msg(a.id)}})
+			done <- err
+		}()
+		postgres.WaitQueued(t, d, i+1)
+	}
+	release(len(batch))
+	for range batch {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if postgres.Grouped(d) < uint64(len(batch)) {
+		t.Fatalf("%d appends written in batches; want %d", postgres.Grouped(d), len(batch))
+	}
+
+	conn := connect(t, dsn)
+	for _, w := range []struct {
+		id      string
+		indexed []string // the messages message_search holds, by position
+		count   int64    // search_count
+	}{{caughtUp.ID, []string{"a0", "a1", "a2"}, 3}, {other.ID, []string{"o0"}, 1}, {behind.ID, nil, 0}} {
+		var count int64
+		if err := conn.QueryRow(ctx, `SELECT search_count FROM sessions WHERE id = $1`, w.id).Scan(&count); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := conn.Query(ctx, `SELECT pos, sig::text FROM message_search WHERE session_id = $1 ORDER BY pos`, w.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		var pos int64
+		var sig string
+		if _, err := pgx.ForEachRow(rows, []any{&pos, &sig}, func() error {
+			got = append(got, fmt.Sprintf("%d:%s", pos, sig))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for i, id := range w.indexed {
+			bits, _ := postgres.Signature(postgres.SearchText(storage.MessageTexts(msg(id))...))
+			want = append(want, fmt.Sprintf("%d:%s", i, bitString(bits.Bytes)))
+		}
+		if count != w.count || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("session %s: search_count %d, %d signatures; want %d and the signatures of %v", w.id, count, len(got), w.count, w.indexed)
+		}
+	}
+	for _, id := range []string{"a0", "a2", "o0", "b1"} {
+		if n := hits(t, s, "zq"+id); n != 1 {
+			t.Errorf("search for %s: %d hits; want 1", id, n)
+		}
+	}
+}
+
+// bitString is b as PostgreSQL prints a bit string: its first byte's high
+// bit first.
+func bitString(b []byte) string {
+	var out []byte
+	for _, c := range b {
+		for i := 7; i >= 0; i-- {
+			out = append(out, '0'+c>>i&1)
+		}
+	}
+	return string(out)
 }

@@ -100,7 +100,7 @@ type querier interface {
 
 // withConn runs fn on a pooled connection (no transaction).
 func (s *Store) withConn(fn func(q querier) error) error {
-	return s.call(func() error { return fn(s.pool) })
+	return wrapErr(fn(s.pool))
 }
 
 // listWhere builds the filter of a listing of sessions; the first argument

@@ -125,53 +125,51 @@ func queueRewrite(b *pgx.Batch, id string, pos int64, enc []byte) {
 // The watchers of the sessions whose events fn queued wake after the
 // commit.
 func (s *Store) liveWrite(ctx context.Context, ref storage.Ref, msgID string, fn func(cur *storage.Session, at *liveMessage, b *pgx.Batch, w *wtx) error) error {
-	return s.call(func() error {
-		return s.onConn(ctx, func(conn *pgxpool.Conn, w *wtx) error {
-			where, args := refWhere(ref)
-			b := &pgx.Batch{}
-			b.Queue("BEGIN")
-			b.Queue("SELECT "+sessionCols+" FROM sessions WHERE "+where+" FOR UPDATE", args...)
-			// Read after the lock is granted (read committed: a fresh
-			// snapshot per statement), so it sees every earlier write.
-			b.Queue(`SELECT pos, body FROM messages WHERE session_id = (SELECT id FROM sessions WHERE `+where+`) AND msg_id = $3`,
-				append(args, msgID)...)
-			br := conn.SendBatch(ctx, b)
-			if _, err := br.Exec(); err != nil {
-				_ = br.Close()
-				return err
+	return wrapErr(s.onConn(ctx, func(conn *pgxpool.Conn, w *wtx) error {
+		where, args := refWhere(ref)
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue("SELECT "+sessionCols+" FROM sessions WHERE "+where+" FOR UPDATE", args...)
+		// Read after the lock is granted (read committed: a fresh
+		// snapshot per statement), so it sees every earlier write.
+		b.Queue(`SELECT pos, body FROM messages WHERE session_id = (SELECT id FROM sessions WHERE `+where+`) AND msg_id = $3`,
+			append(args, msgID)...)
+		br := conn.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return err
+		}
+		cur, err := scanSession(br.QueryRow())
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = notFound(ref)
+		}
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+		at := &liveMessage{id: msgID}
+		if err := br.QueryRow().Scan(&at.pos, &at.body); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			_ = br.Close()
+			return err
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		at.stored = func(id string) (*sessiondv1.Message, bool, error) {
+			if id != at.id {
+				return nil, false, fmt.Errorf("postgres: a live write to message %q of session %s read message %q", at.id, cur.ID, id)
 			}
-			cur, err := scanSession(br.QueryRow())
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = notFound(ref)
+			if at.body == nil {
+				return nil, false, nil
 			}
-			if err != nil {
-				_ = br.Close()
-				return err
-			}
-			at := &liveMessage{id: msgID}
-			if err := br.QueryRow().Scan(&at.pos, &at.body); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				_ = br.Close()
-				return err
-			}
-			if err := br.Close(); err != nil {
-				return err
-			}
-			at.stored = func(id string) (*sessiondv1.Message, bool, error) {
-				if id != at.id {
-					return nil, false, fmt.Errorf("postgres: a live write to message %q of session %s read message %q", at.id, cur.ID, id)
-				}
-				if at.body == nil {
-					return nil, false, nil
-				}
-				m, err := decode(cur.ID, at.body)
-				return m, err == nil, err
-			}
-			b = &pgx.Batch{}
-			if err := fn(cur, at, b, w); err != nil {
-				return err
-			}
-			b.Queue("COMMIT")
-			return conn.SendBatch(ctx, b).Close()
-		})
-	})
+			m, err := decode(cur.ID, at.body)
+			return m, err == nil, err
+		}
+		b = &pgx.Batch{}
+		if err := fn(cur, at, b, w); err != nil {
+			return err
+		}
+		b.Queue("COMMIT")
+		return conn.SendBatch(ctx, b).Close()
+	}))
 }

@@ -144,19 +144,17 @@ type changed struct {
 // wakes the watchers of what it changed. A write that fails changes
 // nothing: the transaction rolls back.
 func (s *Store) withTx(ctx context.Context, fn func(tx *wtx) error) error {
-	return s.call(func() error {
-		var w *wtx
-		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			w = &wtx{Tx: tx}
-			return fn(w)
-		})
-		if err == nil {
-			for _, c := range w.changed {
-				s.wake(c.id, c.rev)
-			}
-		}
-		return err
+	var w *wtx
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		w = &wtx{Tx: tx}
+		return fn(w)
 	})
+	if err == nil {
+		for _, c := range w.changed {
+			s.wake(c.id, c.rev)
+		}
+	}
+	return wrapErr(err)
 }
 
 // onConn runs fn, a write that sends its own BEGIN and COMMIT in batches
@@ -185,19 +183,7 @@ func (s *Store) onConn(ctx context.Context, fn func(conn *pgxpool.Conn, w *wtx) 
 // withSnapshot runs fn in a read-only repeatable-read transaction: one
 // consistent snapshot.
 func (s *Store) withSnapshot(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return s.call(func() error {
-		return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
-	})
-}
-
-// call runs fn as one call of the store: ErrClosed after Close, else fn's
-// error mapped by wrapErr. An ended context is storage.Store's to refuse.
-func (s *Store) call(fn func() error) error {
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.end()
-	return wrapErr(fn())
+	return wrapErr(pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn))
 }
 
 // wrapErr maps pgx errors, leaving errors that already wrap a storage
@@ -826,25 +812,26 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 // picked the new messages, those messages, the session's new revision, its
 // event and COMMIT in the other.
 func (s *Store) Append(ctx context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
-	var res storage.AppendResult
-	err := s.call(func() error {
-		var ok bool
-		var err error
-		// The one-statement append leaves the tally as it is: only for a
-		// batch that does not change it (no tool call or result, usage or
-		// model, no open message), which needs no pairing check either.
-		if !storage.AffectsTally(msgs.Prepared) && !opens(msgs.Prepared) {
-			if res, ok, err = s.appendFast(ctx, req, msgs); err != nil || ok {
-				return err
-			}
+	// The one-statement append leaves the tally as it is: only for a
+	// batch that does not change it (no tool call or result, usage or
+	// model, no open message), which needs no pairing check either.
+	if !storage.AffectsTally(msgs.Prepared) && !opens(msgs.Prepared) {
+		res, ok, err := s.appendFast(ctx, req, msgs)
+		if err != nil {
+			return storage.AppendResult{}, wrapErr(err)
 		}
-		return s.onConn(ctx, func(conn *pgxpool.Conn, w *wtx) error {
-			res, err = s.appendOn(ctx, conn, req, msgs, w)
-			return err
-		})
+		if ok {
+			return res, nil
+		}
+	}
+	var res storage.AppendResult
+	err := s.onConn(ctx, func(conn *pgxpool.Conn, w *wtx) error {
+		var err error
+		res, err = s.appendOn(ctx, conn, req, msgs, w)
+		return err
 	})
 	if err != nil {
-		return storage.AppendResult{}, err
+		return storage.AppendResult{}, wrapErr(err)
 	}
 	return res, nil
 }
@@ -865,9 +852,20 @@ func opens(msgs []*sessiondv1.Message) bool {
 // ids and encodings, $9 whether the batch would title an untitled session
 // (storage.CanTitle; the general path then derives the title, since the
 // row's meta says the title is empty when its second byte, the title's
-// length, is 0). It returns the session's id, new revision and message
-// count, all an append answers (scanAppended); no row: the append is not
-// plainly new (or the session does not exist).
+// length, is 0), $10 the messages' search signatures. It returns the
+// session's id, new revision and message count, all an append answers
+// (scanAppended); no row: the append is not plainly new (or the session
+// does not exist).
+//
+// A session whose messages are all indexed for search (search_count is
+// its message count: the usual case once the indexer has caught up) gets
+// its new messages' signatures in message_search in the same statement,
+// and stays so: the search indexer then has nothing to read, decode or
+// write for it. Any other session's messages wait for the indexer, which
+// indexes a session's messages in order.
+//
+// The ids check probes the message key once per id, as appendBatchSQL's
+// does (see there why).
 //
 // The updated_ns rule is now's: the time given, or 1µs after the stored
 // one when that is not earlier. A concurrent append committed while this
@@ -878,15 +876,22 @@ func opens(msgs []*sessiondv1.Message) bool {
 // the batch under the lock.
 const appendFastSQL = `WITH s AS (
 	UPDATE sessions SET revision = revision + 1, message_count = message_count + $4,
-		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END
+		updated_ns = CASE WHEN $5::bigint > updated_ns THEN $5::bigint ELSE updated_ns + 1000 END,
+		search_count = CASE WHEN search_count = message_count THEN message_count + $4 ELSE search_count END
 	WHERE %s AND ($3::bigint = 0 OR revision = $3::bigint) AND open_message_id IS NULL
 		AND NOT ($9::boolean AND get_byte(meta, 1) = 0)
-		AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = ANY($6::text[]))
-	RETURNING id, updated_ns, revision, message_count
+		AND NOT EXISTS (SELECT 1 FROM unnest($6::text[]) AS sent(mid)
+			WHERE (SELECT true FROM messages m WHERE m.session_id = sessions.id AND m.msg_id = sent.mid))
+	RETURNING id, updated_ns, revision, message_count, search_count
 ), m AS (
 	INSERT INTO messages (session_id, pos, msg_id, body, revision, updated_ns)
 	SELECT s.id, s.message_count - $4 + t.ord - 1, t.mid, t.body, s.revision, s.updated_ns
 	FROM s, unnest($7::text[], $8::bytea[]) WITH ORDINALITY AS t(mid, body, ord)
+), i AS (
+	INSERT INTO message_search (session_id, pos, sig)
+	SELECT s.id, s.message_count - $4 + t.ord - 1, t.sig
+	FROM s, unnest($10::bit(2048)[]) WITH ORDINALITY AS t(sig, ord)
+	WHERE s.search_count = s.message_count
 )
 SELECT id::text, revision, message_count FROM s`
 
@@ -914,14 +919,12 @@ func (s *Store) appendFast(ctx context.Context, req storage.AppendRequest, msgs 
 	a := &fastAppend{
 		ctx: ctx, ns: req.Ref.Namespace, ref: ref, byID: byID, key: req.Ref.Namespace + "\x00" + ref,
 		expected: int64(req.ExpectedRevision), nowNS: time.Now().UnixNano(), sent: msgs.SentIDs(),
-		msgIDs: ids, bodies: bodies, titles: storage.CanTitle(msgs.Prepared), next: make(chan []*fastAppend, 1),
+		msgIDs: ids, bodies: bodies, sigs: signatures(msgs.Prepared), titles: storage.CanTitle(msgs.Prepared),
+		next: make(chan []*fastAppend, 1),
 	}
 	m, err := s.runFast(a)
 	if m == nil || err != nil {
 		return res, false, err
-	}
-	if !a.woken {
-		s.wake(m.id, m.res.Revision)
 	}
 	m.res.Appended = n
 	return m.res, true, nil

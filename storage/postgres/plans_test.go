@@ -199,11 +199,12 @@ func TestBatchReadsSessionsOnce(t *testing.T) {
 	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
 		t.Fatal(err)
 	}
+	sig := strings.Repeat("0", 2048) // an empty search signature
 	readsSessions := regexp.MustCompile(`Scan .*on sessions( |$)`)
 	for _, q := range []struct{ name, sql, args string }{
 		{"lock", postgres.LockBatchSQL, `'{ns,ns}', '` + ids + `', '{NULL,NULL}'`},
-		{"append", postgres.AppendBatchSQL, `'{0,1}', '{ns,ns}', '` + ids + `', '{NULL,NULL}', '{0,0}', '{1,1}', '{1,1}', '{f,f}',
-			'{0,1}', '{a,b}', '{0,1}', '{1,1}', '{a,b}', '{"\\x00","\\x00"}'`},
+		{"append", postgres.AppendBatchSQL, `'{0,1}', '{ns,ns}', '` + ids + `', '{NULL,NULL}', '{0,0}', '{1,1}', '{1,1}', '{f,f}', '{1,2}', '{1,2}',
+			'{a,b}', '{0,1}', '{1,1}', '{a,b}', '{"\\x00","\\x00"}', '{` + sig + `,` + sig + `}'`},
 	} {
 		if _, err := conn.Prepare(ctx, q.name, q.sql); err != nil {
 			t.Fatalf("%s: %v", q.name, err)
@@ -231,6 +232,95 @@ func TestBatchReadsSessionsOnce(t *testing.T) {
 		}
 		if reads != 1 {
 			t.Errorf("the batch's %s statement reads sessions %d times, want once:\n%s", q.name, reads, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// TestIDsCheckProbesMessageKey: the check that none of an append's ids
+// is stored, in the one-statement append and in the group commit's,
+// planned as the driver plans them on tables whose statistics still say
+// they are empty (a new database, or a connection opened early), looks
+// each id up in the message key, so that its cost does not grow with the
+// session's messages.
+func TestIDsCheckProbesMessageKey(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	open(t, dsn)
+	ctx := t.Context()
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan"); err != nil {
+		t.Fatal(err)
+	}
+	for name, sql := range map[string]string{"one": postgres.AppendFastByID, "batch": postgres.AppendBatchSQL} {
+		if _, err := conn.Prepare(ctx, name, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	rows, err := conn.Query(ctx, `WITH x AS (
+			INSERT INTO sessions (id, namespace, created_ns, updated_ns, revision, message_count, meta)
+			SELECT gen_random_uuid(), 'ns', i, i, 1, 500, '\x00'::bytea FROM generate_series(1, 2) AS i
+			RETURNING id
+		), m AS (
+			INSERT INTO messages (session_id, pos, msg_id, body, revision, updated_ns)
+			SELECT x.id, p, 'm' || p, '\x00'::bytea, 1, 1 FROM x, generate_series(0, 499) AS p
+		)
+		SELECT id::text FROM x`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	sig := strings.Repeat("0", 2048)
+	for name, args := range map[string]string{
+		"one": `'ns', '` + ids[0] + `', 0, 1, 1, '{a}', '{a}', '{"\\x00"}', false, '{` + sig + `}'`,
+		"batch": `'{0,1}', '{ns,ns}', '{` + ids[0] + `,` + ids[1] + `}', '{NULL,NULL}', '{0,0}', '{1,1}', '{1,1}', '{f,f}', '{1,2}', '{1,2}',
+			'{a,b}', '{0,1}', '{1,1}', '{a,b}', '{"\\x00","\\x00"}', '{` + sig + `,` + sig + `}'`,
+	} {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF) EXECUTE "+name+"("+args+")")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		plan := strings.Join(lines, "\n")
+		// Every read of messages m (the ids check's) finds its rows by
+		// both columns of the key, and reads none of the session's other
+		// messages.
+		scan := regexp.MustCompile(`Scan .*on (?:\S+\.)?messages m `)
+		probes := 0
+		for i, l := range lines {
+			if !scan.MatchString(l) {
+				continue
+			}
+			probes++
+			var cond string
+			for _, next := range lines[i+1:] {
+				if strings.Contains(next, "->") {
+					break
+				}
+				if strings.Contains(next, "Index Cond:") {
+					cond = next
+				}
+				if strings.Contains(next, "Rows Removed") {
+					t.Errorf("%s: the ids check reads messages it does not need:\n%s", name, plan)
+				}
+			}
+			if !strings.Contains(cond, "session_id") || !strings.Contains(cond, "msg_id") {
+				t.Errorf("%s: the ids check does not look the ids up by the message key:\n%s", name, plan)
+			}
+		}
+		if probes == 0 {
+			t.Errorf("%s: no read of messages in the plan:\n%s", name, plan)
 		}
 	}
 }

@@ -1,6 +1,11 @@
 package postgres
 
-import "github.com/jackc/pgx/v5/pgtype"
+import (
+	"github.com/jackc/pgx/v5/pgtype"
+
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
+)
 
 // Message search narrows its candidates with a signature of each message's
 // search text (searchText of its texts): a bit set of sigBits bits in
@@ -28,4 +33,20 @@ func signature(text string) (sig pgtype.Bits, ok bool) {
 		sig.Bytes[h>>3] |= 0x80 >> (h & 7) // bit strings count from the first byte's high bit
 	}
 	return sig, len(text) >= 3
+}
+
+// messageSignature is the signature message_search holds for m: that of
+// its texts' search text.
+func messageSignature(m *sessiondv1.Message) pgtype.Bits {
+	sig, _ := signature(searchText(storage.MessageTexts(m)...))
+	return sig
+}
+
+// signatures returns the signatures of msgs, in order.
+func signatures(msgs []*sessiondv1.Message) []pgtype.Bits {
+	sigs := make([]pgtype.Bits, len(msgs))
+	for i, m := range msgs {
+		sigs[i] = messageSignature(m)
+	}
+	return sigs
 }

@@ -21,10 +21,6 @@ const statsQuery = `SELECT (SELECT count(*) FROM sessions),
 // the connection pool's statistics. When the query fails, the pool's
 // statistics are still returned, with the error. Safe for concurrent use.
 func (s *Store) Stats(ctx context.Context) (storage.Stats, error) {
-	if err := s.begin(); err != nil {
-		return storage.Stats{}, err
-	}
-	defer s.end()
 	ps := s.pool.Stat()
 	st := storage.Stats{Pool: &storage.PoolStats{
 		MaxConns:                int64(ps.MaxConns()),

@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,9 +68,6 @@ type Store struct {
 
 	stopIndex func()        // ends the search indexer
 	indexDone chan struct{} // closed when the indexer has ended
-
-	mu     sync.RWMutex // guards closed; writers hold it shared
-	closed bool
 }
 
 var _ storage.Driver = (*Store)(nil)
@@ -190,45 +186,24 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
 
 // Ping checks that the database answers; ErrUnavailable when it does not.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.begin(); err != nil {
-		return err
-	}
-	defer s.end()
 	if err := s.pool.Ping(ctx); err != nil {
 		return fmt.Errorf("postgres: ping: %w", mapErr(err))
 	}
 	return nil
 }
 
-// Close ends every subscription with ErrClosed, waits for calls in progress
-// and closes the pool.
+// Close ends every subscription with ErrClosed, stops the watch listener,
+// the notifier and the indexer, and closes the pool. The storage.Store
+// calls it once, after the calls it admitted have returned.
 func (s *Store) Close() error {
 	s.w.close()
 	s.stopNotify()
 	<-s.notifyDone
 	s.stopIndex()
 	<-s.indexDone
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return storage.ErrClosed
-	}
-	s.closed = true
 	s.pool.Close()
 	return nil
 }
-
-// begin marks a call in progress; ErrClosed after Close.
-func (s *Store) begin() error {
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return storage.ErrClosed
-	}
-	return nil
-}
-
-func (s *Store) end() { s.mu.RUnlock() }
 
 // Redact returns dsn with its password replaced by "xxxxx", for logs and
 // errors. It works on text, so that a DSN that does not parse is redacted
