@@ -234,13 +234,19 @@ func checkReadmeListsMetrics(t *testing.T, got metrics.Samples) {
 }
 
 // TestMetricsPostgres: on PostgreSQL, /metrics has the sessions, the
-// tables' size and the pool's statistics, and no file-store metrics.
+// tables' size, the pool's statistics and the group commit's flushes, and
+// no file-store metrics.
 func TestMetricsPostgres(t *testing.T) {
 	d := startPostgresDaemon(t, pgtest.Schema(t), "--metrics-listen", "127.0.0.1:0", "--postgres-max-conns", "6")
 	base := metricsURL(t, d)
 	c := d.client(t)
 	for i := range 3 {
-		if _, err := c.CreateSession(t.Context(), &sessiondv1.CreateSessionRequest{Alias: fmt.Sprintf("pg-%d", i)}); err != nil {
+		alias := fmt.Sprintf("pg-%d", i)
+		if _, err := c.CreateSession(t.Context(), &sessiondv1.CreateSessionRequest{Alias: alias, Title: "metrics"}); err != nil {
+			t.Fatal(err)
+		}
+		msg := &sessiondv1.Message{Id: "m1", Role: sessiondv1.Role_ROLE_USER, Content: "hello"}
+		if _, err := c.AppendMessages(t.Context(), &sessiondv1.AppendMessagesRequest{Ref: byAlias("", alias), Messages: []*sessiondv1.Message{msg}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -249,6 +255,7 @@ func TestMetricsPostgres(t *testing.T) {
 		`sessiond_store_sessions`:                   3,
 		`sessiond_postgres_pool_max_conns`:          6,
 		handled("CreateSession", "unary", codes.OK): 3,
+		`sessiond_store_flush_appends_sum`:          3,
 	} {
 		if v, ok := got[series]; !ok || v != w {
 			t.Errorf("%s = %v (present %v), want %v", series, v, ok, w)

@@ -26,6 +26,7 @@ func openPostgres(ctx context.Context, cfg *config, log *zap.Logger) (*storage.S
 	for {
 		d, err := postgres.Open(ctx, cfg.postgresDSN, postgres.Options{
 			MaxConns: cfg.postgresMaxConns, MinConns: cfg.postgresMinConns, Logger: log, Limits: cfg.limits,
+			OnFlush: cfg.metrics.onFlush,
 		})
 		if err == nil || !errors.Is(err, storage.ErrUnavailable) || time.Now().After(deadline) || ctx.Err() != nil {
 			return d, err

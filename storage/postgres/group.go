@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sessiond/sessiond/storage"
 )
 
 // Group commit: the one-statement appends (appendFastSQL) that arrive while
@@ -265,6 +267,7 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 	}
 	ctx, stop := groupContext(live)
 	defer stop()
+	start := time.Now()
 	err := s.writeTx(ctx, live)
 	var pe *pgconn.PgError
 	switch {
@@ -277,6 +280,7 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 		for _, a := range live {
 			s.wakeWritten(a)
 		}
+		s.flushed(live, time.Since(start))
 	case errors.As(err, &pe):
 		// The server refused one statement, so it rolled back the whole
 		// batch: each append is retried alone, where only its own can
@@ -298,9 +302,31 @@ func (s *Store) writeOne(a *fastAppend) {
 	if a.byID {
 		q = appendFastByID
 	}
+	start := time.Now()
 	a.done, a.err = fastResult(scanAppended(s.pool.QueryRow(a.ctx, q, a.ns, a.ref, a.expected, int64(len(a.msgIDs)), a.nowNS,
 		a.sent, a.msgIDs, a.bodies, a.titles, encodeSigs(a.sigs))))
 	s.wakeWritten(a)
+	s.flushed([]*fastAppend{a}, time.Since(start))
+}
+
+// flushed tells the flush observer of a commit of batch that took took:
+// the appends of batch it wrote, and their messages' bytes.
+func (s *Store) flushed(batch []*fastAppend, took time.Duration) {
+	if s.onFlush == nil {
+		return
+	}
+	r := storage.FlushRecord{Latency: took}
+	for _, a := range batch {
+		if a.done != nil && a.err == nil {
+			r.Appends++
+			for _, b := range a.bodies {
+				r.Bytes += int64(len(b))
+			}
+		}
+	}
+	if r.Appends > 0 {
+		s.onFlush(r)
+	}
 }
 
 // wakeWritten wakes the watchers of a's session if a was written.

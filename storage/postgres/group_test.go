@@ -643,3 +643,59 @@ func TestGroupCommitGathers(t *testing.T) {
 		t.Errorf("an append after a batch of one took %v: it waited for others", time.Since(start))
 	}
 }
+
+// TestFlushObserver: the flush observer hears of every append the group
+// commit makes durable, once, with its message's bytes: its records add up
+// to the appends acknowledged, and a retried append that changed nothing
+// is not counted again.
+func TestFlushObserver(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		records []storage.FlushRecord
+	)
+	_, s, err := postgres.OpenDriver(t.Context(), pgtest.Schema(t), postgres.Options{MaxConns: 8, MinConns: 1,
+		OnFlush: func(r storage.FlushRecord) {
+			mu.Lock()
+			records = append(records, r)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	const sessions, clients, perClient = 4, 8, 5
+	refs := createSessions(t, s, sessions)
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for k := range perClient {
+				m := userMsg(fmt.Sprintf("c%d-%d", c, k))
+				if _, err := s.Append(ctx, storage.AppendRequest{Ref: refs[(c+k)%sessions], Messages: []*sessiondv1.Message{m}}); err != nil {
+					t.Errorf("Append: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// A retry of a stored append stores nothing: no flush.
+	if _, err := s.Append(ctx, storage.AppendRequest{Ref: refs[0], Messages: []*sessiondv1.Message{userMsg("c0-0")}}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	appends, bytes := 0, int64(0)
+	for _, r := range records {
+		if r.Appends < 1 || r.Bytes <= 0 || r.Latency <= 0 {
+			t.Errorf("record %+v; want at least one append, its bytes and a latency", r)
+		}
+		appends += r.Appends
+		bytes += r.Bytes
+	}
+	if appends != clients*perClient {
+		t.Errorf("flushes made %d appends durable; want %d", appends, clients*perClient)
+	}
+	if minBytes := int64(clients * perClient * len("content of c0-0")); bytes < minBytes {
+		t.Errorf("flushes wrote %d bytes; want at least %d (the contents)", bytes, minBytes)
+	}
+}

@@ -51,6 +51,12 @@ type Options struct {
 	// Limits are the limits the returned storage.Store enforces (zero
 	// fields: storage.DefaultLimits' values).
 	Limits storage.Limits
+	// OnFlush, if set, is called once per commit of the group commit (one
+	// append alone, or a batch) with the appends it made durable, their
+	// messages' bytes and the commit's time, on the committing goroutine:
+	// it must not block. Appends that take the general path (tool calls,
+	// usage, live turns) are not counted.
+	OnFlush func(storage.FlushRecord)
 }
 
 // Store is the PostgreSQL storage.Driver, reached only through the
@@ -60,7 +66,8 @@ type Store struct {
 	log  *zap.Logger
 	w    *watcher
 
-	group appendGroup // the one-statement appends' group commit
+	group   appendGroup               // the one-statement appends' group commit
+	onFlush func(storage.FlushRecord) // Options.OnFlush
 
 	wakeCh     chan changed  // sessions whose watchers to wake
 	stopNotify func()        // ends the notifier
@@ -129,7 +136,7 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, log: log, wakeCh: make(chan changed, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{})}
+	s := &Store{pool: pool, log: log, onFlush: opts.OnFlush, wakeCh: make(chan changed, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{})}
 	s.group.max = groupBatches
 	s.group.gatherMax = groupGatherMax
 	nctx, stop := context.WithCancel(context.Background())
