@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,8 +35,7 @@ type conn struct {
 	cc     *grpc.ClientConn
 	rpc    sessiondv1.SessionStoreServiceClient
 	log    *slog.Logger
-	mu     sync.Mutex // guards closed
-	closed bool
+	closed atomic.Bool
 	// appends is the AppendStream that handles' appends share.
 	appends appendStream
 }
@@ -244,12 +243,9 @@ func (c *Client) RPC() sessiondv1.SessionStoreServiceClient { return c.conn.rpc 
 // ErrClosed. A second Close returns nil. Handles opened from c should be
 // closed first, or their unsaved messages cannot be saved.
 func (c *Client) Close() error {
-	c.conn.mu.Lock()
-	defer c.conn.mu.Unlock()
-	if c.conn.closed {
+	if !c.conn.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	c.conn.closed = true
 	if err := c.conn.cc.Close(); err != nil {
 		return errorf("client: close: %w", err)
 	}
@@ -258,9 +254,7 @@ func (c *Client) Close() error {
 
 // check returns ErrClosed once the connection is closed.
 func (c *Client) check(op rpc) error {
-	c.conn.mu.Lock()
-	defer c.conn.mu.Unlock()
-	if c.conn.closed {
+	if c.conn.closed.Load() {
 		return errorf("client: %s: %w", op, ErrClosed)
 	}
 	return nil

@@ -789,8 +789,8 @@ func (h *Handle) saveRetry(ctx context.Context, attempts uint, attemptTTL time.D
 func (h *Handle) Reload(ctx context.Context) error {
 	h.saveMu.Lock()
 	defer h.saveMu.Unlock()
-	if err := h.checkOpen("reload"); err != nil {
-		return err
+	if locked(h, func() bool { return h.closed }) {
+		return errorf("client: reload: %w", ErrClosed)
 	}
 	sess, loaded, err := h.c.Load(ctx, ID(h.id), LoadOptions{CloseOpenToolCalls: true})
 	if err != nil {
@@ -824,13 +824,6 @@ func (h *Handle) Reload(ctx context.Context) error {
 	}
 	h.paused = nil
 	h.refreshSpoolLocked()
-	return nil
-}
-
-func (h *Handle) checkOpen(op string) error {
-	if locked(h, func() bool { return h.closed }) {
-		return errorf("client: %s: %w", op, ErrClosed)
-	}
 	return nil
 }
 

@@ -223,24 +223,13 @@ func (c *Client) LoadMessages(ctx context.Context, r Ref, o LoadOptions) iter.Se
 }
 
 func (c *Client) load(ctx context.Context, r Ref, o LoadOptions, onSession func(*Session), onMsg func(*sessiondv1.Message) bool) error {
-	if err := c.check(rpcLoad); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // ends the stream if the caller stops early
-	stream, err := c.conn.rpc.LoadSession(ctx, &sessiondv1.LoadSessionRequest{
+	req := &sessiondv1.LoadSessionRequest{
 		Ref: c.ref(r), Offset: o.Offset, Limit: o.Limit, Tail: o.Tail, CloseOpenToolCalls: o.CloseOpenToolCalls, View: o.View,
-	})
-	if err != nil {
-		return mapError(ctx, rpcLoad, err)
 	}
-	for {
-		frame, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
+	frames := streamSeq(ctx, c, rpcLoad, c.conn.rpc.LoadSession, req, func(f *sessiondv1.LoadSessionResponse) *sessiondv1.LoadSessionResponse { return f })
+	for frame, err := range frames {
 		if err != nil {
-			return mapError(ctx, rpcLoad, err)
+			return err
 		}
 		if frame.Session != nil && onSession != nil {
 			onSession(sessionFromProto(frame.Session))
@@ -251,6 +240,7 @@ func (c *Client) load(ctx context.Context, r Ref, o LoadOptions, onSession func(
 			}
 		}
 	}
+	return nil
 }
 
 // ListOptions filter List. The zero value lists the whole namespace.

@@ -92,32 +92,21 @@ func decodeSpool(b []byte) (spoolState, error) {
 	var sess []byte
 	seen := false
 	for len(payload) > 0 {
-		num, typ, l := protowire.ConsumeTag(payload)
-		if l < 0 {
-			return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
+		// ConsumeField checks the whole field, so the reads of its value
+		// below cannot fail; a field from a newer SDK is skipped.
+		num, typ, n := protowire.ConsumeField(payload)
+		if n < 0 {
+			return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(n))
 		}
-		payload = payload[l:]
-		switch {
+		_, _, tag := protowire.ConsumeTag(payload)
+		switch value := payload[tag:n]; {
 		case num == 1 && typ == protowire.BytesType:
-			v, l := protowire.ConsumeBytes(payload)
-			if l < 0 {
-				return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
-			}
-			sess, seen, payload = v, true, payload[l:]
+			sess, _ = protowire.ConsumeBytes(value)
+			seen = true
 		case num == 2 && typ == protowire.VarintType:
-			v, l := protowire.ConsumeVarint(payload)
-			if l < 0 {
-				return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
-			}
-			st.flags, payload = v, payload[l:]
-		default:
-			// A field from a newer SDK: skip it.
-			l := protowire.ConsumeFieldValue(num, typ, payload)
-			if l < 0 {
-				return st, errorf("%w: %w", errSpoolDamaged, protowire.ParseError(l))
-			}
-			payload = payload[l:]
+			st.flags, _ = protowire.ConsumeVarint(value)
 		}
+		payload = payload[n:]
 	}
 	if !seen {
 		return st, errorf("%w: no session", errSpoolDamaged)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sessiond/sessiond/internal/auth"
+	"github.com/sessiond/sessiond/storage"
 )
 
 // Authorisation.
@@ -245,7 +246,7 @@ func (a *Authorizer) permit(ctx context.Context, method string, rule methodRule,
 		return status.Errorf(codes.PermissionDenied, "token %q may not call %s: it needs the admin role for every namespace (\"*\")", tok.Name, shortMethod(method))
 	case rule.namespaced && !tok.Allows(ns):
 		a.deny(ctx, method, tok, ns, "namespace outside the token's")
-		return status.Errorf(codes.PermissionDenied, "token %q may not use %s", tok.Name, namespaceName(ns))
+		return status.Errorf(codes.PermissionDenied, "token %q may not use %s", tok.Name, storage.DescribeNamespace(ns))
 	}
 	return nil
 }
@@ -307,10 +308,3 @@ func peerField(ctx context.Context) zap.Field {
 }
 
 func shortMethod(m string) string { return m[strings.LastIndexByte(m, '/')+1:] }
-
-func namespaceName(ns string) string {
-	if ns == "" {
-		return "the default namespace"
-	}
-	return "namespace \"" + ns + "\""
-}

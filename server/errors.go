@@ -117,10 +117,7 @@ func (s *Server) errFields(method string, ref *storage.Ref, err error) []zap.Fie
 
 // describeRef names a session as a client asked for it.
 func describeRef(ref storage.Ref) string {
-	ns := "the default namespace"
-	if ref.Namespace != "" {
-		ns = fmt.Sprintf("namespace %q", ref.Namespace)
-	}
+	ns := storage.DescribeNamespace(ref.Namespace)
 	if ref.ID != "" {
 		return fmt.Sprintf("session %s in %s", ref.ID, ns)
 	}

@@ -26,7 +26,6 @@ package server
 import (
 	"math"
 	"sync"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -50,8 +49,9 @@ type Server struct {
 	// cond logs persisting storage conditions (full, read-only, no
 	// descriptor left) once, then at a bounded rate.
 	cond *ratelog.Limiter
-	// loads bounds the LoadSession calls in progress (WithMaxLoads).
-	loads *semaphore
+	// loads holds a token per LoadSession call in progress; its capacity is
+	// the bound (WithMaxLoads).
+	loads chan struct{}
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain: watches end with UNAVAILABLE
@@ -83,27 +83,7 @@ const DefaultMaxLoads = 64
 // DefaultMaxLoads; values below 1 count as 1). Each holds at most one
 // frame (about 1 MiB) besides the session's stored bytes, which the store
 // shares among readers; one more is answered RESOURCE_EXHAUSTED.
-func WithMaxLoads(n int) Option { return func(s *Server) { s.loads = newSemaphore(max(n, 1)) } }
-
-// semaphore counts calls in progress, up to a bound.
-type semaphore struct {
-	max int
-	n   atomic.Int64
-}
-
-func newSemaphore(n int) *semaphore { return &semaphore{max: n} }
-
-// TryAcquire takes a place if one is free.
-func (s *semaphore) TryAcquire() bool {
-	if s.n.Add(1) > int64(s.max) {
-		s.n.Add(-1)
-		return false
-	}
-	return true
-}
-
-// Release gives a place back.
-func (s *semaphore) Release() { s.n.Add(-1) }
+func WithMaxLoads(n int) Option { return func(s *Server) { s.loads = make(chan struct{}, max(n, 1)) } }
 
 // New returns a Server over store (made by storage.New), enforcing its
 // limits.
@@ -115,7 +95,7 @@ func New(store *storage.Store, opts ...Option) *Server {
 		version: "devel",
 		drained: make(chan struct{}),
 		cond:    ratelog.New(0),
-		loads:   newSemaphore(DefaultMaxLoads),
+		loads:   make(chan struct{}, DefaultMaxLoads),
 	}
 	for _, o := range opts {
 		o(s)

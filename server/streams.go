@@ -40,14 +40,16 @@ func (s *Server) LoadSession(req *sessiondv1.LoadSessionRequest, stream grpc.Ser
 	if err != nil {
 		return s.toStatus(mLoad, err)
 	}
-	if !s.loads.TryAcquire() {
-		st := status.Newf(codes.ResourceExhausted, "max_concurrent_loads: %d LoadSession calls are in progress, the most this daemon serves at once; retry later", s.loads.max)
-		if d, err := st.WithDetails(errorInfo(ReasonTooManyCalls, map[string]string{"limit": "max_concurrent_loads", "max": strconv.Itoa(s.loads.max)})); err == nil {
+	select {
+	case s.loads <- struct{}{}:
+		defer func() { <-s.loads }()
+	default:
+		st := status.Newf(codes.ResourceExhausted, "max_concurrent_loads: %d LoadSession calls are in progress, the most this daemon serves at once; retry later", cap(s.loads))
+		if d, err := st.WithDetails(errorInfo(ReasonTooManyCalls, map[string]string{"limit": "max_concurrent_loads", "max": strconv.Itoa(cap(s.loads))})); err == nil {
 			st = d
 		}
 		return st.Err()
 	}
-	defer s.loads.Release()
 	// Frames are built as the store decodes messages, and sent when full:
 	// a reader that stops reading holds one frame, not the session.
 	var frame *sessiondv1.LoadSessionResponse

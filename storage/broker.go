@@ -84,14 +84,6 @@ func NewBroker(opts ...BrokerOption) *Broker {
 	return b
 }
 
-// HistoryBytes returns what the kept history costs now, in bytes (as counted
-// against WithHistoryTotal).
-func (b *Broker) HistoryBytes() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.total
-}
-
 // Subscription receives a session's events until it ends: Events is closed
 // after the last one, and Err then says why (nil after EventDeleted or Close;
 // ErrWatchReset when the subscriber fell behind; ErrClosed when the store

@@ -332,7 +332,7 @@ func TestBrokerHistoryTotal(t *testing.T) {
 		e := ev(EventAppended, 2)
 		e.Messages = []*sessiondv1.Message{{Id: "m", Role: sessiondv1.Role_ROLE_USER, Content: chunk}}
 		b.Publish(ids[i], e)
-		if got := b.HistoryBytes(); got > WatchHistoryBytes {
+		if got := historyBytes(b); got > WatchHistoryBytes {
 			t.Fatalf("after %d sessions the history holds %d bytes, over the %d budget", i+1, got, WatchHistoryBytes)
 		}
 	}
@@ -358,13 +358,13 @@ func TestBrokerHistoryTotal(t *testing.T) {
 	s = mustSubscribeID(t, b, ids[1], 3, 2)
 	wantRevisions(t, s, 3)
 	s.Close()
-	if got := b.HistoryBytes(); got > WatchHistoryBytes {
+	if got := historyBytes(b); got > WatchHistoryBytes {
 		t.Errorf("history holds %d bytes, over the %d budget", got, WatchHistoryBytes)
 	}
 	// Deleting releases everything the session kept.
-	before := b.HistoryBytes()
+	before := historyBytes(b)
 	b.Publish(ids[1], ev(EventDeleted, 4))
-	if got := b.HistoryBytes(); got >= before {
+	if got := historyBytes(b); got >= before {
 		t.Errorf("history after a delete: %d bytes, want less than %d", got, before)
 	}
 }
@@ -477,4 +477,12 @@ func TestPublishBuiltOnlyForWatchedSessions(t *testing.T) {
 		t.Fatalf("resumed watcher got revision %d, want 3", got.Revision)
 	}
 	again.Close()
+}
+
+// historyBytes returns what b's kept history costs now, in bytes (as counted
+// against WithHistoryTotal).
+func historyBytes(b *Broker) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total
 }

@@ -329,10 +329,12 @@ func clip(s string) string {
 // AliasInUse is the ErrAliasInUse a Driver returns when another session of
 // namespace has alias.
 func AliasInUse(namespace, alias string) error {
-	return fmt.Errorf("alias %q is taken by another session in %s: %w", alias, describeNamespace(namespace), ErrAliasInUse)
+	return fmt.Errorf("alias %q is taken by another session in %s: %w", alias, DescribeNamespace(namespace), ErrAliasInUse)
 }
 
-func describeNamespace(ns string) string {
+// DescribeNamespace names a namespace in a message: "the default namespace"
+// or namespace "NS".
+func DescribeNamespace(ns string) string {
 	if ns == "" {
 		return "the default namespace"
 	}
