@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sessiond/sessiond/gen/msgcheck"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -239,7 +240,7 @@ func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, tal
 			}
 			if ok {
 				if !SameMessage(s, m) {
-					return NewMessages{}, fmt.Errorf("messages[%d].id %q is in session %s with other content: %w", i, clip(id), sessionID, ErrMessageConflict)
+					return NewMessages{}, fmt.Errorf("messages[%d].id %q is in session %s with other content: %w", i, msgcheck.Clip(id), sessionID, ErrMessageConflict)
 				}
 				if !skipped { // the messages before i were all new
 					skipped = true
@@ -315,15 +316,6 @@ func CheckCount(sessionID string, count, have int64) error {
 		return Invalid("message_count", "%d is more than the %d messages of session %s", count, have, sessionID)
 	}
 	return nil
-}
-
-// clip shortens a client's string for an error message.
-func clip(s string) string {
-	const n = 32
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 // AliasInUse is the ErrAliasInUse a Driver returns when another session of

@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 
+	"github.com/sessiond/sessiond/gen/msgcheck"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -108,10 +109,10 @@ func (l Limits) CheckMap(field string, m map[string]string) error {
 			return Invalid(field, "has an empty key")
 		}
 		if int64(len(k)) > l.MaxMapKeyBytes {
-			return &LimitError{Field: fmt.Sprintf("%s key %q", field, clip(k)), Limit: "max_map_key_bytes", Size: int64(len(k)), Max: l.MaxMapKeyBytes}
+			return &LimitError{Field: fmt.Sprintf("%s key %q", field, msgcheck.Clip(k)), Limit: "max_map_key_bytes", Size: int64(len(k)), Max: l.MaxMapKeyBytes}
 		}
 		if int64(len(v)) > l.MaxMapValueBytes {
-			return &LimitError{Field: fmt.Sprintf("%s[%q]", field, clip(k)), Limit: "max_map_value_bytes", Size: int64(len(v)), Max: l.MaxMapValueBytes}
+			return &LimitError{Field: fmt.Sprintf("%s[%q]", field, msgcheck.Clip(k)), Limit: "max_map_value_bytes", Size: int64(len(v)), Max: l.MaxMapValueBytes}
 		}
 	}
 	return ValidateStringMap(field, m)

@@ -218,14 +218,14 @@ func openMessage(sessionID string, tally Tally, id string, stored StoredFunc) (*
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("message %q is not in session %s: %w", clip(id), sessionID, ErrMessageState)
+		return nil, fmt.Errorf("message %q is not in session %s: %w", msgcheck.Clip(id), sessionID, ErrMessageState)
 	}
 	if tally.OpenMessageID != id || m.GetState() != stateStreaming {
 		state := m.GetState()
 		if state == sessiondv1.MessageState_MESSAGE_STATE_UNSPECIFIED {
 			state = stateComplete
 		}
-		return nil, fmt.Errorf("message %q of session %s is not open: it is %s: %w", clip(id), sessionID, state, ErrMessageState)
+		return nil, fmt.Errorf("message %q of session %s is not open: it is %s: %w", msgcheck.Clip(id), sessionID, state, ErrMessageState)
 	}
 	return m, nil
 }
@@ -253,7 +253,7 @@ func splice(field, cur string, off int64, add string) (string, string, error) {
 func encodeWithin(field string, m *sessiondv1.Message, limits Limits) ([]byte, error) {
 	b, err := proto.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("encode message %q: %w", clip(m.GetId()), err)
+		return nil, fmt.Errorf("encode message %q: %w", msgcheck.Clip(m.GetId()), err)
 	}
 	if n := int64(len(b)); n > limits.MaxMessageBytes {
 		return nil, &LimitError{Field: field, Limit: "max_message_bytes", Size: n, Max: limits.MaxMessageBytes}
