@@ -176,12 +176,10 @@ func checkBoundary(cur *Session, throughID string, after []*sessiondv1.Message) 
 // context view, and the revision is bumped. Errors: ErrNotFound,
 // ErrInvalid, ErrTooLarge, ErrConflict, ErrNoSpace, ErrDataLoss.
 func (s *Store) Compact(ctx context.Context, req CompactRequest) (*Session, error) {
-	ref, err := s.enterRef(ctx, req.Ref)
-	if err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	req.Ref = ref
+	return call(ctx, s, &req.Ref, func() (*Session, error) { return s.compact(ctx, req) })
+}
+
+func (s *Store) compact(ctx context.Context, req CompactRequest) (*Session, error) {
 	if req.ThroughMessageID == "" {
 		return nil, Invalid("through_message_id", "is empty; name the last message the summary stands for")
 	}
