@@ -28,6 +28,10 @@ var _ storage.Driver = (*Store)(nil)
 // Option tunes a Store.
 type Option func(*options)
 
+// cacheBytes bounds the message bytes kept in memory for recently used
+// sessions; sessions beyond it are read from disk again.
+const cacheBytes = 256 << 20
+
 type options struct {
 	log          *zap.Logger
 	foldBytes    int64
@@ -48,10 +52,6 @@ func WithLimits(l storage.Limits) Option { return func(o *options) { o.limits = 
 
 // WithLogger sets the logger (default: none).
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
-
-// WithCacheBytes bounds the message bytes kept in memory for recently used
-// sessions (default 256 MiB). Sessions beyond it are read from disk again.
-func WithCacheBytes(bytes int64) Option { return func(o *options) { o.cacheBytes = bytes } }
 
 // DefaultMaxOpenJournals is how many journal files a Store keeps open at
 // most unless WithMaxOpenJournals says otherwise.
@@ -245,9 +245,9 @@ func openDriver(ctx context.Context, dir string, opts ...Option) (*Store, error)
 }
 
 func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) (*Store, error) {
-	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: 256 << 20,
+	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: cacheBytes,
 		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty, maxJournals: DefaultMaxOpenJournals,
-		watchHistory: storage.DefaultWatchHistoryTotal, walSegment: DefaultWALSegmentBytes, walSpares: walMaxSpares}
+		watchHistory: storage.DefaultWatchHistoryTotal, walSegment: walSegmentBytes, walSpares: walMaxSpares}
 	for _, opt := range opts {
 		opt(&o)
 	}

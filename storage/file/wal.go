@@ -41,7 +41,7 @@ import (
 // writers it expects, so that one flush covers them all (see gather.go).
 //
 // The WAL is a series of segment files wal/wal-<seq>. Once the current
-// segment passes WithWALSegmentBytes, the leader starts the next one and
+// segment passes walSegmentBytes, the leader starts the next one and
 // hands the full one to the sealer goroutine, which fdatasyncs every
 // journal that segment has records for: from then on the journals hold its
 // contents durably. It retires the segment once a durable checkpoint's
@@ -79,29 +79,23 @@ const (
 	walBatchHead = 1 + 8 + 8
 	// walEndMark is the zero frame header written after each flush.
 	walEndMark = 8
-	// DefaultWALSegmentBytes is the WAL segment size past which a new
-	// segment is started, unless WithWALSegmentBytes says otherwise.
-	DefaultWALSegmentBytes      = 32 << 20
-	walMaxSealing               = 2
-	walRecHeader                = 40
-	walKindFrame           byte = 1 // a journal commit frame at an offset
-	walKindDrop            byte = 2 // the session was deleted: its earlier records are void
-	walKindTouch           byte = 3 // the session's files change without a journal frame (a save, a rewind)
+	// walSegmentBytes is the WAL segment size past which a new segment is
+	// started. While checkpoints keep up, start-up replays at most about
+	// 1+walMaxSealing+walMaxUncovered segments, so this bounds the work of
+	// an open after a crash; a smaller segment means more frequent journal
+	// syncs in the background.
+	walSegmentBytes      = 32 << 20
+	walMaxSealing        = 2
+	walRecHeader         = 40
+	walKindFrame    byte = 1 // a journal commit frame at an offset
+	walKindDrop     byte = 2 // the session was deleted: its earlier records are void
+	walKindTouch    byte = 3 // the session's files change without a journal frame (a save, a rewind)
 	// walMaxUncovered is how many synced segments may wait for a
 	// checkpoint to cover them before one is asked for.
 	walMaxUncovered = 2
 	// walBufKeep bounds the encode buffer the leader keeps between flushes.
 	walBufKeep = 4 << 20
 )
-
-// WithWALSegmentBytes sets the WAL segment size (default
-// DefaultWALSegmentBytes). While checkpoints keep up, start-up replays at
-// most about 1+walMaxSealing+walMaxUncovered segments, so this bounds the
-// work of an open after a crash; a smaller segment means more frequent
-// journal syncs in the background.
-func WithWALSegmentBytes(n int64) Option {
-	return func(o *options) { o.walSegment = max(n, 4<<10) }
-}
 
 // walRec is one WAL record. Its encoding:
 //
