@@ -387,7 +387,7 @@ func (c *checker) session(id string) error {
 	}
 	jc, err := decodeJournal(jdata)
 	if err == nil {
-		meta, msgs, _, err = replay(meta, msgs, cs, gen, id, jc, true)
+		meta, msgs, _, err = replay(meta, msgs, cs, gen, id, jc, true, true)
 	}
 	if lerr := c.lost[id]; err == nil && lerr != nil {
 		err = lerr

@@ -431,7 +431,7 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		return fail(err)
 	}
 	msgs = msgs[:len(msgs):len(msgs)]
-	meta, msgs, cs, err = replay(meta, msgs, cs, gen, id, jc, true)
+	meta, msgs, cs, err = replay(meta, msgs, cs, gen, id, jc, true, true)
 	if err != nil {
 		return fail(err)
 	}

@@ -202,7 +202,7 @@ func readSegments(dir, id string, gen uint64, meta *storage.Session, l *segList,
 		if err == nil {
 			// The header holds the tallies: counting them again per segment
 			// would decode every message of the session.
-			m, msgs, cs, err = replayWith(m, msgs, cs, g, id, jc, true, false)
+			m, msgs, cs, err = replay(m, msgs, cs, g, id, jc, true, false)
 		}
 		if err != nil {
 			return fail(name, err)

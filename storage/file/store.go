@@ -579,7 +579,7 @@ func scanSession(dir, id string, buf *[]byte) (*storage.Session, error) {
 	if err != nil {
 		return meta, err
 	}
-	m, _, _, err := replay(meta, nil, nil, gen, id, jc, false)
+	m, _, _, err := replay(meta, nil, nil, gen, id, jc, false, true)
 	if err != nil {
 		return meta, err
 	}
@@ -587,14 +587,9 @@ func scanSession(dir, id string, buf *[]byte) (*storage.Session, error) {
 }
 
 // replay applies a journal to a snapshot's state. With withMsgs false it
-// only tracks metadata (and returns no messages or compactions).
-func replay(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction, gen uint64, id string, jc *journalContent, withMsgs bool) (*storage.Session, [][]byte, []storage.StoredCompaction, error) {
-	return replayWith(meta, msgs, cs, gen, id, jc, withMsgs, true)
-}
-
-// replayWith is replay, keeping the tallies only if tally is set (the
-// others then stay as in meta).
-func replayWith(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction, gen uint64, id string, jc *journalContent, withMsgs, tally bool) (*storage.Session, [][]byte, []storage.StoredCompaction, error) {
+// only tracks metadata (and returns no messages or compactions); with tally
+// false the tallies stay as in meta.
+func replay(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction, gen uint64, id string, jc *journalContent, withMsgs, tally bool) (*storage.Session, [][]byte, []storage.StoredCompaction, error) {
 	if jc.gen != gen || jc.id != id {
 		return nil, nil, nil, fmt.Errorf("journal is for generation %d of %s, snapshot is generation %d of %s: %w", jc.gen, jc.id, gen, id, errCorrupt)
 	}
