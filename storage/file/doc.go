@@ -314,14 +314,6 @@
 // since a checkpoint; a save or rewind costs one flush more. Creates record
 // nothing: a session the checkpoint does not know is scanned anyway.
 //
-// P is taken as a watermark: a write marks its session busy before its
-// record is queued and until its change is in the in-memory metadata, and
-// a checkpoint reads the log's end (where the next flush writes) before it
-// copies the metadata, leaving busy and damaged sessions out. A change
-// before P is therefore shown by the copy or belongs to a session left out.
-// A segment is retired only once a durable checkpoint's P is past it, so
-// the records from P on are still there at Open.
-//
 // Open replays the whole log as above, trusts the checkpoint for the
 // sessions that no record from P on names, scans the rest and those the
 // checkpoint does not know, and drops the checkpoint's sessions that are
@@ -334,7 +326,8 @@
 // names no session) costs a scan of every session instead, never a guess;
 // a damaged index file costs a scan of its namespace. A delete whose drop
 // cannot be written removes the mark. checkpoint.go states the ordering
-// rules.
+// rules that make P safe to trust (a watermark: the log's end, read before
+// the metadata is copied, with sessions being written left out).
 //
 // A change whose WAL flush did not complete was never acknowledged; if its
 // journal frame survived while the session is trusted, the session's
