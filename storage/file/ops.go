@@ -137,9 +137,7 @@ func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte,
 			s.mu.Lock()
 			e.gone = true
 			delete(s.byID, meta.ID)
-			if meta.Alias != "" && n.byAlias[meta.Alias] == e {
-				delete(n.byAlias, meta.Alias)
-			}
+			n.release(meta.Alias, e)
 			s.mu.Unlock()
 			e.wmu.Unlock()
 			return nil, fmt.Errorf("file: create session %s: %w", meta.ID, err)
@@ -752,9 +750,7 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 		if err := s.writeJournal(e, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}}), 0); err != nil {
 			if n != nil { // give the reserved alias back
 				s.mu.Lock()
-				if n.byAlias[m.Alias] == e {
-					delete(n.byAlias, m.Alias)
-				}
+				n.release(m.Alias, e)
 				s.mu.Unlock()
 			}
 			return nil, fmt.Errorf("file: update session %s: %w", e.id, err)
@@ -804,9 +800,7 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 		if meta != nil {
 			n := s.nsFor(meta.Namespace)
 			n.remove(e)
-			if meta.Alias != "" && n.byAlias[meta.Alias] == e {
-				delete(n.byAlias, meta.Alias)
-			}
+			n.release(meta.Alias, e)
 		}
 		s.mu.Unlock()
 		if meta != nil {

@@ -318,10 +318,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 		}
 		// Nothing in the index folder may be trusted again: the mark goes
 		// before the stale files do.
-		if err := os.Remove(filepath.Join(dir, "index", cleanName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("file: remove checkpoint mark: %w", err)
-		}
-		if err := syncDir(filepath.Join(dir, "index")); err != nil {
+		if err := s.distrustCheckpoint(); err != nil {
 			return nil, fmt.Errorf("file: %w", err)
 		}
 		ck.metas, changed = nil, nil
@@ -686,20 +683,15 @@ func (s *Store) Close() error {
 // resolveLocked finds ref's session. Caller holds mu.
 func (s *Store) resolveLocked(ref storage.Ref) (*entry, error) {
 	if ref.ID != "" {
-		e := s.byID[ref.ID]
-		if e == nil || e.gone {
-			return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
-		}
-		if e.meta == nil {
-			if e.damaged != nil {
-				return nil, e.damaged
+		if e := s.byID[ref.ID]; e != nil && !e.gone {
+			if e.meta == nil && e.damaged != nil {
+				return nil, e.damaged // its namespace is unknown
 			}
-			return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
+			if e.meta != nil && e.meta.Namespace == ref.Namespace {
+				return e, nil
+			}
 		}
-		if e.meta.Namespace != ref.Namespace {
-			return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
-		}
-		return e, nil
+		return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
 	}
 	if n := s.ns[ref.Namespace]; n != nil {
 		if e := n.byAlias[ref.Alias]; e != nil && !e.gone && e.meta != nil && e.meta.Alias == ref.Alias {
@@ -819,8 +811,8 @@ func (s *Store) setMeta(e *entry, m *storage.Session) {
 	if old != nil {
 		n := s.nsFor(old.Namespace)
 		n.remove(e)
-		if old.Alias != "" && old.Alias != m.Alias && n.byAlias[old.Alias] == e {
-			delete(n.byAlias, old.Alias)
+		if old.Alias != m.Alias {
+			n.release(old.Alias, e)
 		}
 	}
 	e.meta = m
@@ -877,6 +869,13 @@ func (n *nsIndex) insert(e *entry) {
 	e.key = listKey{t: e.meta.UpdatedAt, id: e.id}
 	i := n.search(e.key)
 	n.list = slices.Insert(n.list, i, e)
+}
+
+// release frees alias if e holds it.
+func (n *nsIndex) release(alias string, e *entry) {
+	if alias != "" && n.byAlias[alias] == e {
+		delete(n.byAlias, alias)
+	}
 }
 
 func (n *nsIndex) remove(e *entry) {
