@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -205,21 +204,10 @@ func (s *Store) compact(ctx context.Context, req CompactRequest) (*Session, erro
 // unindexed renames field[0] to field in a *FieldError or *LimitError
 // about a request's one message.
 func unindexed(field string, err error) error {
-	rename := func(f string) string {
+	return renameField(err, func(f string) string {
 		if rest, ok := strings.CutPrefix(f, field+"[0]"); ok {
 			return field + rest
 		}
 		return f
-	}
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		return &FieldError{Field: rename(fe.Field), Description: fe.Description}
-	}
-	var le *LimitError
-	if errors.As(err, &le) {
-		c := *le
-		c.Field = rename(c.Field)
-		return &c
-	}
-	return err
+	})
 }

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -284,20 +283,15 @@ func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, tal
 // inBatch renames the field of a *FieldError about field[k] (an index into
 // the new messages) to the message's index in the batch, positions[k].
 func inBatch(err error, field string, positions []int) error {
-	var fe *FieldError
-	if !errors.As(err, &fe) {
-		return err
-	}
-	rest, ok := strings.CutPrefix(fe.Field, field+"[")
-	if !ok {
-		return err
-	}
-	num, rest, ok := strings.Cut(rest, "]")
-	k, perr := strconv.Atoi(num)
-	if !ok || perr != nil || k < 0 || k >= len(positions) {
-		return err
-	}
-	return &FieldError{Field: fmt.Sprintf("%s[%d]%s", field, positions[k], rest), Description: fe.Description}
+	return renameField(err, func(f string) string {
+		rest, ok := strings.CutPrefix(f, field+"[")
+		num, rest, found := strings.Cut(rest, "]")
+		k, perr := strconv.Atoi(num)
+		if !ok || !found || perr != nil || k < 0 || k >= len(positions) {
+			return f
+		}
+		return fmt.Sprintf("%s[%d]%s", field, positions[k], rest)
+	})
 }
 
 // CheckRevision returns ErrConflict when expected is not zero and differs
