@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sessiond/sessiond/gen/msgcheck"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
 )
@@ -67,20 +68,11 @@ func maskFields(paths []string) (storage.UpdateField, error) {
 	for i, p := range paths {
 		f, ok := updateFields[p]
 		if !ok {
-			return 0, storage.Invalid(fmt.Sprintf("update_mask.paths[%d]", i), "%q is not one of alias, title, summary, metadata, labels, expire_after", clip(p))
+			return 0, storage.Invalid(fmt.Sprintf("update_mask.paths[%d]", i), "%q is not one of alias, title, summary, metadata, labels, expire_after", msgcheck.Clip(p))
 		}
 		fields |= f
 	}
 	return fields, storage.CheckUpdateFields(fields)
-}
-
-// clip shortens a client's string for an error message.
-func clip(s string) string {
-	const n = 32
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 // underParent moves the fields storage names for a request whose proto puts

@@ -2,11 +2,11 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/sessiond/sessiond/gen/msgcheck"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -105,7 +105,7 @@ func KeepCompactions(cs []StoredCompaction, count int64) []StoredCompaction {
 // ThroughNotFound is the error of a compaction whose through_message_id
 // is no message of the session.
 func ThroughNotFound(sessionID, id string) error {
-	return Invalid("through_message_id", "%q is not a message of session %s", clip(id), sessionID)
+	return Invalid("through_message_id", "%q is not a message of session %s", msgcheck.Clip(id), sessionID)
 }
 
 // CheckCompact applies the compaction rules that need the stored session
@@ -140,7 +140,7 @@ func CheckCompact(cur *Session, req CompactRequest, through int64, latestSummary
 		return false, err
 	}
 	if cur.OpenMessageID != "" && cur.OpenMessageID == req.ThroughMessageID {
-		return false, fmt.Errorf("through_message_id %q is open (MESSAGE_STATE_STREAMING): FinishMessage must close it before a summary can stand for it: %w", clip(req.ThroughMessageID), ErrMessageState)
+		return false, fmt.Errorf("through_message_id %q is open (MESSAGE_STATE_STREAMING): FinishMessage must close it before a summary can stand for it: %w", msgcheck.Clip(req.ThroughMessageID), ErrMessageState)
 	}
 	return false, checkBoundary(cur, req.ThroughMessageID, after)
 }
@@ -157,14 +157,14 @@ func checkBoundary(cur *Session, throughID string, after []*sessiondv1.Message) 
 		}
 		if id := m.GetToolCallId(); m.GetRole() == sessiondv1.Role_ROLE_TOOL && id != "" {
 			if !madeAfter[id] {
-				return Invalid("through_message_id", "%q ends the range between tool call %q and its result, message %q; end it at or after the result", clip(throughID), clip(id), clip(m.GetId()))
+				return Invalid("through_message_id", "%q ends the range between tool call %q and its result, message %q; end it at or after the result", msgcheck.Clip(throughID), msgcheck.Clip(id), msgcheck.Clip(m.GetId()))
 			}
 			delete(madeAfter, id)
 		}
 	}
 	for _, id := range cur.OpenToolCallIDs {
 		if !madeAfter[id] {
-			return Invalid("through_message_id", "%q ends a range holding tool call %q, which has no result yet; append its result first", clip(throughID), clip(id))
+			return Invalid("through_message_id", "%q ends a range holding tool call %q, which has no result yet; append its result first", msgcheck.Clip(throughID), msgcheck.Clip(id))
 		}
 	}
 	return nil
@@ -175,12 +175,10 @@ func checkBoundary(cur *Session, throughID string, after []*sessiondv1.Message) 
 // context view, and the revision is bumped. Errors: ErrNotFound,
 // ErrInvalid, ErrTooLarge, ErrConflict, ErrNoSpace, ErrDataLoss.
 func (s *Store) Compact(ctx context.Context, req CompactRequest) (*Session, error) {
-	ref, err := s.enterRef(ctx, req.Ref)
-	if err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	req.Ref = ref
+	return call(ctx, s, &req.Ref, func() (*Session, error) { return s.compact(ctx, req) })
+}
+
+func (s *Store) compact(ctx context.Context, req CompactRequest) (*Session, error) {
 	if req.ThroughMessageID == "" {
 		return nil, Invalid("through_message_id", "is empty; name the last message the summary stands for")
 	}
@@ -206,21 +204,10 @@ func (s *Store) Compact(ctx context.Context, req CompactRequest) (*Session, erro
 // unindexed renames field[0] to field in a *FieldError or *LimitError
 // about a request's one message.
 func unindexed(field string, err error) error {
-	rename := func(f string) string {
+	return renameField(err, func(f string) string {
 		if rest, ok := strings.CutPrefix(f, field+"[0]"); ok {
 			return field + rest
 		}
 		return f
-	}
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		return &FieldError{Field: rename(fe.Field), Description: fe.Description}
-	}
-	var le *LimitError
-	if errors.As(err, &le) {
-		c := *le
-		c.Field = rename(c.Field)
-		return &c
-	}
-	return err
+	})
 }

@@ -2,11 +2,11 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/sessiond/sessiond/gen/msgcheck"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -239,7 +239,7 @@ func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, tal
 			}
 			if ok {
 				if !SameMessage(s, m) {
-					return NewMessages{}, fmt.Errorf("messages[%d].id %q is in session %s with other content: %w", i, clip(id), sessionID, ErrMessageConflict)
+					return NewMessages{}, fmt.Errorf("messages[%d].id %q is in session %s with other content: %w", i, msgcheck.Clip(id), sessionID, ErrMessageConflict)
 				}
 				if !skipped { // the messages before i were all new
 					skipped = true
@@ -283,20 +283,15 @@ func CheckAppend(sessionID string, msgs Messages, expected, revision uint64, tal
 // inBatch renames the field of a *FieldError about field[k] (an index into
 // the new messages) to the message's index in the batch, positions[k].
 func inBatch(err error, field string, positions []int) error {
-	var fe *FieldError
-	if !errors.As(err, &fe) {
-		return err
-	}
-	rest, ok := strings.CutPrefix(fe.Field, field+"[")
-	if !ok {
-		return err
-	}
-	num, rest, ok := strings.Cut(rest, "]")
-	k, perr := strconv.Atoi(num)
-	if !ok || perr != nil || k < 0 || k >= len(positions) {
-		return err
-	}
-	return &FieldError{Field: fmt.Sprintf("%s[%d]%s", field, positions[k], rest), Description: fe.Description}
+	return renameField(err, func(f string) string {
+		rest, ok := strings.CutPrefix(f, field+"[")
+		num, rest, found := strings.Cut(rest, "]")
+		k, perr := strconv.Atoi(num)
+		if !ok || !found || perr != nil || k < 0 || k >= len(positions) {
+			return f
+		}
+		return fmt.Sprintf("%s[%d]%s", field, positions[k], rest)
+	})
 }
 
 // CheckRevision returns ErrConflict when expected is not zero and differs
@@ -315,15 +310,6 @@ func CheckCount(sessionID string, count, have int64) error {
 		return Invalid("message_count", "%d is more than the %d messages of session %s", count, have, sessionID)
 	}
 	return nil
-}
-
-// clip shortens a client's string for an error message.
-func clip(s string) string {
-	const n = 32
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 // AliasInUse is the ErrAliasInUse a Driver returns when another session of

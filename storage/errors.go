@@ -39,16 +39,23 @@ func InField(parent string, err error) error {
 	if parent == "" {
 		return err
 	}
+	return renameField(err, func(f string) string { return joinField(parent, f) })
+}
+
+// renameField returns a copy of the *FieldError or *LimitError in err's
+// chain with its field path rewritten by rename; other errors come back
+// unchanged.
+func renameField(err error, rename func(string) string) error {
 	var fe *FieldError
 	if errors.As(err, &fe) {
 		c := *fe
-		c.Field = joinField(parent, c.Field)
+		c.Field = rename(c.Field)
 		return &c
 	}
 	var le *LimitError
 	if errors.As(err, &le) {
 		c := *le
-		c.Field = joinField(parent, c.Field)
+		c.Field = rename(c.Field)
 		return &c
 	}
 	return err
@@ -81,12 +88,10 @@ type LimitError struct {
 
 // Error names the field, its size and the limit.
 func (e *LimitError) Error() string {
-	unit := "bytes"
 	if e.Limit == "max_map_entries" {
-		unit = "entries"
-		return fmt.Sprintf("%s has %d %s, over the %s limit of %d", e.Field, e.Size, unit, e.Limit, e.Max)
+		return fmt.Sprintf("%s has %d entries, over the %s limit of %d", e.Field, e.Size, e.Limit, e.Max)
 	}
-	return fmt.Sprintf("%s is %d %s, over the %s limit of %d", e.Field, e.Size, unit, e.Limit, e.Max)
+	return fmt.Sprintf("%s is %d bytes, over the %s limit of %d", e.Field, e.Size, e.Limit, e.Max)
 }
 
 // Unwrap makes a LimitError an ErrTooLarge.

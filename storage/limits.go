@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 
+	"github.com/sessiond/sessiond/gen/msgcheck"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -79,18 +80,12 @@ func (l Limits) Proto() *sessiondv1.ServerLimits {
 
 // CheckTitle checks a title: valid UTF-8, at most max_title_bytes.
 func (l Limits) CheckTitle(field, s string) error {
-	if int64(len(s)) > l.MaxTitleBytes {
-		return &LimitError{Field: field, Limit: "max_title_bytes", Size: int64(len(s)), Max: l.MaxTitleBytes}
-	}
-	return ValidateText(field, s)
+	return checkText(field, s, "max_title_bytes", l.MaxTitleBytes)
 }
 
 // CheckSummary checks a summary: valid UTF-8, at most max_summary_bytes.
 func (l Limits) CheckSummary(field, s string) error {
-	if int64(len(s)) > l.MaxSummaryBytes {
-		return &LimitError{Field: field, Limit: "max_summary_bytes", Size: int64(len(s)), Max: l.MaxSummaryBytes}
-	}
-	return ValidateText(field, s)
+	return checkText(field, s, "max_summary_bytes", l.MaxSummaryBytes)
 }
 
 // CheckMap checks a session's metadata or labels: at most max_map_entries
@@ -108,10 +103,10 @@ func (l Limits) CheckMap(field string, m map[string]string) error {
 			return Invalid(field, "has an empty key")
 		}
 		if int64(len(k)) > l.MaxMapKeyBytes {
-			return &LimitError{Field: fmt.Sprintf("%s key %q", field, clip(k)), Limit: "max_map_key_bytes", Size: int64(len(k)), Max: l.MaxMapKeyBytes}
+			return &LimitError{Field: fmt.Sprintf("%s key %q", field, msgcheck.Clip(k)), Limit: "max_map_key_bytes", Size: int64(len(k)), Max: l.MaxMapKeyBytes}
 		}
 		if int64(len(v)) > l.MaxMapValueBytes {
-			return &LimitError{Field: fmt.Sprintf("%s[%q]", field, clip(k)), Limit: "max_map_value_bytes", Size: int64(len(v)), Max: l.MaxMapValueBytes}
+			return &LimitError{Field: fmt.Sprintf("%s[%q]", field, msgcheck.Clip(k)), Limit: "max_map_value_bytes", Size: int64(len(v)), Max: l.MaxMapValueBytes}
 		}
 	}
 	return ValidateStringMap(field, m)
@@ -128,8 +123,14 @@ func (l Limits) CheckSessionBytes(field string, total int64) error {
 
 // CheckQuery checks a search query: valid UTF-8, at most max_query_bytes.
 func (l Limits) CheckQuery(field, s string) error {
-	if int64(len(s)) > l.MaxQueryBytes {
-		return &LimitError{Field: field, Limit: "max_query_bytes", Size: int64(len(s)), Max: l.MaxQueryBytes}
+	return checkText(field, s, "max_query_bytes", l.MaxQueryBytes)
+}
+
+// checkText checks a text field against its limit (named limit, max bytes)
+// and for valid UTF-8.
+func checkText(field, s, limit string, maxBytes int64) error {
+	if int64(len(s)) > maxBytes {
+		return &LimitError{Field: field, Limit: limit, Size: int64(len(s)), Max: maxBytes}
 	}
 	return ValidateText(field, s)
 }

@@ -218,14 +218,14 @@ func openMessage(sessionID string, tally Tally, id string, stored StoredFunc) (*
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("message %q is not in session %s: %w", clip(id), sessionID, ErrMessageState)
+		return nil, fmt.Errorf("message %q is not in session %s: %w", msgcheck.Clip(id), sessionID, ErrMessageState)
 	}
 	if tally.OpenMessageID != id || m.GetState() != stateStreaming {
 		state := m.GetState()
 		if state == sessiondv1.MessageState_MESSAGE_STATE_UNSPECIFIED {
 			state = stateComplete
 		}
-		return nil, fmt.Errorf("message %q of session %s is not open: it is %s: %w", clip(id), sessionID, state, ErrMessageState)
+		return nil, fmt.Errorf("message %q of session %s is not open: it is %s: %w", msgcheck.Clip(id), sessionID, state, ErrMessageState)
 	}
 	return m, nil
 }
@@ -253,7 +253,7 @@ func splice(field, cur string, off int64, add string) (string, string, error) {
 func encodeWithin(field string, m *sessiondv1.Message, limits Limits) ([]byte, error) {
 	b, err := proto.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("encode message %q: %w", clip(m.GetId()), err)
+		return nil, fmt.Errorf("encode message %q: %w", msgcheck.Clip(m.GetId()), err)
 	}
 	if n := int64(len(b)); n > limits.MaxMessageBytes {
 		return nil, &LimitError{Field: field, Limit: "max_message_bytes", Size: n, Max: limits.MaxMessageBytes}
@@ -334,20 +334,16 @@ func (s *Store) live() (LiveDriver, error) {
 // ErrNotFound, ErrInvalid, ErrMessageState, ErrTooLarge, ErrUnsupported,
 // ErrNoSpace, ErrDataLoss.
 func (s *Store) AppendDelta(ctx context.Context, req DeltaRequest) (DeltaResult, error) {
-	ref, err := s.enterRef(ctx, req.Ref)
-	if err != nil {
-		return DeltaResult{}, err
-	}
-	defer s.leave()
-	req.Ref = ref
-	ld, err := s.live()
-	if err != nil {
-		return DeltaResult{}, err
-	}
-	if err := s.checkDelta(req.Delta); err != nil {
-		return DeltaResult{}, err
-	}
-	return ld.AppendDelta(ctx, req, s.lim)
+	return call(ctx, s, &req.Ref, func() (DeltaResult, error) {
+		ld, err := s.live()
+		if err != nil {
+			return DeltaResult{}, err
+		}
+		if err := s.checkDelta(req.Delta); err != nil {
+			return DeltaResult{}, err
+		}
+		return ld.AppendDelta(ctx, req, s.lim)
+	})
 }
 
 // FinishMessage closes a session's open message as COMPLETE (also when
@@ -356,12 +352,10 @@ func (s *Store) AppendDelta(ctx context.Context, req DeltaRequest) (DeltaResult,
 // ErrInvalid, ErrMessageState, ErrTooLarge, ErrUnsupported, ErrNoSpace,
 // ErrDataLoss.
 func (s *Store) FinishMessage(ctx context.Context, req FinishRequest) (FinishResult, error) {
-	ref, err := s.enterRef(ctx, req.Ref)
-	if err != nil {
-		return FinishResult{}, err
-	}
-	defer s.leave()
-	req.Ref = ref
+	return call(ctx, s, &req.Ref, func() (FinishResult, error) { return s.finishMessage(ctx, req) })
+}
+
+func (s *Store) finishMessage(ctx context.Context, req FinishRequest) (FinishResult, error) {
 	ld, err := s.live()
 	if err != nil {
 		return FinishResult{}, err
@@ -390,10 +384,10 @@ func (s *Store) FinishMessage(ctx context.Context, req FinishRequest) (FinishRes
 // tool calls stay open, so a load with CloseOpenToolCalls answers them.
 // It returns how many it closed. A Driver without live turns has none.
 func (s *Store) InterruptIdle(ctx context.Context, idleBefore time.Time) (int, error) {
-	if err := s.enter(ctx); err != nil {
-		return 0, err
-	}
-	defer s.leave()
+	return call(ctx, s, nil, func() (int, error) { return s.interruptIdle(ctx, idleBefore) })
+}
+
+func (s *Store) interruptIdle(ctx context.Context, idleBefore time.Time) (int, error) {
 	ld, ok := s.d.(LiveDriver)
 	if !ok {
 		return 0, nil

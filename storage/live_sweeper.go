@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,24 +28,12 @@ func (w *StreamSweeper) Run(ctx context.Context) {
 	if idle <= 0 {
 		idle = DefaultStreamIdleTimeout
 	}
-	t := time.NewTicker(max(idle/4, time.Second))
-	defer t.Stop()
-	log := w.Log
-	if log == nil {
-		log = zap.NewNop()
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	log := orNop(w.Log)
+	everyTick(ctx, max(idle/4, time.Second), log, "stream idle sweep", func(ctx context.Context) error {
 		n, err := w.Store.InterruptIdle(ctx, time.Now().Add(-idle))
-		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
-			log.Warn("stream idle sweep failed; retrying at the next one", zap.Error(err))
-		}
 		if n > 0 {
 			log.Info("interrupted idle open messages", zap.Int("messages", n), zap.Duration("idle_timeout", idle))
 		}
-	}
+		return err
+	})
 }

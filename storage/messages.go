@@ -57,7 +57,7 @@ func (l Limits) PrepareMessages(field string, msgs []*sessiondv1.Message, now ti
 		}
 		if id := m.GetId(); id != "" && seen != nil {
 			if j, dup := seen[id]; dup {
-				return nil, nil, Invalid(at(i)+".id", "%q repeats %s[%d].id", clip(id), field, j)
+				return nil, nil, Invalid(at(i)+".id", "%q repeats %s[%d].id", msgcheck.Clip(id), field, j)
 			}
 			seen[id] = i
 		}

@@ -85,7 +85,16 @@ func (w *Sweeper) Run(ctx context.Context) {
 	if iv <= 0 {
 		iv = DefaultSweepInterval
 	}
-	t := time.NewTicker(iv)
+	everyTick(ctx, iv, orNop(w.Log), "retention sweep", func(ctx context.Context) error {
+		_, err := w.Sweep(ctx)
+		return err
+	})
+}
+
+// everyTick calls sweep at every tick of interval until ctx ends. A failed
+// sweep (what names it) is logged and retried at the next tick.
+func everyTick(ctx context.Context, interval time.Duration, log *zap.Logger, what string, sweep func(context.Context) error) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -93,17 +102,17 @@ func (w *Sweeper) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := w.Sweep(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
-			w.log().Warn("retention sweep failed; retrying at the next one", zap.Error(err))
+		if err := sweep(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+			log.Warn(what+" failed; retrying at the next one", zap.Error(err))
 		}
 	}
 }
 
-func (w *Sweeper) log() *zap.Logger {
-	if w.Log == nil {
+func orNop(log *zap.Logger) *zap.Logger {
+	if log == nil {
 		return zap.NewNop()
 	}
-	return w.Log
+	return log
 }
 
 // Sweep deletes what has expired now and returns how many sessions it
@@ -130,7 +139,7 @@ func (w *Sweeper) Sweep(ctx context.Context) (int, error) {
 				if ttl <= 0 {
 					ttl = w.Defaults[s.Namespace]
 				}
-				w.log().Info("deleted an expired session", zap.String("session", s.ID), zap.String("namespace", s.Namespace),
+				orNop(w.Log).Info("deleted an expired session", zap.String("session", s.ID), zap.String("namespace", s.Namespace),
 					zap.String("alias", s.Alias), zap.Time("updated_at", s.UpdatedAt), zap.Duration("expire_after", ttl),
 					zap.Int64("messages", s.MessageCount))
 			case errors.Is(err, ErrConflict), errors.Is(err, ErrNotFound):

@@ -8,18 +8,10 @@
 // In the manner of go-cloud's concrete *blob.Bucket over driver.Bucket, the
 // Store is a concrete type over a backend's Driver. A backend's Open
 // returns the Store over its Driver (New wraps one), so no caller reaches a
-// Driver past the rules. The
-// Store owns what every backend would otherwise repeat: it refuses calls
-// after Close and drains those in progress before closing the Driver,
-// returns an ended context's error before the Driver sees the call, checks
-// every request once (names, ids, UTF-8, counts, messages, and the Limits)
-// and prepares messages (ids and created_at filled in); the Driver
-// implements only the primitives, receives only valid requests, and applies
+// Driver past the rules: the Store owns what every backend would otherwise
+// repeat (see Store), and the Driver implements the primitives, applying
 // the rules that need the stored state through this package's functions
-// (CheckAppend, CheckRevision, SameCreate, SameSave, ApplyUpdate,
-// CheckCount), so that no rule is written twice. An invalid request is a
-// *FieldError (ErrInvalid) naming the field, a request over a limit a
-// *LimitError (ErrTooLarge) naming the limit; errors.As finds both.
+// (see Driver), so that no rule is written twice.
 //
 // The server translates gRPC requests into these types and knows nothing of
 // files or SQL; backends know nothing of RPC. The one protobuf type used here

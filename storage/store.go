@@ -115,10 +115,10 @@ func firstErr(errs ...error) error {
 // Create makes a session with revision 1 (or req.Revision). Errors: ErrInvalid,
 // ErrAliasInUse, ErrAlreadyExists, ErrNoSpace.
 func (s *Store) Create(ctx context.Context, req CreateRequest) (*Session, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.leave()
+	return call(ctx, s, nil, func() (*Session, error) { return s.create(ctx, req) })
+}
+
+func (s *Store) create(ctx context.Context, req CreateRequest) (*Session, error) {
 	if err := ValidateNamespace(req.Namespace); err != nil {
 		return nil, err
 	}
@@ -163,38 +163,28 @@ func (s *Store) Create(ctx context.Context, req CreateRequest) (*Session, error)
 
 // Get returns a session's metadata. Errors: ErrNotFound, ErrDataLoss.
 func (s *Store) Get(ctx context.Context, ref Ref) (*Session, error) {
-	ref, err := s.enterRef(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	return s.d.Get(ctx, ref)
+	return call(ctx, s, &ref, func() (*Session, error) { return s.d.Get(ctx, ref) })
 }
 
 // Load returns a session's metadata and the messages opts selects, as one
 // consistent snapshot. Errors: ErrNotFound, ErrInvalid, ErrDataLoss.
-func (s *Store) Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, []*sessiondv1.Message, error) {
-	if err := s.enter(ctx); err != nil {
-		return nil, nil, err
-	}
-	defer s.leave()
-	ref, err := validLoad(ref, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !opts.CloseOpenToolCalls {
-		return s.d.Load(ctx, ref, opts)
-	}
-	var (
-		sess *Session
-		msgs []*sessiondv1.Message
-	)
-	err = s.loadClosing(ctx, ref, opts, func(s *Session) error {
-		sess = s
-		return nil
-	}, func(m *sessiondv1.Message) error {
-		msgs = append(msgs, m)
-		return nil
+func (s *Store) Load(ctx context.Context, ref Ref, opts LoadOptions) (sess *Session, msgs []*sessiondv1.Message, err error) {
+	err = run(ctx, s, &ref, func() error {
+		if err := checkLoad(opts); err != nil {
+			return err
+		}
+		if !opts.CloseOpenToolCalls {
+			var err error
+			sess, msgs, err = s.d.Load(ctx, ref, opts)
+			return err
+		}
+		return s.loadClosing(ctx, ref, opts, func(s *Session) error {
+			sess = s
+			return nil
+		}, func(m *sessiondv1.Message) error {
+			msgs = append(msgs, m)
+			return nil
+		})
 	})
 	if err != nil {
 		return nil, nil, err
@@ -208,16 +198,13 @@ func (s *Store) Load(ctx context.Context, ref Ref, opts LoadOptions) (*Session, 
 // reader holds one message rather than the whole session. It stops at
 // the first error start or each returns, and returns it. Errors as
 // Load's.
-func (s *Store) LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) (err error) {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	ref, err = validLoad(ref, opts)
-	if err != nil {
-		return err
-	}
-	return s.loadClosing(ctx, ref, opts, start, each)
+func (s *Store) LoadStream(ctx context.Context, ref Ref, opts LoadOptions, start func(*Session) error, each func(*sessiondv1.Message) error) error {
+	return run(ctx, s, &ref, func() error {
+		if err := checkLoad(opts); err != nil {
+			return err
+		}
+		return s.loadClosing(ctx, ref, opts, start, each)
+	})
 }
 
 // loadClosing streams a load of a valid ref, adding the synthetic tool
@@ -263,18 +250,15 @@ func (s *Store) loadStream(ctx context.Context, ref Ref, opts LoadOptions, start
 	return nil
 }
 
-func validLoad(ref Ref, opts LoadOptions) (Ref, error) {
-	ref, err := ValidateRef(ref)
-	if err == nil {
-		err = firstErr(notNegative("offset", opts.Offset), notNegative("limit", opts.Limit))
-	}
+func checkLoad(opts LoadOptions) error {
+	err := firstErr(notNegative("offset", opts.Offset), notNegative("limit", opts.Limit))
 	if err == nil && opts.Tail && opts.Offset != 0 {
 		err = Invalid("offset", "is %d with tail set; tail counts from the end, so offset must be 0", opts.Offset)
 	}
 	if err == nil && opts.View > ViewContext {
 		err = Invalid("view", "is %d, which is no view this daemon knows", opts.View)
 	}
-	return ref, err
+	return err
 }
 
 // List calls yield for each matching session, newest-updated first, then
@@ -283,14 +267,12 @@ func validLoad(ref Ref, opts LoadOptions) (Ref, error) {
 // session (or its maps and slices), which the driver may share with its
 // index. Errors: ErrInvalid.
 func (s *Store) List(ctx context.Context, opts ListOptions, yield func(*Session) error) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	if err := s.checkList(opts); err != nil {
-		return err
-	}
-	return s.d.List(ctx, opts, yield)
+	return run(ctx, s, nil, func() error {
+		if err := s.checkList(opts); err != nil {
+			return err
+		}
+		return s.d.List(ctx, opts, yield)
+	})
 }
 
 // checkList validates a listing's options.
@@ -304,12 +286,10 @@ func (s *Store) checkList(opts ListOptions) error {
 // ErrConflict, ErrInvalid, ErrAliasInUse (CreateIfMissing), ErrNoSpace,
 // ErrDataLoss.
 func (s *Store) Save(ctx context.Context, req SaveRequest) (*Session, error) {
-	ref, err := s.enterRef(ctx, req.Ref)
-	if err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	req.Ref = ref
+	return call(ctx, s, &req.Ref, func() (*Session, error) { return s.save(ctx, req) })
+}
+
+func (s *Store) save(ctx context.Context, req SaveRequest) (*Session, error) {
 	if err := s.sessionFields(req.Title, req.Summary, req.Metadata, nil); err != nil {
 		return nil, err
 	}
@@ -328,21 +308,17 @@ func (s *Store) Save(ctx context.Context, req SaveRequest) (*Session, error) {
 // ErrNotFound, ErrConflict, ErrMessageConflict, ErrInvalid, ErrNoSpace,
 // ErrDataLoss.
 func (s *Store) Append(ctx context.Context, req AppendRequest) (AppendResult, error) {
-	ref, err := s.enterRef(ctx, req.Ref)
-	if err != nil {
-		return AppendResult{}, err
-	}
-	defer s.leave()
-	req.Ref = ref
-	if len(req.Messages) == 0 {
-		return AppendResult{}, Invalid("messages", "is empty; an append needs at least one")
-	}
-	msgs, err := s.messages("messages", req.Messages, false)
-	if err != nil {
-		return AppendResult{}, err
-	}
-	req.Messages = nil
-	return s.d.Append(ctx, req, msgs)
+	return call(ctx, s, &req.Ref, func() (AppendResult, error) {
+		if len(req.Messages) == 0 {
+			return AppendResult{}, Invalid("messages", "is empty; an append needs at least one")
+		}
+		msgs, err := s.messages("messages", req.Messages, false)
+		if err != nil {
+			return AppendResult{}, err
+		}
+		req.Messages = nil
+		return s.d.Append(ctx, req, msgs)
+	})
 }
 
 // updateFields is every field Update knows.
@@ -363,18 +339,16 @@ func CheckUpdateFields(f UpdateField) error {
 // Update changes the selected metadata fields. Errors: ErrNotFound,
 // ErrConflict, ErrAliasInUse, ErrInvalid, ErrNoSpace.
 func (s *Store) Update(ctx context.Context, req UpdateRequest) (*Session, error) {
-	ref, err := s.enterRef(ctx, req.Ref)
-	if err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	req.Ref = ref
+	return call(ctx, s, &req.Ref, func() (*Session, error) { return s.update(ctx, req) })
+}
+
+func (s *Store) update(ctx context.Context, req UpdateRequest) (*Session, error) {
 	if err := CheckUpdateFields(req.Fields); err != nil {
 		return nil, err
 	}
 	// Only the fields named are checked: the others are ignored.
 	f := req.Fields
-	err = firstErr(
+	err := firstErr(
 		when(f&UpdateAlias != 0, func() error { return optionalAlias("", req.Alias) }),
 		when(f&UpdateTitle != 0, func() error { return s.lim.CheckTitle("title", req.Title) }),
 		when(f&UpdateSummary != 0, func() error { return s.lim.CheckSummary("summary", req.Summary) }),
@@ -389,62 +363,47 @@ func (s *Store) Update(ctx context.Context, req UpdateRequest) (*Session, error)
 
 // Delete removes a session. Errors: ErrNotFound, ErrConflict.
 func (s *Store) Delete(ctx context.Context, ref Ref, expectedRevision uint64) error {
-	ref, err := s.enterRef(ctx, ref)
-	if err != nil {
-		return err
-	}
-	defer s.leave()
-	return s.d.Delete(ctx, ref, expectedRevision)
+	return run(ctx, s, &ref, func() error { return s.d.Delete(ctx, ref, expectedRevision) })
 }
 
 // Fork copies a session into a new one. Errors: ErrNotFound, ErrInvalid
 // (MessageCount beyond the session), ErrAliasInUse, ErrNoSpace, ErrDataLoss.
 func (s *Store) Fork(ctx context.Context, req ForkRequest) (*Session, error) {
-	ref, err := s.enterRef(ctx, req.Ref)
-	if err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	req.Ref = ref
-	if err := firstErr(notNegative("message_count", req.MessageCount), optionalAlias("", req.Alias),
-		s.lim.CheckTitle("title", req.Title)); err != nil {
-		return nil, err
-	}
-	return s.d.Fork(ctx, req)
+	return call(ctx, s, &req.Ref, func() (*Session, error) {
+		if err := firstErr(notNegative("message_count", req.MessageCount), optionalAlias("", req.Alias),
+			s.lim.CheckTitle("title", req.Title)); err != nil {
+			return nil, err
+		}
+		return s.d.Fork(ctx, req)
+	})
 }
 
 // Rewind keeps a session's first messages. Errors: ErrNotFound,
 // ErrConflict, ErrInvalid (MessageCount beyond the session), ErrNoSpace,
 // ErrDataLoss.
 func (s *Store) Rewind(ctx context.Context, req RewindRequest) (*Session, error) {
-	ref, err := s.enterRef(ctx, req.Ref)
-	if err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	req.Ref = ref
-	if err := notNegative("message_count", req.MessageCount); err != nil {
-		return nil, err
-	}
-	return s.d.Rewind(ctx, req)
+	return call(ctx, s, &req.Ref, func() (*Session, error) {
+		if err := notNegative("message_count", req.MessageCount); err != nil {
+			return nil, err
+		}
+		return s.d.Rewind(ctx, req)
+	})
 }
 
 // Search calls yield for each hit, session by session in list order and
 // within a session in message order (metadata hit first); it stops at the
 // first error yield returns. A damaged session is skipped. Errors: ErrInvalid.
 func (s *Store) Search(ctx context.Context, opts SearchOptions, yield func(SearchHit) error) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	if opts.Query == "" {
-		return Invalid("query", "is empty")
-	}
-	if err := firstErr(ValidateNamespace(opts.Namespace), s.lim.CheckQuery("query", opts.Query),
-		notNegative("limit", opts.Limit)); err != nil {
-		return err
-	}
-	return s.d.Search(ctx, opts, yield)
+	return run(ctx, s, nil, func() error {
+		if opts.Query == "" {
+			return Invalid("query", "is empty")
+		}
+		if err := firstErr(ValidateNamespace(opts.Namespace), s.lim.CheckQuery("query", opts.Query),
+			notNegative("limit", opts.Limit)); err != nil {
+			return err
+		}
+		return s.d.Search(ctx, opts, yield)
+	})
 }
 
 // Watch subscribes to a session's changes after fromRevision (0 = from
@@ -452,12 +411,7 @@ func (s *Store) Search(ctx context.Context, opts SearchOptions, yield func(Searc
 // fromRevision. Errors: ErrNotFound, ErrWatchReset (fromRevision older
 // than the history kept, or newer than the session).
 func (s *Store) Watch(ctx context.Context, ref Ref, fromRevision uint64) (*Subscription, error) {
-	ref, err := s.enterRef(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	defer s.leave()
-	return s.d.Watch(ctx, ref, fromRevision)
+	return call(ctx, s, &ref, func() (*Subscription, error) { return s.d.Watch(ctx, ref, fromRevision) })
 }
 
 // Expired calls yield for each session, in any namespace, that has not
@@ -465,25 +419,23 @@ func (s *Store) Watch(ctx context.Context, ref Ref, fromRevision uint64) (*Subsc
 // ExpireAfter, else opts.Defaults[namespace]; it stops at the first
 // error yield returns. Errors: ErrInvalid.
 func (s *Store) Expired(ctx context.Context, opts ExpiredOptions, yield func(*Session) error) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	if err := notNegative("limit", opts.Limit); err != nil {
-		return err
-	}
-	if opts.Now.IsZero() {
-		return Invalid("now", "is unset")
-	}
-	for ns, d := range opts.Defaults {
-		if err := ValidateNamespace(ns); err != nil {
+	return run(ctx, s, nil, func() error {
+		if err := notNegative("limit", opts.Limit); err != nil {
 			return err
 		}
-		if err := ValidateExpireAfter(fmt.Sprintf("defaults[%q]", ns), d); err != nil {
-			return err
+		if opts.Now.IsZero() {
+			return Invalid("now", "is unset")
 		}
-	}
-	return s.d.Expired(ctx, opts, yield)
+		for ns, d := range opts.Defaults {
+			if err := ValidateNamespace(ns); err != nil {
+				return err
+			}
+			if err := ValidateExpireAfter(fmt.Sprintf("defaults[%q]", ns), d); err != nil {
+				return err
+			}
+		}
+		return s.d.Expired(ctx, opts, yield)
+	})
 }
 
 // Close refuses new calls (they return ErrClosed), waits for the calls in
@@ -500,8 +452,33 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// enter admits a call: ErrClosed once Close has begun, the context's error
-// if it has ended. Every admitted call ends with leave.
+// call runs fn as an admitted call of s, which Close waits for: it
+// returns ErrClosed once Close has begun and the context's error if it has
+// ended. When ref is not nil, it is validated first and replaced by its
+// canonical form.
+func call[T any](ctx context.Context, s *Store, ref *Ref, fn func() (T, error)) (T, error) {
+	var zero T
+	if err := s.enter(ctx); err != nil {
+		return zero, err
+	}
+	defer s.calls.Done()
+	if ref != nil {
+		valid, err := ValidateRef(*ref)
+		if err != nil {
+			return zero, err
+		}
+		*ref = valid
+	}
+	return fn()
+}
+
+// run is call for a method that returns only an error.
+func run(ctx context.Context, s *Store, ref *Ref, fn func() error) error {
+	_, err := call(ctx, s, ref, func() (struct{}, error) { return struct{}{}, fn() })
+	return err
+}
+
+// enter admits a call (see call).
 func (s *Store) enter(ctx context.Context) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -513,22 +490,6 @@ func (s *Store) enter(ctx context.Context) error {
 	}
 	s.calls.Add(1)
 	return nil
-}
-
-func (s *Store) leave() { s.calls.Done() }
-
-// enterRef is enter, then ValidateRef of ref: on success the caller must
-// call leave.
-func (s *Store) enterRef(ctx context.Context, ref Ref) (Ref, error) {
-	if err := s.enter(ctx); err != nil {
-		return Ref{}, err
-	}
-	ref, err := ValidateRef(ref)
-	if err != nil {
-		s.leave()
-		return Ref{}, err
-	}
-	return ref, nil
 }
 
 // Limits returns the limits the store enforces.
@@ -564,27 +525,23 @@ func nameByte(c byte) bool {
 // It fails with an error wrapping errors.ErrUnsupported when the backend
 // keeps no statistics, and with ErrClosed once Close has begun.
 func (s *Store) Stats(ctx context.Context) (Stats, error) {
-	if err := s.enter(ctx); err != nil {
-		return Stats{}, err
-	}
-	defer s.leave()
-	r, ok := s.d.(StatsReporter)
-	if !ok {
-		return Stats{}, fmt.Errorf("storage: the backend keeps no statistics: %w", errors.ErrUnsupported)
-	}
-	return r.Stats(ctx)
+	return call(ctx, s, nil, func() (Stats, error) {
+		r, ok := s.d.(StatsReporter)
+		if !ok {
+			return Stats{}, fmt.Errorf("storage: the backend keeps no statistics: %w", errors.ErrUnsupported)
+		}
+		return r.Stats(ctx)
+	})
 }
 
 // Ping says whether the backend can serve calls now: ErrUnavailable while
 // its database is unreachable. A backend with no connection to lose (see
 // Pinger) always answers nil while the store is open.
 func (s *Store) Ping(ctx context.Context) error {
-	if err := s.enter(ctx); err != nil {
-		return err
-	}
-	defer s.leave()
-	if p, ok := s.d.(Pinger); ok {
-		return p.Ping(ctx)
-	}
-	return nil
+	return run(ctx, s, nil, func() error {
+		if p, ok := s.d.(Pinger); ok {
+			return p.Ping(ctx)
+		}
+		return nil
+	})
 }

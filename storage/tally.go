@@ -116,7 +116,7 @@ func (t Tally) add(field string, msgs []*sessiondv1.Message, strict bool) (Tally
 		return t, nil
 	}
 	if strict && t.OpenMessageID != "" {
-		return t, fmt.Errorf("message %q is open (MESSAGE_STATE_STREAMING): FinishMessage must close it before anything is appended: %w", clip(t.OpenMessageID), ErrMessageState)
+		return t, fmt.Errorf("message %q is open (MESSAGE_STATE_STREAMING): FinishMessage must close it before anything is appended: %w", msgcheck.Clip(t.OpenMessageID), ErrMessageState)
 	}
 	// Only the last message of a batch may be open; it counts once closed.
 	t.OpenMessageID = ""

@@ -113,7 +113,7 @@ func ValidateStringMap(field string, m map[string]string) error {
 			return Invalid(field, "has a key that is not valid UTF-8")
 		}
 		if !utf8.ValidString(v) {
-			return Invalid(fmt.Sprintf("%s[%q]", field, clip(k)), "is not valid UTF-8")
+			return Invalid(fmt.Sprintf("%s[%q]", field, msgcheck.Clip(k)), "is not valid UTF-8")
 		}
 	}
 	return nil

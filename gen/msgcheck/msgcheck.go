@@ -81,7 +81,7 @@ func OpenCalls(open []string, field string, msgs []*sessiondv1.Message, strict b
 					out = append(out, tc.GetId())
 				} else if strict {
 					return open, fault(fmt.Sprintf("%s[%d].tool_calls[%d].id", field, i, j),
-						"%q is the id of a tool call that is still open; a session's open calls need distinct ids", clip(tc.GetId()))
+						"%q is the id of a tool call that is still open; a session's open calls need distinct ids", Clip(tc.GetId()))
 				}
 			}
 		case sessiondv1.Role_ROLE_TOOL:
@@ -93,7 +93,7 @@ func OpenCalls(open []string, field string, msgs []*sessiondv1.Message, strict b
 				out = slices.Delete(out, k, k+1)
 			} else if strict {
 				return open, fault(fmt.Sprintf("%s[%d].tool_call_id", field, i),
-					"%q answers no open tool call: no earlier assistant message of the session made it, or another ROLE_TOOL message answered it", clip(id))
+					"%q answers no open tool call: no earlier assistant message of the session made it, or another ROLE_TOOL message answered it", Clip(id))
 			}
 		}
 	}
@@ -119,8 +119,8 @@ func TouchesCalls(msgs []*sessiondv1.Message) bool {
 	return false
 }
 
-// clip shortens a client's string for a message.
-func clip(s string) string {
+// Clip shortens a client's string for an error message.
+func Clip(s string) string {
 	const n = 32
 	if len(s) <= n {
 		return s

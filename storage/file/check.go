@@ -352,17 +352,14 @@ func (c *checker) session(id string) error {
 		switch {
 		case sessionFileKept(n, gen, segs):
 		case isSegmentName(n):
-			if err := c.find(p, KindOrphan, "journal or snapshot of a generation the snapshot does not use, left by an interrupted fold or save", c.quarantine(p)); err != nil {
-				return err
-			}
+			err = c.find(p, KindOrphan, "journal or snapshot of a generation the snapshot does not use, left by an interrupted fold or save", c.quarantine(p))
 		case strings.HasPrefix(n, tmpPref):
-			if err := c.find(p, KindStray, "left by an interrupted snapshot write", c.quarantine(p)); err != nil {
-				return err
-			}
+			err = c.find(p, KindStray, "left by an interrupted snapshot write", c.quarantine(p))
 		default:
-			if err := c.find(p, KindStray, "not a file of the session", c.quarantine(p)); err != nil {
-				return err
-			}
+			err = c.find(p, KindStray, "not a file of the session", c.quarantine(p))
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if segs != nil {
@@ -387,7 +384,7 @@ func (c *checker) session(id string) error {
 	}
 	jc, err := decodeJournal(jdata)
 	if err == nil {
-		meta, msgs, _, err = replay(meta, msgs, cs, gen, id, jc, true)
+		meta, msgs, _, err = replay(meta, msgs, cs, gen, id, jc, true, true)
 	}
 	if lerr := c.lost[id]; err == nil && lerr != nil {
 		err = lerr
@@ -754,41 +751,26 @@ func (c *checker) indexes() error {
 	if err != nil {
 		return err
 	}
-	derived := func(p string, err error) error {
-		// Derived data: rebuilding it loses nothing, so the damaged copy is
-		// removed rather than quarantined.
-		return c.find(p, KindIndex, err.Error()+"; derived data, rebuilt from the sessions", func() error { return os.Remove(p) })
-	}
 	for _, de := range des {
 		n, p := de.Name(), filepath.Join(dir, de.Name())
-		var err error
-		if n == cleanName {
-			var data []byte
-			if data, err = os.ReadFile(p); err == nil {
-				_, _, _, err = decodeMark(data)
-			}
-		} else if _, ok := parseSeqName(n, ckptPref); ok && de.IsDir() {
-			if err := c.indexFolder(p, derived); err != nil {
-				return err
-			}
-			continue
-		} else {
-			if err := c.find(p, KindStray, "not an index file", c.quarantine(p)); err != nil {
-				return err
-			}
-			continue
+		_, ckpt := parseSeqName(n, ckptPref)
+		switch {
+		case n == cleanName:
+			err = c.derivedFile(p, func(b []byte) error { _, _, _, err := decodeMark(b); return err })
+		case ckpt && de.IsDir():
+			err = c.indexFolder(p)
+		default:
+			err = c.find(p, KindStray, "not an index file", c.quarantine(p))
 		}
 		if err != nil {
-			if err := derived(p, err); err != nil {
-				return err
-			}
+			return err
 		}
 	}
 	return nil
 }
 
 // indexFolder checks one checkpoint's index files.
-func (c *checker) indexFolder(dir string, derived func(string, error) error) error {
+func (c *checker) indexFolder(dir string) error {
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -796,24 +778,27 @@ func (c *checker) indexFolder(dir string, derived func(string, error) error) err
 	for _, de := range des {
 		p := filepath.Join(dir, de.Name())
 		if _, ok := nsFromFileName(de.Name()); !ok || de.IsDir() {
-			if err := c.find(p, KindStray, "not an index file", c.quarantine(p)); err != nil {
-				return err
-			}
-			continue
+			err = c.find(p, KindStray, "not an index file", c.quarantine(p))
+		} else {
+			err = c.derivedFile(p, func(b []byte) error { _, _, _, err := decodeIndex(b); return err })
 		}
-		if err := checkIndexFile(p); err != nil {
-			if err := derived(p, err); err != nil {
-				return err
-			}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-func checkIndexFile(p string) error {
+// derivedFile checks the derived file p with decode. Rebuilding derived
+// data loses nothing, so repair removes a damaged copy rather than
+// quarantining it.
+func (c *checker) derivedFile(p string, decode func([]byte) error) error {
 	data, err := os.ReadFile(p)
 	if err == nil {
-		_, _, _, err = decodeIndex(data)
+		err = decode(data)
 	}
-	return err
+	if err == nil {
+		return nil
+	}
+	return c.find(p, KindIndex, err.Error()+"; derived data, rebuilt from the sessions", func() error { return os.Remove(p) })
 }

@@ -16,17 +16,10 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-// Checkpoints: how Open avoids rescanning every session after a crash.
-//
-// A checkpoint is a copy of every session's metadata, written in the
-// background every so often (and by Close) into index/ckpt-<seq>/, and made
-// current by the mark index/clean, which names its sequence number, epoch
-// and a position P in the write-ahead log. Every change to a session's
-// files after a checkpoint puts a record naming the session into the log
-// (an append's or update's journal frame, a delete's drop, a save's or
-// rewind's touch), and Open trusts a checkpoint entry only for a session
-// that no record at or after P names, rescanning the others. So P must
-// come before every change the checkpoint's metadata does not show:
+// Checkpoints (see the package doc) spare Open a rescan of every session
+// after a crash: Open trusts a checkpoint entry only for a session that no
+// log record at or after the mark's position P names. So P must come
+// before every change the checkpoint's metadata does not show:
 //
 //   - A write marks its session busy (under Store.mu) before it queues its
 //     record, and clears busy only once its change is in the in-memory

@@ -12,17 +12,16 @@ import (
 // messages are untouched: the record only adds to the session's list of
 // compactions, which the next snapshot of the session carries whole.
 func (s *Store) Compact(ctx context.Context, req storage.CompactRequest, summary storage.Messages) (*storage.Session, error) {
-	var out *storage.Session
-	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
+	return withLoaded(s, req.Ref, func(e *entry, v *view) (*storage.Session, error) {
 		i, ok := e.ids[req.ThroughMessageID]
 		if !ok {
-			return storage.ThroughNotFound(e.id, req.ThroughMessageID)
+			return nil, storage.ThroughNotFound(e.id, req.ThroughMessageID)
 		}
 		after := make([]*sessiondv1.Message, 0, len(v.msgs)-i-1)
 		for j := i + 1; j < len(v.msgs); j++ {
 			m, err := unmarshalMessage(e.id, v.at(j))
 			if err != nil {
-				return err
+				return nil, err
 			}
 			after = append(after, m)
 		}
@@ -30,11 +29,10 @@ func (s *Store) Compact(ctx context.Context, req storage.CompactRequest, summary
 			return unmarshalMessage(e.id, v.cs[len(v.cs)-1].Summary)
 		}, after)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if noop {
-			out = cloneMeta(v.meta)
-			return nil
+			return cloneMeta(v.meta), nil
 		}
 		s.beginWrite(e)
 		m := cloneMeta(v.meta)
@@ -48,14 +46,12 @@ func (s *Store) Compact(ctx context.Context, req storage.CompactRequest, summary
 		m.Compaction = &latest
 		rec := record{kind: recCompact, rev: m.Revision, updatedAt: m.UpdatedAt, compaction: &c}
 		if err := s.writeJournal(e, encodeCommit([]record{rec}), 0); err != nil {
-			return fmt.Errorf("file: compact session %s: %w", e.id, err)
+			return nil, fmt.Errorf("file: compact session %s: %w", e.id, err)
 		}
 		e.view.Store(v.with(m, append(v.cs[:len(v.cs):len(v.cs)], c)))
 		s.setMeta(e, m)
 		s.broker.Publish(e.id, storage.Event{Type: storage.EventCompacted, Revision: m.Revision, Session: cloneMeta(m)})
-		out = cloneMeta(m)
 		s.maybeFold(e)
-		return nil
+		return cloneMeta(m), nil
 	})
-	return out, err
 }

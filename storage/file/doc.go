@@ -119,7 +119,7 @@
 // longer record, which e2fsck then reads back as zeros. Journals are
 // synced once per segment, where that conversion costs little.
 //
-// Past WithWALSegmentBytes (32 MiB by default) the leader starts a new
+// Past 32 MiB of a segment the leader starts a new
 // segment and hands the full one to a sealer goroutine, which fdatasyncs
 // every journal the segment has records for; it retires the segment once,
 // in addition, a durable checkpoint's position is past it (see
@@ -147,7 +147,7 @@
 // live on after Close and are used by the next Open, which removes any
 // beyond two. So the log takes at most the current segment, two waiting
 // for the sealer, two waiting for a checkpoint and two spares, each about
-// WithWALSegmentBytes plus 1 MiB reserved ahead: about 230 MiB by default
+// 32 MiB plus 1 MiB reserved ahead: about 230 MiB
 // while checkpoints succeed, and two spares (about 66 MiB) after a clean
 // shutdown. New segments are numbered past every segment and
 // spare present at Open. The store's Stats count the segments started in a
@@ -274,7 +274,8 @@
 // enough sessions changed), so that it does not compete with the start of
 // serving. The listing index is kept sorted per namespace in memory and
 // updated by every write. A session's messages are read on first use and
-// kept, as encoded bytes, in a cache bounded by WithCacheBytes.
+// kept, as encoded bytes, in a cache of 256 MiB (least recently used
+// sessions are read from disk again).
 //
 // # Open files
 //
@@ -313,14 +314,6 @@
 // since a checkpoint; a save or rewind costs one flush more. Creates record
 // nothing: a session the checkpoint does not know is scanned anyway.
 //
-// P is taken as a watermark: a write marks its session busy before its
-// record is queued and until its change is in the in-memory metadata, and
-// a checkpoint reads the log's end (where the next flush writes) before it
-// copies the metadata, leaving busy and damaged sessions out. A change
-// before P is therefore shown by the copy or belongs to a session left out.
-// A segment is retired only once a durable checkpoint's P is past it, so
-// the records from P on are still there at Open.
-//
 // Open replays the whole log as above, trusts the checkpoint for the
 // sessions that no record from P on names, scans the rest and those the
 // checkpoint does not know, and drops the checkpoint's sessions that are
@@ -333,7 +326,8 @@
 // names no session) costs a scan of every session instead, never a guess;
 // a damaged index file costs a scan of its namespace. A delete whose drop
 // cannot be written removes the mark. checkpoint.go states the ordering
-// rules.
+// rules that make P safe to trust (a watermark: the log's end, read before
+// the metadata is copied, with sessions being written left out).
 //
 // A change whose WAL flush did not complete was never acknowledged; if its
 // journal frame survived while the session is trusted, the session's

@@ -61,12 +61,8 @@ func sessionJournal(path string, data []byte, size int64) *journal {
 	return &journal{path: path, tail: n, written: n, alloc: size, crc: crc32.Checksum(data, castagnoli)}
 }
 
-// journalFiles bounds the session journal files the store keeps open.
-// Keeping every written session's journal open would use one descriptor
-// per session written since Open, and a daemon past its descriptor limit
-// fails every open, creates included. Past the bound the least recently
-// written journal is closed; its session keeps tail and alloc, so its next
-// write reopens the file with one open(2), reading nothing.
+// journalFiles bounds the session journal files the store keeps open (see
+// the package doc, "Open files").
 //
 // Only the holder of a session's wmu opens or closes its journal file: the
 // session's own writer, or acquireJournalSlot, which TryLocks the sessions
@@ -431,7 +427,7 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		return fail(err)
 	}
 	msgs = msgs[:len(msgs):len(msgs)]
-	meta, msgs, cs, err = replay(meta, msgs, cs, gen, id, jc, true)
+	meta, msgs, cs, err = replay(meta, msgs, cs, gen, id, jc, true, true)
 	if err != nil {
 		return fail(err)
 	}

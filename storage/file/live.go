@@ -22,53 +22,45 @@ var _ storage.LiveDriver = (*Store)(nil)
 // AppendDelta adds to the session's open message with one durable journal
 // record.
 func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limits storage.Limits) (storage.DeltaResult, error) {
-	var out storage.DeltaResult
-	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
+	return withLoaded(s, req.Ref, func(e *entry, v *view) (storage.DeltaResult, error) {
 		next, open, enc, applied, err := storage.CheckDelta(e.id, v.meta.Tally, req.Delta, limits, e.stored(v))
 		if err != nil {
-			return err
+			return storage.DeltaResult{}, err
 		}
 		if next == nil {
-			out = storage.DeltaResultOf(v.meta.Revision, open)
-			return nil
+			return storage.DeltaResultOf(v.meta.Revision, open), nil
 		}
 		raw, err := proto.Marshal(applied)
 		if err != nil {
-			return fmt.Errorf("file: encode delta for session %s: %w", e.id, err)
+			return storage.DeltaResult{}, fmt.Errorf("file: encode delta for session %s: %w", e.id, err)
 		}
 		m, err := s.replaceLast(e, v, "append a delta to", record{kind: recDelta, index: uint64(len(v.msgs) - 1), delta: raw}, next, enc, v.meta.Tally)
 		if err != nil {
-			return err
+			return storage.DeltaResult{}, err
 		}
 		s.broker.Publish(e.id, storage.Event{Type: storage.EventDelta, Revision: m.Revision, Session: cloneMeta(m), Delta: applied})
-		out = storage.DeltaResultOf(m.Revision, next)
-		return nil
+		return storage.DeltaResultOf(m.Revision, next), nil
 	})
-	return out, err
 }
 
 // FinishMessage closes the session's open message with one durable
 // journal record.
 func (s *Store) FinishMessage(ctx context.Context, req storage.FinishRequest, limits storage.Limits) (storage.FinishResult, error) {
-	var out storage.FinishResult
-	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
+	return withLoaded(s, req.Ref, func(e *entry, v *view) (storage.FinishResult, error) {
 		closed, cur, enc, tally, err := storage.CheckFinish(e.id, v.meta.Tally, v.meta.UpdatedAt, req, limits, e.stored(v))
 		if err != nil {
-			return err
+			return storage.FinishResult{}, err
 		}
 		if closed == nil {
-			out = storage.FinishResult{Revision: v.meta.Revision, Message: cur}
-			return nil
+			return storage.FinishResult{Revision: v.meta.Revision, Message: cur}, nil
 		}
 		m, err := s.replaceLast(e, v, "finish a message of", record{kind: recClose, index: uint64(len(v.msgs) - 1), msgs: [][]byte{enc}}, closed, enc, tally)
 		if err != nil {
-			return err
+			return storage.FinishResult{}, err
 		}
 		s.broker.Publish(e.id, storage.Event{Type: storage.EventFinished, Revision: m.Revision, Session: cloneMeta(m), Messages: []*sessiondv1.Message{closed}})
-		out = storage.FinishResult{Revision: m.Revision, Message: proto.Clone(closed).(*sessiondv1.Message), Closed: true}
-		return nil
+		return storage.FinishResult{Revision: m.Revision, Message: proto.Clone(closed).(*sessiondv1.Message), Closed: true}, nil
 	})
-	return out, err
 }
 
 // Streaming yields the sessions with an open message last changed before

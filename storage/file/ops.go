@@ -137,9 +137,7 @@ func (s *Store) create(ctx context.Context, meta *storage.Session, enc [][]byte,
 			s.mu.Lock()
 			e.gone = true
 			delete(s.byID, meta.ID)
-			if meta.Alias != "" && n.byAlias[meta.Alias] == e {
-				delete(n.byAlias, meta.Alias)
-			}
+			n.release(meta.Alias, e)
 			s.mu.Unlock()
 			e.wmu.Unlock()
 			return nil, fmt.Errorf("file: create session %s: %w", meta.ID, err)
@@ -216,23 +214,21 @@ func (s *Store) readView(ref storage.Ref) (*view, error) {
 		s.reads.hits.Add(1)
 		return v, nil
 	}
-	var v *view
-	err = s.withLoaded(ref, func(_ *entry, loaded *view) error {
-		v = loaded
-		return nil
-	})
-	return v, err
+	return withLoaded(s, ref, func(_ *entry, v *view) (*view, error) { return v, nil })
 }
 
 // withLoaded runs fn like withSession, with the session's state in memory:
-// v is its current view.
-func (s *Store) withLoaded(ref storage.Ref, fn func(e *entry, v *view) error) error {
-	return s.withSession(ref, func(e *entry) error {
-		if err := s.loadLocked(e); err != nil {
-			return err
+// v is its current view. It returns what fn returns.
+func withLoaded[T any](s *Store, ref storage.Ref, fn func(e *entry, v *view) (T, error)) (T, error) {
+	var out T
+	err := s.withSession(ref, func(e *entry) error {
+		err := s.loadLocked(e)
+		if err == nil {
+			out, err = fn(e, e.view.Load())
 		}
-		return fn(e, e.view.Load())
+		return err
 	})
+	return out, err
 }
 
 // replaceWrite records e as changed, makes m and msgs its new state, and
@@ -307,22 +303,21 @@ func (v *view) bounds(opts storage.LoadOptions) (summary []byte, from, to int64)
 // decoding one at a time: in the context view, the latest compaction's
 // summary first when the window starts there.
 func (v *view) window(opts storage.LoadOptions, each func(*sessiondv1.Message) error) error {
-	summary, from, to := v.bounds(opts)
-	if summary != nil {
-		m, err := unmarshalMessage(v.meta.ID, summary)
+	emit := func(b []byte) error {
+		m, err := unmarshalMessage(v.meta.ID, b)
 		if err != nil {
 			return err
 		}
-		if err := each(m); err != nil {
+		return each(m)
+	}
+	summary, from, to := v.bounds(opts)
+	if summary != nil {
+		if err := emit(summary); err != nil {
 			return err
 		}
 	}
 	for i := from; i < to; i++ {
-		m, err := unmarshalMessage(v.meta.ID, v.at(int(i)))
-		if err != nil {
-			return err
-		}
-		if err := each(m); err != nil {
+		if err := emit(v.at(int(i))); err != nil {
 			return err
 		}
 	}
@@ -450,26 +445,23 @@ func (s *Store) Save(ctx context.Context, req storage.SaveRequest, msgs storage.
 	enc := msgs.Encoded
 	var raced error // a create that lost a race, to answer if the winner is not ours to save into
 	for range 10 {
-		var out *storage.Session
-		err := s.withLoaded(ref, func(e *entry, v *view) error {
+		out, err := withLoaded(s, ref, func(e *entry, v *view) (*storage.Session, error) {
 			if noop, err := storage.SameSave(v.meta, req, msgs, v.storedAt); err != nil {
-				return err
+				return nil, err
 			} else if noop {
-				out = cloneMeta(v.meta)
-				return nil
+				return cloneMeta(v.meta), nil
 			}
 			if err := storage.CheckRevision(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
-				return err
+				return nil, err
 			}
 			m := cloneMeta(v.meta)
 			m.Title, m.TitleDerived, m.Summary, m.Metadata, m.Tally = req.Title, req.TitleDerived, req.Summary, maps.Clone(req.Metadata), msgs.Tally
 			m.MessageCount, m.Revision, m.UpdatedAt = int64(len(enc)), m.Revision+1, now(v.meta.UpdatedAt)
 			m.Compaction = nil // the compactions' ranges went with the messages
 			if err := s.replaceWrite(e, "save", m, enc, nil); err != nil {
-				return err
+				return nil, err
 			}
-			out = cloneMeta(m)
-			return nil
+			return cloneMeta(m), nil
 		})
 		if !errors.Is(err, storage.ErrNotFound) || !req.CreateIfMissing {
 			return out, err
@@ -731,15 +723,13 @@ func (s *Store) maybeFold(e *entry) {
 
 // Update changes the selected metadata fields with one journal record.
 func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage.Session, error) {
-	var out *storage.Session
-	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
+	return withLoaded(s, req.Ref, func(e *entry, v *view) (*storage.Session, error) {
 		m, changed := storage.ApplyUpdate(v.meta, req)
 		if !changed {
-			out = cloneMeta(v.meta)
-			return nil
+			return cloneMeta(v.meta), nil
 		}
 		if err := storage.CheckRevision(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
-			return err
+			return nil, err
 		}
 		// Reserve the new alias before writing, so that no other session
 		// can take it meanwhile.
@@ -749,35 +739,28 @@ func (s *Store) Update(ctx context.Context, req storage.UpdateRequest) (*storage
 			n = s.nsFor(m.Namespace)
 			if other := n.byAlias[m.Alias]; other != nil && other != e {
 				s.mu.Unlock()
-				return storage.AliasInUse(m.Namespace, m.Alias)
+				return nil, storage.AliasInUse(m.Namespace, m.Alias)
 			}
 			n.byAlias[m.Alias] = e
 			s.mu.Unlock()
-		}
-		unreserve := func() {
-			if n != nil {
-				s.mu.Lock()
-				if n.byAlias[m.Alias] == e {
-					delete(n.byAlias, m.Alias)
-				}
-				s.mu.Unlock()
-			}
 		}
 		s.beginWrite(e)
 		m.Revision++
 		m.UpdatedAt = now(v.meta.UpdatedAt)
 		if err := s.writeJournal(e, encodeCommit([]record{{kind: recMeta, rev: m.Revision, meta: m}}), 0); err != nil {
-			unreserve()
-			return fmt.Errorf("file: update session %s: %w", e.id, err)
+			if n != nil { // give the reserved alias back
+				s.mu.Lock()
+				n.release(m.Alias, e)
+				s.mu.Unlock()
+			}
+			return nil, fmt.Errorf("file: update session %s: %w", e.id, err)
 		}
 		e.view.Store(v.with(m, v.cs))
 		s.setMeta(e, m)
 		s.broker.Publish(e.id, storage.Event{Type: storage.EventUpdated, Revision: m.Revision, Session: cloneMeta(m)})
-		out = cloneMeta(m)
 		s.maybeFold(e)
-		return nil
+		return cloneMeta(m), nil
 	})
-	return out, err
 }
 
 // Delete removes a session and its files.
@@ -817,9 +800,7 @@ func (s *Store) Delete(ctx context.Context, ref storage.Ref, expectedRevision ui
 		if meta != nil {
 			n := s.nsFor(meta.Namespace)
 			n.remove(e)
-			if meta.Alias != "" && n.byAlias[meta.Alias] == e {
-				delete(n.byAlias, meta.Alias)
-			}
+			n.release(meta.Alias, e)
 		}
 		s.mu.Unlock()
 		if meta != nil {
@@ -869,22 +850,20 @@ func (s *Store) Fork(ctx context.Context, req storage.ForkRequest) (*storage.Ses
 
 // Rewind keeps a session's first messages.
 func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage.Session, error) {
-	var out *storage.Session
-	err := s.withLoaded(req.Ref, func(e *entry, v *view) error {
+	return withLoaded(s, req.Ref, func(e *entry, v *view) (*storage.Session, error) {
 		if err := storage.CheckCount(e.id, req.MessageCount, int64(len(v.msgs))); err != nil {
-			return err
+			return nil, err
 		}
 		if req.MessageCount == int64(len(v.msgs)) {
-			out = cloneMeta(v.meta)
-			return nil
+			return cloneMeta(v.meta), nil
 		}
 		if err := storage.CheckRevision(e.id, req.ExpectedRevision, v.meta.Revision); err != nil {
-			return err
+			return nil, err
 		}
 		kept := v.span(0, int(req.MessageCount))
 		tally, err := tallyStored(e.id, storage.Tally{}, kept)
 		if err != nil {
-			return damage(e.id, err)
+			return nil, damage(e.id, err)
 		}
 		m := cloneMeta(v.meta)
 		m.MessageCount, m.Revision, m.UpdatedAt = req.MessageCount, m.Revision+1, now(v.meta.UpdatedAt)
@@ -892,12 +871,10 @@ func (s *Store) Rewind(ctx context.Context, req storage.RewindRequest) (*storage
 		cs := storage.KeepCompactions(v.cs, req.MessageCount)
 		m.Compaction = storage.LatestCompaction(cs)
 		if err := s.replaceWrite(e, "rewind", m, kept, cs); err != nil {
-			return err
+			return nil, err
 		}
-		out = cloneMeta(m)
-		return nil
+		return cloneMeta(m), nil
 	})
-	return out, err
 }
 
 // Watch subscribes to a session's changes.

@@ -15,22 +15,9 @@ import (
 )
 
 // A fold does not copy a session: the journal it ends becomes an immutable
-// segment of the session, and the snapshot of the next generation is a
-// small file that lists the segments instead of holding the messages:
-//
-//	frame typeSnapHeader:   gen, id, metadata (as of the fold)
-//	frame typeSnapSegments: base generation B, the length and CRC-32C of
-//	                        snap-<B>, and of each of journal-<B> .. journal-<gen-1>
-//	frame typeSnapEnd:      the message count
-//
-// snap-<B> is a whole snapshot of generation B (the one the first fold after
-// a create, save or rewind found, kept under that name by a hard link), and
-// journal-<g> the journal of generation g, synced by the fold that ended it
-// and read up to its last flush (the listed length). Loading reads snap-<B>, replays the journals in
-// order, checks that they end at the revision and message count the header
-// states, then replays the current journal as usual. A fold thus writes a
-// journal header and a snapshot whose size grows with the number of
-// segments (12 bytes each), never with the messages.
+// segment of the session, and the next generation's snapshot lists the
+// segments (segList) instead of holding the messages. The package doc
+// ("Writes") gives the files and how a load reads them.
 
 // segRef is one segment as a segmented snapshot lists it: the bytes a load
 // reads from the file, and their checksum.
@@ -202,7 +189,7 @@ func readSegments(dir, id string, gen uint64, meta *storage.Session, l *segList,
 		if err == nil {
 			// The header holds the tallies: counting them again per segment
 			// would decode every message of the session.
-			m, msgs, cs, err = replayWith(m, msgs, cs, g, id, jc, true, false)
+			m, msgs, cs, err = replay(m, msgs, cs, g, id, jc, true, false)
 		}
 		if err != nil {
 			return fail(name, err)

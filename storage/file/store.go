@@ -28,6 +28,10 @@ var _ storage.Driver = (*Store)(nil)
 // Option tunes a Store.
 type Option func(*options)
 
+// cacheBytes bounds the message bytes kept in memory for recently used
+// sessions; sessions beyond it are read from disk again.
+const cacheBytes = 256 << 20
+
 type options struct {
 	log          *zap.Logger
 	foldBytes    int64
@@ -48,10 +52,6 @@ func WithLimits(l storage.Limits) Option { return func(o *options) { o.limits = 
 
 // WithLogger sets the logger (default: none).
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
-
-// WithCacheBytes bounds the message bytes kept in memory for recently used
-// sessions (default 256 MiB). Sessions beyond it are read from disk again.
-func WithCacheBytes(bytes int64) Option { return func(o *options) { o.cacheBytes = bytes } }
 
 // DefaultMaxOpenJournals is how many journal files a Store keeps open at
 // most unless WithMaxOpenJournals says otherwise.
@@ -245,9 +245,9 @@ func openDriver(ctx context.Context, dir string, opts ...Option) (*Store, error)
 }
 
 func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) (*Store, error) {
-	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: 256 << 20,
+	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: cacheBytes,
 		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty, maxJournals: DefaultMaxOpenJournals,
-		watchHistory: storage.DefaultWatchHistoryTotal, walSegment: DefaultWALSegmentBytes, walSpares: walMaxSpares}
+		watchHistory: storage.DefaultWatchHistoryTotal, walSegment: walSegmentBytes, walSpares: walMaxSpares}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -318,10 +318,7 @@ func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) 
 		}
 		// Nothing in the index folder may be trusted again: the mark goes
 		// before the stale files do.
-		if err := os.Remove(filepath.Join(dir, "index", cleanName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("file: remove checkpoint mark: %w", err)
-		}
-		if err := syncDir(filepath.Join(dir, "index")); err != nil {
+		if err := s.distrustCheckpoint(); err != nil {
 			return nil, fmt.Errorf("file: %w", err)
 		}
 		ck.metas, changed = nil, nil
@@ -579,7 +576,7 @@ func scanSession(dir, id string, buf *[]byte) (*storage.Session, error) {
 	if err != nil {
 		return meta, err
 	}
-	m, _, _, err := replay(meta, nil, nil, gen, id, jc, false)
+	m, _, _, err := replay(meta, nil, nil, gen, id, jc, false, true)
 	if err != nil {
 		return meta, err
 	}
@@ -587,14 +584,9 @@ func scanSession(dir, id string, buf *[]byte) (*storage.Session, error) {
 }
 
 // replay applies a journal to a snapshot's state. With withMsgs false it
-// only tracks metadata (and returns no messages or compactions).
-func replay(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction, gen uint64, id string, jc *journalContent, withMsgs bool) (*storage.Session, [][]byte, []storage.StoredCompaction, error) {
-	return replayWith(meta, msgs, cs, gen, id, jc, withMsgs, true)
-}
-
-// replayWith is replay, keeping the tallies only if tally is set (the
-// others then stay as in meta).
-func replayWith(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction, gen uint64, id string, jc *journalContent, withMsgs, tally bool) (*storage.Session, [][]byte, []storage.StoredCompaction, error) {
+// only tracks metadata (and returns no messages or compactions); with tally
+// false the tallies stay as in meta.
+func replay(meta *storage.Session, msgs [][]byte, cs []storage.StoredCompaction, gen uint64, id string, jc *journalContent, withMsgs, tally bool) (*storage.Session, [][]byte, []storage.StoredCompaction, error) {
 	if jc.gen != gen || jc.id != id {
 		return nil, nil, nil, fmt.Errorf("journal is for generation %d of %s, snapshot is generation %d of %s: %w", jc.gen, jc.id, gen, id, errCorrupt)
 	}
@@ -691,20 +683,15 @@ func (s *Store) Close() error {
 // resolveLocked finds ref's session. Caller holds mu.
 func (s *Store) resolveLocked(ref storage.Ref) (*entry, error) {
 	if ref.ID != "" {
-		e := s.byID[ref.ID]
-		if e == nil || e.gone {
-			return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
-		}
-		if e.meta == nil {
-			if e.damaged != nil {
-				return nil, e.damaged
+		if e := s.byID[ref.ID]; e != nil && !e.gone {
+			if e.meta == nil && e.damaged != nil {
+				return nil, e.damaged // its namespace is unknown
 			}
-			return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
+			if e.meta != nil && e.meta.Namespace == ref.Namespace {
+				return e, nil
+			}
 		}
-		if e.meta.Namespace != ref.Namespace {
-			return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
-		}
-		return e, nil
+		return nil, fmt.Errorf("file: session %s in namespace %q: %w", ref.ID, ref.Namespace, storage.ErrNotFound)
 	}
 	if n := s.ns[ref.Namespace]; n != nil {
 		if e := n.byAlias[ref.Alias]; e != nil && !e.gone && e.meta != nil && e.meta.Alias == ref.Alias {
@@ -824,8 +811,8 @@ func (s *Store) setMeta(e *entry, m *storage.Session) {
 	if old != nil {
 		n := s.nsFor(old.Namespace)
 		n.remove(e)
-		if old.Alias != "" && old.Alias != m.Alias && n.byAlias[old.Alias] == e {
-			delete(n.byAlias, old.Alias)
+		if old.Alias != m.Alias {
+			n.release(old.Alias, e)
 		}
 	}
 	e.meta = m
@@ -882,6 +869,13 @@ func (n *nsIndex) insert(e *entry) {
 	e.key = listKey{t: e.meta.UpdatedAt, id: e.id}
 	i := n.search(e.key)
 	n.list = slices.Insert(n.list, i, e)
+}
+
+// release frees alias if e holds it.
+func (n *nsIndex) release(alias string, e *entry) {
+	if alias != "" && n.byAlias[alias] == e {
+		delete(n.byAlias, alias)
+	}
 }
 
 func (n *nsIndex) remove(e *entry) {

@@ -25,47 +25,11 @@ import (
 	"github.com/sessiond/sessiond/storage"
 )
 
-// The write-ahead log (WAL) is shared by all sessions: it is what makes a
-// change durable. A write puts its commit frame into its session's journal
-// (page cache only, no sync), then hands a WAL record naming that journal
-// (session id, generation, offset) and carrying the same frame to the
-// commit pipeline, and waits:
-//
-//   - the first waiter to find no flush running becomes the leader: it takes
-//     every record queued at that moment, writes them as one WAL frame with
-//     one write and one fdatasync, and wakes the waiters it covered;
-//   - writers that arrive while a flush runs queue up and wait; when it ends
-//     one of them leads the next flush, covering all of them.
-//
-// A lone writer flushes at once. Under load the leader first gathers the
-// writers it expects, so that one flush covers them all (see gather.go).
-//
-// The WAL is a series of segment files wal/wal-<seq>. Once the current
-// segment passes WithWALSegmentBytes, the leader starts the next one and
-// hands the full one to the sealer goroutine, which fdatasyncs every
-// journal that segment has records for: from then on the journals hold its
-// contents durably. It retires the segment once a durable checkpoint's
-// position is past it too, since Open learns from the records after that
-// position which sessions to rescan (see checkpoint.go). At most
-// walMaxSealing segments wait for the sealer (the leader waits beyond
-// that), and when walMaxUncovered synced ones wait for a checkpoint the
-// sealer asks for one, so the log that Open must replay is bounded. Close
-// seals everything and writes a checkpoint past it, so that a clean
-// shutdown leaves no segment to replay.
-//
-// A retired segment is kept as a spare, wal/free-<seq> (at most
-// walMaxSpares of them; the others are removed), and the leader starts its
-// next segment in a spare rather than in a new file when it has one: it
-// writes the new header over the old one, syncs it, renames the spare and
-// syncs the folder (the "wal_recycle" of PostgreSQL). Its flushes then
-// overwrite blocks that hold data already, so that their fdatasync writes
-// data only; a new file gets the same by having its space reserved with
-// zeros (journal.zeroFill), at the cost of writing it twice. A reused
-// file holds its earlier segment's batches past the live ones: every batch
-// names its segment by sequence number and salt (a random number the
-// header chose), so that none of them is ever taken for this segment's,
-// and each flush ends in an 8-byte zero frame header, the end mark, which
-// the next flush overwrites (see walScan).
+// The write-ahead log (WAL), shared by all sessions, makes every change
+// durable: its commit pipeline (walCommit) lets concurrent writers share one
+// flush, and its full segments are sealed, retired and recycled in the
+// background (sealer). The package doc ("Writes", "Damage and recovery")
+// describes both, and the segment format.
 const (
 	walDir        = "wal"
 	walPref       = "wal-"
@@ -79,29 +43,25 @@ const (
 	walBatchHead = 1 + 8 + 8
 	// walEndMark is the zero frame header written after each flush.
 	walEndMark = 8
-	// DefaultWALSegmentBytes is the WAL segment size past which a new
-	// segment is started, unless WithWALSegmentBytes says otherwise.
-	DefaultWALSegmentBytes      = 32 << 20
-	walMaxSealing               = 2
-	walRecHeader                = 40
-	walKindFrame           byte = 1 // a journal commit frame at an offset
-	walKindDrop            byte = 2 // the session was deleted: its earlier records are void
-	walKindTouch           byte = 3 // the session's files change without a journal frame (a save, a rewind)
+	// walSegmentBytes is the WAL segment size past which a new segment is
+	// started. While checkpoints keep up, start-up replays at most about
+	// 1+walMaxSealing+walMaxUncovered segments, so this bounds the work of
+	// an open after a crash; a smaller segment means more frequent journal
+	// syncs in the background.
+	walSegmentBytes = 32 << 20
+	// walMaxSealing is how many full segments may wait for the sealer
+	// before the leader waits for it.
+	walMaxSealing      = 2
+	walRecHeader       = 40
+	walKindFrame  byte = 1 // a journal commit frame at an offset
+	walKindDrop   byte = 2 // the session was deleted: its earlier records are void
+	walKindTouch  byte = 3 // the session's files change without a journal frame (a save, a rewind)
 	// walMaxUncovered is how many synced segments may wait for a
 	// checkpoint to cover them before one is asked for.
 	walMaxUncovered = 2
 	// walBufKeep bounds the encode buffer the leader keeps between flushes.
 	walBufKeep = 4 << 20
 )
-
-// WithWALSegmentBytes sets the WAL segment size (default
-// DefaultWALSegmentBytes). While checkpoints keep up, start-up replays at
-// most about 1+walMaxSealing+walMaxUncovered segments, so this bounds the
-// work of an open after a crash; a smaller segment means more frequent
-// journal syncs in the background.
-func WithWALSegmentBytes(n int64) Option {
-	return func(o *options) { o.walSegment = max(n, 4<<10) }
-}
 
 // walRec is one WAL record. Its encoding:
 //

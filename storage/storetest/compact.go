@@ -37,8 +37,7 @@ func compact(t *testing.T, s *storage.Store, req storage.CompactRequest) *storag
 func testCompact(t *testing.T, h *harness) {
 	t.Run("Views", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{Messages: msgs("m", 6)})
-		ref := storage.Ref{ID: se.ID}
+		se, ref := createRef(t, s, storage.CreateRequest{Messages: msgs("m", 6)})
 		_, all := loadAll(t, s, ref)
 		if se.Compaction != nil || se.ContextMessageCount() != 6 {
 			t.Errorf("new session: compaction %+v, context count %d; want none and 6", se.Compaction, se.ContextMessageCount())
@@ -98,8 +97,7 @@ func testCompact(t *testing.T, h *harness) {
 		result := &sessiondv1.Message{Id: "result", Role: sessiondv1.Role_ROLE_TOOL, ToolCallId: "c1", Content: "ok"}
 		open := &sessiondv1.Message{Id: "open", Role: sessiondv1.Role_ROLE_ASSISTANT,
 			ToolCalls: []*sessiondv1.ToolCall{{Id: "c2", Name: "f", Arguments: "{}"}}}
-		se := create(t, s, storage.CreateRequest{Messages: []*sessiondv1.Message{msg("u", "hi"), call, result, msg("u2", "more"), open}})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{Messages: []*sessiondv1.Message{msg("u", "hi"), call, result, msg("u2", "more"), open}})
 		before := takeSnapshot(t, s, ref)
 		sum := summaryMsg("", "summary")
 		for _, c := range []struct {
@@ -139,8 +137,7 @@ func testCompact(t *testing.T, h *harness) {
 
 	t.Run("Later", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{Messages: msgs("m", 8)})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{Messages: msgs("m", 8)})
 		_, all := loadAll(t, s, ref)
 		compact(t, s, storage.CompactRequest{Ref: ref, ThroughMessageID: "m-2", Summary: summaryMsg("s1", "one")})
 		got := compact(t, s, storage.CompactRequest{Ref: ref, ThroughMessageID: "m-5", Summary: summaryMsg("s2", "two")})
@@ -190,8 +187,7 @@ func testCompact(t *testing.T, h *harness) {
 
 	t.Run("Watch", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{Messages: msgs("m", 2)})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{Messages: msgs("m", 2)})
 		sub, err := s.Watch(t.Context(), ref, 0)
 		must(t, "Watch", err)
 		defer sub.Close()
@@ -204,8 +200,7 @@ func testCompact(t *testing.T, h *harness) {
 
 	t.Run("Reopen", func(t *testing.T) {
 		s1, addr := h.openData(t)
-		se := create(t, s1, storage.CreateRequest{Messages: msgs("m", 4)})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s1, storage.CreateRequest{Messages: msgs("m", 4)})
 		compact(t, s1, storage.CompactRequest{Ref: ref, ThroughMessageID: "m-1", Summary: summaryMsg("s1", "one")})
 		compact(t, s1, storage.CompactRequest{Ref: ref, ThroughMessageID: "m-2", Summary: summaryMsg("s2", "two")})
 		appendMsgs(t, s1, ref, msg("after", "x"))

@@ -338,8 +338,7 @@ func refString(r storage.Ref) string {
 func testLoad(t *testing.T, h *harness) {
 	s := h.open(t)
 	all := msgs("m", 10)
-	se := create(t, s, storage.CreateRequest{Alias: "load", Messages: all})
-	ref := storage.Ref{ID: se.ID}
+	se, ref := createRef(t, s, storage.CreateRequest{Alias: "load", Messages: all})
 	_, stored := loadAll(t, s, ref)
 	checkMessages(t, "Load all", stored, all)
 
@@ -544,8 +543,7 @@ func testInvalidUTF8(t *testing.T, h *harness) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := h.open(t)
-			se := create(t, s, storage.CreateRequest{Alias: "utf8", Title: "ok", Messages: msgs("m", 1)})
-			ref := storage.Ref{ID: se.ID}
+			_, ref := createRef(t, s, storage.CreateRequest{Alias: "utf8", Title: "ok", Messages: msgs("m", 1)})
 			before := takeSnapshot(t, s, ref)
 			err := noPanic(func() error { return c.call(t.Context(), s, ref) })
 			if err != nil && strings.HasPrefix(err.Error(), "panicked: ") {

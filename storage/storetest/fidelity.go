@@ -115,8 +115,7 @@ func testFidelity(t *testing.T, h *harness) {
 	title := "Tïtle with \x00 and 🎉"
 
 	// Through Create.
-	se := create(t, s, storage.CreateRequest{Namespace: nsA, Title: title, Summary: "sümmary\n", Metadata: meta, Labels: labels, Messages: sent})
-	ref := storage.Ref{Namespace: nsA, ID: se.ID}
+	se, ref := createRef(t, s, storage.CreateRequest{Namespace: nsA, Title: title, Summary: "sümmary\n", Metadata: meta, Labels: labels, Messages: sent})
 	got, ms := loadAll(t, s, ref)
 	checkExact(t, "Create", ms, sent)
 	if got.Title != title || got.Summary != "sümmary\n" {
@@ -133,8 +132,7 @@ func testFidelity(t *testing.T, h *harness) {
 	stored := ms
 
 	// Through Append, one by one, and watched.
-	app := create(t, s, storage.CreateRequest{Namespace: nsA})
-	appRef := storage.Ref{Namespace: nsA, ID: app.ID}
+	_, appRef := createRef(t, s, storage.CreateRequest{Namespace: nsA})
 	sub := watch(t, s, appRef, 0)
 	for _, m := range sent {
 		appendMsgs(t, s, appRef, m)
@@ -160,8 +158,7 @@ func testFidelity(t *testing.T, h *harness) {
 	wantErr(t, "Append of a stored id without its unknown fields", err, storage.ErrMessageConflict)
 
 	// Through Save, Fork and windows of Load.
-	saved := create(t, s, storage.CreateRequest{Namespace: nsA})
-	savedRef := storage.Ref{Namespace: nsA, ID: saved.ID}
+	_, savedRef := createRef(t, s, storage.CreateRequest{Namespace: nsA})
 	_, err = s.Save(t.Context(), storage.SaveRequest{Ref: savedRef, Title: title, Metadata: meta, Messages: sent})
 	must(t, "Save", err)
 	_, ms = loadAll(t, s, savedRef)
@@ -194,8 +191,7 @@ func testAliasing(t *testing.T, h *harness) {
 	meta := map[string]string{"k": "v"}
 	labels := map[string]string{"l": "v"}
 	sent := msgs("m", 2)
-	se := create(t, s, storage.CreateRequest{Metadata: meta, Labels: labels, Messages: sent})
-	ref := storage.Ref{ID: se.ID}
+	se, ref := createRef(t, s, storage.CreateRequest{Metadata: meta, Labels: labels, Messages: sent})
 	before := takeSnapshot(t, s, ref)
 
 	meta["k"], labels["l"], sent[0].Content = "changed", "changed", "changed"
@@ -222,8 +218,7 @@ func testAliasing(t *testing.T, h *harness) {
 // testClosed checks that every method answers ErrClosed after Close.
 func testClosed(t *testing.T, h *harness) {
 	s := h.openUnchecked(t)
-	se := create(t, s, storage.CreateRequest{Alias: "x", Messages: msgs("m", 1)})
-	ref := storage.Ref{ID: se.ID}
+	_, ref := createRef(t, s, storage.CreateRequest{Alias: "x", Messages: msgs("m", 1)})
 	must(t, "Close", s.Close())
 	ctx := t.Context()
 	nop := func(*storage.Session) error { return nil }

@@ -57,8 +57,7 @@ func testLive(t *testing.T, h *harness) {
 		t.Parallel()
 		s := liveStore(t, h)
 		ctx := t.Context()
-		se := create(t, s, storage.CreateRequest{Namespace: nsA, Messages: []*sessiondv1.Message{msg("q", "why?")}})
-		ref := storage.Ref{Namespace: nsA, ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{Namespace: nsA, Messages: []*sessiondv1.Message{msg("q", "why?")}})
 		res := appendMsgs(t, s, ref, openMsg("a", "Be"))
 		if got := get(t, s, ref); got.OpenMessageID != "a" {
 			t.Errorf("after opening a: OpenMessageID %q, want a", got.OpenMessageID)
@@ -163,8 +162,7 @@ func testLive(t *testing.T, h *harness) {
 		t.Parallel()
 		s := liveStore(t, h)
 		ctx := t.Context()
-		se := create(t, s, storage.CreateRequest{})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{})
 		for _, bad := range []struct {
 			what string
 			ms   []*sessiondv1.Message
@@ -205,8 +203,7 @@ func testLive(t *testing.T, h *harness) {
 	t.Run("Watch", func(t *testing.T) {
 		t.Parallel()
 		s := liveStore(t, h)
-		se := create(t, s, storage.CreateRequest{})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{})
 		early := watch(t, s, ref, 0)
 		res := appendMsgs(t, s, ref, openMsg("a", ""))
 		checkEvent(t, s, nextEvent(t, early), storage.EventAppended, res.Revision)
@@ -263,8 +260,7 @@ func testLive(t *testing.T, h *harness) {
 		t.Parallel()
 		s := liveStore(t, h)
 		ctx := t.Context()
-		se := create(t, s, storage.CreateRequest{Namespace: nsB})
-		ref := storage.Ref{Namespace: nsB, ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{Namespace: nsB})
 		appendMsgs(t, s, ref, openMsg("a", "half", &sessiondv1.ToolCall{Id: "c", Name: "t"}))
 		appendDelta(t, s, ref, delta("a", 4, " an answer"))
 		n, err := s.InterruptIdle(ctx, time.Now().Add(-time.Hour))
@@ -301,8 +297,7 @@ func testLive(t *testing.T, h *harness) {
 		t.Parallel()
 		s := liveStore(t, h)
 		ctx := t.Context()
-		se := create(t, s, storage.CreateRequest{Namespace: nsB})
-		ref := storage.Ref{Namespace: nsB, ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{Namespace: nsB})
 		appendMsgs(t, s, ref, openMsg("a", "cut"))
 		_, err := s.FinishMessage(ctx, storage.FinishRequest{Ref: ref, MessageID: "a", State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING})
 		wantErr(t, "FinishMessage to STREAMING", err, storage.ErrInvalid)
@@ -326,8 +321,7 @@ func testLive(t *testing.T, h *harness) {
 	t.Run("Reopen", func(t *testing.T) {
 		t.Parallel()
 		s1, addr := h.openData(t)
-		se := create(t, s1, storage.CreateRequest{})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s1, storage.CreateRequest{})
 		_, err := s1.AppendDelta(t.Context(), storage.DeltaRequest{Ref: ref, Delta: &sessiondv1.MessageDelta{MessageId: "a", Content: "x"}})
 		if errors.Is(err, storage.ErrUnsupported) {
 			t.Skip("the backend does not store live turns")
@@ -335,8 +329,7 @@ func testLive(t *testing.T, h *harness) {
 		appendMsgs(t, s1, ref, openMsg("a", ""))
 		appendDelta(t, s1, ref, delta("a", 0, "x"))
 		appendDelta(t, s1, ref, delta("a", 1, "yz"))
-		b := create(t, s1, storage.CreateRequest{})
-		refB := storage.Ref{ID: b.ID}
+		_, refB := createRef(t, s1, storage.CreateRequest{})
 		appendMsgs(t, s1, refB, openMsg("b", "1"))
 		appendDelta(t, s1, refB, delta("b", 1, "2"))
 		_, err = s1.FinishMessage(t.Context(), storage.FinishRequest{Ref: refB, MessageID: "b", Model: "m"})

@@ -28,51 +28,44 @@ func (se *memSession) replaceLast(m *sessiondv1.Message) {
 }
 
 func (s *memStore) AppendDelta(_ context.Context, req storage.DeltaRequest, limits storage.Limits) (storage.DeltaResult, error) {
-	var out storage.DeltaResult
-	err := s.locked(func() error {
-		se, err := s.find(req.Ref)
-		if err != nil {
-			return err
-		}
-		next, open, _, applied, err := storage.CheckDelta(se.meta.ID, se.meta.Tally, req.Delta, limits, se.stored)
-		if err != nil {
-			return err
-		}
-		if next != nil {
-			se.replaceLast(next)
-			se.meta.Revision++
-			se.meta.UpdatedAt = s.now()
-			s.publish(se.meta.ID, storage.Event{Type: storage.EventDelta, Revision: se.meta.Revision, Session: copyMeta(&se.meta), Delta: applied})
-			open = next
-		}
-		out = storage.DeltaResult{Revision: se.meta.Revision, Length: int64(len(open.GetContent())), ReasoningLength: int64(len(open.GetReasoning().GetText()))}
-		return nil
-	})
-	return out, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.find(req.Ref)
+	if err != nil {
+		return storage.DeltaResult{}, err
+	}
+	next, open, _, applied, err := storage.CheckDelta(se.meta.ID, se.meta.Tally, req.Delta, limits, se.stored)
+	if err != nil {
+		return storage.DeltaResult{}, err
+	}
+	if next != nil {
+		se.replaceLast(next)
+		se.meta.Revision++
+		se.meta.UpdatedAt = s.now()
+		s.publish(se.meta.ID, storage.Event{Type: storage.EventDelta, Revision: se.meta.Revision, Session: copyMeta(&se.meta), Delta: applied})
+		open = next
+	}
+	return storage.DeltaResult{Revision: se.meta.Revision, Length: int64(len(open.GetContent())), ReasoningLength: int64(len(open.GetReasoning().GetText()))}, nil
 }
 
 func (s *memStore) FinishMessage(_ context.Context, req storage.FinishRequest, limits storage.Limits) (storage.FinishResult, error) {
-	var out storage.FinishResult
-	err := s.locked(func() error {
-		se, err := s.find(req.Ref)
-		if err != nil {
-			return err
-		}
-		closed, cur, _, tally, err := storage.CheckFinish(se.meta.ID, se.meta.Tally, se.meta.UpdatedAt, req, limits, se.stored)
-		if err != nil {
-			return err
-		}
-		if closed == nil {
-			out = storage.FinishResult{Revision: se.meta.Revision, Message: cloneMsgs([]*sessiondv1.Message{cur})[0]}
-			return nil
-		}
-		se.replaceLast(closed)
-		se.meta.Tally = tally
-		s.bump(se, storage.EventFinished, []*sessiondv1.Message{closed})
-		out = storage.FinishResult{Revision: se.meta.Revision, Message: cloneMsgs([]*sessiondv1.Message{closed})[0], Closed: true}
-		return nil
-	})
-	return out, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.find(req.Ref)
+	if err != nil {
+		return storage.FinishResult{}, err
+	}
+	closed, cur, _, tally, err := storage.CheckFinish(se.meta.ID, se.meta.Tally, se.meta.UpdatedAt, req, limits, se.stored)
+	if err != nil {
+		return storage.FinishResult{}, err
+	}
+	if closed == nil {
+		return storage.FinishResult{Revision: se.meta.Revision, Message: cloneMsgs([]*sessiondv1.Message{cur})[0]}, nil
+	}
+	se.replaceLast(closed)
+	se.meta.Tally = tally
+	s.bump(se, storage.EventFinished, []*sessiondv1.Message{closed})
+	return storage.FinishResult{Revision: se.meta.Revision, Message: cloneMsgs([]*sessiondv1.Message{closed})[0], Closed: true}, nil
 }
 
 func (s *memStore) Streaming(_ context.Context, idleBefore time.Time, yield func(*storage.Session) error) error {

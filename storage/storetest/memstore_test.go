@@ -168,60 +168,53 @@ func (s *memStore) bump(se *memSession, typ storage.EventType, appended []*sessi
 func (se *memSession) storedAt(i int) (*sessiondv1.Message, error) { return se.msgs[i], nil }
 
 func (s *memStore) Create(_ context.Context, req storage.CreateRequest, msgs storage.Messages) (*storage.Session, error) {
-	var out *storage.Session
-	err := s.locked(func() error {
-		now := s.now()
-		id := req.ID
-		if id != "" {
-			if old, ok := s.sessions[id]; ok {
-				same, err := storage.SameCreate(&old.meta, req, msgs, old.storedAt)
-				if err != nil {
-					return err
-				}
-				if !same {
-					return fmt.Errorf("mem: id %s: %w", id, storage.ErrAlreadyExists)
-				}
-				out = copyMeta(&old.meta)
-				return nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	id := req.ID
+	if id != "" {
+		if old, ok := s.sessions[id]; ok {
+			same, err := storage.SameCreate(&old.meta, req, msgs, old.storedAt)
+			if err != nil {
+				return nil, err
 			}
-		} else {
-			id = uuid.Must(uuid.NewV7()).String()
+			if !same {
+				return nil, fmt.Errorf("mem: id %s: %w", id, storage.ErrAlreadyExists)
+			}
+			return copyMeta(&old.meta), nil
 		}
-		if s.aliasTaken(req.Namespace, req.Alias, "") {
-			return storage.AliasInUse(req.Namespace, req.Alias)
-		}
-		created := req.CreatedAt
-		if created.IsZero() {
-			created = now
-		}
-		se := &memSession{msgs: msgs.Prepared, meta: storage.Session{
-			ID: id, Namespace: req.Namespace, Title: req.Title, TitleDerived: req.TitleDerived, Summary: req.Summary,
-			CreatedAt: created, UpdatedAt: now, Revision: max(req.Revision, 1), MessageCount: int64(len(msgs.Prepared)),
-			Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels), Tally: msgs.Tally, ExpireAfter: req.ExpireAfter,
-		}}
-		if req.Parent != nil {
-			p := *req.Parent
-			se.meta.Parent = &p
-		}
-		s.sessions[id] = se
-		s.setAlias(se, req.Alias)
-		out = copyMeta(&se.meta)
-		return nil
-	})
-	return out, err
+	} else {
+		id = uuid.Must(uuid.NewV7()).String()
+	}
+	if s.aliasTaken(req.Namespace, req.Alias, "") {
+		return nil, storage.AliasInUse(req.Namespace, req.Alias)
+	}
+	created := req.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
+	se := &memSession{msgs: msgs.Prepared, meta: storage.Session{
+		ID: id, Namespace: req.Namespace, Title: req.Title, TitleDerived: req.TitleDerived, Summary: req.Summary,
+		CreatedAt: created, UpdatedAt: now, Revision: max(req.Revision, 1), MessageCount: int64(len(msgs.Prepared)),
+		Metadata: maps.Clone(req.Metadata), Labels: maps.Clone(req.Labels), Tally: msgs.Tally, ExpireAfter: req.ExpireAfter,
+	}}
+	if req.Parent != nil {
+		p := *req.Parent
+		se.meta.Parent = &p
+	}
+	s.sessions[id] = se
+	s.setAlias(se, req.Alias)
+	return copyMeta(&se.meta), nil
 }
 
 func (s *memStore) Get(_ context.Context, ref storage.Ref) (*storage.Session, error) {
-	var out *storage.Session
-	err := s.locked(func() error {
-		se, err := s.find(ref)
-		if err != nil {
-			return err
-		}
-		out = copyMeta(&se.meta)
-		return nil
-	})
-	return out, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.find(ref)
+	if err != nil {
+		return nil, err
+	}
+	return copyMeta(&se.meta), nil
 }
 
 func (s *memStore) Load(_ context.Context, ref storage.Ref, opts storage.LoadOptions) (*storage.Session, []*sessiondv1.Message, error) {
@@ -302,110 +295,98 @@ func (s *memStore) List(_ context.Context, opts storage.ListOptions, yield func(
 }
 
 func (s *memStore) Save(_ context.Context, req storage.SaveRequest, msgs storage.Messages) (*storage.Session, error) {
-	var out *storage.Session
-	err := s.locked(func() error {
-		se, err := s.find(req.Ref)
-		if err != nil {
-			if !req.CreateIfMissing || !errors.Is(err, storage.ErrNotFound) {
-				return err
-			}
-			ref := req.Ref
-			if _, taken := s.sessions[ref.ID]; taken {
-				return fmt.Errorf("mem: id %s: %w", ref.ID, storage.ErrAlreadyExists)
-			}
-			if req.ExpectedRevision != 0 {
-				return storage.CheckRevision(ref.ID, req.ExpectedRevision, 0)
-			}
-			id := ref.ID
-			if id == "" {
-				id = uuid.Must(uuid.NewV7()).String()
-			}
-			now := s.now()
-			se = &memSession{msgs: msgs.Prepared, meta: storage.Session{
-				ID: id, Namespace: ref.Namespace, Title: req.Title, TitleDerived: req.TitleDerived, Summary: req.Summary,
-				CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: int64(len(msgs.Prepared)), Metadata: maps.Clone(req.Metadata),
-				Tally: msgs.Tally,
-			}}
-			s.sessions[id] = se
-			s.setAlias(se, ref.Alias)
-			out = copyMeta(&se.meta)
-			return nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.find(req.Ref)
+	if err != nil {
+		if !req.CreateIfMissing || !errors.Is(err, storage.ErrNotFound) {
+			return nil, err
 		}
-		if same, err := storage.SameSave(&se.meta, req, msgs, se.storedAt); err != nil {
-			return err
-		} else if same {
-			out = copyMeta(&se.meta)
-			return nil
+		ref := req.Ref
+		if _, taken := s.sessions[ref.ID]; taken {
+			return nil, fmt.Errorf("mem: id %s: %w", ref.ID, storage.ErrAlreadyExists)
 		}
-		if err := storage.CheckRevision(se.meta.ID, req.ExpectedRevision, se.meta.Revision); err != nil {
-			return err
+		if req.ExpectedRevision != 0 {
+			return nil, storage.CheckRevision(ref.ID, req.ExpectedRevision, 0)
 		}
-		se.meta.Title, se.meta.TitleDerived, se.meta.Summary, se.meta.Metadata, se.msgs = req.Title, req.TitleDerived, req.Summary, maps.Clone(req.Metadata), msgs.Prepared
-		se.meta.Tally = msgs.Tally
-		se.setCompactions(nil)
-		s.bump(se, storage.EventReplaced, nil)
-		out = copyMeta(&se.meta)
-		return nil
-	})
-	return out, err
+		id := ref.ID
+		if id == "" {
+			id = uuid.Must(uuid.NewV7()).String()
+		}
+		now := s.now()
+		se = &memSession{msgs: msgs.Prepared, meta: storage.Session{
+			ID: id, Namespace: ref.Namespace, Title: req.Title, TitleDerived: req.TitleDerived, Summary: req.Summary,
+			CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: int64(len(msgs.Prepared)), Metadata: maps.Clone(req.Metadata),
+			Tally: msgs.Tally,
+		}}
+		s.sessions[id] = se
+		s.setAlias(se, ref.Alias)
+		return copyMeta(&se.meta), nil
+	}
+	if same, err := storage.SameSave(&se.meta, req, msgs, se.storedAt); err != nil {
+		return nil, err
+	} else if same {
+		return copyMeta(&se.meta), nil
+	}
+	if err := storage.CheckRevision(se.meta.ID, req.ExpectedRevision, se.meta.Revision); err != nil {
+		return nil, err
+	}
+	se.meta.Title, se.meta.TitleDerived, se.meta.Summary, se.meta.Metadata, se.msgs = req.Title, req.TitleDerived, req.Summary, maps.Clone(req.Metadata), msgs.Prepared
+	se.meta.Tally = msgs.Tally
+	se.setCompactions(nil)
+	s.bump(se, storage.EventReplaced, nil)
+	return copyMeta(&se.meta), nil
 }
 
 func (s *memStore) Append(_ context.Context, req storage.AppendRequest, msgs storage.Messages) (storage.AppendResult, error) {
-	var out storage.AppendResult
-	err := s.locked(func() error {
-		se, err := s.find(req.Ref)
-		if err != nil {
-			return err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.find(req.Ref)
+	if err != nil {
+		return storage.AppendResult{}, err
+	}
+	fresh, err := storage.CheckAppend(se.meta.ID, msgs, req.ExpectedRevision, se.meta.Revision, se.meta.Tally, func(id string) (*sessiondv1.Message, bool, error) {
+		i := slices.IndexFunc(se.msgs, func(x *sessiondv1.Message) bool { return x.GetId() == id })
+		if i < 0 {
+			return nil, false, nil
 		}
-		fresh, err := storage.CheckAppend(se.meta.ID, msgs, req.ExpectedRevision, se.meta.Revision, se.meta.Tally, func(id string) (*sessiondv1.Message, bool, error) {
-			i := slices.IndexFunc(se.msgs, func(x *sessiondv1.Message) bool { return x.GetId() == id })
-			if i < 0 {
-				return nil, false, nil
-			}
-			return se.msgs[i], true, nil
-		})
-		if err != nil {
-			return err
-		}
-		if len(fresh.Prepared) > 0 {
-			se.meta.Tally = fresh.Tally
-			storage.DeriveTitle(&se.meta, fresh.Prepared)
-			se.msgs = append(se.msgs[:len(se.msgs):len(se.msgs)], fresh.Prepared...)
-			s.bump(se, storage.EventAppended, fresh.Prepared)
-		}
-		out = storage.AppendResult{Revision: se.meta.Revision, MessageCount: int64(len(se.msgs)), Appended: int64(len(fresh.Prepared))}
-		return nil
+		return se.msgs[i], true, nil
 	})
-	return out, err
+	if err != nil {
+		return storage.AppendResult{}, err
+	}
+	if len(fresh.Prepared) > 0 {
+		se.meta.Tally = fresh.Tally
+		storage.DeriveTitle(&se.meta, fresh.Prepared)
+		se.msgs = append(se.msgs[:len(se.msgs):len(se.msgs)], fresh.Prepared...)
+		s.bump(se, storage.EventAppended, fresh.Prepared)
+	}
+	return storage.AppendResult{Revision: se.meta.Revision, MessageCount: int64(len(se.msgs)), Appended: int64(len(fresh.Prepared))}, nil
 }
 
 func (s *memStore) Update(_ context.Context, req storage.UpdateRequest) (*storage.Session, error) {
-	var out *storage.Session
-	err := s.locked(func() error {
-		se, err := s.find(req.Ref)
-		if err != nil {
-			return err
-		}
-		next, changed := storage.ApplyUpdate(&se.meta, req)
-		if !changed {
-			out = copyMeta(&se.meta)
-			return nil
-		}
-		if err := storage.CheckRevision(se.meta.ID, req.ExpectedRevision, se.meta.Revision); err != nil {
-			return err
-		}
-		if s.aliasTaken(next.Namespace, next.Alias, next.ID) {
-			return storage.AliasInUse(next.Namespace, next.Alias)
-		}
-		alias := next.Alias
-		next.Alias = se.meta.Alias
-		se.meta = *next
-		s.setAlias(se, alias)
-		s.bump(se, storage.EventUpdated, nil)
-		out = copyMeta(&se.meta)
-		return nil
-	})
-	return out, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.find(req.Ref)
+	if err != nil {
+		return nil, err
+	}
+	next, changed := storage.ApplyUpdate(&se.meta, req)
+	if !changed {
+		return copyMeta(&se.meta), nil
+	}
+	if err := storage.CheckRevision(se.meta.ID, req.ExpectedRevision, se.meta.Revision); err != nil {
+		return nil, err
+	}
+	if s.aliasTaken(next.Namespace, next.Alias, next.ID) {
+		return nil, storage.AliasInUse(next.Namespace, next.Alias)
+	}
+	alias := next.Alias
+	next.Alias = se.meta.Alias
+	se.meta = *next
+	s.setAlias(se, alias)
+	s.bump(se, storage.EventUpdated, nil)
+	return copyMeta(&se.meta), nil
 }
 
 func (s *memStore) Delete(_ context.Context, ref storage.Ref, expected uint64) error {
@@ -427,68 +408,61 @@ func (s *memStore) Delete(_ context.Context, ref storage.Ref, expected uint64) e
 }
 
 func (s *memStore) Fork(_ context.Context, req storage.ForkRequest) (*storage.Session, error) {
-	var out *storage.Session
-	err := s.locked(func() error {
-		src, err := s.find(req.Ref)
-		if err != nil {
-			return err
-		}
-		n := req.MessageCount
-		if err := storage.CheckCount(src.meta.ID, n, int64(len(src.msgs))); err != nil {
-			return err
-		}
-		if n == 0 {
-			n = int64(len(src.msgs))
-		}
-		if s.aliasTaken(src.meta.Namespace, req.Alias, "") {
-			return storage.AliasInUse(src.meta.Namespace, req.Alias)
-		}
-		now := s.now()
-		title, derived := req.Title, false
-		if title == "" {
-			title, derived = src.meta.Title, src.meta.TitleDerived
-		}
-		se := &memSession{msgs: src.msgs[:n:n], meta: storage.Session{
-			ID: uuid.Must(uuid.NewV7()).String(), Namespace: src.meta.Namespace, Title: title, TitleDerived: derived, Summary: src.meta.Summary,
-			CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: n,
-			Metadata: maps.Clone(src.meta.Metadata), Labels: maps.Clone(src.meta.Labels),
-			Parent: &storage.ForkOrigin{SessionID: src.meta.ID, MessageCount: n},
-			Tally:  storage.Recount(src.msgs[:n]), ExpireAfter: src.meta.ExpireAfter,
-		}}
-		se.setCompactions(storage.KeepCompactions(src.compactions, n))
-		s.sessions[se.meta.ID] = se
-		s.setAlias(se, req.Alias)
-		out = copyMeta(&se.meta)
-		return nil
-	})
-	return out, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	src, err := s.find(req.Ref)
+	if err != nil {
+		return nil, err
+	}
+	n := req.MessageCount
+	if err := storage.CheckCount(src.meta.ID, n, int64(len(src.msgs))); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		n = int64(len(src.msgs))
+	}
+	if s.aliasTaken(src.meta.Namespace, req.Alias, "") {
+		return nil, storage.AliasInUse(src.meta.Namespace, req.Alias)
+	}
+	now := s.now()
+	title, derived := req.Title, false
+	if title == "" {
+		title, derived = src.meta.Title, src.meta.TitleDerived
+	}
+	se := &memSession{msgs: src.msgs[:n:n], meta: storage.Session{
+		ID: uuid.Must(uuid.NewV7()).String(), Namespace: src.meta.Namespace, Title: title, TitleDerived: derived, Summary: src.meta.Summary,
+		CreatedAt: now, UpdatedAt: now, Revision: 1, MessageCount: n,
+		Metadata: maps.Clone(src.meta.Metadata), Labels: maps.Clone(src.meta.Labels),
+		Parent: &storage.ForkOrigin{SessionID: src.meta.ID, MessageCount: n},
+		Tally:  storage.Recount(src.msgs[:n]), ExpireAfter: src.meta.ExpireAfter,
+	}}
+	se.setCompactions(storage.KeepCompactions(src.compactions, n))
+	s.sessions[se.meta.ID] = se
+	s.setAlias(se, req.Alias)
+	return copyMeta(&se.meta), nil
 }
 
 func (s *memStore) Rewind(_ context.Context, req storage.RewindRequest) (*storage.Session, error) {
-	var out *storage.Session
-	err := s.locked(func() error {
-		se, err := s.find(req.Ref)
-		if err != nil {
-			return err
-		}
-		if err := storage.CheckCount(se.meta.ID, req.MessageCount, int64(len(se.msgs))); err != nil {
-			return err
-		}
-		if req.MessageCount == int64(len(se.msgs)) {
-			out = copyMeta(&se.meta)
-			return nil
-		}
-		if err := storage.CheckRevision(se.meta.ID, req.ExpectedRevision, se.meta.Revision); err != nil {
-			return err
-		}
-		se.msgs = se.msgs[:req.MessageCount:req.MessageCount]
-		se.meta.Tally = storage.Recount(se.msgs)
-		se.setCompactions(storage.KeepCompactions(se.compactions, req.MessageCount))
-		s.bump(se, storage.EventReplaced, nil)
-		out = copyMeta(&se.meta)
-		return nil
-	})
-	return out, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.find(req.Ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := storage.CheckCount(se.meta.ID, req.MessageCount, int64(len(se.msgs))); err != nil {
+		return nil, err
+	}
+	if req.MessageCount == int64(len(se.msgs)) {
+		return copyMeta(&se.meta), nil
+	}
+	if err := storage.CheckRevision(se.meta.ID, req.ExpectedRevision, se.meta.Revision); err != nil {
+		return nil, err
+	}
+	se.msgs = se.msgs[:req.MessageCount:req.MessageCount]
+	se.meta.Tally = storage.Recount(se.msgs)
+	se.setCompactions(storage.KeepCompactions(se.compactions, req.MessageCount))
+	s.bump(se, storage.EventReplaced, nil)
+	return copyMeta(&se.meta), nil
 }
 
 func (s *memStore) Search(ctx context.Context, opts storage.SearchOptions, yield func(storage.SearchHit) error) error {
@@ -572,34 +546,31 @@ func (s *memStore) Close() error {
 }
 
 func (s *memStore) Compact(_ context.Context, req storage.CompactRequest, summary storage.Messages) (*storage.Session, error) {
-	var out *storage.Session
-	err := s.locked(func() error {
-		se, err := s.find(req.Ref)
-		if err != nil {
-			return err
-		}
-		i := slices.IndexFunc(se.msgs, func(m *sessiondv1.Message) bool { return m.GetId() == req.ThroughMessageID })
-		if i < 0 {
-			return storage.ThroughNotFound(se.meta.ID, req.ThroughMessageID)
-		}
-		noop, err := storage.CheckCompact(&se.meta, req, int64(i), func() (*sessiondv1.Message, error) {
-			m := new(sessiondv1.Message)
-			return m, proto.Unmarshal(se.compactions[len(se.compactions)-1].Summary, m)
-		}, se.msgs[i+1:])
-		if err != nil {
-			return err
-		}
-		if !noop {
-			now := s.now()
-			c := storage.StoredCompaction{Compaction: storage.Compaction{
-				ThroughCount: int64(i) + 1, ThroughID: req.ThroughMessageID, Revision: se.meta.Revision + 1,
-				CreatedAt: now, SummaryID: summary.Prepared[0].GetId(),
-			}, Summary: summary.Encoded[0]}
-			se.setCompactions(append(se.compactions[:len(se.compactions):len(se.compactions)], c))
-			s.bump(se, storage.EventCompacted, nil)
-		}
-		out = copyMeta(&se.meta)
-		return nil
-	})
-	return out, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, err := s.find(req.Ref)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(se.msgs, func(m *sessiondv1.Message) bool { return m.GetId() == req.ThroughMessageID })
+	if i < 0 {
+		return nil, storage.ThroughNotFound(se.meta.ID, req.ThroughMessageID)
+	}
+	noop, err := storage.CheckCompact(&se.meta, req, int64(i), func() (*sessiondv1.Message, error) {
+		m := new(sessiondv1.Message)
+		return m, proto.Unmarshal(se.compactions[len(se.compactions)-1].Summary, m)
+	}, se.msgs[i+1:])
+	if err != nil {
+		return nil, err
+	}
+	if !noop {
+		now := s.now()
+		c := storage.StoredCompaction{Compaction: storage.Compaction{
+			ThroughCount: int64(i) + 1, ThroughID: req.ThroughMessageID, Revision: se.meta.Revision + 1,
+			CreatedAt: now, SummaryID: summary.Prepared[0].GetId(),
+		}, Summary: summary.Encoded[0]}
+		se.setCompactions(append(se.compactions[:len(se.compactions):len(se.compactions)], c))
+		s.bump(se, storage.EventCompacted, nil)
+	}
+	return copyMeta(&se.meta), nil
 }

@@ -112,8 +112,7 @@ func testReopen(t *testing.T, h *harness) {
 func testSecondOpen(t *testing.T, h *harness) {
 	ctx := t.Context()
 	s1, addr := h.openData(t)
-	se := create(t, s1, storage.CreateRequest{Alias: "shared", Messages: msgs("m", 1)})
-	ref := storage.Ref{ID: se.ID}
+	se, ref := createRef(t, s1, storage.CreateRequest{Alias: "shared", Messages: msgs("m", 1)})
 
 	if !h.Shared {
 		_, err := h.openOn(t, addr)

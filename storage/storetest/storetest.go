@@ -388,6 +388,13 @@ func create(t *testing.T, s *storage.Store, req storage.CreateRequest) *storage.
 	return se
 }
 
+// createRef is create, also answering the new session's ref by id.
+func createRef(t *testing.T, s *storage.Store, req storage.CreateRequest) (*storage.Session, storage.Ref) {
+	t.Helper()
+	se := create(t, s, req)
+	return se, storage.Ref{Namespace: req.Namespace, ID: se.ID}
+}
+
 func get(t *testing.T, s *storage.Store, ref storage.Ref) *storage.Session {
 	t.Helper()
 	se, err := s.Get(t.Context(), ref)

@@ -87,8 +87,7 @@ func testTally(t *testing.T, h *harness) {
 	})
 
 	t.Run("Append", func(t *testing.T) {
-		se := create(t, s, storage.CreateRequest{Namespace: nsA, Messages: []*sessiondv1.Message{calling("a1", "m-1", 10, 4, "c1", "c2")}})
-		ref := storage.Ref{Namespace: nsA, ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{Namespace: nsA, Messages: []*sessiondv1.Message{calling("a1", "m-1", 10, 4, "c1", "c2")}})
 		before := takeSnapshot(t, s, ref)
 		for _, c := range []struct {
 			msgs  []*sessiondv1.Message
@@ -128,8 +127,7 @@ func testTally(t *testing.T, h *harness) {
 	})
 
 	t.Run("SaveRewindFork", func(t *testing.T) {
-		se := create(t, s, storage.CreateRequest{Namespace: nsB})
-		ref := storage.Ref{Namespace: nsB, ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{Namespace: nsB})
 		_, err := s.Save(ctx, storage.SaveRequest{Ref: ref, Messages: []*sessiondv1.Message{result("r", "c9")}})
 		wantField(t, "save of an unanswerable result", err, "messages[0].tool_call_id")
 		convo := []*sessiondv1.Message{
@@ -199,8 +197,7 @@ func testTally(t *testing.T, h *harness) {
 	})
 
 	t.Run("ExpireAfter", func(t *testing.T) {
-		se := create(t, s, storage.CreateRequest{Namespace: nsA, ExpireAfter: 36 * time.Hour, Messages: msgs("e", 1)})
-		ref := storage.Ref{Namespace: nsA, ID: se.ID}
+		se, ref := createRef(t, s, storage.CreateRequest{Namespace: nsA, ExpireAfter: 36 * time.Hour, Messages: msgs("e", 1)})
 		if se.ExpireAfter != 36*time.Hour || get(t, s, ref).ExpireAfter != 36*time.Hour {
 			t.Errorf("expire_after after create: %v, get %v", se.ExpireAfter, get(t, s, ref).ExpireAfter)
 		}

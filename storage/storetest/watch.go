@@ -147,8 +147,7 @@ func testWatch(t *testing.T, h *harness) {
 
 	t.Run("Replay", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{})
-		ref := storage.Ref{ID: se.ID}
+		se, ref := createRef(t, s, storage.CreateRequest{})
 		// History is kept for watched sessions: start watching first.
 		first := watch(t, s, ref, 0)
 		for i := range 3 {
@@ -191,8 +190,7 @@ func testWatch(t *testing.T, h *harness) {
 		// for it; writers never block on it, and a watcher that keeps up
 		// gets everything.
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{})
 		slow := watch(t, s, ref, 0)
 		fast := watch(t, s, ref, 0)
 		const writers, each = 4, storage.WatchBuffer/4 + 2
@@ -277,8 +275,7 @@ func testWatch(t *testing.T, h *harness) {
 
 	t.Run("SubscriptionClose", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{})
 		sub := watch(t, s, ref, 0)
 		sub.Close()
 		checkEnded(t, "closed subscription", sub, nil)

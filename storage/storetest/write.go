@@ -47,8 +47,7 @@ func testAppend(t *testing.T, h *harness) {
 
 	t.Run("FillsIDAndCreatedAt", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{})
 		clientTime := time.Date(2024, 2, 29, 23, 59, 59, 999999999, time.UTC)
 		withTime := msg("timed", "x")
 		withTime.CreatedAt = timestamppb.New(clientTime)
@@ -81,8 +80,7 @@ func testAppend(t *testing.T, h *harness) {
 
 	t.Run("IdempotentRetry", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{Namespace: nsA})
-		ref := storage.Ref{Namespace: nsA, ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{Namespace: nsA})
 		ab := []*sessiondv1.Message{msg("a", "first"), msg("b", "second")} // no created_at
 		r1 := appendMsgs(t, s, ref, ab...)
 		r2 := appendMsgs(t, s, ref, msg("c", "third"))
@@ -158,8 +156,7 @@ func testAppend(t *testing.T, h *harness) {
 		// A batch that holds messages already stored stores only the
 		// others, in batch order, as one change.
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{Namespace: nsA, Messages: []*sessiondv1.Message{msg("a", "first"), msg("b", "second")}})
-		ref := storage.Ref{Namespace: nsA, ID: se.ID}
+		se, ref := createRef(t, s, storage.CreateRequest{Namespace: nsA, Messages: []*sessiondv1.Message{msg("a", "first"), msg("b", "second")}})
 		sub := watch(t, s, ref, 0)
 		before := takeSnapshot(t, s, ref)
 
@@ -215,8 +212,7 @@ func testAppend(t *testing.T, h *harness) {
 		// if its first answer was lost. Every message lands exactly once, and
 		// the revision each append got says where its message is.
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{})
 		const n = 100
 		results := make([]storage.AppendResult, n)
 		errs := make([]error, n)
@@ -311,8 +307,7 @@ func testSave(t *testing.T, h *harness) {
 
 	t.Run("NoOp", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{Title: "t", Messages: msgs("m", 2)})
-		ref := storage.Ref{ID: se.ID}
+		_, ref := createRef(t, s, storage.CreateRequest{Title: "t", Messages: msgs("m", 2)})
 		req := storage.SaveRequest{
 			Ref: ref, ExpectedRevision: 1, Title: "t2", Summary: "s",
 			Metadata: map[string]string{"k": "v"}, Messages: msgs("n", 3), // no created_at
@@ -407,8 +402,7 @@ func testSave(t *testing.T, h *harness) {
 
 	t.Run("Errors", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{Namespace: nsA, Messages: msgs("m", 2)})
-		ref := storage.Ref{Namespace: nsA, ID: se.ID}
+		se, ref := createRef(t, s, storage.CreateRequest{Namespace: nsA, Messages: msgs("m", 2)})
 		before := takeSnapshot(t, s, ref)
 		_, err := s.Save(t.Context(), storage.SaveRequest{Ref: storage.Ref{Namespace: nsB, ID: se.ID}, Title: "x"})
 		wantErr(t, "Save of the id in another namespace", err, storage.ErrNotFound)
@@ -542,8 +536,7 @@ func testUpdate(t *testing.T, h *harness) {
 
 	t.Run("Errors", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{Namespace: nsA, Title: "t"})
-		ref := storage.Ref{Namespace: nsA, ID: se.ID}
+		se, ref := createRef(t, s, storage.CreateRequest{Namespace: nsA, Title: "t"})
 		before := takeSnapshot(t, s, ref)
 		_, err := s.Update(t.Context(), storage.UpdateRequest{Ref: ref, Title: "no mask"})
 		wantErr(t, "Update with no fields", err, storage.ErrInvalid)
@@ -643,8 +636,7 @@ func testFork(t *testing.T, h *harness) {
 
 	t.Run("FirstN", func(t *testing.T) {
 		s := h.open(t)
-		src := create(t, s, storage.CreateRequest{Title: "T", Messages: msgs("m", 5)})
-		ref := storage.Ref{ID: src.ID}
+		src, ref := createRef(t, s, storage.CreateRequest{Title: "T", Messages: msgs("m", 5)})
 		_, all := loadAll(t, s, ref)
 		for _, n := range []int64{1, 3, 5} {
 			f, err := s.Fork(t.Context(), storage.ForkRequest{Ref: ref, MessageCount: n, Title: fmt.Sprintf("first %d", n)})
@@ -705,8 +697,7 @@ func testFork(t *testing.T, h *harness) {
 func testRewind(t *testing.T, h *harness) {
 	t.Run("Keeps", func(t *testing.T) {
 		s := h.open(t)
-		se := create(t, s, storage.CreateRequest{Alias: "r", Title: "t", Labels: map[string]string{"l": "v"}, Messages: msgs("m", 5)})
-		ref := storage.Ref{ID: se.ID}
+		se, ref := createRef(t, s, storage.CreateRequest{Alias: "r", Title: "t", Labels: map[string]string{"l": "v"}, Messages: msgs("m", 5)})
 		_, all := loadAll(t, s, ref)
 		pause()
 		got, err := s.Rewind(t.Context(), storage.RewindRequest{Ref: storage.Ref{Alias: "r"}, MessageCount: 3, ExpectedRevision: 1})
@@ -752,8 +743,7 @@ func testRewind(t *testing.T, h *harness) {
 
 	t.Run("ForkSourceUntouched", func(t *testing.T) {
 		s := h.open(t)
-		src := create(t, s, storage.CreateRequest{Messages: msgs("m", 4)})
-		srcRef := storage.Ref{ID: src.ID}
+		_, srcRef := createRef(t, s, storage.CreateRequest{Messages: msgs("m", 4)})
 		before := takeSnapshot(t, s, srcRef)
 		f, err := s.Fork(t.Context(), storage.ForkRequest{Ref: srcRef})
 		must(t, "Fork", err)
@@ -777,8 +767,7 @@ func testRewind(t *testing.T, h *harness) {
 // right one.
 func testExpectedRevision(t *testing.T, h *harness) {
 	s := h.open(t)
-	se := create(t, s, storage.CreateRequest{Namespace: nsA, Alias: "cas", Title: "t", Messages: msgs("m", 3)})
-	ref := storage.Ref{Namespace: nsA, ID: se.ID}
+	_, ref := createRef(t, s, storage.CreateRequest{Namespace: nsA, Alias: "cas", Title: "t", Messages: msgs("m", 3)})
 	appendMsgs(t, s, ref, msg("x", "bump to revision 2"))
 	writes := []struct {
 		name string
