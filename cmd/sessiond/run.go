@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -176,7 +177,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	}
 	serveErr := make(chan error, 1)
 	limited := newLimitListener(lis, maxConns, log)
-	limited.refuse = grpcRefusal(sec, maxConns)
+	limited.refuse = refusal(sec, maxConns, http2.NextProtoTLS, refuseGRPC)
 	go func() { serveErr <- gs.Serve(conns.listener(limited)) }()
 
 	if err := web.start(ctx, cfg, sec, srv, maxConns, log, mx.serverOptions()...); err != nil {
