@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"math"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -43,7 +43,7 @@ type httpConfig struct {
 	listen string
 }
 
-func (c *httpConfig) addFlags(fs *flag.FlagSet) {
+func (c *httpConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.listen, "http-listen", "", "serve the API as JSON over HTTP (and the /ui/ viewer) on this `host:port` or unix:/path; off when empty. Same loopback, TLS and token rules as --listen")
 }
 
@@ -186,7 +186,7 @@ func (hs *httpSide) start(ctx context.Context, cfg *config, sec *security, srv *
 		ErrorLog:          zap.NewStdLog(log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
 	}
 	limited := newLimitListener(hs.lis, maxConns, log)
-	limited.refuse = httpRefusal(sec, maxConns)
+	limited.refuse = refusal(sec, maxConns, "http/1.1", refuseHTTP)
 	var ln net.Listener = limited
 	if sec.certs != nil {
 		ln = tls.NewListener(ln, httpTLSConfig(sec.certs))

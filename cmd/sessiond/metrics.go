@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
@@ -31,7 +31,7 @@ type metricsConfig struct {
 	onFlush func(storage.FlushRecord)
 }
 
-func (c *metricsConfig) addFlags(fs *flag.FlagSet) {
+func (c *metricsConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.listen, "metrics-listen", "", "serve Prometheus metrics at http://`host:port`/metrics (off when empty); a non-loopback address needs TLS (the --tls-* files) and --auth-tokens, or --insecure")
 	fs.BoolVar(&c.pprof, "pprof", false, "with --metrics-listen: serve net/http/pprof under /debug/pprof/ on the same listener")
 }
