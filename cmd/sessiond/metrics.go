@@ -183,10 +183,8 @@ func requireToken(next http.Handler, tokens *auth.Keeper) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		secret = strings.TrimSpace(secret)
 		tok, ok := auth.Token{}, false
-		if strings.EqualFold(scheme, "Bearer") && secret != "" {
+		if secret, valid := auth.ParseBearer(r.Header.Get("Authorization")); valid {
 			tok, ok = tokens.Lookup(secret)
 		}
 		if !ok {
