@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -143,32 +144,31 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	hs := health.NewServer()
 	drained := make(chan struct{})
 	healthpb.RegisterHealthServer(gs, drainingHealth{Server: hs, drained: drained})
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(sessiondv1.SessionStoreService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	// The server as a whole ("") and the session service.
+	services := []string{"", sessiondv1.SessionStoreService_ServiceDesc.ServiceName}
+	for _, name := range services {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
 	reflection.Register(gs)
 	if cfg.ping != nil {
 		hctx, stopHealth := context.WithCancel(ctx)
 		defer stopHealth()
-		go watchHealth(hctx, cfg.ping, hs, []string{"", sessiondv1.SessionStoreService_ServiceDesc.ServiceName}, time.Second, log.Named("health"))
+		go watchHealth(hctx, cfg.ping, hs, services, time.Second, log.Named("health"))
 	}
 
 	mx.start(gs, store, sec)
 	sweepCtx, stopSweep := context.WithCancel(ctx)
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
+	var sweepers sync.WaitGroup
+	sweepers.Go(func() {
 		(&storage.Sweeper{Store: store, Defaults: cfg.retention, Interval: cfg.retentionInterval, Log: log.Named("retention")}).Run(sweepCtx)
-	}()
-	streamDone := make(chan struct{})
-	go func() {
-		defer close(streamDone)
+	})
+	sweepers.Go(func() {
 		(&storage.StreamSweeper{Store: store, IdleTimeout: cfg.streamIdleTimeout, Log: log.Named("streams")}).Run(sweepCtx)
-	}()
-	// The sweeper ends before the store closes (defers run last first).
+	})
+	// The sweepers end before the store closes (defers run last first).
 	defer func() {
 		stopSweep()
-		<-sweepDone
-		<-streamDone
+		sweepers.Wait()
 	}()
 
 	maxConns := cfg.maxConns
