@@ -117,7 +117,7 @@ func (s *Server) GetServerInfo(ctx context.Context, _ *sessiondv1.GetServerInfoR
 	resp := &sessiondv1.GetServerInfoResponse{
 		Version: s.version,
 		Backend: s.backend,
-		Limits:  s.limits.Proto(),
+		Limits:  s.store.Limits().Proto(),
 	}
 	// The caller's own scope, so that a client (the viewer's namespace
 	// picker) can offer the namespaces it may use.

@@ -155,7 +155,7 @@ func (s *Server) SaveSession(stream grpc.ClientStreamingServer[sessiondv1.SaveSe
 		for _, m := range frame.GetMessages() {
 			total += int64(proto.Size(m))
 		}
-		if err := s.limits.CheckSessionBytes("messages", total); err != nil {
+		if err := s.store.Limits().CheckSessionBytes("messages", total); err != nil {
 			return s.toStatus(mSave, err)
 		}
 		msgs = append(msgs, frame.GetMessages()...)
