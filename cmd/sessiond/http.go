@@ -101,16 +101,8 @@ func listenHTTP(ctx context.Context, cfg *config) (*httpSide, error) {
 	if cfg.http.listen == "" {
 		return nil, nil
 	}
-	if _, err := cfg.security.checkExposure(cfg.http.listen, listenLoopback(ctx, cfg.http.listen)); err != nil {
-		return nil, fmt.Errorf("--http-listen: %w", err)
-	}
-	lis, err := listen(cfg.http.listen)
+	lis, warning, err := listenChecked(ctx, cfg.http.listen, cfg.security.checkExposure)
 	if err != nil {
-		return nil, fmt.Errorf("--http-listen: %w", err)
-	}
-	warning, err := cfg.security.checkExposure(lis.display, lis.loopback)
-	if err != nil {
-		_ = lis.Close()
 		return nil, fmt.Errorf("--http-listen: %w", err)
 	}
 	return &httpSide{lis: lis, exposureWarning: warning}, nil

@@ -89,17 +89,9 @@ func openMetrics(ctx context.Context, cfg *config, log *zap.Logger) (*metricsSer
 	if addr == "" {
 		return nil, nil
 	}
-	if _, err := cfg.security.checkMetricsExposure(addr, listenLoopback(ctx, addr)); err != nil {
-		return nil, err
-	}
-	lis, err := listen(addr)
+	lis, warning, err := listenChecked(ctx, addr, cfg.security.checkMetricsExposure)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen: %w", err)
-	}
-	warning, err := cfg.security.checkMetricsExposure(lis.display, lis.loopback)
-	if err != nil {
-		_ = lis.Close()
-		return nil, err
 	}
 	log = log.Named("metrics")
 	if warning != "" {

@@ -80,17 +80,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
-	// Refuse an exposed address before binding it at all.
-	if _, err := cfg.security.checkExposure(cfg.listen, listenLoopback(ctx, cfg.listen)); err != nil {
-		return err
-	}
-	sec, err := loadSecurity(&cfg.security)
-	if err != nil {
-		return err
-	}
 	// Listen before opening the store: a busy port is the commonest start-up
 	// failure and costs nothing to find, while opening a store may scan it.
-	lis, err := listen(cfg.listen)
+	lis, exposureWarning, err := listenChecked(ctx, cfg.listen, cfg.security.checkExposure)
 	if err != nil {
 		return err
 	}
@@ -99,8 +91,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		// the early returns, removing a socket file we made.
 		_ = lis.Close()
 	}()
-	// The bound address decides: a name may have resolved differently.
-	exposureWarning, err := cfg.security.checkExposure(lis.display, lis.loopback)
+	sec, err := loadSecurity(&cfg.security)
 	if err != nil {
 		return err
 	}
