@@ -660,12 +660,10 @@ func (h *Handle) updateLocked() *sessiondv1.UpdateSessionRequest {
 	req := &sessiondv1.UpdateSessionRequest{Ref: h.c.ref(ID(h.id)), Session: &sessiondv1.Session{},
 		UpdateMask: &fieldmaskpb.FieldMask{}, ExpectedRevision: h.revision}
 	if h.summaryDirty {
-		req.Session.Summary = h.summary
-		req.UpdateMask.Paths = append(req.UpdateMask.Paths, "summary")
+		SetSummary(h.summary)(req)
 	}
 	if h.metadataDirty {
-		req.Session.Metadata = maps.Clone(h.metadata)
-		req.UpdateMask.Paths = append(req.UpdateMask.Paths, "metadata")
+		SetMetadata(maps.Clone(h.metadata))(req)
 	}
 	return req
 }

@@ -284,11 +284,11 @@ func bearer(ctx context.Context) (string, string) {
 		return "", "more than one authorization value"
 	}
 	// Some clients keep the space after "authorization:" (grpcurl -H).
-	scheme, secret, ok := strings.Cut(strings.TrimSpace(vals[0]), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+	secret, ok := auth.ParseBearer(vals[0])
+	if !ok {
 		return "", "authorization is not \"Bearer <token>\""
 	}
-	return strings.TrimSpace(secret), ""
+	return secret, ""
 }
 
 // peerField names the caller: its address, and the subject of its client

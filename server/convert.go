@@ -118,9 +118,9 @@ func loadViewFromProto(v sessiondv1.LoadView) storage.LoadView {
 	return storage.LoadView(255)
 }
 
-func compactFromProto(r *sessiondv1.CompactSessionRequest) storage.CompactRequest {
+func compactFromProto(ref storage.Ref, r *sessiondv1.CompactSessionRequest) storage.CompactRequest {
 	return storage.CompactRequest{
-		Ref:              refFromProto(r.GetRef()),
+		Ref:              ref,
 		ThroughMessageID: r.GetThroughMessageId(),
 		Summary:          r.GetSummary(),
 		ExpectedRevision: r.GetExpectedRevision(),
@@ -232,9 +232,9 @@ func (e *listEncoder) encode(s *storage.Session) ([]byte, error) {
 }
 
 // saveFromProto builds a save from a stream's header and all its messages.
-func saveFromProto(h *sessiondv1.SaveSessionHeader, msgs []*sessiondv1.Message) storage.SaveRequest {
+func saveFromProto(ref storage.Ref, h *sessiondv1.SaveSessionHeader, msgs []*sessiondv1.Message) storage.SaveRequest {
 	return storage.SaveRequest{
-		Ref:              refFromProto(h.GetRef()),
+		Ref:              ref,
 		ExpectedRevision: h.GetExpectedRevision(),
 		Title:            h.GetTitle(),
 		Summary:          h.GetSummary(),
@@ -255,10 +255,10 @@ var updateFields = map[string]storage.UpdateField{
 	"expire_after": storage.UpdateExpireAfter,
 }
 
-func updateFromProto(r *sessiondv1.UpdateSessionRequest, fields storage.UpdateField) storage.UpdateRequest {
+func updateFromProto(ref storage.Ref, r *sessiondv1.UpdateSessionRequest, fields storage.UpdateField) storage.UpdateRequest {
 	s := r.GetSession()
 	return storage.UpdateRequest{
-		Ref:              refFromProto(r.GetRef()),
+		Ref:              ref,
 		ExpectedRevision: r.GetExpectedRevision(),
 		Fields:           fields,
 		Alias:            s.GetAlias(),
@@ -270,18 +270,18 @@ func updateFromProto(r *sessiondv1.UpdateSessionRequest, fields storage.UpdateFi
 	}
 }
 
-func forkFromProto(r *sessiondv1.ForkSessionRequest) storage.ForkRequest {
+func forkFromProto(ref storage.Ref, r *sessiondv1.ForkSessionRequest) storage.ForkRequest {
 	return storage.ForkRequest{
-		Ref:          refFromProto(r.GetRef()),
+		Ref:          ref,
 		MessageCount: r.GetMessageCount(),
 		Alias:        r.GetAlias(),
 		Title:        r.GetTitle(),
 	}
 }
 
-func rewindFromProto(r *sessiondv1.RewindSessionRequest) storage.RewindRequest {
+func rewindFromProto(ref storage.Ref, r *sessiondv1.RewindSessionRequest) storage.RewindRequest {
 	return storage.RewindRequest{
-		Ref:              refFromProto(r.GetRef()),
+		Ref:              ref,
 		MessageCount:     r.GetMessageCount(),
 		ExpectedRevision: r.GetExpectedRevision(),
 	}

@@ -48,7 +48,7 @@ type callInfo struct {
 	panic         any
 	stack         string
 	// start and took are set for a unary call that ran before its line was
-	// known to be written (see quietUnary): the call's own start time and
+	// known to be written (see unaryCalls): the call's own start time and
 	// duration, which the line then shows instead of the middleware's.
 	start time.Time
 	took  time.Duration

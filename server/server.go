@@ -42,7 +42,6 @@ type Server struct {
 
 	store   *storage.Store
 	log     *zap.Logger
-	limits  storage.Limits
 	version string
 	backend string
 
@@ -91,7 +90,6 @@ func New(store *storage.Store, opts ...Option) *Server {
 	s := &Server{
 		store:   store,
 		log:     zap.NewNop(),
-		limits:  store.Limits(),
 		version: "devel",
 		drained: make(chan struct{}),
 		cond:    ratelog.New(0),
@@ -102,9 +100,6 @@ func New(store *storage.Store, opts ...Option) *Server {
 	}
 	return s
 }
-
-// Limits returns the limits the server enforces: its store's.
-func (s *Server) Limits() storage.Limits { return s.limits }
 
 // Register adds the SessionStoreService to a gRPC server.
 func (s *Server) Register(r grpc.ServiceRegistrar) {
@@ -122,7 +117,7 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 // sends (a string field holding invalid UTF-8, say) are its INTERNAL
 // "error unmarshalling request", which the daemon logs (requestCodec).
 func (s *Server) ServerOptions() []grpc.ServerOption {
-	maxRecv := s.limits.MaxFrameBytes
+	maxRecv := s.store.Limits().MaxFrameBytes
 	if maxRecv > math.MaxInt32 {
 		maxRecv = math.MaxInt32
 	}

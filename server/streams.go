@@ -155,7 +155,7 @@ func (s *Server) SaveSession(stream grpc.ClientStreamingServer[sessiondv1.SaveSe
 		for _, m := range frame.GetMessages() {
 			total += int64(proto.Size(m))
 		}
-		if err := s.limits.CheckSessionBytes("messages", total); err != nil {
+		if err := s.store.Limits().CheckSessionBytes("messages", total); err != nil {
 			return s.toStatus(mSave, err)
 		}
 		msgs = append(msgs, frame.GetMessages()...)
@@ -163,9 +163,7 @@ func (s *Server) SaveSession(stream grpc.ClientStreamingServer[sessiondv1.SaveSe
 	if header == nil {
 		return s.toStatus(mSave, storage.Invalid("header", "is required in the first frame"))
 	}
-	r := saveFromProto(header, msgs)
-	r.Ref = ref
-	sess, err := s.store.Save(ctx, r)
+	sess, err := s.store.Save(ctx, saveFromProto(ref, header, msgs))
 	if err != nil {
 		return s.refStatus(mSave, &ref, underParent("header", headerField, err))
 	}

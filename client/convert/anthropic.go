@@ -262,12 +262,7 @@ func anthAssistantIn(path string, raw json.RawMessage, m *sessiondv1.Message, at
 	return nil
 }
 
-func exportAnthropic(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj, error) {
-	sessionDrops(Anthropic, s, ws)
-	var doc obj
-	if m := model(Anthropic, s, o, ws); m != "" {
-		doc = append(doc, kv{"model", m})
-	}
+func exportAnthropic(s *sessiondv1.Session, o ExportOptions, doc obj, ws *warnings) (obj, error) {
 	if _, ok := s.GetMetadata()["anthropic.max_tokens"]; !ok && o.MaxTokens <= 0 {
 		ws.add("max_tokens", -1, "required by the Messages API; the session has none (give one)")
 	}
@@ -344,8 +339,7 @@ func exportAnthropic(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 	if out == nil {
 		out = []any{}
 	}
-	doc = append(doc, kv{"messages", out})
-	return restoreParams(Anthropic, s, withMaxTokens(Anthropic, o, doc)), nil
+	return append(doc, kv{"messages", out}), nil
 }
 
 // anthDrops warns, once per message, about what anthropic does not carry

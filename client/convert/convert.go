@@ -90,15 +90,6 @@ type ExportOptions struct {
 // maxTokensKey names the output token limit in each format's request.
 var maxTokensKey = map[Format]string{Anthropic: "max_tokens", OpenAIChat: "max_completion_tokens", OpenAIResponses: "max_output_tokens"}
 
-// withMaxTokens adds o.MaxTokens to doc under f's name, before the kept
-// parameters so that it wins over a kept one.
-func withMaxTokens(f Format, o ExportOptions, doc obj) obj {
-	if o.MaxTokens > 0 {
-		doc = append(doc, kv{maxTokensKey[f], o.MaxTokens})
-	}
-	return doc
-}
-
 // Warning names what a conversion could not carry: a field of the session
 // that an export dropped, or a field of the input that an import did not
 // understand.
@@ -162,9 +153,7 @@ func Export(f Format, s *sessiondv1.Session, o ExportOptions) ([]byte, []Warning
 	if s == nil {
 		return nil, nil, fmt.Errorf("export %s: no session", f)
 	}
-	var ws warnings
-	var doc obj
-	var err error
+	var body func(*sessiondv1.Session, ExportOptions, obj, *warnings) (obj, error)
 	switch f {
 	case JSONL:
 		var buf bytes.Buffer
@@ -173,18 +162,28 @@ func Export(f Format, s *sessiondv1.Session, o ExportOptions) ([]byte, []Warning
 		}
 		return buf.Bytes(), nil, nil
 	case OpenAIChat:
-		doc, err = exportChat(s, o, &ws)
+		body = exportChat
 	case OpenAIResponses:
-		doc, err = exportResponses(s, o, &ws)
+		body = exportResponses
 	case Anthropic:
-		doc, err = exportAnthropic(s, o, &ws)
+		body = exportAnthropic
 	default:
-		_, err = ParseFormat(string(f))
+		_, err := ParseFormat(string(f))
+		return nil, nil, fmt.Errorf("export %s: %w", f, err)
 	}
+	// Every API format starts with the model and ends with the output
+	// token limit and the parameters an import kept.
+	var ws warnings
+	sessionDrops(f, s, &ws)
+	doc, err := body(s, o, obj{}.with("model", model(f, s, o, &ws)), &ws)
 	if err != nil {
 		return nil, nil, fmt.Errorf("export %s: %w", f, err)
 	}
-	b, err := json.MarshalIndent(doc, "", "  ")
+	if o.MaxTokens > 0 {
+		// Before the kept parameters, so that it wins over a kept one.
+		doc = append(doc, kv{maxTokensKey[f], o.MaxTokens})
+	}
+	b, err := json.MarshalIndent(restoreParams(f, s, doc), "", "  ")
 	if err != nil {
 		return nil, nil, fmt.Errorf("export %s: %w", f, err)
 	}
@@ -232,6 +231,15 @@ type kv struct {
 }
 
 type obj []kv
+
+// with appends k: v, unless v is empty: for the keys a format leaves out
+// when they have no value.
+func (o obj) with(k, v string) obj {
+	if v == "" {
+		return o
+	}
+	return append(o, kv{k, v})
+}
 
 func (o obj) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer

@@ -184,12 +184,7 @@ func chatPartsIn(path string, raw json.RawMessage, i int, ws *warnings) ([]*sess
 	return parts, nil
 }
 
-func exportChat(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj, error) {
-	sessionDrops(OpenAIChat, s, ws)
-	var doc obj
-	if m := model(OpenAIChat, s, o, ws); m != "" {
-		doc = append(doc, kv{"model", m})
-	}
+func exportChat(s *sessiondv1.Session, _ ExportOptions, doc obj, ws *warnings) (obj, error) {
 	msgs := make([]any, 0, len(s.GetMessages()))
 	for i, m := range s.GetMessages() {
 		out, err := chatMessageOut(i, m, ws)
@@ -198,8 +193,7 @@ func exportChat(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj, erro
 		}
 		msgs = append(msgs, out)
 	}
-	doc = append(doc, kv{"messages", msgs})
-	return restoreParams(OpenAIChat, s, withMaxTokens(OpenAIChat, o, doc)), nil
+	return append(doc, kv{"messages", msgs}), nil
 }
 
 func chatMessageOut(i int, m *sessiondv1.Message, ws *warnings) (obj, error) {

@@ -278,12 +278,7 @@ func respPartsIn(path string, raw json.RawMessage) ([]*sessiondv1.ContentPart, e
 	return parts, nil
 }
 
-func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj, error) {
-	sessionDrops(OpenAIResponses, s, ws)
-	var doc obj
-	if m := model(OpenAIResponses, s, o, ws); m != "" {
-		doc = append(doc, kv{"model", m})
-	}
+func exportResponses(s *sessiondv1.Session, _ ExportOptions, doc obj, ws *warnings) (obj, error) {
 	items := make([]any, 0, len(s.GetMessages()))
 	for i, m := range s.GetMessages() {
 		md := m.GetMetadata()
@@ -296,14 +291,7 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 		p := &partWriter{f: OpenAIResponses, ws: ws, at: i,
 			text: func(s string) obj { return obj{{"type", "input_text"}, {"text", s}} }, blob: respBlob}
 		message := func(role string) obj {
-			var item obj
-			item = append(item, kv{"type", "message"})
-			if id := md[respMessageID]; id != "" {
-				item = append(item, kv{"id", id})
-			}
-			if st := md[respMessageState]; st != "" {
-				item = append(item, kv{"status", st})
-			}
+			item := obj{{"type", "message"}}.with("id", md[respMessageID]).with("status", md[respMessageState])
 			return append(item, kv{"role", role}, kv{"content", stringOrBlocks(m, p)})
 		}
 		switch m.GetRole() {
@@ -319,8 +307,7 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 			items = append(items, message(role))
 		case sessiondv1.Role_ROLE_USER:
 			if md[respInputString] == "true" && i == len(s.GetMessages())-1 && len(items) == 0 && len(m.GetParts()) == 0 {
-				doc = append(doc, kv{"input", m.GetContent()})
-				return restoreParams(OpenAIResponses, s, withMaxTokens(OpenAIResponses, o, doc)), nil
+				return append(doc, kv{"input", m.GetContent()}), nil
 			}
 			items = append(items, message("user"))
 		case sessiondv1.Role_ROLE_ASSISTANT:
@@ -331,11 +318,8 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 				if r.GetText() != "" {
 					summary = append(summary, obj{{"type", "summary_text"}, {"text", r.GetText()}})
 				}
-				item := obj{{"type", "reasoning"}, {"id", md[respReasoningID]}, {"summary", summary}}
-				if r.GetSignature() != "" {
-					item = append(item, kv{"encrypted_content", r.GetSignature()})
-				}
-				items = append(items, item)
+				items = append(items, obj{{"type", "reasoning"}, {"id", md[respReasoningID]}, {"summary", summary}}.
+					with("encrypted_content", r.GetSignature()))
 			}
 			switch {
 			case m.GetContent() == "" && len(m.GetParts()) == 0:
@@ -350,35 +334,22 @@ func exportResponses(s *sessiondv1.Session, o ExportOptions, ws *warnings) (obj,
 				items = append(items, obj{{"type", "message"}, {"role", "assistant"}, {"content", assistantText(i, m, ws)}})
 			}
 			for _, tc := range m.GetToolCalls() {
-				item := obj{{"type", "function_call"}}
-				if id := md[respCallKey(tc.GetId(), "id")]; id != "" {
-					item = append(item, kv{"id", id})
-				}
+				item := obj{{"type", "function_call"}}.with("id", md[respCallKey(tc.GetId(), "id")])
 				item = append(item, kv{"call_id", tc.GetId()}, kv{"name", tc.GetName()}, kv{"arguments", tc.GetArguments()})
-				if st := md[respCallKey(tc.GetId(), "status")]; st != "" {
-					item = append(item, kv{"status", st})
-				}
-				items = append(items, item)
+				items = append(items, item.with("status", md[respCallKey(tc.GetId(), "status")]))
 			}
 		case sessiondv1.Role_ROLE_TOOL:
 			if m.GetToolCallId() == "" {
 				ws.add("message.tool_call_id", i, "empty; openai-responses requires a call_id on a function_call_output")
 			}
-			item := obj{{"type", "function_call_output"}}
-			if id := md[respOutputID]; id != "" {
-				item = append(item, kv{"id", id})
-			}
+			item := obj{{"type", "function_call_output"}}.with("id", md[respOutputID])
 			item = append(item, kv{"call_id", m.GetToolCallId()}, kv{"output", stringOrBlocks(m, p)})
-			if st := md[respOutputState]; st != "" {
-				item = append(item, kv{"status", st})
-			}
-			items = append(items, item)
+			items = append(items, item.with("status", md[respOutputState]))
 		default:
 			return nil, fmt.Errorf("message %d: role %s has no openai-responses item", i, m.GetRole())
 		}
 	}
-	doc = append(doc, kv{"input", items})
-	return restoreParams(OpenAIResponses, s, withMaxTokens(OpenAIResponses, o, doc)), nil
+	return append(doc, kv{"input", items}), nil
 }
 
 // respBlob writes images as input_image data URLs.

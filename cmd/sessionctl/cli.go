@@ -17,12 +17,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/sessiond/sessiond/client"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage"
 )
-
-// defaultAddr is where sessiond listens unless told otherwise.
-const defaultAddr = "127.0.0.1:7437"
 
 // defaultTimeout bounds connecting to the daemon and each unary call.
 const defaultTimeout = 10 * time.Second
@@ -82,13 +80,13 @@ Global flags:
 Run 'sessionctl help COMMAND' (or 'sessionctl COMMAND --help') for a command's flags.{{end}}
 `
 
-// newRoot builds the command tree for one invocation. Every command, its
-// flags and its help come from here: help, shell completion and the man
-// pages are generated from the same definitions.
 func init() {
 	cobra.EnableCommandSorting = false // help lists the commands in the README's order
 }
 
+// newRoot builds the command tree for one invocation. Every command, its
+// flags and its help come from here: help, shell completion and the man
+// pages are generated from the same definitions.
 func newRoot(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sessionctl",
@@ -138,7 +136,7 @@ corrected, 4 errors left, 8 not checked (data dir in use or unreadable). With --
 	root.Version = ctlVersion()
 	root.SetVersionTemplate("sessionctl {{.Version}}\n")
 
-	addr := cmp.Or(os.Getenv("SESSIOND_ADDR"), defaultAddr)
+	addr := cmp.Or(os.Getenv("SESSIOND_ADDR"), client.DefaultAddr)
 	pf := root.PersistentFlags()
 	pf.StringVar(&e.addr, "addr", addr, "daemon address: host:port or unix:/path (env SESSIOND_ADDR)")
 	pf.StringVar(&e.namespace, "namespace", os.Getenv("SESSIOND_NAMESPACE"), "namespace; empty is the default one (env SESSIOND_NAMESPACE)")

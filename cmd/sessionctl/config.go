@@ -17,6 +17,8 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
+
+	"github.com/sessiond/sessiond/client"
 )
 
 // The config file names daemons as contexts, as kubectl does; its format is
@@ -263,7 +265,7 @@ func (e *env) configView(path string, cfg *configFile) error {
 	tb := newTable(e.stdout, "CURRENT", "NAME", "ADDRESS", "NAMESPACE", "TLS", "TOKEN FILE")
 	for _, n := range names {
 		c := cfg.Contexts[n]
-		cur, addr, tlsOn, token := "", cmp.Or(str(c.Address), "("+defaultAddr+")"), "no", cmp.Or(c.TokenFile, "-")
+		cur, addr, tlsOn, token := "", cmp.Or(str(c.Address), "("+client.DefaultAddr+")"), "no", cmp.Or(c.TokenFile, "-")
 		if n == cfg.CurrentContext {
 			cur = "*"
 		}

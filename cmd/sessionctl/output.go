@@ -229,11 +229,9 @@ func indent(s, prefix string) string {
 }
 
 // conversation renders messages as a person reads them: who spoke when, what
-// they said, and each tool call with its result right beside it. first is
-// the index of msgs[0] in the session (not 0 with --tail).
+// they said, and each tool call with its result right beside it.
 type conversation struct {
-	w     io.Writer
-	first int64
+	w io.Writer
 	// results maps a tool-call id to its result message, so a call is shown
 	// with its answer; shown records results already printed that way.
 	results map[string]*sessiondv1.Message
@@ -241,8 +239,10 @@ type conversation struct {
 	index   map[*sessiondv1.Message]int64
 }
 
+// writeConversation renders msgs; first is the index of msgs[0] in the
+// session (not 0 with --tail).
 func writeConversation(w io.Writer, first int64, msgs []*sessiondv1.Message) {
-	c := &conversation{w: w, first: first, results: map[string]*sessiondv1.Message{},
+	c := &conversation{w: w, results: map[string]*sessiondv1.Message{},
 		shown: map[*sessiondv1.Message]bool{}, index: map[*sessiondv1.Message]int64{}}
 	for i, m := range msgs {
 		c.index[m] = first + int64(i)

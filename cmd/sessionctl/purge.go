@@ -11,10 +11,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -130,30 +130,20 @@ func (e *env) purge(ctx context.Context, idle time.Duration, idleText string, dr
 	rep := purgeReport{Namespace: e.namespace, IdleFor: idleText, Cutoff: cutoff.UTC().Format(time.RFC3339), DryRun: dryRun,
 		Listed: int64(len(listed)), ListSeconds: time.Since(start).Seconds()}
 
-	jobs := make(chan *sessiondv1.Session)
 	results := make(chan purgeResult)
-	var wg sync.WaitGroup
-	for range min(workers, max(len(listed), 1)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for s := range jobs {
-				results <- e.purgeOne(ctx, c, s, cutoff, dryRun)
-			}
-		}()
-	}
 	go func() {
-		defer close(jobs)
+		var g errgroup.Group
+		g.SetLimit(workers)
 		for _, s := range listed {
-			select {
-			case jobs <- s:
-			case <-ctx.Done():
-				return
+			if ctx.Err() != nil {
+				break
 			}
+			g.Go(func() error {
+				results <- e.purgeOne(ctx, c, s, cutoff, dryRun)
+				return nil
+			})
 		}
-	}()
-	go func() {
-		wg.Wait()
+		_ = g.Wait() // every call reports nil; its outcome goes to results
 		close(results)
 	}()
 

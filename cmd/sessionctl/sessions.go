@@ -9,11 +9,11 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -134,12 +134,10 @@ const lsCheckers = 8
 // such mark, so ls asks; deleted meanwhile counts as readable.
 func (e *env) unreadable(ctx context.Context, c sessiondv1.SessionStoreServiceClient, ss []*sessiondv1.Session) []string {
 	out := make([]string, len(ss))
-	sem := make(chan struct{}, lsCheckers)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(lsCheckers)
 	for i, s := range ss {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			_, err := c.GetSession(ctx, &sessiondv1.GetSessionRequest{Ref: e.idRef(s.GetId())})
 			switch status.Code(err) {
 			case codes.OK, codes.NotFound:
@@ -148,9 +146,10 @@ func (e *env) unreadable(ctx context.Context, c sessiondv1.SessionStoreServiceCl
 			default:
 				out[i] = "error: " + codeName(status.Code(err))
 			}
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait() // every call reports nil; its outcome is in out
 	return out
 }
 

@@ -147,7 +147,7 @@ func runDeltas(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		return nil, err
 	}
 	for i, id := range ids {
-		stored, err := lastMessage(ctx, c, client(i), id)
+		_, stored, err := loadLast(ctx, c, client(i), idRef(c.namespace, id))
 		if err != nil {
 			return nil, err
 		}
@@ -210,12 +210,6 @@ func followTurn(ctx context.Context, c *config, cl sessiondv1.SessionStoreServic
 			}
 		}
 	}
-}
-
-// lastMessage returns the content of session id's last message.
-func lastMessage(ctx context.Context, c *config, cl sessiondv1.SessionStoreServiceClient, id string) (string, error) {
-	_, text, err := loadLast(ctx, c, cl, idRef(c.namespace, id))
-	return text, err
 }
 
 // loadLast returns a session's revision and the content of its last message.

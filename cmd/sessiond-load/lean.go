@@ -51,7 +51,6 @@ type leanConn struct {
 	strWin   int64  // ... on the current stream
 	maxFrame int
 	recvd    int64 // DATA bytes received since the last connection window update
-	pings    int   // PINGs the server sent
 
 	req  []byte // the gRPC message being sent: 5-byte prefix + proto
 	resp []byte // the answer's gRPC message
@@ -297,7 +296,6 @@ func (l *leanConn) readFrame() (http2.Frame, error) {
 		if f.IsAck() {
 			return nil, nil
 		}
-		l.pings++
 		err := l.fr.WritePing(true, f.Data)
 		if err == nil {
 			err = l.bw.Flush()

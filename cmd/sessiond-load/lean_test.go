@@ -1,11 +1,15 @@
 package main
 
 import (
+	"io"
+	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -70,6 +74,8 @@ func TestNoPingPerCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var pings atomic.Int64
+	c.addr = pingCounter(t, d.addr, &pings)
 	l, err := dialLean(t.Context(), c, sessiondv1.SessionStoreService_AppendMessages_FullMethodName)
 	if err != nil {
 		t.Fatal(err)
@@ -83,9 +89,45 @@ func TestNoPingPerCall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if l.pings != 0 {
-		t.Errorf("the daemon sent %d PINGs over 20 appends; want none", l.pings)
+	if n := pings.Load(); n != 0 {
+		t.Errorf("the daemon sent %d PINGs over 20 appends; want none", n)
 	}
+}
+
+// pingCounter relays one connection to addr, counting in pings the PING
+// frames (not acknowledgements) the server sends, and returns its own
+// address. A frame reaches the client only once counted.
+func pingCounter(t *testing.T, addr string, pings *atomic.Int64) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		client, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer client.Close()
+		server, err := net.Dial("tcp", addr)
+		if err != nil {
+			return
+		}
+		defer server.Close()
+		go func() { _, _ = io.Copy(server, client) }()
+		fr := http2.NewFramer(nil, io.TeeReader(server, client))
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			if p, ok := f.(*http2.PingFrame); ok && !p.IsAck() {
+				pings.Add(1)
+			}
+		}
+	}()
+	return ln.Addr().String()
 }
 
 func TestDecodeGRPCMessage(t *testing.T) {

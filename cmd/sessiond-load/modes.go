@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -85,31 +86,20 @@ func deleteSessions(c *config, ids []string) error {
 	cl := sessiondv1.NewSessionStoreServiceClient(conn)
 	// Its own context: an interrupted run still cleans up after itself.
 	ctx := context.Background()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	sem := make(chan struct{}, 16)
+	var g errgroup.Group
+	g.SetLimit(16)
 	for _, id := range ids {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		g.Go(func() error {
 			cctx, cancel := context.WithTimeout(ctx, c.timeout)
 			defer cancel()
 			_, err := cl.DeleteSession(cctx, &sessiondv1.DeleteSessionRequest{Ref: idRef(c.namespace, id)})
 			if err == nil || status.Code(err) == codes.NotFound {
-				return
+				return nil
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if first == nil {
-				first = fmt.Errorf("cleanup: delete session %s of namespace %s: %w", id, c.namespace, err)
-			}
+			return fmt.Errorf("cleanup: delete session %s of namespace %s: %w", id, c.namespace, err)
 		})
 	}
-	wg.Wait()
-	return first
+	return g.Wait()
 }
 
 // --- append ---

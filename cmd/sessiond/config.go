@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -112,11 +111,8 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.StringVar(&cfg.security.tlsKey, "tls-key", "", "PEM private key `file` of --tls-cert, reloaded when it changes")
 	fs.StringVar(&cfg.security.tlsClientCA, "tls-client-ca", "", "mutual TLS: refuse clients without a certificate signed by a CA in this PEM `file`")
 	fs.BoolVar(&cfg.security.insecure, "insecure", false, "allow a non-loopback --listen without TLS or without --auth-tokens (logs a warning)")
-	// metrics.go and http.go declare their flags on a standard FlagSet.
-	more := flag.NewFlagSet("sessiond", flag.ContinueOnError)
-	cfg.metrics.addFlags(more)
-	cfg.http.addFlags(more)
-	fs.AddGoFlagSet(more)
+	cfg.metrics.addFlags(fs)
+	cfg.http.addFlags(fs)
 	fs.Var(&cfg.retention, "retention", "a namespace's default idle time to live, `NS=DURATION` (30d, 12h, 90m, 1d12h; =30d for the default namespace): its sessions without their own expire_after are deleted once not updated for that long; repeatable, or comma-separated")
 	fs.DurationVar(&cfg.retentionInterval, "retention-interval", storage.DefaultSweepInterval, "how often the daemon looks for sessions past their idle time to live and deletes them (1s to 24h)")
 	fs.DurationVar(&cfg.streamIdleTimeout, "stream-idle-timeout", storage.DefaultStreamIdleTimeout, "how long an open message (a live turn) may go without a delta before the daemon closes it as interrupted, keeping its text (1s to 24h)")

@@ -26,13 +26,11 @@ type drainingHealth struct {
 func (h drainingHealth) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	done := make(chan struct{})
-	defer close(done)
 	go func() {
 		select {
 		case <-h.drained:
 			cancel()
-		case <-done:
+		case <-ctx.Done():
 		}
 	}()
 	ws := &watchStream{Health_WatchServer: stream, ctx: ctx}

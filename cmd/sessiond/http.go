@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"math"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -43,7 +43,7 @@ type httpConfig struct {
 	listen string
 }
 
-func (c *httpConfig) addFlags(fs *flag.FlagSet) {
+func (c *httpConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.listen, "http-listen", "", "serve the API as JSON over HTTP (and the /ui/ viewer) on this `host:port` or unix:/path; off when empty. Same loopback, TLS and token rules as --listen")
 }
 
@@ -101,16 +101,8 @@ func listenHTTP(ctx context.Context, cfg *config) (*httpSide, error) {
 	if cfg.http.listen == "" {
 		return nil, nil
 	}
-	if _, err := cfg.security.checkExposure(cfg.http.listen, listenLoopback(ctx, cfg.http.listen)); err != nil {
-		return nil, fmt.Errorf("--http-listen: %w", err)
-	}
-	lis, err := listen(cfg.http.listen)
+	lis, warning, err := listenChecked(ctx, cfg.http.listen, cfg.security.checkExposure)
 	if err != nil {
-		return nil, fmt.Errorf("--http-listen: %w", err)
-	}
-	warning, err := cfg.security.checkExposure(lis.display, lis.loopback)
-	if err != nil {
-		_ = lis.Close()
 		return nil, fmt.Errorf("--http-listen: %w", err)
 	}
 	return &httpSide{lis: lis, exposureWarning: warning}, nil
@@ -186,7 +178,7 @@ func (hs *httpSide) start(ctx context.Context, cfg *config, sec *security, srv *
 		ErrorLog:          zap.NewStdLog(log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
 	}
 	limited := newLimitListener(hs.lis, maxConns, log)
-	limited.refuse = httpRefusal(sec, maxConns)
+	limited.refuse = refusal(sec, maxConns, "http/1.1", refuseHTTP)
 	var ln net.Listener = limited
 	if sec.certs != nil {
 		ln = tls.NewListener(ln, httpTLSConfig(sec.certs))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -38,6 +39,25 @@ func (l *listener) Close() error {
 		}
 	})
 	return l.closeErr
+}
+
+// listenChecked binds addr once check (checkExposure or
+// checkMetricsExposure) allows it, then checks the address actually bound,
+// since a name may have resolved differently; it returns check's warning.
+func listenChecked(ctx context.Context, addr string, check func(addr string, loopback bool) (string, error)) (*listener, string, error) {
+	if _, err := check(addr, listenLoopback(ctx, addr)); err != nil {
+		return nil, "", err
+	}
+	lis, err := listen(addr)
+	if err != nil {
+		return nil, "", err
+	}
+	warning, err := check(lis.display, lis.loopback)
+	if err != nil {
+		_ = lis.Close()
+		return nil, "", err
+	}
+	return lis, warning, nil
 }
 
 // listen binds addr: host:port over TCP, or unix:/path (also unix:///path)

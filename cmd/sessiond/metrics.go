@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
@@ -31,7 +31,7 @@ type metricsConfig struct {
 	onFlush func(storage.FlushRecord)
 }
 
-func (c *metricsConfig) addFlags(fs *flag.FlagSet) {
+func (c *metricsConfig) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.listen, "metrics-listen", "", "serve Prometheus metrics at http://`host:port`/metrics (off when empty); a non-loopback address needs TLS (the --tls-* files) and --auth-tokens, or --insecure")
 	fs.BoolVar(&c.pprof, "pprof", false, "with --metrics-listen: serve net/http/pprof under /debug/pprof/ on the same listener")
 }
@@ -89,17 +89,9 @@ func openMetrics(ctx context.Context, cfg *config, log *zap.Logger) (*metricsSer
 	if addr == "" {
 		return nil, nil
 	}
-	if _, err := cfg.security.checkMetricsExposure(addr, listenLoopback(ctx, addr)); err != nil {
-		return nil, err
-	}
-	lis, err := listen(addr)
+	lis, warning, err := listenChecked(ctx, addr, cfg.security.checkMetricsExposure)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen: %w", err)
-	}
-	warning, err := cfg.security.checkMetricsExposure(lis.display, lis.loopback)
-	if err != nil {
-		_ = lis.Close()
-		return nil, err
 	}
 	log = log.Named("metrics")
 	if warning != "" {
@@ -183,10 +175,8 @@ func requireToken(next http.Handler, tokens *auth.Keeper) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		secret = strings.TrimSpace(secret)
 		tok, ok := auth.Token{}, false
-		if strings.EqualFold(scheme, "Bearer") && secret != "" {
+		if secret, valid := auth.ParseBearer(r.Header.Get("Authorization")); valid {
 			tok, ok = tokens.Lookup(secret)
 		}
 		if !ok {

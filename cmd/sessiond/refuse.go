@@ -30,26 +30,16 @@ func connLimitMessage(max int64) string {
 	return fmt.Sprintf("sessiond: connection limit (--max-connections=%d) reached", max)
 }
 
-// grpcRefusal is how the gRPC listener answers a connection over
-// --max-connections (max): refuseGRPC, over TLS when the daemon serves TLS.
-func grpcRefusal(sec *security, max int) func(net.Conn) {
+// refusal is how a listener answers a connection over --max-connections
+// (max): with refuse (refuseGRPC or refuseHTTP), over TLS offering alpn when
+// the daemon serves TLS.
+func refusal(sec *security, max int, alpn string, refuse func(net.Conn, *tls.Config, string)) func(net.Conn) {
 	msg := connLimitMessage(int64(max))
 	var cfg *tls.Config
 	if sec.certs != nil {
-		cfg = sec.certs.refusalConfig(http2.NextProtoTLS)
+		cfg = sec.certs.refusalConfig(alpn)
 	}
-	return func(c net.Conn) { refuseGRPC(c, cfg, msg) }
-}
-
-// httpRefusal is how the HTTP listener answers a connection over its
-// --max-connections (max): refuseHTTP, over TLS when the daemon serves TLS.
-func httpRefusal(sec *security, max int) func(net.Conn) {
-	msg := connLimitMessage(int64(max))
-	var cfg *tls.Config
-	if sec.certs != nil {
-		cfg = sec.certs.refusalConfig("http/1.1")
-	}
-	return func(c net.Conn) { refuseHTTP(c, cfg, msg) }
+	return func(c net.Conn) { refuse(c, cfg, msg) }
 }
 
 // refuseHTTP answers a connection over the cap as the HTTP API answers

@@ -8,10 +8,12 @@ import (
 	"math"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -78,17 +80,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
-	// Refuse an exposed address before binding it at all.
-	if _, err := cfg.security.checkExposure(cfg.listen, listenLoopback(ctx, cfg.listen)); err != nil {
-		return err
-	}
-	sec, err := loadSecurity(&cfg.security)
-	if err != nil {
-		return err
-	}
 	// Listen before opening the store: a busy port is the commonest start-up
 	// failure and costs nothing to find, while opening a store may scan it.
-	lis, err := listen(cfg.listen)
+	lis, exposureWarning, err := listenChecked(ctx, cfg.listen, cfg.security.checkExposure)
 	if err != nil {
 		return err
 	}
@@ -97,8 +91,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		// the early returns, removing a socket file we made.
 		_ = lis.Close()
 	}()
-	// The bound address decides: a name may have resolved differently.
-	exposureWarning, err := cfg.security.checkExposure(lis.display, lis.loopback)
+	sec, err := loadSecurity(&cfg.security)
 	if err != nil {
 		return err
 	}
@@ -142,32 +135,31 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	hs := health.NewServer()
 	drained := make(chan struct{})
 	healthpb.RegisterHealthServer(gs, drainingHealth{Server: hs, drained: drained})
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(sessiondv1.SessionStoreService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	// The server as a whole ("") and the session service.
+	services := []string{"", sessiondv1.SessionStoreService_ServiceDesc.ServiceName}
+	for _, name := range services {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
 	reflection.Register(gs)
 	if cfg.ping != nil {
 		hctx, stopHealth := context.WithCancel(ctx)
 		defer stopHealth()
-		go watchHealth(hctx, cfg.ping, hs, []string{"", sessiondv1.SessionStoreService_ServiceDesc.ServiceName}, time.Second, log.Named("health"))
+		go watchHealth(hctx, cfg.ping, hs, services, time.Second, log.Named("health"))
 	}
 
 	mx.start(gs, store, sec)
 	sweepCtx, stopSweep := context.WithCancel(ctx)
-	sweepDone := make(chan struct{})
-	go func() {
-		defer close(sweepDone)
+	var sweepers sync.WaitGroup
+	sweepers.Go(func() {
 		(&storage.Sweeper{Store: store, Defaults: cfg.retention, Interval: cfg.retentionInterval, Log: log.Named("retention")}).Run(sweepCtx)
-	}()
-	streamDone := make(chan struct{})
-	go func() {
-		defer close(streamDone)
+	})
+	sweepers.Go(func() {
 		(&storage.StreamSweeper{Store: store, IdleTimeout: cfg.streamIdleTimeout, Log: log.Named("streams")}).Run(sweepCtx)
-	}()
-	// The sweeper ends before the store closes (defers run last first).
+	})
+	// The sweepers end before the store closes (defers run last first).
 	defer func() {
 		stopSweep()
-		<-sweepDone
-		<-streamDone
+		sweepers.Wait()
 	}()
 
 	maxConns := cfg.maxConns
@@ -176,7 +168,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	}
 	serveErr := make(chan error, 1)
 	limited := newLimitListener(lis, maxConns, log)
-	limited.refuse = grpcRefusal(sec, maxConns)
+	limited.refuse = refusal(sec, maxConns, http2.NextProtoTLS, refuseGRPC)
 	go func() { serveErr <- gs.Serve(conns.listener(limited)) }()
 
 	if err := web.start(ctx, cfg, sec, srv, maxConns, log, mx.serverOptions()...); err != nil {

@@ -198,3 +198,20 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseBearer(t *testing.T) {
+	for v, want := range map[string]string{
+		"Bearer s3cret":     "s3cret",
+		"bearer s3cret":     "s3cret",
+		" BEARER  s3cret  ": "s3cret",
+	} {
+		if got, ok := ParseBearer(v); !ok || got != want {
+			t.Errorf("ParseBearer(%q) = %q, %v; want %q, true", v, got, ok, want)
+		}
+	}
+	for _, v := range []string{"", "Bearer", "Bearer ", "Bearer   ", "Basic s3cret", "s3cret", "Bearers3cret"} {
+		if got, ok := ParseBearer(v); ok {
+			t.Errorf("ParseBearer(%q) = %q, true; want false", v, got)
+		}
+	}
+}

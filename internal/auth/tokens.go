@@ -149,6 +149,15 @@ func HashSecret(secret string) [sha256.Size]byte {
 	return sha256.Sum256([]byte(secret))
 }
 
+// ParseBearer returns the secret of an authorization value "Bearer
+// <secret>" (the scheme in any case, blanks around either part ignored),
+// and false for any other value.
+func ParseBearer(v string) (secret string, ok bool) {
+	scheme, secret, ok := strings.Cut(strings.TrimSpace(v), " ")
+	secret = strings.TrimSpace(secret)
+	return secret, ok && strings.EqualFold(scheme, "Bearer") && secret != ""
+}
+
 // secretPrefix marks sessiond secrets, so that secret scanners and people
 // recognise one in a log or a repository.
 const secretPrefix = "sessiond_"
