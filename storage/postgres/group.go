@@ -67,11 +67,11 @@ import (
 // waits for the batch, whose context ends only when every caller in it has
 // given up.
 
-// groupBatches is how many batches a Store writes at a time. One: the
-// appends of two batches in flight together mostly lock the same busy
-// sessions, so the second waits for the first's commit anyway, and more
-// batches (or groups of their own per session) only make each batch
-// smaller, with more commits per append.
+// groupBatches is how many batches a Store writes at a time. One: a
+// second batch on another connection, of sessions the first does not
+// hold, would run in a second PostgreSQL backend, but it makes each batch
+// smaller, with more commits per append, and measured no faster (see
+// docs/performance.md, "Group commit on PostgreSQL").
 const groupBatches = 1
 
 // groupLockWait is how long a batch waits for its sessions' row
