@@ -64,7 +64,8 @@ type CheckReport struct {
 func (r *CheckReport) Damaged() bool { return len(r.Findings) > 0 }
 
 // Check reads every file of the data dir offline and reports what is
-// damaged, truncated or stray. With repair it trims torn journal tails,
+// damaged, truncated or stray. With repair it trims torn journal tails
+// (and gives back the space a fold left reserved past a segment),
 // salvages damaged sessions (keeping every intact message and metadata
 // record, after copying the damaged files into quarantine/), moves what
 // cannot be read into quarantine/ (it never deletes data), and rebuilds
@@ -363,12 +364,26 @@ func (c *checker) session(id string) error {
 		}
 	}
 	if segs != nil {
-		if msgs, cs, err = readSegments(dir, id, gen, meta, segs, true); err != nil {
+		// Repair gives back the space a fold left reserved past a segment,
+		// as a load does: no finding, as nothing is lost or wrong.
+		var trim func(string, int64)
+		var trimErr error
+		if c.repair {
+			trim = func(p string, n int64) {
+				if err := os.Truncate(p, n); err != nil && trimErr == nil {
+					trimErr = fmt.Errorf("file: repair %s: give back reserved space: %w", c.rel(p), err)
+				}
+			}
+		}
+		if msgs, cs, err = readSegments(dir, id, gen, meta, segs, true, trim); err != nil {
 			var se *segmentError
 			if errors.As(err, &se) {
 				return corrupt(filepath.Join(dir, se.name), err)
 			}
 			return corrupt(snap, err)
+		}
+		if trimErr != nil {
+			return trimErr
 		}
 	}
 	jpath := filepath.Join(dir, journalName(gen))

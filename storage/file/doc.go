@@ -163,7 +163,12 @@
 // up to its last flush, and (if the snapshot of G is whole) "snapshot" is
 // hard-linked as snap-<G>; the snapshot of G+1 then lists the segments of G
 // plus journal-<G> (with its length), and the metadata as of the fold. After
-// the rename the space reserved past journal-<G>'s data is given back.
+// the rename the space reserved past journal-<G>'s data is given back (a
+// truncate, not synced: a load reads only the listed length). A crash
+// before that, or a failed truncate, leaves the space to the session's next
+// load, or to Check with repair: either cuts a segment longer than its
+// listed length back to it when only zeros lie past it (any other bytes
+// there are left as they are).
 // Loading a segmented snapshot reads snap-<B>, replays the listed journals
 // in order (each must hold at least its listed length, and its frames must
 // fill exactly that length and pass their checksums; Check also verifies the

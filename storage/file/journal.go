@@ -403,7 +403,7 @@ func (s *Store) readSession(id string, known uint64) (*storage.Session, [][]byte
 		}
 	}
 	if segs != nil {
-		if msgs, cs, err = readSegments(dir, id, gen, meta, segs, false); err != nil {
+		if msgs, cs, err = readSegments(dir, id, gen, meta, segs, false, s.giveBack); err != nil {
 			return fail(err)
 		}
 	}

@@ -126,7 +126,12 @@ func (r *reader) segRef() segRef {
 // a segment's listed length belongs to a frame, whose own checksum the
 // decoder checks, so the segment's checksum adds a second pass over the
 // bytes that finds nothing more; Check (fsck) verifies it anyway.
-func readSegment(path string, ref segRef, verify bool) ([]byte, error) {
+//
+// A file longer than listed with only zeros past that is a journal whose
+// fold did not give back its reserved space (a crash, or a failed
+// truncate): trim, if not nil, is called to cut it to the listed length.
+// Other bytes past it are left as they are: no load reads them.
+func readSegment(path string, ref segRef, verify bool, trim func(path string, length int64)) ([]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -137,9 +142,13 @@ func readSegment(path string, ref segRef, verify bool) ([]byte, error) {
 	if uint64(len(data)) < ref.length {
 		return nil, fmt.Errorf("segment %s holds %d bytes, the snapshot lists %d: %w", filepath.Base(path), len(data), ref.length, errCorrupt)
 	}
+	long := trim != nil && uint64(len(data)) > ref.length && allZero(data[ref.length:])
 	data = data[:ref.length]
 	if verify && crc32.Checksum(data, castagnoli) != ref.crc {
 		return nil, fmt.Errorf("segment %s fails its checksum: %w", filepath.Base(path), errCorrupt)
+	}
+	if long {
+		trim(path, int64(ref.length))
 	}
 	return data, nil
 }
@@ -155,15 +164,16 @@ func (e *segmentError) Unwrap() error { return e.err }
 
 // readSegments reads the messages of the segments l that the snapshot of
 // generation gen of session id lists, and checks that they lead to meta,
-// the snapshot's metadata; verify checks the segments' checksums too (see
+// the snapshot's metadata; verify checks the segments' checksums too, and
+// trim, if not nil, gives back space left reserved past them (see
 // readSegment). The message slices alias the files' data. An error about
 // one file is a *segmentError.
-func readSegments(dir, id string, gen uint64, meta *storage.Session, l *segList, verify bool) ([][]byte, []storage.StoredCompaction, error) {
+func readSegments(dir, id string, gen uint64, meta *storage.Session, l *segList, verify bool, trim func(path string, length int64)) ([][]byte, []storage.StoredCompaction, error) {
 	fail := func(name string, err error) ([][]byte, []storage.StoredCompaction, error) {
 		return nil, nil, &segmentError{name: name, err: err}
 	}
 	name := snapName(l.base)
-	data, err := readSegment(filepath.Join(dir, name), l.baseRef, verify)
+	data, err := readSegment(filepath.Join(dir, name), l.baseRef, verify, trim)
 	if err != nil {
 		return fail(name, err)
 	}
@@ -178,7 +188,7 @@ func readSegments(dir, id string, gen uint64, meta *storage.Session, l *segList,
 	for i, ref := range l.journals {
 		g := l.base + uint64(i)
 		name := journalName(g)
-		data, err := readSegment(filepath.Join(dir, name), ref, verify)
+		data, err := readSegment(filepath.Join(dir, name), ref, verify, trim)
 		if err != nil {
 			return fail(name, err)
 		}
@@ -282,13 +292,21 @@ func (s *Store) foldLocked(e *entry, meta *storage.Session) error {
 	if err := s.newGeneration(e, encodeSegSnapshot(e.gen+1, meta, segs), segs); err != nil {
 		return err
 	}
-	// Give back the space reserved past the old journal's data. A load reads
-	// only the listed length, so this needs no sync; it comes last so that a
-	// fold that fails (a full disk) leaves the reservation to the appends.
-	if err := os.Truncate(old, tail); err != nil {
-		s.log.Warn("could not give back a folded journal's reserved space", zap.String("path", old), zap.Error(err))
-	}
+	// Last, so that a fold that fails (a full disk) leaves the reservation
+	// to the appends; a crash before it leaves it to the next load
+	// (readSegment).
+	s.giveBack(old, tail)
 	return nil
+}
+
+// giveBack cuts the segment journal at path to its listed length, giving
+// back the space reserved past its data. A load reads only the listed
+// length, so this needs no sync, and a failure only keeps the space until
+// the session's next load tries again.
+func (s *Store) giveBack(path string, length int64) {
+	if err := os.Truncate(path, length); err != nil {
+		s.log.Warn("could not give back a folded journal's reserved space", zap.String("path", path), zap.Error(err))
+	}
 }
 
 // snapshotGeneration reads the generation that the snapshot at path names

@@ -440,3 +440,127 @@ func TestSegmentOrphans(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldGivesBackReserve: a fold gives back the space its journal
+// reserved past its data, so that each segment journal is as long as the
+// snapshot lists it. A crash between the snapshot's rename and that
+// truncate leaves the reserve, which is no damage: the next load gives it
+// back, and so does Check with repair, but never past a byte that is not
+// zero. On the temp dir's file system (ext4 here) and on tmpfs.
+func TestFoldGivesBackReserve(t *testing.T) {
+	for _, fs := range []string{"tempdir", "tmpfs"} {
+		t.Run(fs, func(t *testing.T) {
+			root := t.TempDir()
+			if fs == "tmpfs" {
+				root = mountTmpfs(t, 64<<20)
+			}
+			dir := filepath.Join(root, "data")
+			s := open(t, dir, WithFoldThreshold(foldOften))
+			se := mustCreate(t, s, storage.CreateRequest{Messages: msgs("m", 1)})
+			sdir := filepath.Join("sessions", se.ID)
+			acked := ids(msgs("m", 1))
+			var pending, crashAcked []string
+			crash := filepath.Join(root, "crash") // the first fold's crash after its rename
+			var mu sync.Mutex
+			s.testHooks().step = func(step string) {
+				mu.Lock()
+				defer mu.Unlock()
+				if step == "renamed" && crashAcked == nil {
+					copyDir(t, dir, crash)
+					crashAcked = slices.Clone(pending)
+				}
+			}
+			for i := range 16 {
+				m := kib(fmt.Sprintf("a%d", i))
+				pending = append(slices.Clone(acked), m.Id)
+				mustAppend(t, s, se.ID, m)
+				acked = pending
+			}
+			s.testHooks().step = nil
+			if crashAcked == nil {
+				t.Fatal("no fold after 16 KiB at a 4 KiB fold threshold")
+			}
+			size := func(t *testing.T, path string) int64 {
+				t.Helper()
+				fi, err := os.Stat(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fi.Size()
+			}
+
+			_, segs := snapshotGen(t, dir, se.ID)
+			if segs == nil || len(segs.journals) < 2 {
+				t.Fatalf("folds listed %+v; want two journals or more", segs)
+			}
+			for i, ref := range segs.journals {
+				p := filepath.Join(dir, sdir, journalName(segs.base+uint64(i)))
+				if got := size(t, p); got != int64(ref.length) {
+					t.Errorf("segment %s holds %d bytes after its fold, its listed length is %d", filepath.Base(p), got, ref.length)
+				}
+			}
+
+			// The crash left the reserve: the journal holds more than listed.
+			_, segs = snapshotGen(t, crash, se.ID)
+			if segs == nil || len(segs.journals) != 1 {
+				t.Fatalf("the crash copy's snapshot lists %+v; want one journal", segs)
+			}
+			seg := filepath.Join(sdir, journalName(segs.base))
+			listed := int64(segs.journals[0].length)
+			long := size(t, filepath.Join(crash, seg))
+			if long <= listed {
+				t.Fatalf("%s holds %d bytes at the rename, its listed length is %d: no reserve to give back", seg, long, listed)
+			}
+			copies := map[string]string{}
+			for _, name := range []string{"load", "repair", "nonzero"} {
+				copies[name] = filepath.Join(root, name)
+				copyDir(t, crash, copies[name])
+			}
+			if rep, err := Check(t.Context(), crash, false, nil); err != nil || rep.Damaged() {
+				t.Errorf("Check = %+v, %v; want clean", rep, err)
+			}
+			if got := size(t, filepath.Join(crash, seg)); got != long {
+				t.Errorf("Check without repair changed %s from %d bytes to %d", seg, long, got)
+			}
+
+			load := func(t *testing.T, d string) {
+				t.Helper()
+				s2, err := openPortable(t.Context(), d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := loadIDs(t, s2, se.ID)
+				must(t, s2.Close())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(crashAcked, got); diff != "" {
+					t.Errorf("messages (-acknowledged +got):\n%s", diff)
+				}
+			}
+			load(t, copies["load"])
+			if got := size(t, filepath.Join(copies["load"], seg)); got != listed {
+				t.Errorf("after a load %s holds %d bytes, want its listed length %d", seg, got, listed)
+			}
+
+			if rep, err := Check(t.Context(), copies["repair"], true, nil); err != nil || rep.Damaged() {
+				t.Errorf("Check with repair = %+v, %v; want no finding", rep, err)
+			}
+			if got := size(t, filepath.Join(copies["repair"], seg)); got != listed {
+				t.Errorf("after Check with repair %s holds %d bytes, want its listed length %d", seg, got, listed)
+			}
+
+			p := filepath.Join(copies["nonzero"], seg)
+			f, err := os.OpenFile(p, os.O_WRONLY, filePerm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = f.WriteAt([]byte{1}, long-1)
+			must(t, errors.Join(err, f.Close()))
+			load(t, copies["nonzero"])
+			if got := size(t, p); got != long {
+				t.Errorf("a load cut %s, which holds a byte other than zero past its listed length, from %d bytes to %d", seg, long, got)
+			}
+		})
+	}
+}
