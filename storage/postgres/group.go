@@ -101,8 +101,9 @@ type appendGroup struct {
 	gathered  chan struct{} // non-nil while a leader gathers: closed once need more are queued
 	need      int
 
-	batches, grouped atomic.Uint64 // batches of two or more written, appends in them
-	statements       atomic.Uint64 // statements sent to write them
+	// onBatch, set only by tests, hears of each batch of two or more
+	// appends committed: how many appends, in how many statements.
+	onBatch func(appends, statements int)
 }
 
 // fastAppend is one append waiting to be written by appendFastSQL, or
@@ -272,8 +273,6 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 	var pe *pgconn.PgError
 	switch {
 	case err == nil:
-		s.group.batches.Add(1)
-		s.group.grouped.Add(uint64(len(live)))
 		// The batch's wake-ups go together, before its callers run on, so
 		// that the notifier sends them in one notification transaction
 		// rather than one each.
@@ -361,12 +360,13 @@ func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
 	b.Queue(groupLockTimeout)
 	rs := queueBatch(b, batch)
 	b.Queue("COMMIT")
-	s.group.statements.Add(uint64(b.Len()))
 	err = readTx(conn.SendBatch(ctx, b), rs)
 	if err != nil {
 		if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
 			_ = conn.Conn().Close(context.Background())
 		}
+	} else if s.group.onBatch != nil {
+		s.group.onBatch(len(batch), b.Len())
 	}
 	return err
 }
