@@ -68,8 +68,8 @@ var ListWhere = listWhere
 func HoldAppends(t testing.TB, d *Store) (release func(n int)) {
 	g := &d.group
 	g.mu.Lock()
-	held := g.max - g.writing
-	g.writing = g.max
+	held := groupBatches - g.writing
+	g.writing = groupBatches
 	g.mu.Unlock()
 	return func(n int) {
 		WaitQueued(t, d, n)
@@ -100,6 +100,12 @@ func WaitQueued(t testing.TB, d *Store, n int) {
 			t.Fatalf("%d appends queued after 10 s; want %d", Queued(d), n)
 		}
 	}
+}
+
+// SchemaVersion is the schema version this binary creates and knows.
+func SchemaVersion() int {
+	names, _ := fs.Glob(migrations, "migrations/*.sql")
+	return len(names)
 }
 
 // MigrateTo brings the schema of the database dsn names to version, as a

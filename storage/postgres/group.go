@@ -90,9 +90,8 @@ var groupLockTimeout = fmt.Sprintf("SET LOCAL lock_timeout = %d", groupLockWait.
 // appendGroup is a Store's queue of one-statement appends.
 type appendGroup struct {
 	mu      sync.Mutex
-	max     int           // batches written at a time (groupBatches)
-	writing int           // batches being written, at most max
-	queue   []*fastAppend // arrived while max batches were being written, in order
+	writing int           // batches being written, at most groupBatches
+	queue   []*fastAppend // arrived while groupBatches were being written, in order
 
 	// The last batch's size and write time, the next gather's measure.
 	expect    int
@@ -137,7 +136,7 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 	g := &s.group
 	g.mu.Lock()
 	batch := []*fastAppend{a}
-	if g.writing >= g.max {
+	if g.writing >= groupBatches {
 		g.queue = append(g.queue, a)
 		if g.gathered != nil && len(g.queue) >= g.need {
 			close(g.gathered)
