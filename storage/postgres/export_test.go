@@ -156,7 +156,7 @@ const StatsQuery = statsQuery
 
 // SessionRow returns the alias, meta, label pairs and search text columns
 // the driver writes for m, for tests that seed an older schema's rows.
-func SessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string, err error) {
+func SessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string) {
 	return sessionRow(m)
 }
 

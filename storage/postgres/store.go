@@ -283,7 +283,7 @@ const (
 	metaFormatCompaction = 2
 )
 
-func encodeMeta(m *storage.Session) ([]byte, error) {
+func encodeMeta(m *storage.Session) []byte {
 	n := 16 + len(m.Title) + len(m.Summary)
 	for k, v := range m.Metadata {
 		n += 4 + len(k) + len(v)
@@ -325,7 +325,7 @@ func encodeMeta(m *storage.Session) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(c.CreatedAt.UnixNano()))
 		str(c.SummaryID)
 	}
-	return b, nil
+	return b
 }
 
 // decodeMeta fills m's fields from encodeMeta's bytes.
