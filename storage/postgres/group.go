@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sessiond/sessiond/storage"
 )
@@ -319,45 +320,39 @@ func fastResult(m *appended, err error) (*appended, error) {
 // append's done is set (nil for an append whose statement updated no row);
 // on an error nothing is written.
 func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release() // a connection left inside a transaction is closed, not reused
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(groupLockTimeout)
-	rs := queueBatch(b, batch)
-	b.Queue("COMMIT")
-	err = readTx(conn.SendBatch(ctx, b), rs)
-	if err != nil {
-		if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
-			_ = conn.Conn().Close(context.Background())
+	return s.onConn(ctx, func(conn *pgxpool.Conn, _ *wtx) error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(groupLockTimeout)
+		rs := queueBatch(b, batch)
+		b.Queue("COMMIT")
+		if err := readTx(conn.SendBatch(ctx, b), rs); err != nil {
+			return err
 		}
-	} else if s.group.onBatch != nil {
-		s.group.onBatch(len(batch), b.Len())
-	}
-	return err
+		if s.group.onBatch != nil {
+			s.group.onBatch(len(batch), b.Len())
+		}
+		return nil
+	})
 }
 
 // readTx reads the results of writeTx's batch, written in rounds rs, and
 // closes it.
 func readTx(br pgx.BatchResults, rs [][]*fastAppend) error {
-	for range 2 { // BEGIN, SET LOCAL
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return err
-		}
+	_, err := br.Exec() // BEGIN
+	if err == nil {
+		_, err = br.Exec() // SET LOCAL
 	}
-	if err := readBatch(br, rs); err != nil {
-		_ = br.Close()
-		return err
+	if err == nil {
+		err = readBatch(br, rs)
 	}
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return err
+	if err == nil {
+		_, err = br.Exec() // COMMIT
 	}
-	return br.Close()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // groupContext returns a context for writing batch that is cancelled once
