@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"io/fs"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +21,28 @@ func OpenDriver(ctx context.Context, dsn string, opts Options) (*Store, *storage
 	if err != nil {
 		return nil, nil, err
 	}
+	c := &batchCount{}
+	counts.Store(d, c)
+	d.group.onBatch = func(appends, statements int) {
+		c.batches.Add(1)
+		c.grouped.Add(uint64(appends))
+		c.statements.Add(uint64(statements))
+	}
 	return d, storage.New(d, opts.Limits), nil
+}
+
+// batchCount counts what a Store opened by OpenDriver has written in
+// batches of two or more appends.
+type batchCount struct {
+	batches, grouped, statements atomic.Uint64
+}
+
+// counts holds each OpenDriver Store's *batchCount.
+var counts sync.Map
+
+func countOf(d *Store) *batchCount {
+	c, _ := counts.Load(d)
+	return c.(*batchCount)
 }
 
 // EncodeMeta lets tests write sessions rows as the driver does.
@@ -45,8 +68,8 @@ var ListWhere = listWhere
 func HoldAppends(t testing.TB, d *Store) (release func(n int)) {
 	g := &d.group
 	g.mu.Lock()
-	held := g.max - g.writing
-	g.writing = g.max
+	held := groupBatches - g.writing
+	g.writing = groupBatches
 	g.mu.Unlock()
 	return func(n int) {
 		WaitQueued(t, d, n)
@@ -67,7 +90,7 @@ func Queued(d *Store) int {
 }
 
 // Grouped is how many appends d has written in batches of two or more.
-func Grouped(d *Store) uint64 { return d.group.grouped.Load() }
+func Grouped(d *Store) uint64 { return countOf(d).grouped.Load() }
 
 // WaitQueued waits (at most 10 s) until n appends wait in d's queue.
 func WaitQueued(t testing.TB, d *Store, n int) {
@@ -77,6 +100,12 @@ func WaitQueued(t testing.TB, d *Store, n int) {
 			t.Fatalf("%d appends queued after 10 s; want %d", Queued(d), n)
 		}
 	}
+}
+
+// SchemaVersion is the schema version this binary creates and knows.
+func SchemaVersion() int {
+	names, _ := fs.Glob(migrations, "migrations/*.sql")
+	return len(names)
 }
 
 // MigrateTo brings the schema of the database dsn names to version, as a
@@ -113,7 +142,7 @@ func MigrateTo(t testing.TB, dsn string, version int32) {
 
 // Statements is how many statements d has sent to write its batches of two
 // or more appends.
-func Statements(d *Store) uint64 { return d.group.statements.Load() }
+func Statements(d *Store) uint64 { return countOf(d).statements.Load() }
 
 // HoldWatcher stops d's watcher from reading new events until release is
 // called, as a watcher that falls behind its writers would be.
@@ -127,7 +156,7 @@ const StatsQuery = statsQuery
 
 // SessionRow returns the alias, meta, label pairs and search text columns
 // the driver writes for m, for tests that seed an older schema's rows.
-func SessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string, err error) {
+func SessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string) {
 	return sessionRow(m)
 }
 
@@ -197,4 +226,4 @@ func SetGather(d *Store, expect int, wait time.Duration) {
 }
 
 // Batches is how many batches of two or more appends d has written.
-func Batches(d *Store) uint64 { return d.group.batches.Load() }
+func Batches(d *Store) uint64 { return countOf(d).batches.Load() }

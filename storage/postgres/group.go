@@ -12,60 +12,31 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sessiond/sessiond/storage"
 )
 
-// Group commit: the one-statement appends (appendFastSQL) that arrive while
-// another is being written share one transaction, as the file store's
-// appends share an fdatasync. No append waits for a timer: the first append that
-// finds nothing in flight leads and is written at once, alone, as its own
-// statement; the appends that arrive meanwhile queue, and when it is done
-// the first of them leads them all as one batch, in one round trip on one
-// connection: BEGIN, the lock of every session the batch names
-// (lockBatchSQL), one statement writing all of its appends from arrays
-// (appendBatchSQL), COMMIT. One commit (one WAL flush), one round trip and
-// the same five statements then serve N appends. The appends of a busy
-// Store arrive in waves (their clients were answered together, by the last
-// batch's commit), so a leader holding fewer appends than the last batch
-// first gathers: it waits until as many are in hand, or at most the last
-// batch's write time (capped at groupGatherMax). Otherwise the first to
-// return would be written alone, and the rest would wait for its commit
-// before theirs, and again the next time: a commit of a single append for
-// every batch. After a batch of one (a single client) nobody waits. One
-// batch is in flight
-// per Store at a time, except that a write still going after
-// groupLockWait (stuck on a row lock) hands the queue on to the next batch
-// then.
+// Group commit, as the package documentation describes it: the
+// one-statement appends (appendFastSQL) that queue while a batch is
+// written are written next, led by the first of them, as one transaction
+// (lockBatchSQL, appendBatchSQL). What it leaves out:
 //
-// Each append keeps its own conditions, so each is decided as if it ran
-// alone, in queue order: one that updates no row (stale
-// expected_revision, a stored id, no such session) leaves the batch's
-// others committed and takes the general path afterwards, which classifies
-// it with storage.CheckAppend under the row lock. A statement updates a
-// session's row once, so a second append to a session in the batch is
-// written by one more statement after the first's (rounds): it sees the
-// first's rows, and its expected_revision and its ids are checked against
-// the session after the first append. The write statement runs after the
-// lock is granted, on a snapshot that holds every append committed before,
-// so its ids check sees them all.
+// A batch's second append to a session is written by one more statement
+// after the first's (a round): it sees the first's rows, so its
+// expected_revision and ids are checked against the session after the
+// first append. The write statement runs once the row locks are granted,
+// on a snapshot holding every append committed before, so its ids check
+// sees them all.
 //
-// A statement that fails (a deadlock that PostgreSQL broke, the lock
-// timeout) aborts the transaction: nothing of the batch is written, and
-// each of its appends is retried alone, by its own caller, once the group
-// has moved on to the next batch. A batch waits at most groupLockWait for
-// its sessions' row locks: a session that another transaction holds for
-// long (a large delete or save, another replica's write) fails the batch
-// that way, and only that session's append then waits for it, alone,
-// while the others are written. Batches lock sessions in the order of
-// their ids, so two replicas' batches on the same sessions wait for each
-// other instead of deadlocking. A connection lost during the
-// batch fails all its appends with ErrUnavailable, as it fails a single
-// append: whether the COMMIT landed is unknown, and a retry with the same
-// message ids is what tells. An append whose caller gives up while it is
-// queued leaves the queue at once, unwritten; once a batch holds it, it
-// waits for the batch, whose context ends only when every caller in it has
-// given up.
+// A statement PostgreSQL refuses rolls the batch back, and each of its
+// appends is retried alone by its own caller once the group has moved on
+// to the next batch, so that only a locked session's append waits for
+// that lock. A connection lost during the batch fails all its appends
+// with ErrUnavailable, as it fails a single append: whether the COMMIT
+// landed is unknown, and a retry with the same message ids is what tells.
+// Once a batch holds an append, its caller waits for the batch, whose
+// context ends only when every caller in it has given up.
 
 // groupBatches is how many batches a Store writes at a time. One: a
 // second batch on another connection, of sessions the first does not
@@ -90,9 +61,8 @@ var groupLockTimeout = fmt.Sprintf("SET LOCAL lock_timeout = %d", groupLockWait.
 // appendGroup is a Store's queue of one-statement appends.
 type appendGroup struct {
 	mu      sync.Mutex
-	max     int           // batches written at a time (groupBatches)
-	writing int           // batches being written, at most max
-	queue   []*fastAppend // arrived while max batches were being written, in order
+	writing int           // batches being written, at most groupBatches
+	queue   []*fastAppend // arrived while groupBatches were being written, in order
 
 	// The last batch's size and write time, the next gather's measure.
 	expect    int
@@ -101,8 +71,9 @@ type appendGroup struct {
 	gathered  chan struct{} // non-nil while a leader gathers: closed once need more are queued
 	need      int
 
-	batches, grouped atomic.Uint64 // batches of two or more written, appends in them
-	statements       atomic.Uint64 // statements sent to write them
+	// onBatch, set only by tests, hears of each batch of two or more
+	// appends committed: how many appends, in how many statements.
+	onBatch func(appends, statements int)
 }
 
 // fastAppend is one append waiting to be written by appendFastSQL, or
@@ -136,7 +107,7 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 	g := &s.group
 	g.mu.Lock()
 	batch := []*fastAppend{a}
-	if g.writing >= g.max {
+	if g.writing >= groupBatches {
 		g.queue = append(g.queue, a)
 		if g.gathered != nil && len(g.queue) >= g.need {
 			close(g.gathered)
@@ -272,8 +243,6 @@ func (s *Store) writeBatch(batch []*fastAppend) {
 	var pe *pgconn.PgError
 	switch {
 	case err == nil:
-		s.group.batches.Add(1)
-		s.group.grouped.Add(uint64(len(live)))
 		// The batch's wake-ups go together, before its callers run on, so
 		// that the notifier sends them in one notification transaction
 		// rather than one each.
@@ -351,44 +320,39 @@ func fastResult(m *appended, err error) (*appended, error) {
 // append's done is set (nil for an append whose statement updated no row);
 // on an error nothing is written.
 func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release() // a connection left inside a transaction is closed, not reused
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(groupLockTimeout)
-	rs := queueBatch(b, batch)
-	b.Queue("COMMIT")
-	s.group.statements.Add(uint64(b.Len()))
-	err = readTx(conn.SendBatch(ctx, b), rs)
-	if err != nil {
-		if _, rerr := conn.Exec(context.Background(), "ROLLBACK"); rerr != nil {
-			_ = conn.Conn().Close(context.Background())
+	return s.onConn(ctx, func(conn *pgxpool.Conn, _ *wtx) error {
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue(groupLockTimeout)
+		rs := queueBatch(b, batch)
+		b.Queue("COMMIT")
+		if err := readTx(conn.SendBatch(ctx, b), rs); err != nil {
+			return err
 		}
-	}
-	return err
+		if s.group.onBatch != nil {
+			s.group.onBatch(len(batch), b.Len())
+		}
+		return nil
+	})
 }
 
 // readTx reads the results of writeTx's batch, written in rounds rs, and
 // closes it.
 func readTx(br pgx.BatchResults, rs [][]*fastAppend) error {
-	for range 2 { // BEGIN, SET LOCAL
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return err
-		}
+	_, err := br.Exec() // BEGIN
+	if err == nil {
+		_, err = br.Exec() // SET LOCAL
 	}
-	if err := readBatch(br, rs); err != nil {
-		_ = br.Close()
-		return err
+	if err == nil {
+		err = readBatch(br, rs)
 	}
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return err
+	if err == nil {
+		_, err = br.Exec() // COMMIT
 	}
-	return br.Close()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // groupContext returns a context for writing batch that is cancelled once

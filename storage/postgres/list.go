@@ -49,13 +49,8 @@ func (s *Store) listPaged(ctx context.Context, opts storage.ListOptions, first, 
 	fetch := func(after *storage.Cursor, n int64) {
 		fetching = true
 		go func() {
-			var r listPageResult
-			r.err = s.withConn(func(q querier) error {
-				var err error
-				r.got, err = listPage1(ctx, q, opts, after, n)
-				return err
-			})
-			next <- r
+			got, err := listPage1(ctx, s.pool, opts, after, n)
+			next <- listPageResult{got, wrapErr(err)}
 		}()
 	}
 	size := func(n int64) int64 {
@@ -96,11 +91,6 @@ func (s *Store) listPaged(ctx context.Context, opts storage.ListOptions, first, 
 // querier is what pool connections and transactions share.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// withConn runs fn on a pooled connection (no transaction).
-func (s *Store) withConn(fn func(q querier) error) error {
-	return wrapErr(fn(s.pool))
 }
 
 // listWhere builds the filter of a listing of sessions; the first argument
@@ -201,15 +191,10 @@ func (s *Store) Search(ctx context.Context, opts storage.SearchOptions, yield fu
 	hits := int64(0)
 	var after *storage.Cursor
 	for {
-		var cands []*storage.Session
-		err := s.withConn(func(qr querier) error {
-			sql, args := f.candidates(opts.Namespace, after)
-			var err error
-			cands, err = collectSessions(qr.Query(ctx, sql, args...))
-			return err
-		})
+		sql, args := f.candidates(opts.Namespace, after)
+		cands, err := collectSessions(s.pool.Query(ctx, sql, args...))
 		if err != nil {
-			return err
+			return wrapErr(err)
 		}
 		for _, m := range cands {
 			found, err := s.searchSession(ctx, m, q, f)
@@ -300,33 +285,30 @@ func (s *Store) searchSession(ctx context.Context, m *storage.Session, q string,
 			break
 		}
 	}
-	err := s.withConn(func(qr querier) error {
-		cond, args := f.messages([]any{m.ID})
-		rows, err := qr.Query(ctx, `SELECT pos, body FROM messages WHERE session_id = $1
-			AND (pos >= (SELECT search_count FROM sessions WHERE id = $1)
-				OR pos IN (SELECT m.pos FROM message_search m WHERE m.session_id = $1 AND `+cond+`))
-			ORDER BY pos`, args...)
+	cond, args := f.messages([]any{m.ID})
+	rows, err := s.pool.Query(ctx, `SELECT pos, body FROM messages WHERE session_id = $1
+		AND (pos >= (SELECT search_count FROM sessions WHERE id = $1)
+			OR pos IN (SELECT m.pos FROM message_search m WHERE m.session_id = $1 AND `+cond+`))
+		ORDER BY pos`, args...)
+	if err != nil {
+		return out, wrapErr(err)
+	}
+	var pos int64
+	var body []byte
+	_, err = pgx.ForEachRow(rows, []any{&pos, &body}, func() error {
+		msg, err := decode(m.ID, body)
 		if err != nil {
 			return err
 		}
-		var pos int64
-		var body []byte
-		_, err = pgx.ForEachRow(rows, []any{&pos, &body}, func() error {
-			msg, err := decode(m.ID, body)
-			if err != nil {
-				return err
+		for _, t := range storage.MessageTexts(msg) {
+			if snip, ok := storage.Snippet(t, q); ok {
+				out = append(out, storage.SearchHit{Session: clone(m), MessageIndex: pos, Snippet: snip})
+				break
 			}
-			for _, t := range storage.MessageTexts(msg) {
-				if snip, ok := storage.Snippet(t, q); ok {
-					out = append(out, storage.SearchHit{Session: clone(m), MessageIndex: pos, Snippet: snip})
-					break
-				}
-			}
-			return nil
-		})
-		return err
+		}
+		return nil
 	})
-	return out, err
+	return out, wrapErr(err)
 }
 
 // likeEscape escapes LIKE's wildcards (the default escape is backslash).
@@ -352,13 +334,9 @@ func (s *Store) Expired(ctx context.Context, opts storage.ExpiredOptions, yield 
 	left := opts.Limit
 	for _, q := range qs {
 		// Read whole, then yielded: no connection is held while yield runs.
-		var got []*storage.Session
-		if err := s.withConn(func(c querier) error {
-			var err error
-			got, err = collectSessions(c.Query(ctx, q.sql, append(q.args, pgLimit(left))...))
-			return err
-		}); err != nil {
-			return err
+		got, err := collectSessions(s.pool.Query(ctx, q.sql, append(q.args, pgLimit(left))...))
+		if err != nil {
+			return wrapErr(err)
 		}
 		for _, m := range got {
 			if err := yield(m); err != nil {

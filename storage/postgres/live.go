@@ -85,14 +85,10 @@ func (s *Store) FinishMessage(ctx context.Context, req storage.FinishRequest, li
 // Streaming yields the sessions with an open message last changed before
 // idleBefore (index sessions_streaming), read before the first yield.
 func (s *Store) Streaming(ctx context.Context, idleBefore time.Time, yield func(*storage.Session) error) error {
-	var found []*storage.Session
-	if err := s.withConn(func(q querier) error {
-		var err error
-		found, err = collectSessions(q.Query(ctx, `SELECT `+sessionCols+` FROM sessions
-			WHERE open_message_id IS NOT NULL AND updated_ns < $1`, idleBefore.UnixNano()))
-		return err
-	}); err != nil {
-		return err
+	found, err := collectSessions(s.pool.Query(ctx, `SELECT `+sessionCols+` FROM sessions
+		WHERE open_message_id IS NOT NULL AND updated_ns < $1`, idleBefore.UnixNano()))
+	if err != nil {
+		return wrapErr(err)
 	}
 	for _, m := range found {
 		if err := yield(m); err != nil {

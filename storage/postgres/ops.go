@@ -231,9 +231,8 @@ func labelPairs(labels map[string]string) [][]byte {
 
 // sessionRow is the columns of m that insertSession and updateSession
 // write beside its id: alias (NULL for none), meta, label pairs, search text.
-func sessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string, err error) {
-	meta, err = encodeMeta(m)
-	return aliasCol(m), meta, labelPairs(m.Labels), searchText(m.GivenTitle(), m.Alias, m.Summary), err
+func sessionRow(m *storage.Session) (alias any, meta []byte, labels [][]byte, search string) {
+	return aliasCol(m), encodeMeta(m), labelPairs(m.Labels), searchText(m.GivenTitle(), m.Alias, m.Summary)
 }
 
 // openCol is m's open_message_id column: NULL for none.
@@ -290,10 +289,7 @@ func aliasErr(err error, m *storage.Session) error {
 
 // insertSession inserts m (its ID set) with no messages yet.
 func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
-	alias, meta, labels, search, err := sessionRow(m)
-	if err != nil {
-		return err
-	}
+	alias, meta, labels, search := sessionRow(m)
 	tally, err := encodeTally(m)
 	if err != nil {
 		return err
@@ -341,10 +337,7 @@ func bumpArgs(m *storage.Session) ([]any, error) {
 // updateSession writes m's metadata, revision and count; its filters row
 // only when its labels, searched text or models changed.
 func updateSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
-	alias, meta, labels, search, err := sessionRow(m)
-	if err != nil {
-		return err
-	}
+	alias, meta, labels, search := sessionRow(m)
 	tally, err := encodeTally(m)
 	if err != nil {
 		return err
@@ -424,20 +417,16 @@ func queueEventRow(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Sess
 
 // queueInsertEvent queues the insert of m's events row.
 func queueInsertEvent(b *pgx.Batch, typ storage.EventType, m *storage.Session, count int, delta []byte, messages [][]byte) error {
-	// Not sessionRow: an event needs no label pairs or search text.
-	meta, err := encodeMeta(m)
-	if err != nil {
-		return err
-	}
 	tally, err := encodeTally(m)
 	if err != nil {
 		return err
 	}
+	// Not sessionRow: an event needs no label pairs or search text.
 	b.Queue(`INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
 			tally, expire_after_ns, open_message_id, delta, messages)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
 		m.ID, int64(m.Revision), int16(typ), m.MessageCount-int64(count), count,
-		m.Namespace, aliasCol(m), m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta, tally, int64(m.ExpireAfter),
+		m.Namespace, aliasCol(m), m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, encodeMeta(m), tally, int64(m.ExpireAfter),
 		openCol(m), delta, messages)
 	return nil
 }
@@ -1013,11 +1002,7 @@ func (s *Store) appendOn(ctx context.Context, conn *pgxpool.Conn, req storage.Ap
 		return storage.AppendResult{}, err
 	}
 	if titled {
-		meta, err := encodeMeta(m)
-		if err != nil {
-			return storage.AppendResult{}, err
-		}
-		b.Queue(bumpTitledSession, append(bump, meta)...)
+		b.Queue(bumpTitledSession, append(bump, encodeMeta(m))...)
 	} else {
 		b.Queue(bumpSession, bump...)
 	}

@@ -26,10 +26,7 @@ func TestPlansIndexDriven(t *testing.T) {
 	open(t, dsn)
 	ctx := t.Context()
 	conn := connect(t, dsn)
-	label, err := postgres.EncodeMeta(&storage.Session{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	label := postgres.EncodeMeta(&storage.Session{})
 	if _, err := conn.Exec(ctx, `WITH x AS (
 			INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta)
 			SELECT gen_random_uuid(), 'ns' || (i % 4), CASE WHEN i % 10 = 0 THEN 'alias-' || i END,

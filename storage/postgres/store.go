@@ -105,7 +105,7 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		cfg.MaxConns = opts.MaxConns
 	}
 	if opts.MinConns > 0 {
-		cfg.MinConns = min(opts.MinConns, cfg.MaxConns)
+		cfg.MinConns = opts.MinConns
 	}
 	cfg.MinConns = min(cfg.MinConns, cfg.MaxConns)
 	// Every write relies on read committed's row recheck: a write that
@@ -137,7 +137,6 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{pool: pool, log: log, onFlush: opts.OnFlush, wakeCh: make(chan changed, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{})}
-	s.group.max = groupBatches
 	s.group.gatherMax = groupGatherMax
 	nctx, stop := context.WithCancel(context.Background())
 	s.stopNotify = stop
@@ -153,13 +152,7 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// SchemaVersion is the schema version this binary creates and knows.
-func SchemaVersion() int {
-	names, _ := fs.Glob(migrations, "migrations/*.sql")
-	return len(names)
-}
-
-// migrateSchema brings the schema to SchemaVersion under tern's advisory
+// migrateSchema brings the schema to the newest migration's version under tern's advisory
 // lock, so replicas starting together migrate once.
 func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	conn, err := pool.Acquire(ctx)
@@ -290,7 +283,7 @@ const (
 	metaFormatCompaction = 2
 )
 
-func encodeMeta(m *storage.Session) ([]byte, error) {
+func encodeMeta(m *storage.Session) []byte {
 	n := 16 + len(m.Title) + len(m.Summary)
 	for k, v := range m.Metadata {
 		n += 4 + len(k) + len(v)
@@ -332,7 +325,7 @@ func encodeMeta(m *storage.Session) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(c.CreatedAt.UnixNano()))
 		str(c.SummaryID)
 	}
-	return b, nil
+	return b
 }
 
 // decodeMeta fills m's fields from encodeMeta's bytes.

@@ -25,10 +25,7 @@ func seedReleased(t *testing.T, dsn string) string {
 	t.Helper()
 	const id = "0190a000-0000-7000-8000-0000000000a5"
 	ctx := t.Context()
-	meta, err := postgres.EncodeMeta(&storage.Session{Title: "old"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	meta := postgres.EncodeMeta(&storage.Session{Title: "old"})
 	body, err := proto.Marshal(&sessiondv1.Message{Id: "m1", Role: sessiondv1.Role_ROLE_USER, Content: "hello there"})
 	if err != nil {
 		t.Fatal(err)
@@ -200,10 +197,7 @@ func TestUpgradeMovesFilters(t *testing.T) {
 		{"0190a000-0000-7000-8000-00000000000c", storage.Session{Summary: "trip to Rome", Labels: map[string]string{"team": "b"}}, []string{"m-2"}},
 	}
 	for i, sd := range seeds {
-		alias, meta, labels, search, err := postgres.SessionRow(&sd.s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		alias, meta, labels, search := postgres.SessionRow(&sd.s)
 		// The first seeded is the most recently updated.
 		if _, err := conn.Exec(ctx, `INSERT INTO sessions (id, namespace, alias, created_ns, updated_ns, revision, message_count, meta, label_pairs, meta_search, models)
 			VALUES ($1, 'ns', $2, $3::bigint, $3::bigint + $4::bigint, 1, 0, $5, $6, $7, $8)`,
