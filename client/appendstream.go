@@ -79,8 +79,7 @@ func (c *Client) appendStreamed(ctx context.Context, req *sessiondv1.AppendMessa
 		if ans.err != nil {
 			return AppendResult{}, mapError(ctx, rpcAppendStream, ans.err)
 		}
-		if st := ans.resp.GetStatus(); st != nil {
-			err := status.FromProto(&spb.Status{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}).Err()
+		if err := AppendStreamError(ans.resp); err != nil {
 			return AppendResult{}, mapError(ctx, rpcAppendStream, err)
 		}
 		r := ans.resp.GetResult()
@@ -90,6 +89,20 @@ func (c *Client) appendStreamed(ctx context.Context, req *sessiondv1.AppendMessa
 		// and a retry with the same message ids stores nothing twice.
 		return AppendResult{}, mapError(ctx, rpcAppendStream, status.FromContextError(ctx.Err()).Err())
 	}
+}
+
+// AppendStreamError returns the error an AppendStream answer carries: nil
+// for an answer with a result, else a gRPC status error with the answer's
+// code, message and details, the error AppendMessages would have returned
+// for that request. It is for programs that drive the stream themselves
+// (Client.RPC().AppendStream); as with RPC's calls, the error is not mapped
+// to the SDK's sentinels.
+func AppendStreamError(resp *sessiondv1.AppendStreamResponse) error {
+	st := resp.GetStatus()
+	if st == nil {
+		return nil
+	}
+	return status.FromProto(&spb.Status{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}).Err()
 }
 
 // receive hands each answer of call to the append waiting for it, until

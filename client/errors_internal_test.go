@@ -111,8 +111,8 @@ func TestParseRef(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r := ParseRef(tt.in)
-		if r.ID() != tt.id || r.Alias() != tt.alias {
-			t.Errorf("ParseRef(%q) = id %q alias %q, want %q %q", tt.in, r.ID(), r.Alias(), tt.id, tt.alias)
+		if r.ID() != tt.id || r.Alias() != tt.alias || r.String() != tt.id+tt.alias {
+			t.Errorf("ParseRef(%q) = id %q alias %q string %q, want %q %q", tt.in, r.ID(), r.Alias(), r.String(), tt.id, tt.alias)
 		}
 	}
 }

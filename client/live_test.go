@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/sessiond/sessiond/client"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
@@ -128,6 +130,38 @@ func TestTurnInterrupted(t *testing.T) {
 	}
 	if _, err := c.Append(ctx, ref, 0, &sessiondv1.Message{Role: sessiondv1.Role_ROLE_USER, Content: "next"}); err != nil {
 		t.Errorf("Append after the interrupt: %v", err)
+	}
+}
+
+// SetUsage stores the usage so far in the open message, replacing what was
+// there, and Revision is the session's revision after each write.
+func TestTurnSetUsageRevision(t *testing.T) {
+	c, ctx, ref, turn := newTurn(t)
+	last := uint64(0)
+	check := func(after string, usage *sessiondv1.Usage) {
+		t.Helper()
+		s, msgs, err := c.Load(ctx, ref, client.LoadOptions{Tail: true, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rev := turn.Revision(); rev != s.Revision || rev <= last {
+			t.Errorf("after %s: Revision() = %d, session at %d, previous %d", after, rev, s.Revision, last)
+		}
+		last = s.Revision
+		if !proto.Equal(msgs[0].GetUsage(), usage) || msgs[0].GetState() != sessiondv1.MessageState_MESSAGE_STATE_STREAMING {
+			t.Errorf("after %s: open message %v, want usage %v", after, msgs[0], usage)
+		}
+	}
+	check("OpenTurn", nil)
+	if err := turn.Write(ctx, "The answer"); err != nil {
+		t.Fatal(err)
+	}
+	check("Write", nil)
+	for _, u := range []*sessiondv1.Usage{{InputTokens: 12, OutputTokens: 3}, {InputTokens: 12, OutputTokens: 9, ReasoningTokens: 4}} {
+		if err := turn.SetUsage(ctx, u); err != nil {
+			t.Fatalf("SetUsage(%v): %v", u, err)
+		}
+		check(fmt.Sprintf("SetUsage(%v)", u), u)
 	}
 }
 

@@ -81,14 +81,29 @@ func startSessiond(args ...string) (addr string, stop func()) {
 // client of it and a ctx that ends with the test or after 30 seconds.
 func dialSessiond(t *testing.T, args ...string) (*client.Client, context.Context) {
 	t.Helper()
-	addr, stop := startSessiond(args...)
+	addr, ctx, _ := runSessiond(t, args...)
+	return dial(t, ctx, addr), ctx
+}
+
+// runSessiond starts sessiond (with args) for the test and returns its
+// address, a ctx that ends with the test or after 30 seconds, and a func
+// that kills the daemon before the test's end does.
+func runSessiond(t *testing.T, args ...string) (addr string, ctx context.Context, stop func()) {
+	t.Helper()
+	addr, stop = startSessiond(args...)
 	t.Cleanup(stop)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	t.Cleanup(cancel)
-	c, err := client.Dial(ctx, addr)
+	return addr, ctx, stop
+}
+
+// dial connects to addr with opts and closes the client when the test ends.
+func dial(t *testing.T, ctx context.Context, addr string, opts ...client.DialOption) *client.Client {
+	t.Helper()
+	c, err := client.Dial(ctx, addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return c, ctx
+	return c
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	sdk "github.com/sessiond/sessiond/client"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -361,10 +362,7 @@ func (l *leanConn) appendStreamed(ctx context.Context, req *sessiondv1.AppendStr
 	if err := l.roundTrip(ctx, l.streamCall, req, resp); err != nil {
 		return err
 	}
-	if st := resp.GetStatus(); st != nil {
-		return status.Error(codes.Code(st.GetCode()), st.GetMessage())
-	}
-	return nil
+	return sdk.AppendStreamError(resp)
 }
 
 // streamCall sends m on the open stream (opening it first) and reads the

@@ -330,6 +330,11 @@ func TestErrors(t *testing.T) {
 		{"stray argument", []string{"--addr", d.addr, "health", "extra"}, true, "extra"},
 		{"bad namespace", []string{"--addr", d.addr, "--namespace", "no/slash", "append", "--count", "1"}, true, "--namespace"},
 		{"refused by the daemon", []string{"--addr", d.addr, "load", "--messages", "1", "--size", "16777216"}, false, "max_message_bytes"},
+		// An AppendStream answer's status fails the run, with either client.
+		{"stream append refused, lean client", []string{"--addr", d.addr, "--namespace", "refused-lean", "append", "--rpc", "stream",
+			"--client", clientLean, "--count", "1", "--warmup", "0", "--size", "16777216"}, false, "max_message_bytes"},
+		{"stream append refused, grpc client", []string{"--addr", d.addr, "--namespace", "refused-grpc", "append", "--rpc", "stream",
+			"--client", clientGRPC, "--count", "1", "--warmup", "0", "--size", "16777216"}, false, "max_message_bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	sdk "github.com/sessiond/sessiond/client"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/internal/metrics"
 )
@@ -327,10 +328,7 @@ func streamAppender(ctx context.Context, c *config, clients []sessiondv1.Session
 		if err != nil {
 			return err
 		}
-		if s := resp.GetStatus(); s != nil {
-			return status.Error(codes.Code(s.GetCode()), s.GetMessage())
-		}
-		return nil
+		return sdk.AppendStreamError(resp)
 	}, nil
 }
 
