@@ -61,14 +61,6 @@ func WithTransportCredentials(creds credentials.TransportCredentials) DialOption
 	return func(o *dialOptions) { o.creds = creds }
 }
 
-// WithPerRPCToken sends "authorization: Bearer <token>" with every call, for
-// a daemon started with --auth-tokens. Over a connection without TLS the token
-// travels in clear text, which is acceptable only on loopback or a unix
-// socket.
-//
-// Deprecated: use WithToken.
-func WithPerRPCToken(token string) DialOption { return WithToken(token) }
-
 // WithPerRPCCredentials sends any gRPC per-call credentials with every call.
 func WithPerRPCCredentials(c credentials.PerRPCCredentials) DialOption {
 	return func(o *dialOptions) { o.perRPC = c }
@@ -114,8 +106,8 @@ func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 }
 
 // RequireTransportSecurity is false so that tokens work over the loopback and
-// unix-socket connections sessiond uses by default; WithPerRPCToken's doc
-// warns about clear text.
+// unix-socket connections sessiond uses by default; WithToken's doc warns
+// about clear text.
 func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // Dial connects to sessiond at addr: "host:port", or a unix socket as

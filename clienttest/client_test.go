@@ -122,8 +122,7 @@ func TestPerRPCToken(t *testing.T) {
 			return h(s, ss)
 		}),
 	))
-	//lint:ignore SA1019 the deprecated name must keep working
-	good := srv.Dial(t, client.WithPerRPCToken("s3cret"))
+	good := srv.Dial(t, client.WithToken("s3cret"))
 	s, err := good.Create(t.Context(), client.CreateOptions{Alias: "tok"})
 	if err != nil {
 		t.Fatalf("Create with token: %v", err)
@@ -133,8 +132,7 @@ func TestPerRPCToken(t *testing.T) {
 			t.Fatalf("List (a stream) with token: %v", err)
 		}
 	}
-	//lint:ignore SA1019 the deprecated name must keep working
-	bad := srv.Dial(t, client.WithPerRPCToken("wrong"))
+	bad := srv.Dial(t, client.WithToken("wrong"))
 	if _, err := bad.Get(t.Context(), client.ID(s.ID)); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("Get with a wrong token = %v, want Unauthenticated", err)
 	}

@@ -190,13 +190,6 @@ func Export(f Format, s *sessiondv1.Session, o ExportOptions) ([]byte, []Warning
 	return append(b, '\n'), ws.result(), nil
 }
 
-// ExportMessages writes a conversation that is only messages (a
-// client.Handle's Messages(), say) in format f: Export of a session that
-// holds nothing else.
-func ExportMessages(f Format, msgs []*sessiondv1.Message, o ExportOptions) ([]byte, []Warning, error) {
-	return Export(f, &sessiondv1.Session{Messages: msgs, MessageCount: int64(len(msgs))}, o)
-}
-
 // Import reads one conversation in format f into a new session: its
 // messages, and its request parameters as metadata. The session has no id,
 // namespace or alias; the caller creates it where it wants. A JSONL input
