@@ -39,7 +39,8 @@ var (
 
 // WithToken sends "authorization: Bearer <secret>" with every call, for a
 // daemon started with --auth-tokens (sessionctl token add prints the
-// secret). It overrides SESSIOND_TOKEN.
+// secret). It overrides SESSIOND_TOKEN. Without TLS, Dial takes a token only
+// to a loopback or unix-socket address (ErrInvalid otherwise).
 func WithToken(secret string) DialOption {
 	return func(o *dialOptions) { o.perRPC = bearerToken(secret) }
 }

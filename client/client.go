@@ -106,8 +106,8 @@ func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 }
 
 // RequireTransportSecurity is false so that tokens work over the loopback and
-// unix-socket connections sessiond uses by default; WithToken's doc warns
-// about clear text.
+// unix-socket connections sessiond uses by default; Dial refuses a token
+// without TLS to any other address.
 func (bearerToken) RequireTransportSecurity() bool { return false }
 
 // Dial connects to sessiond at addr: "host:port", or a unix socket as
