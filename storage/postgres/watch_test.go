@@ -329,7 +329,9 @@ func TestWatchFollowsLiveTurnPastHistory(t *testing.T) {
 		t.Errorf("%d events rows after the finish, want %d (the history and the row before it)", n, storage.WatchHistory+1)
 	}
 
-	// Past the bound: the first revision the watcher needs is gone.
+	// Past the bound: the first revision the watcher needs is gone, in its
+	// first page of events (small metadata) or with that whole page (large
+	// metadata, the watcher a page further behind).
 	for _, c := range []struct {
 		name string
 		meta map[string]string
@@ -337,7 +339,7 @@ func TestWatchFollowsLiveTurnPastHistory(t *testing.T) {
 		lag  int
 	}{
 		{"small metadata", nil, postgres.LiveHistoryEvents, postgres.LiveHistoryEvents + 10},
-		{"large metadata", big, storage.WatchHistory, storage.WatchHistory + 10},
+		{"large metadata", big, storage.WatchHistory, storage.WatchHistory + storage.WatchBuffer + 10},
 	} {
 		ref, sub := start(c.meta)
 		stream(ref, c.lag)
