@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,20 +19,8 @@ import (
 // in order, one revision per delta; B's loads and searches see the text so
 // far, and the finish reaches both watchers.
 func TestPostgresLiveTurnAcrossReplicas(t *testing.T) {
-	dsn := pgtest.Schema(t)
-	a, b := startPostgresDaemon(t, dsn), startPostgresDaemon(t, dsn)
 	ctx := testContext(t, 60*time.Second)
-	ca, cb := a.client(t), b.client(t)
-
-	created, err := ca.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Messages: []*sessiondv1.Message{
-		textMsg("q", sessiondv1.Role_ROLE_USER, "tell me a story"),
-		{Id: "open", Role: sessiondv1.Role_ROLE_ASSISTANT, State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING}}})
-	if err != nil {
-		t.Fatalf("CreateSession on A: %v", err)
-	}
-	ref := byID("", created.GetSession().GetId())
-	start := created.GetSession().GetRevision()
-
+	_, ca, cb, ref, start := startLiveTurn(t, ctx)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	early := watchFrom(t, wctx, cb, ref, start)
@@ -78,7 +67,7 @@ func TestPostgresLiveTurnAcrossReplicas(t *testing.T) {
 		t.Fatalf("SearchSessions on B: %v", err)
 	}
 	hit, err := search.Recv()
-	if err != nil || hit.GetSession().GetId() != created.GetSession().GetId() {
+	if err != nil || hit.GetSession().GetId() != ref.GetId() {
 		t.Fatalf("search on B for the last delta: %v, %v; want a hit in the session", hit, err)
 	}
 
@@ -93,28 +82,108 @@ func TestPostgresLiveTurnAcrossReplicas(t *testing.T) {
 		from uint64
 		text string
 	}{{"the early watcher", early, start, ""}, {"the watcher from mid-message", late, midRev, midText}} {
-		got := w.text
-		rev := w.from
-		for rev < fin.GetRevision()-1 {
-			ev, err := w.sub.Recv()
-			if err != nil {
-				t.Fatalf("%s on B, after revision %d: %v", w.name, rev, err)
-			}
-			d := ev.GetDelta()
-			if ev.GetType() != sessiondv1.EventType_EVENT_TYPE_DELTA || ev.GetRevision() != rev+1 || d.GetOffset() != int64(len(got)) {
-				t.Fatalf("%s on B: %v at revision %d offset %d, want a delta at revision %d offset %d", w.name, ev.GetType(), ev.GetRevision(), d.GetOffset(), rev+1, len(got))
-			}
-			got += d.GetContent()
-			rev = ev.GetRevision()
+		name := w.name + " on B"
+		if got := followDeltas(t, name, w.sub, w.from, w.text, fin.GetRevision()-1); got != text.String() {
+			t.Fatalf("%s built %d bytes, want the %d streamed", name, len(got), text.Len())
 		}
-		if got != text.String() {
-			t.Fatalf("%s on B built %d bytes, want the %d streamed", w.name, len(got), text.Len())
+		nextFinished(t, name, w.sub, fin.GetRevision())
+	}
+}
+
+// followDeltas reads a live turn's deltas from watch sub, which has had
+// the events up to revision from (text: the open message's content then),
+// up to revision to: one delta per revision, each at the end of the text
+// so far. It returns the text built.
+func followDeltas(t *testing.T, name string, sub sessiondv1.SessionStoreService_WatchSessionClient, from uint64, text string, to uint64) string {
+	t.Helper()
+	for rev := from; rev < to; {
+		ev, err := sub.Recv()
+		if err != nil {
+			t.Fatalf("%s, after revision %d: %v", name, rev, err)
 		}
-		ev, err := w.sub.Recv()
-		if err != nil || ev.GetType() != sessiondv1.EventType_EVENT_TYPE_FINISHED || ev.GetRevision() != fin.GetRevision() {
-			t.Fatalf("%s on B after the deltas: %v, %v; want FINISHED at revision %d", w.name, ev, err, fin.GetRevision())
+		d := ev.GetDelta()
+		if ev.GetType() != sessiondv1.EventType_EVENT_TYPE_DELTA || ev.GetRevision() != rev+1 || d.GetOffset() != int64(len(text)) {
+			t.Fatalf("%s: %v at revision %d offset %d, want a delta at revision %d offset %d", name, ev.GetType(), ev.GetRevision(), d.GetOffset(), rev+1, len(text))
+		}
+		text += d.GetContent()
+		rev = ev.GetRevision()
+	}
+	return text
+}
+
+// nextFinished checks that sub's next event is the finish at revision fin.
+func nextFinished(t *testing.T, name string, sub sessiondv1.SessionStoreService_WatchSessionClient, fin uint64) {
+	t.Helper()
+	ev, err := sub.Recv()
+	if err != nil || ev.GetType() != sessiondv1.EventType_EVENT_TYPE_FINISHED || ev.GetRevision() != fin {
+		t.Fatalf("%s after the deltas: %v, %v; want FINISHED at revision %d", name, ev, err, fin)
+	}
+}
+
+// TestPostgresLiveTurnWatcherHeldBack: a watcher on replica B whose
+// replica reads nothing (stopped with SIGSTOP, as a loaded machine can
+// hold it back) while replica A streams several hundred deltas, far more
+// than the last storage.WatchHistory revisions every session keeps, still
+// gets every delta once and in order once it reads again, with no reset:
+// while a message is open its deltas stay in the history.
+func TestPostgresLiveTurnWatcherHeldBack(t *testing.T) {
+	ctx := testContext(t, 120*time.Second)
+	b, ca, cb, ref, start := startLiveTurn(t, ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	watch := watchFrom(t, wctx, cb, ref, start)
+
+	if err := b.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	resume := func() {
+		if stopped {
+			if err := b.Signal(syscall.SIGCONT); err != nil {
+				t.Errorf("SIGCONT to B: %v", err)
+			}
+			stopped = false
 		}
 	}
+	defer resume()
+	const deltas = 600
+	var text strings.Builder
+	for i := range deltas {
+		piece := fmt.Sprintf("d%05d ", i)
+		if _, err := ca.AppendDelta(ctx, &sessiondv1.AppendDeltaRequest{Ref: ref, MessageId: "open", Offset: int64(text.Len()), Content: piece}); err != nil {
+			t.Fatalf("AppendDelta %d on A: %v", i, err)
+		}
+		text.WriteString(piece)
+	}
+	resume()
+	const name = "the held-back watcher on B"
+	if got := followDeltas(t, name, watch, start, "", start+deltas); got != text.String() {
+		t.Fatalf("%s built %d bytes, want the %d streamed", name, len(got), text.Len())
+	}
+	fin, err := ca.FinishMessage(ctx, &sessiondv1.FinishMessageRequest{Ref: ref, MessageId: "open"})
+	if err != nil {
+		t.Fatalf("FinishMessage on A: %v", err)
+	}
+	nextFinished(t, name, watch, fin.GetRevision())
+}
+
+// startLiveTurn starts two replicas, A and B, on one database, and
+// creates through A a session holding a question and an open answer,
+// message "open". It returns B, clients of A and B, the session and its
+// revision.
+func startLiveTurn(t *testing.T, ctx context.Context) (b *daemon, ca, cb sessiondv1.SessionStoreServiceClient, ref *sessiondv1.SessionRef, start uint64) {
+	t.Helper()
+	dsn := pgtest.Schema(t)
+	a := startPostgresDaemon(t, dsn)
+	b = startPostgresDaemon(t, dsn)
+	ca, cb = a.client(t), b.client(t)
+	created, err := ca.CreateSession(ctx, &sessiondv1.CreateSessionRequest{Messages: []*sessiondv1.Message{
+		textMsg("q", sessiondv1.Role_ROLE_USER, "tell me a story"),
+		{Id: "open", Role: sessiondv1.Role_ROLE_ASSISTANT, State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING}}})
+	if err != nil {
+		t.Fatalf("CreateSession on A: %v", err)
+	}
+	return b, ca, cb, byID("", created.GetSession().GetId()), created.GetSession().GetRevision()
 }
 
 // watchFrom starts a watch of ref on c after revision from.

@@ -70,7 +70,8 @@
 //     row that each delta and the finish rewrite in place under the
 //     session's row lock (live.go); it is indexed for search once closed.
 //   - events: the events of each session's last storage.WatchHistory
-//     revisions (and the newest row before them), with the session's state
+//     revisions (more while a message is open: see below and live.go;
+//     and the newest row before them), with the session's state
 //     after the change in the sessions row's columns. Since schema version
 //     9 an append that changes only the revision, the message count and
 //     updated_ns (the one-statement append) writes no row: its messages
@@ -154,9 +155,12 @@
 // watched sessions' events after the last one it delivered, so watchers on
 // every replica see every change in order without gaps, and a lost
 // notification only delays them. A watcher behind by any number of plain
-// appends catches up from the messages; a from_revision older than
-// storage.WatchHistory revisions, or a gap (history trimmed, or a rewrite
-// of appends no longer in it), is ErrWatchReset.
+// appends catches up from the messages; one behind a live turn's deltas,
+// from the rows of up to liveHistoryEvents revisions that a session keeps
+// while a message is open (fewer for a session with large metadata), which
+// its finish trims back to storage.WatchHistory. A from_revision older
+// than storage.WatchHistory revisions, or a gap (history trimmed, or a
+// rewrite of appends no longer in it), is ErrWatchReset.
 //
 // # Errors
 //

@@ -227,3 +227,7 @@ func SetGather(d *Store, expect int, wait time.Duration) {
 
 // Batches is how many batches of two or more appends d has written.
 func Batches(d *Store) uint64 { return countOf(d).batches.Load() }
+
+// LiveHistoryEvents bounds the revisions a session with an open message
+// keeps in its events rows.
+const LiveHistoryEvents = liveHistoryEvents

@@ -24,6 +24,34 @@ import (
 
 var _ storage.LiveDriver = (*Store)(nil)
 
+// While a session has an open message, its events rows cover its last
+// liveHistoryEvents revisions instead of historyEvents: deltas come in
+// bursts of one revision each, and a watcher on another replica that is
+// slow to read for a moment would otherwise find them trimmed and be
+// reset mid-message. The rows are bounded twice: by count, and by
+// liveHistoryBytes of the session's columns every row repeats (so a
+// session with large metadata keeps fewer, never fewer than
+// historyEvents); their deltas add up to at most the open message. The
+// finish trims back to historyEvents, as does a save (which makes every
+// watcher reload anyway, and whose copy of the appends in the history,
+// keepEventMessages, covers historyEvents revisions). A resume with
+// from_revision keeps the bound of historyEvents, as on the file store.
+const (
+	liveHistoryEvents = 4 * storage.WatchBuffer
+	liveHistoryBytes  = 1 << 20
+	eventRowBytes     = 128 // an events row's own columns, header and index entry
+)
+
+// historyKept is how many revisions of its session's history a write
+// leaving m keeps: its event is of type typ, and its row repeats repeated
+// bytes of the session's columns.
+func historyKept(typ storage.EventType, m *storage.Session, repeated int) int64 {
+	if m.OpenMessageID == "" || typ == storage.EventReplaced {
+		return historyEvents
+	}
+	return max(historyEvents, min(liveHistoryEvents, liveHistoryBytes/int64(eventRowBytes+repeated)))
+}
+
 // AppendDelta adds to the session's open message in one transaction.
 func (s *Store) AppendDelta(ctx context.Context, req storage.DeltaRequest, limits storage.Limits) (storage.DeltaResult, error) {
 	var out storage.DeltaResult

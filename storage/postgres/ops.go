@@ -403,32 +403,37 @@ func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session
 // delta as applied (encoded), messages a finish event's closed message.
 //
 // The trim keeps the newest row at or before the start of the history
-// (the last historyEvents revisions): the appends after it that wrote no
+// (the last historyKept revisions): the appends after it that wrote no
 // row take their session from it (readEvents).
 func queueEventRow(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, count int, delta []byte, messages [][]byte) error {
-	if err := queueInsertEvent(b, typ, m, count, delta, messages); err != nil {
+	repeated, err := queueInsertEvent(b, typ, m, count, delta, messages)
+	if err != nil {
 		return err
 	}
 	b.Queue(`DELETE FROM events WHERE session_id = $1
-		AND revision < (SELECT max(revision) FROM events WHERE session_id = $1 AND revision <= $2)`, m.ID, int64(m.Revision)-historyEvents)
+		AND revision < (SELECT max(revision) FROM events WHERE session_id = $1 AND revision <= $2)`,
+		m.ID, int64(m.Revision)-historyKept(typ, m, repeated))
 	tx.changed = append(tx.changed, changed{m.ID, m.Revision})
 	return nil
 }
 
-// queueInsertEvent queues the insert of m's events row.
-func queueInsertEvent(b *pgx.Batch, typ storage.EventType, m *storage.Session, count int, delta []byte, messages [][]byte) error {
+// queueInsertEvent queues the insert of m's events row. It returns the
+// bytes of the session's columns the row repeats (every row of the
+// session holds them), besides the row's own change.
+func queueInsertEvent(b *pgx.Batch, typ storage.EventType, m *storage.Session, count int, delta []byte, messages [][]byte) (int, error) {
 	tally, err := encodeTally(m)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// Not sessionRow: an event needs no label pairs or search text.
+	meta := encodeMeta(m)
 	b.Queue(`INSERT INTO events (session_id, revision, type, first_pos, count, namespace, alias, created_ns, updated_ns, message_count, meta,
 			tally, expire_after_ns, open_message_id, delta, messages)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
 		m.ID, int64(m.Revision), int16(typ), m.MessageCount-int64(count), count,
-		m.Namespace, aliasCol(m), m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, encodeMeta(m), tally, int64(m.ExpireAfter),
+		m.Namespace, aliasCol(m), m.CreatedAt.UnixNano(), m.UpdatedAt.UnixNano(), m.MessageCount, meta, tally, int64(m.ExpireAfter),
 		openCol(m), delta, messages)
-	return nil
+	return len(m.Namespace) + len(m.Alias) + len(meta) + len(tally) + len(m.OpenMessageID), nil
 }
 
 // addEvent sends queueEvent's statements (for an event that is not an
@@ -490,7 +495,7 @@ func keepEventMessages(ctx context.Context, tx pgx.Tx, id string, keep int64, re
 	b := &pgx.Batch{}
 	for _, ev := range evs {
 		if ev.derived && ev.first+int64(len(ev.bodies)) > keep {
-			if err := queueInsertEvent(b, storage.EventAppended, ev.Session, len(ev.bodies), nil, ev.bodies); err != nil {
+			if _, err := queueInsertEvent(b, storage.EventAppended, ev.Session, len(ev.bodies), nil, ev.bodies); err != nil {
 				return err
 			}
 		}

@@ -90,7 +90,7 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 	}
 	var replay []storage.Event
 	if from < rev {
-		if replay, err = s.events(ctx, id, from, -1, rev); err != nil {
+		if replay, _, err = s.events(ctx, id, from, -1, rev); err != nil {
 			return nil, err
 		}
 		if uint64(len(replay)) != rev-from || replay[0].Revision != from+1 {
@@ -111,17 +111,26 @@ func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64)
 // events reads session id's events after revision from, up to to (0:
 // all), in order, in one snapshot. fromCount is the session's message
 // count at revision from (-1: not known). A revision it cannot read (its
-// history trimmed) is missing from the answer: the callers find the gap.
-func (s *Store) events(ctx context.Context, id string, from uint64, fromCount int64, to uint64) ([]storage.Event, error) {
-	var out []storage.Event
-	err := s.withSnapshot(ctx, func(tx pgx.Tx) error {
-		evs, err := readEvents(ctx, tx, id, from, fromCount, to)
-		for _, ev := range evs {
-			out = append(out, ev.Event)
+// history trimmed) is missing from the answer: the callers find the gap,
+// after the first event read, or, when none is, by gone: the session
+// moved past from all the same (or was deleted), its revisions up to to
+// trimmed.
+func (s *Store) events(ctx context.Context, id string, from uint64, fromCount int64, to uint64) (evs []storage.Event, gone bool, err error) {
+	err = s.withSnapshot(ctx, func(tx pgx.Tx) error {
+		stored, err := readEvents(ctx, tx, id, from, fromCount, to)
+		if err != nil {
+			return err
 		}
-		return err
+		for _, ev := range stored {
+			evs = append(evs, ev.Event)
+		}
+		if len(evs) > 0 {
+			return nil
+		}
+		return tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND revision > $2)
+			OR EXISTS (SELECT 1 FROM events WHERE session_id = $1 AND revision > $2)`, id, int64(from)).Scan(&gone)
 	})
-	return out, err
+	return evs, gone, err
 }
 
 // storedEvent is an event as stored: an events row, or an append read
@@ -343,9 +352,14 @@ func (w *watcher) catchUpLocked(ctx context.Context, id string) error {
 			w.forget(id)
 			return nil
 		}
-		evs, err := w.s.events(ctx, id, last, w.count[id], last+storage.WatchBuffer)
+		evs, gone, err := w.s.events(ctx, id, last, w.count[id], last+storage.WatchBuffer)
 		if err != nil {
 			return err
+		}
+		if gone {
+			w.broker.Reset(id, fmt.Errorf("the watcher missed the revisions after %d, no longer kept: %w", last, storage.ErrWatchReset))
+			w.forget(id)
+			return nil
 		}
 		count := w.count[id]
 		for _, ev := range evs {

@@ -1,7 +1,9 @@
 package postgres_test
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +23,18 @@ func eventRows(t *testing.T, dsn, id string) int {
 	return n
 }
 
+// openHeld opens a Store on dsn for a watcher that tests hold back
+// (postgres.HoldWatcher on d): it reads only when notified, never by poll.
+func openHeld(t *testing.T, dsn string) (d *postgres.Store, s *storage.Store) {
+	t.Helper()
+	d, s, err := postgres.OpenDriver(t.Context(), dsn, postgres.Options{MaxConns: 4, MinConns: 1, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return d, s
+}
+
 // TestWatchAppendsWithoutEventRows: an append that changes only the
 // revision, count and update time writes no events row, and a watcher on
 // another replica that falls far behind (past the events history) still
@@ -28,11 +42,7 @@ func eventRows(t *testing.T, dsn, id string) int {
 func TestWatchAppendsWithoutEventRows(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	writer := open(t, dsn)
-	d, watching, err := postgres.OpenDriver(t.Context(), dsn, postgres.Options{MaxConns: 4, MinConns: 1, PollInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = watching.Close() })
+	d, watching := openHeld(t, dsn)
 	ctx := t.Context()
 	se, err := writer.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "t"})
 	if err != nil {
@@ -233,5 +243,121 @@ func TestWatchPollsThroughOtherNotifications(t *testing.T) {
 		}
 	case <-time.After(25 * poll):
 		t.Fatalf("the append was not delivered within %v (poll interval %v) while other notifications kept arriving", 25*poll, poll)
+	}
+}
+
+// TestWatchFollowsLiveTurnPastHistory: while a message is open, a watcher
+// on another replica that stops reading for more than the history's
+// storage.WatchHistory revisions of deltas still reads every delta once
+// and in order, then the finish, with no reset; the finish trims the rows
+// back to that history. A watcher further behind than the open message's
+// bound (LiveHistoryEvents rows, fewer for a session with large metadata)
+// is reset, as any watcher that fell out of the history.
+func TestWatchFollowsLiveTurnPastHistory(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	writer := open(t, dsn)
+	d, watching := openHeld(t, dsn)
+	ctx := t.Context()
+	// A large metadata value leaves room for fewer rows in the open
+	// message's bound, never fewer than the history's.
+	big := map[string]string{}
+	for i := range 16 {
+		big[fmt.Sprint(i)] = strings.Repeat("v", 4<<10)
+	}
+	start := func(meta map[string]string) (storage.Ref, *storage.Subscription) {
+		t.Helper()
+		se, err := writer.Create(ctx, storage.CreateRequest{Namespace: "ns", Metadata: meta, Messages: []*sessiondv1.Message{
+			{Id: "q", Role: sessiondv1.Role_ROLE_USER, Content: "tell me a story"},
+			{Id: "open", Role: sessiondv1.Role_ROLE_ASSISTANT, State: sessiondv1.MessageState_MESSAGE_STATE_STREAMING}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := storage.Ref{Namespace: "ns", ID: se.ID}
+		sub, err := watching.Watch(ctx, ref, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sub.Close)
+		return ref, sub
+	}
+	// stream writes n deltas to ref's open message while the watcher is
+	// held, and returns the text it built.
+	stream := func(ref storage.Ref, n int) string {
+		t.Helper()
+		release := postgres.HoldWatcher(d)
+		defer release()
+		var text strings.Builder
+		for i := range n {
+			piece := fmt.Sprintf("d%05d ", i)
+			if _, err := writer.AppendDelta(ctx, storage.DeltaRequest{Ref: ref, Delta: &sessiondv1.MessageDelta{
+				MessageId: "open", Offset: int64(text.Len()), Content: piece}}); err != nil {
+				t.Fatalf("delta %d: %v", i, err)
+			}
+			text.WriteString(piece)
+		}
+		return text.String()
+	}
+
+	// Fewer than a watch stream's buffer holds, so that the catch-up
+	// delivers them in one page whatever the reader's pace.
+	const deltas = 3 * storage.WatchHistory
+	ref, sub := start(nil)
+	text := stream(ref, deltas)
+	var got string
+	for i := range deltas {
+		ev := nextEvent(t, sub)
+		if ev.Type != storage.EventDelta || ev.Revision != uint64(2+i) || ev.Delta.GetOffset() != int64(len(got)) {
+			t.Fatalf("event %d: %v at revision %d offset %d, want a delta at revision %d offset %d",
+				i, ev.Type, ev.Revision, ev.Delta.GetOffset(), 2+i, len(got))
+		}
+		got += ev.Delta.GetContent()
+	}
+	if got != text {
+		t.Fatalf("the watcher built %d bytes, want the %d streamed", len(got), len(text))
+	}
+	if n := eventRows(t, dsn, ref.ID); n != deltas+1 {
+		t.Errorf("%d events rows while the message is open, want %d (the create's and every delta's)", n, deltas+1)
+	}
+	fin, err := writer.FinishMessage(ctx, storage.FinishRequest{Ref: ref, MessageID: "open"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, sub); ev.Type != storage.EventFinished || ev.Revision != fin.Revision {
+		t.Fatalf("after the deltas: %v at revision %d, want the finish at %d", ev.Type, ev.Revision, fin.Revision)
+	}
+	if n := eventRows(t, dsn, ref.ID); n != storage.WatchHistory+1 {
+		t.Errorf("%d events rows after the finish, want %d (the history and the row before it)", n, storage.WatchHistory+1)
+	}
+
+	// Past the bound: the first revision the watcher needs is gone, in its
+	// first page of events (small metadata) or with that whole page (large
+	// metadata, the watcher a page further behind).
+	for _, c := range []struct {
+		name string
+		meta map[string]string
+		rows int
+		lag  int
+	}{
+		{"small metadata", nil, postgres.LiveHistoryEvents, postgres.LiveHistoryEvents + 10},
+		{"large metadata", big, storage.WatchHistory, storage.WatchHistory + storage.WatchBuffer + 10},
+	} {
+		ref, sub := start(c.meta)
+		stream(ref, c.lag)
+		if n := eventRows(t, dsn, ref.ID); n != c.rows+1 {
+			t.Errorf("%s: %d events rows while the message is open, want %d", c.name, n, c.rows+1)
+		}
+		// The first delta it needs is gone: reset before any is
+		// delivered, rather than given the rest with a gap.
+		select {
+		case ev, ok := <-sub.Events():
+			if ok {
+				t.Fatalf("%s: a %v event at revision %d, want a reset first", c.name, ev.Type, ev.Revision)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: a watcher %d deltas behind was neither reset nor given an event within 10 s", c.name, c.lag)
+		}
+		if !errors.Is(sub.Err(), storage.ErrWatchReset) {
+			t.Errorf("%s: a watcher %d deltas behind ended with %v, want ErrWatchReset", c.name, c.lag, sub.Err())
+		}
 	}
 }
