@@ -173,6 +173,19 @@ func (b *Broker) keepHistoryLocked(sessionID string, h *history) {
 	b.trimLocked(h)
 }
 
+// Room is how many events every subscriber of sessionID can still take
+// without being cut off (WatchBuffer when it has none): a backend that
+// publishes a backlog in pages sizes them by it.
+func (b *Broker) Room(sessionID string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	room := WatchBuffer
+	for s := range b.subs[sessionID] {
+		room = min(room, cap(s.ch)-len(s.ch))
+	}
+	return room
+}
+
 // Publish delivers ev to sessionID's subscribers and keeps it in the
 // session's history if the session is watched. An EventDeleted ends every
 // subscription to the session and forgets its history.

@@ -486,3 +486,30 @@ func historyBytes(b *Broker) int64 {
 	defer b.mu.Unlock()
 	return b.total
 }
+
+// TestBrokerRoom: Room is the least room of a session's subscribers, a
+// whole buffer without any, and grows as the slowest one takes events.
+func TestBrokerRoom(t *testing.T) {
+	b := NewBroker()
+	if got := b.Room(testSession); got != WatchBuffer {
+		t.Fatalf("Room with no subscriber = %d, want %d", got, WatchBuffer)
+	}
+	slow := mustSubscribe(t, b, 1, 0)
+	fast := mustSubscribe(t, b, 1, 0)
+	publishRange(b, testSession, 2, 11)
+	wantRevisions(t, fast, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+	if got := b.Room(testSession); got != WatchBuffer-10 {
+		t.Fatalf("Room with a subscriber 10 events behind = %d, want %d", got, WatchBuffer-10)
+	}
+	for _, want := range []uint64{2, 3, 4} {
+		if e := recv(t, slow); e.Revision != want {
+			t.Fatalf("slow watcher got revision %d, want %d", e.Revision, want)
+		}
+	}
+	if got := b.Room(testSession); got != WatchBuffer-7 {
+		t.Fatalf("Room after the slowest took 3 = %d, want %d", got, WatchBuffer-7)
+	}
+	if got := b.Room("other"); got != WatchBuffer {
+		t.Fatalf("Room of another session = %d, want %d", got, WatchBuffer)
+	}
+}

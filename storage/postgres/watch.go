@@ -338,11 +338,22 @@ func eventSession(out *storage.Session, id string, rev int64, snap []byte, cols 
 	return decodeMeta(meta, out)
 }
 
+// catchUpDrain bounds how long one catch-up waits for its watchers to
+// take the events it published before it reads the next page. Past it, a
+// page fills the buffers again and cuts off a watcher that has not made
+// room, as a file store watcher is cut off by a writer; other sessions'
+// catch-ups wait for it no longer than a poll interval.
+const catchUpDrain = 2 * time.Second
+
 // catchUpLocked publishes session id's events after the last one
-// published, a page of at most WatchBuffer revisions at a time (more
-// would overflow every subscriber). A gap (history trimmed past what the
-// watchers have) resets them; a deletion ends them. w.mu is held.
+// published, a page at a time: at most what every subscriber has room
+// for, waiting (up to catchUpDrain in all) for half a buffer of room, so
+// that a backlog of many revisions (a replica slow to read a burst of
+// deltas) reaches a watcher that reads it instead of cutting it off. A
+// gap (history trimmed past what the watchers have) resets them; a
+// deletion ends them. w.mu is held.
 func (w *watcher) catchUpLocked(ctx context.Context, id string) error {
+	drained := time.Now().Add(catchUpDrain)
 	for {
 		last, ok := w.last[id]
 		if !ok {
@@ -352,7 +363,8 @@ func (w *watcher) catchUpLocked(ctx context.Context, id string) error {
 			w.forget(id)
 			return nil
 		}
-		evs, gone, err := w.s.events(ctx, id, last, w.count[id], last+storage.WatchBuffer)
+		page := uint64(w.room(ctx, id, drained))
+		evs, gone, err := w.s.events(ctx, id, last, w.count[id], last+page)
 		if err != nil {
 			return err
 		}
@@ -376,9 +388,24 @@ func (w *watcher) catchUpLocked(ctx context.Context, id string) error {
 			}
 		}
 		w.last[id], w.count[id] = last, count
-		if len(evs) < storage.WatchBuffer {
+		if uint64(len(evs)) < page {
 			return nil
 		}
+	}
+}
+
+// room returns how many events every subscriber of id can take, once it
+// is at least half a buffer; WatchBuffer once drained has passed (or ctx
+// ended), whatever they took.
+func (w *watcher) room(ctx context.Context, id string, drained time.Time) int {
+	for {
+		if room := w.broker.Room(id); room >= storage.WatchBuffer/2 {
+			return room
+		}
+		if !time.Now().Before(drained) || ctx.Err() != nil {
+			return storage.WatchBuffer
+		}
+		sleep(ctx, time.Millisecond)
 	}
 }
 
