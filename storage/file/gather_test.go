@@ -42,7 +42,7 @@ func TestGatherUntil(t *testing.T) {
 	})
 	t.Run("stops at a step without arrivals", func(t *testing.T) {
 		w := &wal{queue: []*walReq{{}}}
-		step := 100 * time.Millisecond
+		step := 250 * time.Millisecond
 		n, took := gatherFrom(w, 3, walGatherSteps*step)
 		if n != 1 || took < step || took >= walGatherSteps*step {
 			t.Errorf("took a queue of %d after %v; want 1 after one step (%v), not the whole wait", n, took, step)
@@ -51,10 +51,12 @@ func TestGatherUntil(t *testing.T) {
 	t.Run("waits out a writer late by less than a step", func(t *testing.T) {
 		// A writer delayed past a quarter of the wait, as a busy machine
 		// delays one, still joins: a shorter step would flush without it.
+		// It comes well before the step ends (by a fifth of the wait),
+		// so that the test's own goroutine may be late on a busy machine.
 		w := &wal{queue: []*walReq{{}}}
-		wait := 400 * time.Millisecond
+		wait := 2 * time.Second
 		go func() {
-			time.Sleep(wait * 2 / 5)
+			time.Sleep(wait * 3 / 10)
 			joinQueue(w)
 		}()
 		n, took := gatherFrom(w, 2, wait)
