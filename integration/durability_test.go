@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
+	sdk "github.com/sessiond/sessiond/client"
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 )
 
@@ -395,10 +396,7 @@ func streamAppend(streamCtx context.Context, c sessiondv1.SessionStoreServiceCli
 		if err != nil {
 			return err
 		}
-		if s := resp.GetStatus(); s != nil {
-			return status.Error(codes.Code(s.GetCode()), s.GetMessage())
-		}
-		return nil
+		return sdk.AppendStreamError(resp)
 	}
 }
 
