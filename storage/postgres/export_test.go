@@ -231,3 +231,6 @@ func Batches(d *Store) uint64 { return countOf(d).batches.Load() }
 // LiveHistoryEvents bounds the revisions a session with an open message
 // keeps in its events rows.
 const LiveHistoryEvents = liveHistoryEvents
+
+// MessageSignature is the signature message_search holds for a message.
+var MessageSignature = messageSignature

@@ -1,6 +1,9 @@
 package postgres
 
 import (
+	"unicode"
+	"unicode/utf8"
+
 	"github.com/jackc/pgx/v5/pgtype"
 
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
@@ -26,20 +29,75 @@ const sigBits = 2048
 // signature returns the signature of text; ok is false when text has no
 // window (shorter than three bytes).
 func signature(text string) (sig pgtype.Bits, ok bool) {
-	sig = pgtype.Bits{Bytes: make([]byte, sigBits/8), Len: sigBits, Valid: true}
-	for i := 0; i+3 <= len(text); i++ {
-		w := uint32(text[i])<<16 | uint32(text[i+1])<<8 | uint32(text[i+2])
-		h := (w * 2654435761) >> (32 - 11) // Fibonacci hashing onto 11 bits: sigBits
-		sig.Bytes[h>>3] |= 0x80 >> (h & 7) // bit strings count from the first byte's high bit
+	h := newSigHasher()
+	for i := 0; i < len(text); i++ {
+		h.add(text[i])
 	}
-	return sig, len(text) >= 3
+	return h.sig, len(text) >= 3
 }
+
+// sigHasher sets a signature's bits from a text fed to it byte by byte.
+type sigHasher struct {
+	sig pgtype.Bits
+	w   uint32 // the last three bytes
+	n   int
+}
+
+func newSigHasher() sigHasher {
+	return sigHasher{sig: pgtype.Bits{Bytes: make([]byte, sigBits/8), Len: sigBits, Valid: true}}
+}
+
+func (h *sigHasher) add(b byte) {
+	h.w = (h.w<<8 | uint32(b)) & 0xFFFFFF
+	if h.n++; h.n >= 3 {
+		x := (h.w * 2654435761) >> (32 - 11) // Fibonacci hashing onto 11 bits: sigBits
+		h.sig.Bytes[x>>3] |= 0x80 >> (x & 7) // bit strings count from the first byte's high bit
+	}
+}
+
+// addLowered feeds text as searchText lowers it, without building the
+// lowered copy: this runs for every message appended.
+func (h *sigHasher) addLowered(text string) {
+	var buf [utf8.UTFMax]byte
+	for i := 0; i < len(text); {
+		c := text[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == 0:
+				h.addBytes(replacementNUL)
+			case 'A' <= c && c <= 'Z':
+				h.add(c + 'a' - 'A')
+			default:
+				h.add(c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(text[i:]) // invalid bytes: U+FFFD, as strings.ToLower writes
+		h.addBytes(utf8.AppendRune(buf[:0], unicode.ToLower(r)))
+		i += size
+	}
+}
+
+func (h *sigHasher) addBytes(b []byte) {
+	for _, c := range b {
+		h.add(c)
+	}
+}
+
+var replacementNUL = []byte("\uFFFD")
 
 // messageSignature is the signature message_search holds for m: that of
 // its texts' search text.
 func messageSignature(m *sessiondv1.Message) pgtype.Bits {
-	sig, _ := signature(searchText(storage.MessageTexts(m)...))
-	return sig
+	h := newSigHasher()
+	for i, t := range storage.MessageTexts(m) {
+		if i > 0 {
+			h.add('\n')
+		}
+		h.addLowered(t)
+	}
+	return h.sig
 }
 
 // signatures returns the signatures of msgs, in order.

@@ -1,10 +1,13 @@
 package postgres_test
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
+	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
+	"github.com/sessiond/sessiond/storage"
 	"github.com/sessiond/sessiond/storage/postgres"
 )
 
@@ -52,5 +55,37 @@ func TestSignatureHoldsEverySubstring(t *testing.T) {
 	}
 	if misses < 5 {
 		t.Errorf("the signature of a short text matches %d of 6 queries it does not hold", 6-misses)
+	}
+}
+
+// TestMessageSignatureIsThatOfItsSearchText: a message's signature, hashed
+// while its texts are lowered, is the signature of their search text,
+// whatever the bytes (upper case, runes that change length when lowered,
+// NUL, invalid UTF-8), or search would miss the message.
+func TestMessageSignatureIsThatOfItsSearchText(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	pieces := []string{"a", "Z", "Q", " ", "\n", "\x00", "é", "É", "İ", "ẞ", "Σ", "€", "😀", "\xff", "\xe2\x82", "\uFFFD"}
+	text := func() string {
+		var b strings.Builder
+		for range rng.IntN(40) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		return b.String()
+	}
+	for range 2000 {
+		m := &sessiondv1.Message{Content: text(), Parts: []*sessiondv1.ContentPart{{Kind: &sessiondv1.ContentPart_Text{Text: text()}}},
+			ToolCalls: []*sessiondv1.ToolCall{{Id: "c", Name: "f", Arguments: text()}}}
+		want, _ := postgres.Signature(postgres.SearchText(storage.MessageTexts(m)...))
+		if got := postgres.MessageSignature(m); !bytes.Equal(got.Bytes, want.Bytes) {
+			t.Fatalf("message %v: its signature is not that of its search text", m)
+		}
+	}
+}
+
+func BenchmarkMessageSignature(b *testing.B) {
+	m := &sessiondv1.Message{Content: strings.Repeat("The quick brown Fox jumps over the lazy dog. ", 23)}
+	b.SetBytes(int64(len(m.Content)))
+	for b.Loop() {
+		postgres.MessageSignature(m)
 	}
 }
