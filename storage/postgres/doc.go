@@ -7,7 +7,9 @@
 //
 // Open creates or migrates the schema from the versioned SQL files embedded
 // from migrations/, with tern under its advisory lock (replicas starting
-// together migrate once); the version is recorded in schema_migrations. A
+// together migrate once), in the current schema (the first of the
+// search_path that exists); the version is recorded in that schema's
+// schema_migrations. A
 // database whose schema is newer than this binary knows is a start-up error,
 // never a silent downgrade.
 //

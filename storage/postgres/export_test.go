@@ -124,7 +124,11 @@ func MigrateTo(t testing.TB, dsn string, version int32) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	m, err := migrate.NewMigrator(ctx, conn.Conn(), versionTable)
+	table, err := versionTableOf(ctx, conn.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrate.NewMigrator(ctx, conn.Conn(), table)
 	if err != nil {
 		t.Fatal(err)
 	}

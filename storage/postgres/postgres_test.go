@@ -66,6 +66,32 @@ func TestNewerSchema(t *testing.T) {
 	}
 }
 
+// TestSchemaVersionInOwnSchema: a store migrates the first schema of its
+// search_path and reads its version there, even when a later schema holds
+// another sessiond's tables (here a newer one's).
+func TestSchemaVersionInOwnSchema(t *testing.T) {
+	mine, other := pgtest.Schema(t), pgtest.Schema(t)
+	open(t, other)
+	if _, err := connect(t, other).Exec(t.Context(), "UPDATE schema_migrations SET version = $1", postgres.SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	var first, second string
+	if err := connect(t, mine).QueryRow(t.Context(), "SELECT current_schema()").Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	if err := connect(t, other).QueryRow(t.Context(), "SELECT current_schema()").Scan(&second); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, pgtest.SearchPath(mine, first+","+second+",public"))
+	if _, err := s.Create(t.Context(), storage.CreateRequest{Namespace: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := connect(t, mine).QueryRow(t.Context(), "SELECT count(*) FROM "+first+".sessions").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("sessions in the store's own schema: %d, %v; want 1", n, err)
+	}
+}
+
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
 		"postgres://u:pw@h:5432/db?sslmode=disable": "postgres://u:xxxxx@h:5432/db?sslmode=disable",

@@ -27,6 +27,28 @@ var migrations embed.FS
 // versionTable records the schema version, as tern keeps it.
 const versionTable = "schema_migrations"
 
+// versionTableOf names conn's version table in its current schema (the
+// first of the search_path that exists, where the migrations create
+// every table). Unqualified, tern would take any version table the
+// search_path shows, such as another sessiond's in a later schema, and
+// then leave the current schema without tables.
+func versionTableOf(ctx context.Context, conn *pgx.Conn) (string, error) {
+	var schema *string
+	if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&schema); err != nil {
+		return "", fmt.Errorf("postgres: current schema: %w", mapErr(err))
+	}
+	if schema == nil {
+		return "", errors.New("postgres: no schema of the search_path exists: create one, or name an existing one in the DSN's search_path")
+	}
+	if plainIdent.MatchString(*schema) {
+		return *schema + "." + versionTable, nil
+	}
+	return pgx.Identifier{*schema}.Sanitize() + "." + versionTable, nil
+}
+
+// plainIdent matches a name PostgreSQL reads as itself unquoted.
+var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
 // notifyChannel is the LISTEN/NOTIFY channel that wakes watchers.
 const notifyChannel = "sessiond_events"
 
@@ -160,7 +182,11 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("postgres: connect: %w", mapErr(err))
 	}
 	defer conn.Release()
-	m, err := migrate.NewMigrator(ctx, conn.Conn(), versionTable)
+	table, err := versionTableOf(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
+	m, err := migrate.NewMigrator(ctx, conn.Conn(), table)
 	if err != nil {
 		return fmt.Errorf("postgres: schema version table: %w", mapErr(err))
 	}

@@ -77,10 +77,11 @@ func Schema(t testing.TB) string {
 			t.Errorf("drop schema %s: %v", name, err)
 		}
 	})
-	return withSearchPath(t, dsn, name+",public")
+	return SearchPath(dsn, name+",public")
 }
 
-func withSearchPath(t testing.TB, dsn, path string) string {
+// SearchPath returns dsn with its search_path set to path.
+func SearchPath(dsn, path string) string {
 	u, err := url.Parse(dsn)
 	if err != nil || u.Scheme == "" {
 		return fmt.Sprintf("%s search_path=%s", dsn, path)
