@@ -37,7 +37,7 @@ func openHeld(t *testing.T, dsn string) (d *postgres.Store, s *storage.Store) {
 
 // openSilent opens a Store on dsn whose writes send no notification, as
 // though each were lost: only a watcher's poll finds them.
-func openSilent(t *testing.T, dsn string) *storage.Store {
+func openSilent(t testing.TB, dsn string) *storage.Store {
 	t.Helper()
 	d, s, err := postgres.OpenDriver(t.Context(), dsn, postgres.Options{MaxConns: 4, MinConns: 1})
 	if err != nil {
@@ -49,7 +49,7 @@ func openSilent(t *testing.T, dsn string) *storage.Store {
 }
 
 // openPolling opens a Store on dsn whose watcher polls every poll.
-func openPolling(t *testing.T, dsn string, poll time.Duration) (d *postgres.Store, s *storage.Store) {
+func openPolling(t testing.TB, dsn string, poll time.Duration) (d *postgres.Store, s *storage.Store) {
 	t.Helper()
 	d, s, err := postgres.OpenDriver(t.Context(), dsn, postgres.Options{MaxConns: 4, MinConns: 1, PollInterval: poll})
 	if err != nil {
@@ -357,6 +357,38 @@ func TestWatchPollAsksOnce(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d sessions still polled 10 s after every subscription closed", postgres.WatchedSessions(d))
 		}
+	}
+}
+
+// BenchmarkWatchPoll: one poll of a replica watching idle sessions (with
+// nothing to deliver), in time (w.mu is held for part of it) and in the
+// transactions it sends PostgreSQL (a statement outside one counts as
+// one).
+func BenchmarkWatchPoll(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprint(n, "-sessions"), func(b *testing.B) {
+			dsn := pgtest.Schema(b)
+			ctx := b.Context()
+			d, s := openPolling(b, dsn, time.Hour)
+			postgres.StopBackground(d)
+			for range n {
+				se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "t"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				sub, err := s.Watch(ctx, storage.Ref{Namespace: "ns", ID: se.ID}, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(sub.Close)
+			}
+			polls, before := 0, postgres.PoolAcquires(d)
+			for b.Loop() {
+				postgres.Poll(ctx, d)
+				polls++
+			}
+			b.ReportMetric(float64(postgres.PoolAcquires(d)-before)/float64(polls), "transactions/op")
+		})
 	}
 }
 
