@@ -156,11 +156,12 @@
 // A poll every Options.PollInterval, and a reconnect, ask in one statement
 // which watched sessions moved past what was delivered (or were deleted)
 // and read those alike, so a lost notification only delays them, and
-// idle watched sessions cost one statement per poll together. A watcher behind by any number of plain
-// appends catches up from the messages; one behind a live turn's deltas,
-// from the rows of up to liveHistoryEvents revisions that a session keeps
-// while a message is open (fewer for a session with large metadata), which
-// its finish trims back to storage.WatchHistory. A from_revision older
+// idle watched sessions cost one statement per poll together. A watcher
+// behind by any number of plain appends catches up from the messages; one
+// behind a live turn's deltas, from the rows of up to liveHistoryEvents
+// revisions that a session keeps while a message is open (fewer for a
+// session with large metadata), which its finish trims back to
+// storage.WatchHistory. A from_revision older
 // than storage.WatchHistory revisions, or a gap (history trimmed, or a
 // rewrite of appends no longer in it), is ErrWatchReset.
 //
