@@ -153,14 +153,17 @@
 // through its commit; a group commit's together, and with no wait for a
 // WAL flush). Each Store keeps one LISTEN connection while
 // anything is watched; a notification of a revision it has not delivered
-// (or a poll every Options.PollInterval, or a reconnect) makes it read the
-// watched sessions' events after the last one it delivered, so watchers on
-// every replica see every change in order without gaps, and a lost
-// notification only delays them. A watcher behind by any number of plain
-// appends catches up from the messages; one behind a live turn's deltas,
-// from the rows of up to liveHistoryEvents revisions that a session keeps
-// while a message is open (fewer for a session with large metadata), which
-// its finish trims back to storage.WatchHistory. A from_revision older
+// makes it read that session's events after the last one it delivered,
+// so watchers on every replica see every change in order without gaps.
+// A poll every Options.PollInterval, and a reconnect, ask in one statement
+// which watched sessions moved past what was delivered (or were deleted)
+// and read those alike, so a lost notification only delays them, and
+// idle watched sessions cost one statement per poll together. A watcher
+// behind by any number of plain appends catches up from the messages; one
+// behind a live turn's deltas, from the rows of up to liveHistoryEvents
+// revisions that a session keeps while a message is open (fewer for a
+// session with large metadata), which its finish trims back to
+// storage.WatchHistory. A from_revision older
 // than storage.WatchHistory revisions, or a gap (history trimmed, or a
 // rewrite of appends no longer in it), is ErrWatchReset.
 //

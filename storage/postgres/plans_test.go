@@ -19,8 +19,9 @@ import (
 // of them labelled, a fifth with a model, a third titled, each with an
 // indexed message, every listing
 // page (with each filter, and after a cursor) and every search page reads
-// through indexes, planned as the driver plans them (generic plans): no
-// statement reads every session's row.
+// through indexes, planned as the driver plans them (generic plans), as
+// does a watch poll of 500 sessions: no statement reads every session's
+// row.
 func TestPlansIndexDriven(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	open(t, dsn)
@@ -81,6 +82,11 @@ func TestPlansIndexDriven(t *testing.T) {
 		sql, args := postgres.SearchCandidates("ns1", q)
 		qs = append(qs, query{fmt.Sprintf("search candidates for %q", q), sql, args})
 	}
+	var watched string
+	if err := conn.QueryRow(ctx, `SELECT array_agg(id)::text FROM (SELECT id FROM sessions LIMIT 500) AS w`).Scan(&watched); err != nil {
+		t.Fatal(err)
+	}
+	qs = append(qs, query{"watch poll", postgres.MovedSQL, []any{watched, "{" + strings.Repeat("1,", 499) + "1}"}})
 	for i, q := range qs {
 		// A prepared statement's plan, generic as the driver's are.
 		name := fmt.Sprint("q", i)

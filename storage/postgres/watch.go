@@ -23,8 +23,8 @@ import (
 // revision. One LISTEN connection per Store wakes the watcher, which reads
 // the events after the last revision it delivered: the rows are the truth,
 // so a notification lost to a dropped connection loses nothing (the
-// watcher re-reads every watched session after reconnecting and every
-// poll interval).
+// watcher sweeps every watched session after reconnecting and every poll
+// interval).
 type watcher struct {
 	s      *Store
 	cfg    *pgx.ConnConfig
@@ -33,7 +33,9 @@ type watcher struct {
 
 	// mu serialises catch-ups and new subscriptions, so each session's
 	// events reach the broker once and in revision order, and no event
-	// falls between a new subscriber's replay and its live events.
+	// falls between a new subscriber's replay and its live events. A sweep
+	// holds it only to copy last and for each session's catch-up, not
+	// through its query.
 	mu      sync.Mutex
 	last    map[string]uint64 // watched session id -> last revision published
 	count   map[string]int64  // watched session id -> its message count at last
@@ -415,22 +417,62 @@ func (w *watcher) forget(id string) {
 	delete(w.count, id)
 }
 
-// catchUp publishes the new events of id (every watched session if id is
-// "").
+// catchUp publishes the new events of session id.
 func (w *watcher) catchUp(ctx context.Context, id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ids := []string{id}
-	if id == "" {
-		ids = ids[:0]
-		for k := range w.last {
-			ids = append(ids, k)
-		}
+	if err := w.catchUpLocked(ctx, id); err != nil && ctx.Err() == nil {
+		w.s.log.Warn("postgres: watch catch-up failed; retrying at the next poll", zap.String("session", id), zap.Error(err))
 	}
-	for _, k := range ids {
-		if err := w.catchUpLocked(ctx, k); err != nil && ctx.Err() == nil {
-			w.s.log.Warn("postgres: watch catch-up failed; retrying at the next poll", zap.String("session", k), zap.Error(err))
+}
+
+// movedSQL answers which of the watched sessions ($1, each last
+// published at the revision in $2) a catch-up may find news of: those
+// whose row is past that revision, or gone (deleted, which its last
+// events row says). By position in $1 (1-based).
+const movedSQL = `SELECT w.i FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALITY AS w(id, last, i)
+	WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = w.id AND s.revision <= w.last)`
+
+// sweep catches up every watched session that moved since its last
+// published revision, found for all of them in one statement, so that an
+// idle watched session costs no snapshot of its own per poll. Sessions no
+// longer subscribed to are forgotten.
+//
+// The statement runs without w.mu, so Watch calls go on meanwhile: it
+// only picks sessions, each catch-up reading from w.last under w.mu as a
+// notification's does. A session it reports idle was at most at its
+// published revision when the statement ran; a change after that sends
+// its notification, or the next sweep finds it. One it reports moved that
+// a notification caught up meanwhile costs a catch-up that finds nothing.
+func (w *watcher) sweep(ctx context.Context) {
+	w.mu.Lock()
+	ids := make([]string, 0, len(w.last))
+	revs := make([]int64, 0, len(w.last))
+	for id, rev := range w.last {
+		if !w.broker.Watched(id) {
+			w.forget(id)
+			continue
 		}
+		ids = append(ids, id)
+		revs = append(revs, int64(rev))
+	}
+	w.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	rows, err := w.s.pool.Query(ctx, movedSQL, uuidArgs(ids), revs)
+	var moved []int64
+	if err == nil {
+		moved, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			w.s.log.Warn("postgres: watch poll failed; retrying at the next poll", zap.Int("sessions", len(ids)), zap.String("error", safeText(mapErr(err))))
+		}
+		return
+	}
+	for _, i := range moved {
+		w.catchUp(ctx, ids[i-1])
 	}
 }
 
@@ -459,15 +501,15 @@ func (w *watcher) listen(ctx context.Context) {
 			if ctx.Err() == nil {
 				w.s.log.Warn("postgres: watch connection failed; polling until it is back", zap.String("error", safeText(mapErr(err))))
 			}
-			w.catchUp(ctx, "")
+			w.sweep(ctx)
 			sleep(ctx, w.poll)
 			continue
 		}
-		w.catchUp(ctx, "") // what happened while not listening
+		w.sweep(ctx) // what happened while not listening
 		// A wake-up can be lost (the writer's NOTIFY failed, or its
 		// notifier was behind), and other sessions' notifications, which
 		// share the channel, may never let a wait time out: so every
-		// watched session is caught up once a poll interval all the same.
+		// watched session is swept once a poll interval all the same.
 		poll := time.Now().Add(w.poll)
 		for ctx.Err() == nil {
 			wctx, cancel := context.WithDeadline(ctx, poll)
@@ -490,7 +532,7 @@ func (w *watcher) listen(ctx context.Context) {
 				goto reconnect
 			}
 			if !time.Now().Before(poll) {
-				w.catchUp(ctx, "")
+				w.sweep(ctx)
 				poll = time.Now().Add(w.poll)
 			}
 		}

@@ -35,6 +35,30 @@ func openHeld(t *testing.T, dsn string) (d *postgres.Store, s *storage.Store) {
 	return d, s
 }
 
+// openSilent opens a Store on dsn whose writes send no notification, as
+// though each were lost: only a watcher's poll finds them.
+func openSilent(t testing.TB, dsn string) *storage.Store {
+	t.Helper()
+	d, s, err := postgres.OpenDriver(t.Context(), dsn, postgres.Options{MaxConns: 4, MinConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	postgres.StopNotifier(d)
+	return s
+}
+
+// openPolling opens a Store on dsn whose watcher polls every poll.
+func openPolling(t testing.TB, dsn string, poll time.Duration) (d *postgres.Store, s *storage.Store) {
+	t.Helper()
+	d, s, err := postgres.OpenDriver(t.Context(), dsn, postgres.Options{MaxConns: 4, MinConns: 1, PollInterval: poll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return d, s
+}
+
 // TestWatchAppendsWithoutEventRows: an append that changes only the
 // revision, count and update time writes no events row, and a watcher on
 // another replica that falls far behind (past the events history) still
@@ -184,18 +208,9 @@ func TestWatchRewindOfAppendsWithoutRows(t *testing.T) {
 func TestWatchPollsThroughOtherNotifications(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	ctx := t.Context()
-	silent, writer, err := postgres.OpenDriver(ctx, dsn, postgres.Options{MaxConns: 4, MinConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = writer.Close() })
-	postgres.StopNotifier(silent)
+	writer := openSilent(t, dsn)
 	const poll = 200 * time.Millisecond
-	watching, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 4, MinConns: 1, PollInterval: poll})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = watching.Close() })
+	_, watching := openPolling(t, dsn, poll)
 	se, err := writer.Create(ctx, storage.CreateRequest{Namespace: "ns"})
 	if err != nil {
 		t.Fatal(err)
@@ -243,6 +258,154 @@ func TestWatchPollsThroughOtherNotifications(t *testing.T) {
 		}
 	case <-time.After(25 * poll):
 		t.Fatalf("the append was not delivered within %v (poll interval %v) while other notifications kept arriving", 25*poll, poll)
+	}
+}
+
+// TestWatchPollAsksOnce: a replica watching many idle sessions costs
+// PostgreSQL one statement per poll for all of them, not a snapshot
+// each; and what only the poll can find (the writer's notifications
+// lost) still reaches the watchers: an append within a poll or two, a
+// deletion that ends its watchers, a gap past the history that resets
+// them. Sessions no longer subscribed to are dropped from the poll.
+func TestWatchPollAsksOnce(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := t.Context()
+	writer := openSilent(t, dsn)
+	const poll = 100 * time.Millisecond
+	d, watching := openPolling(t, dsn, poll)
+	// Only the watcher and the test's Watch calls, made before the count
+	// starts, use d's pool.
+	postgres.StopBackground(d)
+
+	const n = 200
+	refs := make([]storage.Ref, n)
+	subs := make([]*storage.Subscription, n)
+	for i := range refs {
+		// Titled: an append then changes only the revision, count and
+		// update time.
+		se, err := writer.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[i] = storage.Ref{Namespace: "ns", ID: se.ID}
+		if subs[i], err = watching.Watch(ctx, refs[i], 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(subs[i].Close)
+	}
+	appendTo := func(i int) uint64 {
+		t.Helper()
+		res, err := writer.Append(ctx, storage.AppendRequest{Ref: refs[i], Messages: []*sessiondv1.Message{
+			{Id: fmt.Sprint("m", i), Role: sessiondv1.Role_ROLE_USER, Content: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Revision
+	}
+
+	// Two appends, each found by a poll, and at least two poll intervals.
+	const appends = 2
+	before, start := postgres.PoolAcquires(d), time.Now()
+	for i := range appends {
+		rev := appendTo(i)
+		if ev := nextEvent(t, subs[i]); ev.Type != storage.EventAppended || ev.Revision != rev {
+			t.Fatalf("session %d: %v at revision %d, want its append at %d", i, ev.Type, ev.Revision, rev)
+		}
+	}
+	if rest := 2*poll - time.Since(start); rest > 0 {
+		time.Sleep(rest)
+	}
+	got, elapsed := postgres.PoolAcquires(d)-before, time.Since(start)
+	// Polls start at least a poll interval apart, so at most
+	// elapsed/poll + 1 began in the window, and one more may have been
+	// under way: one statement each, and each append's catch-up (twice
+	// at most: a poll's statement may run before a notification's
+	// catch-up and report the session moved all the same).
+	limit := int64(elapsed/poll) + 2 + 2*appends
+	t.Logf("%d watched sessions: %d transactions or statements in %v (poll interval %v; at most %d allowed)", n, got, elapsed, poll, limit)
+	if got > limit {
+		t.Errorf("%d watched sessions: the watcher ran %d transactions or statements in %v, want at most %d (poll interval %v): the poll reads each session",
+			n, got, elapsed.Round(time.Millisecond), limit, poll)
+	}
+
+	// A deletion the poll alone sees ends its watchers.
+	if err := writer.Delete(ctx, refs[2], 0); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, subs[2]); ev.Type != storage.EventDeleted {
+		t.Fatalf("after the deletion: %v at revision %d, want EventDeleted", ev.Type, ev.Revision)
+	}
+	endsWith(t, subs[2], nil)
+
+	// So does a gap past the history: the watcher is held while more
+	// updates than the history keeps are written, then reset.
+	release := postgres.HoldWatcher(d)
+	for i := range storage.WatchHistory + 2 {
+		if _, err := writer.Update(ctx, storage.UpdateRequest{Ref: refs[3], Fields: storage.UpdateTitle, Title: fmt.Sprint("t", i)}); err != nil {
+			release()
+			t.Fatal(err)
+		}
+	}
+	release()
+	endsWith(t, subs[3], storage.ErrWatchReset)
+
+	// Closed subscriptions leave the poll.
+	for _, sub := range subs {
+		sub.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); postgres.WatchedSessions(d) > 0; time.Sleep(poll / 4) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions still polled 10 s after every subscription closed", postgres.WatchedSessions(d))
+		}
+	}
+}
+
+// BenchmarkWatchPoll: one poll of a replica watching idle sessions (with
+// nothing to deliver), in time (w.mu is held for part of it) and in the
+// transactions it sends PostgreSQL (a statement outside one counts as
+// one).
+func BenchmarkWatchPoll(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		b.Run(fmt.Sprint(n, "-sessions"), func(b *testing.B) {
+			dsn := pgtest.Schema(b)
+			ctx := b.Context()
+			d, s := openPolling(b, dsn, time.Hour)
+			postgres.StopBackground(d)
+			for range n {
+				se, err := s.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "t"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				sub, err := s.Watch(ctx, storage.Ref{Namespace: "ns", ID: se.ID}, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(sub.Close)
+			}
+			polls, before := 0, postgres.PoolAcquires(d)
+			for b.Loop() {
+				postgres.Poll(ctx, d)
+				polls++
+			}
+			b.ReportMetric(float64(postgres.PoolAcquires(d)-before)/float64(polls), "transactions/op")
+		})
+	}
+}
+
+// endsWith waits (at most 10 s) for sub to end with no further event,
+// with an error that is want (nil: none).
+func endsWith(t *testing.T, sub *storage.Subscription, want error) {
+	t.Helper()
+	select {
+	case ev, ok := <-sub.Events():
+		if ok {
+			t.Fatalf("a %v event at revision %d, want the subscription to end", ev.Type, ev.Revision)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription did not end within 10 s")
+	}
+	if err := sub.Err(); (want == nil && err != nil) || (want != nil && !errors.Is(err, want)) {
+		t.Fatalf("the subscription ended with %v, want %v", err, want)
 	}
 }
 
