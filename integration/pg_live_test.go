@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	sessiondv1 "github.com/sessiond/sessiond/gen/sessiond/v1"
 	"github.com/sessiond/sessiond/storage/postgres/pgtest"
 )
@@ -183,7 +185,36 @@ func startLiveTurn(t *testing.T, ctx context.Context) (b *daemon, ca, cb session
 	if err != nil {
 		t.Fatalf("CreateSession on A: %v", err)
 	}
+	waitIndexed(t, ctx, dsn, created.GetSession().GetId())
 	return b, ca, cb, byID("", created.GetSession().GetId()), created.GetSession().GetRevision()
+}
+
+// waitIndexed waits until a replica's search indexer has signed session
+// id's messages up to its open one. Deltas add no message, so no indexer
+// takes the session's row lock again during the turn, and none holds it
+// in a replica a test then stops with SIGSTOP.
+func waitIndexed(t *testing.T, ctx context.Context, dsn, id string) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	for {
+		var done bool
+		if err := conn.QueryRow(ctx, `SELECT search_count >= message_count - (open_message_id IS NOT NULL)::int
+			FROM sessions WHERE id = $1`, id).Scan(&done); err != nil {
+			t.Fatalf("read session %s's search count: %v", id, err)
+		}
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("session %s's messages were not indexed: %v", id, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // watchFrom starts a watch of ref on c after revision from.

@@ -238,3 +238,11 @@ const LiveHistoryEvents = liveHistoryEvents
 
 // MessageSignature is the signature message_search holds for a message.
 var MessageSignature = messageSignature
+
+// Setting is PostgreSQL's value of the parameter name on a connection of
+// d's pool.
+func Setting(ctx context.Context, d *Store, name string) (string, error) {
+	var v string
+	err := d.pool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v)
+	return v, err
+}

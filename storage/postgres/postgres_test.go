@@ -92,6 +92,32 @@ func TestSchemaVersionInOwnSchema(t *testing.T) {
 	}
 }
 
+// TestIdleTransactionsEnd: the driver's connections let PostgreSQL end a
+// transaction that idles 30 s (a replica frozen while it holds row locks
+// would otherwise hold up the others' writes), unless the DSN sets the
+// parameter itself.
+func TestIdleTransactionsEnd(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	sep := " " // a key=value DSN; a URL's query already holds the search_path
+	if strings.Contains(dsn, "://") {
+		sep = "&"
+	}
+	for _, c := range []struct{ dsn, want string }{
+		{dsn, "30s"},
+		{dsn + sep + "idle_in_transaction_session_timeout=2s", "2s"},
+	} {
+		d, s, err := postgres.OpenDriver(t.Context(), c.dsn, postgres.Options{MaxConns: 2, MinConns: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := postgres.Setting(t.Context(), d, "idle_in_transaction_session_timeout")
+		_ = s.Close()
+		if err != nil || got != c.want {
+			t.Errorf("idle_in_transaction_session_timeout = %q, %v; want %q", got, err, c.want)
+		}
+	}
+}
+
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
 		"postgres://u:pw@h:5432/db?sslmode=disable": "postgres://u:xxxxx@h:5432/db?sslmode=disable",

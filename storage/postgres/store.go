@@ -49,6 +49,13 @@ func versionTableOf(ctx context.Context, conn *pgx.Conn) (string, error) {
 // plainIdent matches a name PostgreSQL reads as itself unquoted.
 var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
+// idleTxParam and idleTxTimeout bound how long a transaction of this
+// replica may hold its locks while it sends nothing (openDriver).
+const (
+	idleTxParam   = "idle_in_transaction_session_timeout"
+	idleTxTimeout = "30s"
+)
+
 // notifyChannel is the LISTEN/NOTIFY channel that wakes watchers.
 const notifyChannel = "sessiond_events"
 
@@ -142,6 +149,15 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// driver's statements are keyed lookups and index walks whose plan does
 	// not depend on the values.
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	// A replica that stops between two statements of a transaction (frozen,
+	// paused, partitioned) would hold its row locks, and every other
+	// replica's writes to those sessions would wait, until PostgreSQL saw
+	// the connection die. The driver's transactions never idle for more
+	// than moments between statements, so PostgreSQL may end one that
+	// idles this long; a DSN that sets the parameter keeps its own value.
+	if _, set := cfg.ConnConfig.RuntimeParams[idleTxParam]; !set {
+		cfg.ConnConfig.RuntimeParams[idleTxParam] = idleTxTimeout
+	}
 	cfg.AfterConnect = registerSigArray
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
