@@ -194,10 +194,12 @@ func (s *Server) SearchSessions(req *sessiondv1.SearchSessionsRequest, stream gr
 // (storage.Event.Encoded) and sent as those bytes (requestCodec.Marshal).
 // Events are sent from a goroutine of their own, through a queue: a watcher
 // that stops reading shuts its flow-control window and blocks Send, and the
-// handler must still see its backlog grow. When the queue is full the
-// handler returns OUT_OF_RANGE without waiting for the blocked Send;
-// returning makes grpc-go cancel the stream, which ends that Send. So a
-// stalled watch holds at most its queue (shared with the session's other
+// handler must still see its backlog grow. The queue counts as the
+// subscription's backlog (storage.Subscription.SetBacklog), so a store
+// that publishes a backlog in pages waits for the watcher to take them.
+// When the queue is full the handler returns OUT_OF_RANGE without waiting
+// for the blocked Send; returning makes grpc-go cancel the stream, which
+// ends that Send. So a stalled watch holds at most its queue (shared with the session's other
 // watchers) plus what gRPC took for its stream before Send blocked (about
 // one event past its 64 KiB write quota), and never outlives a drain.
 func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.ServerStreamingServer[sessiondv1.WatchSessionResponse]) error {
@@ -220,6 +222,7 @@ func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.S
 		return s.toStatus(mWatch, err)
 	}
 	w := startWatchSender(stream)
+	sub.SetBacklog(func() int { return len(w.queue) })
 	for {
 		select {
 		case <-ctx.Done():

@@ -93,7 +93,8 @@ type Subscription struct {
 	sessionID string
 	ch        chan Event
 	once      sync.Once
-	err       error // set before ch is closed
+	err       error      // set before ch is closed
+	backlog   func() int // SetBacklog's; guarded by broker.mu
 }
 
 // Events returns the channel of events, closed when the subscription ends.
@@ -103,6 +104,16 @@ func (s *Subscription) Events() <-chan Event { return s.ch }
 
 // Err says why the subscription ended; valid once Events is closed.
 func (s *Subscription) Err() error { return s.err }
+
+// SetBacklog gives the subscription's reader a queue of its own: backlog
+// says how many events taken from Events it has yet to deliver. Room
+// counts them, so that a backend publishing a backlog in pages waits for
+// the reader to deliver them, not only to take them.
+func (s *Subscription) SetBacklog(backlog func() int) {
+	s.broker.mu.Lock()
+	defer s.broker.mu.Unlock()
+	s.backlog = backlog
+}
 
 // Close ends the subscription. Safe to call more than once.
 func (s *Subscription) Close() {
@@ -174,16 +185,21 @@ func (b *Broker) keepHistoryLocked(sessionID string, h *history) {
 }
 
 // Room is how many events every subscriber of sessionID can still take
-// without being cut off (WatchBuffer when it has none): a backend that
+// without being cut off, less what its reader has taken and not yet
+// delivered (SetBacklog); WatchBuffer when it has none. A backend that
 // publishes a backlog in pages sizes them by it.
 func (b *Broker) Room(sessionID string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	room := WatchBuffer
 	for s := range b.subs[sessionID] {
-		room = min(room, cap(s.ch)-len(s.ch))
+		free := cap(s.ch) - len(s.ch)
+		if s.backlog != nil {
+			free -= s.backlog()
+		}
+		room = min(room, free)
 	}
-	return room
+	return max(room, 0)
 }
 
 // Publish delivers ev to sessionID's subscribers and keeps it in the

@@ -512,4 +512,15 @@ func TestBrokerRoom(t *testing.T) {
 	if got := b.Room("other"); got != WatchBuffer {
 		t.Fatalf("Room of another session = %d, want %d", got, WatchBuffer)
 	}
+	// A reader holding what it took in a queue of its own still has it to
+	// deliver.
+	queued := 200
+	fast.SetBacklog(func() int { return queued })
+	if got := b.Room(testSession); got != WatchBuffer-200 {
+		t.Fatalf("Room with a reader 200 events behind in its own queue = %d, want %d", got, WatchBuffer-200)
+	}
+	queued = WatchBuffer
+	if got := b.Room(testSession); got != 0 {
+		t.Fatalf("Room with a reader's queue full = %d, want 0", got)
+	}
 }
