@@ -199,9 +199,10 @@ func (s *Server) SearchSessions(req *sessiondv1.SearchSessionsRequest, stream gr
 // that publishes a backlog in pages waits for the watcher to take them.
 // When the queue is full the handler returns OUT_OF_RANGE without waiting
 // for the blocked Send; returning makes grpc-go cancel the stream, which
-// ends that Send. So a stalled watch holds at most its queue (shared with the session's other
-// watchers) plus what gRPC took for its stream before Send blocked (about
-// one event past its 64 KiB write quota), and never outlives a drain.
+// ends that Send. So a stalled watch holds at most its queue (shared with
+// the session's other watchers) plus what gRPC took for its stream before
+// Send blocked (about one event past its 64 KiB write quota), and never
+// outlives a drain.
 func (s *Server) WatchSession(req *sessiondv1.WatchSessionRequest, stream grpc.ServerStreamingServer[sessiondv1.WatchSessionResponse]) error {
 	ctx := stream.Context()
 	ref, err := refArg("ref", req.GetRef())

@@ -9,9 +9,8 @@
 // from migrations/, with tern under its advisory lock (replicas starting
 // together migrate once), in the current schema (the first of the
 // search_path that exists); the version is recorded in that schema's
-// schema_migrations. A
-// database whose schema is newer than this binary knows is a start-up error,
-// never a silent downgrade.
+// schema_migrations. A database whose schema is newer than this binary
+// knows is a start-up error, never a silent downgrade.
 //
 //   - sessions: one row per session. Client-set strings that may hold NUL
 //     (title, summary, metadata, labels, parent) are in meta, in a compact
