@@ -82,7 +82,7 @@ func TestSchemaVersionInOwnSchema(t *testing.T) {
 	if err := connect(t, other).QueryRow(t.Context(), "SELECT current_schema()").Scan(&second); err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, pgtest.SearchPath(mine, first+","+second+",public"))
+	s := open(t, pgtest.WithParam(mine, "search_path", first+","+second+",public"))
 	if _, err := s.Create(t.Context(), storage.CreateRequest{Namespace: "n"}); err != nil {
 		t.Fatal(err)
 	}
@@ -98,13 +98,9 @@ func TestSchemaVersionInOwnSchema(t *testing.T) {
 // parameter itself.
 func TestIdleTransactionsEnd(t *testing.T) {
 	dsn := pgtest.Schema(t)
-	sep := " " // a key=value DSN; a URL's query already holds the search_path
-	if strings.Contains(dsn, "://") {
-		sep = "&"
-	}
 	for _, c := range []struct{ dsn, want string }{
 		{dsn, "30s"},
-		{dsn + sep + "idle_in_transaction_session_timeout=2s", "2s"},
+		{pgtest.WithParam(dsn, "idle_in_transaction_session_timeout", "2s"), "2s"},
 	} {
 		d, s, err := postgres.OpenDriver(t.Context(), c.dsn, postgres.Options{MaxConns: 2, MinConns: 1})
 		if err != nil {

@@ -77,17 +77,17 @@ func Schema(t testing.TB) string {
 			t.Errorf("drop schema %s: %v", name, err)
 		}
 	})
-	return SearchPath(dsn, name+",public")
+	return WithParam(dsn, "search_path", name+",public")
 }
 
-// SearchPath returns dsn with its search_path set to path.
-func SearchPath(dsn, path string) string {
+// WithParam returns dsn with its run-time parameter key set to value.
+func WithParam(dsn, key, value string) string {
 	u, err := url.Parse(dsn)
 	if err != nil || u.Scheme == "" {
-		return fmt.Sprintf("%s search_path=%s", dsn, path)
+		return fmt.Sprintf("%s %s=%s", dsn, key, value)
 	}
 	q := u.Query()
-	q.Set("search_path", path)
+	q.Set(key, value)
 	u.RawQuery = q.Encode()
 	return u.String()
 }
