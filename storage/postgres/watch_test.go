@@ -412,8 +412,8 @@ func endsWith(t *testing.T, sub *storage.Subscription, want error) {
 // TestWatchFollowsLiveTurnPastHistory: while a message is open, a watcher
 // on another replica that stops reading for more than the history's
 // storage.WatchHistory revisions of deltas still reads every delta once
-// and in order, then the finish, with no reset; the finish trims the rows
-// back to that history. A watcher further behind than the open message's
+// and in order, then the finish, with no reset; the finish keeps the rows.
+// A watcher further behind than the open message's
 // bound (LiveHistoryEvents rows, fewer for a session with large metadata)
 // is reset, as any watcher that fell out of the history.
 func TestWatchFollowsLiveTurnPastHistory(t *testing.T) {
@@ -488,8 +488,8 @@ func TestWatchFollowsLiveTurnPastHistory(t *testing.T) {
 	if ev := nextEvent(t, sub); ev.Type != storage.EventFinished || ev.Revision != fin.Revision {
 		t.Fatalf("after the deltas: %v at revision %d, want the finish at %d", ev.Type, ev.Revision, fin.Revision)
 	}
-	if n := eventRows(t, dsn, ref.ID); n != storage.WatchHistory+1 {
-		t.Errorf("%d events rows after the finish, want %d (the history and the row before it)", n, storage.WatchHistory+1)
+	if n := eventRows(t, dsn, ref.ID); n != deltas+2 {
+		t.Errorf("%d events rows after the finish, want %d: the finish keeps the deltas' rows for its grace (trim_test.go checks what follows)", n, deltas+2)
 	}
 
 	// Past the bound: the first revision the watcher needs is gone, in its
