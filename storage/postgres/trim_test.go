@@ -94,6 +94,38 @@ func waitRows(t *testing.T, dsn, id string, want int, limit time.Duration) time.
 	}
 }
 
+// heldWatch watches ref through watching (the Store over d, opened by
+// openHeld) from now, and holds d's watcher back until release.
+func heldWatch(t *testing.T, d *postgres.Store, watching *storage.Store, ref storage.Ref) (sub *storage.Subscription, release func()) {
+	t.Helper()
+	sub, err := watching.Watch(t.Context(), ref, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sub.Close)
+	release = sync.OnceFunc(postgres.HoldWatcher(d))
+	t.Cleanup(release)
+	return sub, release
+}
+
+// readDeltas reads n deltas from sub, which has had the events up to
+// revision from of a message it saw empty: one per revision, each at the
+// end of the text so far. It returns the text they make.
+func readDeltas(t *testing.T, sub *storage.Subscription, from uint64, n int) string {
+	t.Helper()
+	var got string
+	for i := range n {
+		ev := nextEvent(t, sub)
+		want := from + uint64(i) + 1
+		if ev.Type != storage.EventDelta || ev.Revision != want || ev.Delta.GetOffset() != int64(len(got)) {
+			t.Fatalf("event %d: %v at revision %d offset %d, want a delta at revision %d offset %d",
+				i, ev.Type, ev.Revision, ev.Delta.GetOffset(), want, len(got))
+		}
+		got += ev.Delta.GetContent()
+	}
+	return got
+}
+
 // TestFinishKeepsTurnForHeldBackWatcher: a watcher on another replica
 // held back while a turn streams far more deltas than the history's
 // storage.WatchHistory revisions and finishes reads every delta and the
@@ -104,15 +136,8 @@ func TestFinishKeepsTurnForHeldBackWatcher(t *testing.T) {
 	writer := openWriter(t, dsn, postgres.FinishGrace)
 	d, watching := openHeld(t, dsn)
 	ref := openTurn(t, writer)
-	sub, err := watching.Watch(t.Context(), ref, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-
+	sub, release := heldWatch(t, d, watching, ref)
 	const deltas = 300
-	release := sync.OnceFunc(postgres.HoldWatcher(d))
-	defer release()
 	text := streamDeltas(t, writer, ref, "open", deltas)
 	fin := finish(t, writer, ref, "open")
 	if n := eventRows(t, dsn, ref.ID); n != deltas+2 {
@@ -123,16 +148,7 @@ func TestFinishKeepsTurnForHeldBackWatcher(t *testing.T) {
 	}
 	release()
 
-	var got string
-	for i := range deltas {
-		ev := nextEvent(t, sub)
-		if ev.Type != storage.EventDelta || ev.Revision != uint64(2+i) || ev.Delta.GetOffset() != int64(len(got)) {
-			t.Fatalf("event %d: %v at revision %d offset %d, want a delta at revision %d offset %d",
-				i, ev.Type, ev.Revision, ev.Delta.GetOffset(), 2+i, len(got))
-		}
-		got += ev.Delta.GetContent()
-	}
-	if got != text {
+	if got := readDeltas(t, sub, 1, deltas); got != text {
 		t.Fatalf("the watcher built %d bytes, want the %d streamed", len(got), len(text))
 	}
 	if ev := nextEvent(t, sub); ev.Type != storage.EventFinished || ev.Revision != fin || ev.Messages[0].GetContent() != text {
@@ -153,15 +169,8 @@ func TestTrimAfterFinishGrace(t *testing.T) {
 	d, watching := openHeld(t, dsn)
 	ctx := t.Context()
 	ref := openTurn(t, writer)
-	sub, err := watching.Watch(ctx, ref, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-
+	sub, release := heldWatch(t, d, watching, ref)
 	const deltas = 300
-	release := sync.OnceFunc(postgres.HoldWatcher(d))
-	defer release()
 	streamDeltas(t, writer, ref, "open", deltas)
 	finished := time.Now()
 	finish(t, writer, ref, "open")
