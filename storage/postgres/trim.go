@@ -20,7 +20,11 @@ import (
 // trimmer: no session is trimmed twice at once, and the pass never waits
 // for a row lock, so it cannot deadlock with appends), trims their rows
 // and clears their marks. Only holders of a session's row lock write its
-// events rows, so the trim waits for no other lock either. A session
+// events rows, so the trim waits for no other lock either. A write that
+// committed after the statement's snapshot but before its lock is seen in
+// the locked row (read committed rechecks it), not in the events rows the
+// trim reads: the trim then keeps more, never less, than the history. A
+// session
 // whose next message opened meanwhile loses only its mark: its open
 // message's bound governs its rows until its own finish marks it again.
 // A watcher behind the rows the trim leaves finds the gap and is reset
