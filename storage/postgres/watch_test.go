@@ -654,3 +654,110 @@ func TestWatchStalledWatcherDelaysNoOther(t *testing.T) {
 		t.Errorf("the stalled watcher ended with %v, want ErrWatchReset", stalled.Err())
 	}
 }
+
+// TestWatchSessionsCaughtUpApart: while several sessions are written at
+// once, each caught up on its own, watchers that join each session
+// mid-stream on another replica (from now, and resuming from a revision
+// in the past) read every revision from their first on, once and in order,
+// up to the last: none falls between a replay and the live events, none
+// is published twice by catch-ups that run beside a new watch.
+func TestWatchSessionsCaughtUpApart(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := t.Context()
+	writer := open(t, dsn)
+	_, watching := openPolling(t, dsn, 200*time.Millisecond)
+	const sessions, appends, joiners = 6, 120, 4
+	type watch struct {
+		sub  *storage.Subscription
+		from uint64 // 0: from now
+	}
+	var (
+		mu      sync.Mutex
+		watches = map[string][]watch{}
+		wg      sync.WaitGroup
+		errs    = make(chan error, sessions*(joiners+1))
+	)
+	refs := make([]storage.Ref, sessions)
+	for i := range refs {
+		se, err := writer.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[i] = storage.Ref{Namespace: "ns", ID: se.ID}
+		sub, err := watching.Watch(ctx, refs[i], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		watches[se.ID] = []watch{{sub: sub}}
+	}
+	defer func() {
+		for _, ws := range watches {
+			for _, w := range ws {
+				w.sub.Close()
+			}
+		}
+	}()
+	for _, ref := range refs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range appends {
+				res, err := writer.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{
+					{Id: fmt.Sprint("m", i), Role: sessiondv1.Role_ROLE_USER, Content: "x"}}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if i%(appends/joiners) != appends/joiners/2 {
+					continue
+				}
+				// Join now, alternately from now and from a few
+				// revisions back.
+				var from uint64
+				if i%2 == 0 {
+					from = res.Revision - 5
+				}
+				sub, err := watching.Watch(ctx, ref, from)
+				if err != nil {
+					errs <- fmt.Errorf("watch of session %s from %d: %w", ref.ID, from, err)
+					return
+				}
+				mu.Lock()
+				watches[ref.ID] = append(watches[ref.ID], watch{sub: sub, from: from})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, ref := range refs {
+		final, err := writer.Get(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, w := range watches[ref.ID] {
+			var prev uint64
+			for prev < final.Revision {
+				ev := nextEvent(t, w.sub)
+				switch {
+				case prev == 0 && w.from != 0 && ev.Revision != w.from+1:
+					t.Fatalf("session %s, watcher %d from %d: first event at revision %d, want %d", ref.ID, j, w.from, ev.Revision, w.from+1)
+				case prev != 0 && ev.Revision != prev+1:
+					t.Fatalf("session %s, watcher %d: revision %d after %d", ref.ID, j, ev.Revision, prev)
+				}
+				prev = ev.Revision
+			}
+			select {
+			case ev, ok := <-w.sub.Events():
+				if ok {
+					t.Fatalf("session %s, watcher %d: an event at revision %d past the last, %d", ref.ID, j, ev.Revision, final.Revision)
+				}
+				t.Fatalf("session %s, watcher %d ended: %v", ref.ID, j, w.sub.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
