@@ -608,7 +608,9 @@ func TestWatchStalledWatcherDelaysNoOther(t *testing.T) {
 			return
 		}
 		sub.Close()
-		if took := time.Since(start); took > bound {
+		took := time.Since(start)
+		t.Logf("a watch of a third session took %v", took.Round(time.Millisecond))
+		if took > bound {
 			watched <- fmt.Errorf("a watch of a third session took %v while another session's watcher stalled, want at most %v", took.Round(time.Millisecond), bound)
 			return
 		}
@@ -630,7 +632,9 @@ func TestWatchStalledWatcherDelaysNoOther(t *testing.T) {
 		if ev.Revision != res.Revision {
 			t.Fatalf("the other session's event at revision %d, want %d", ev.Revision, res.Revision)
 		}
-		if took := time.Since(appended); took > bound {
+		took := time.Since(appended)
+		t.Logf("the other session's append reached its watcher %v after it returned", took.Round(time.Millisecond))
+		if took > bound {
 			t.Errorf("the other session's append reached its watcher %v after it returned while another session's watcher stalled, want at most %v", took.Round(time.Millisecond), bound)
 		}
 	case <-time.After(10 * time.Second):
