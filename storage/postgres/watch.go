@@ -68,10 +68,11 @@ type watched struct {
 	// A catch-up holds it through its reads and its waits for room.
 	mu sync.Mutex
 	// last is the last revision published: 0 until the first Watch has
-	// read the session's (the LISTEN loop and the poll then leave it to
-	// the catch-up, which waits for mu). Written under mu; read without
-	// it, by the LISTEN loop and the poll, to tell whether the session
-	// may have moved: a stale value costs a catch-up that finds nothing.
+	// read the session's revision (the poll passes the session over
+	// meanwhile, and a notification's catch-up waits for mu, which that
+	// Watch holds). Written under mu; read without it, by the LISTEN loop
+	// and the poll, to tell whether the session may have moved: a stale
+	// value costs a catch-up that finds nothing.
 	last  atomic.Uint64
 	count int64 // the session's message count at last; under mu
 	gone  bool  // forgotten: no longer in watcher.sessions; under mu
