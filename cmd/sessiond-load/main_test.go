@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -163,6 +164,31 @@ func TestModes(t *testing.T) {
 			"--duration", "1m", "--size", "64", "--warmup", "0", "--prefill", "30")
 		if rep.Ops != 10 || rep.Prefill != 30 || rep.Stored != 70 {
 			t.Errorf("report %+v; want 10 ops, 30 messages before in each of 2 sessions, 70 stored", rep)
+		}
+	})
+
+	t.Run("append of turns", func(t *testing.T) {
+		var rep appendReport
+		runJSON(t, &rep, "--addr", d.addr, "--namespace", "turns", "append", "--clients", "1", "--sessions", "2", "--count", "10",
+			"--duration", "1m", "--size", "64", "--warmup", "0", "--turns")
+		if rep.Ops != 10 || rep.Stored != 10 || !rep.Turns {
+			t.Fatalf("report %+v; want 10 appends stored, of turns", rep)
+		}
+		// Appends 1, 3, ... 9 answered, 16 output tokens each, and all
+		// went to the second session.
+		var answered, output int64
+		err := d.store.List(t.Context(), storage.ListOptions{Namespace: "turns"}, func(s *storage.Session) error {
+			if len(s.Models) > 0 {
+				if !slices.Equal(s.Models, []string{"load-model"}) {
+					t.Errorf("session %s: models %v, want the answers' model", s.ID, s.Models)
+				}
+				answered++
+			}
+			output += s.Usage.OutputTokens
+			return nil
+		})
+		if err != nil || answered != 1 || output != 5*16 {
+			t.Errorf("%d sessions answered, %d output tokens (%v); want 1, with 5 answers of 16 tokens", answered, output, err)
 		}
 	})
 

@@ -122,6 +122,9 @@ type appendReport struct {
 	Daemon *daemonMetrics `json:"daemon_metrics,omitempty"`
 	// Prefill is how many messages each session held before the run.
 	Prefill int `json:"prefill"`
+	// Turns: every second append was an assistant's answer with a model
+	// and usage (--turns).
+	Turns bool `json:"turns,omitempty"`
 }
 
 func (r *appendReport) rows() [][2]string {
@@ -137,6 +140,9 @@ func (r *appendReport) rows() [][2]string {
 	}
 	if r.Prefill > 0 {
 		rows = append(rows, [2]string{"messages per session before the run", strconv.Itoa(r.Prefill)})
+	}
+	if r.Turns {
+		rows = append(rows, [2]string{"messages", "user, then an assistant's answer with model and usage"})
 	}
 	rows = append(rows, r.Latency.rows("latency")...)
 	if r.Daemon != nil {
@@ -174,14 +180,12 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 	}
 
 	appendReq := func(client, seq int) *sessiondv1.AppendMessagesRequest {
-		return &sessiondv1.AppendMessagesRequest{
-			Ref: idRef(c.namespace, ids[(client+seq*c.clients)%c.sessions]),
-			Messages: []*sessiondv1.Message{{
-				Id:      "c" + strconv.Itoa(client) + "-" + strconv.Itoa(seq),
-				Role:    sessiondv1.Role_ROLE_USER,
-				Content: content,
-			}},
+		m := &sessiondv1.Message{Id: "c" + strconv.Itoa(client) + "-" + strconv.Itoa(seq), Role: sessiondv1.Role_ROLE_USER, Content: content}
+		if c.turns && seq%2 == 1 {
+			m.Role, m.Model = sessiondv1.Role_ROLE_ASSISTANT, "load-model"
+			m.Usage = &sessiondv1.Usage{InputTokens: int64(seq), OutputTokens: int64(c.size / 4)}
 		}
+		return &sessiondv1.AppendMessagesRequest{Ref: idRef(c.namespace, ids[(client+seq*c.clients)%c.sessions]), Messages: []*sessiondv1.Message{m}}
 	}
 	appendOne := func(ctx context.Context, client, seq int) error {
 		cctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -273,7 +277,7 @@ func runAppend(ctx context.Context, c *config, stderr io.Writer) (report, error)
 		Mode: "append", RPC: c.rpc, Clients: c.clients, Sessions: c.sessions, Size: c.size,
 		Ops: acked.Load(), Errors: failed.Load(), Warmup: int64(c.clients * c.warmup),
 		Seconds: elapsed.Seconds(), OpsPerSec: float64(acked.Load()) / elapsed.Seconds(),
-		Latency: summarize(all), Prefill: c.prefill,
+		Latency: summarize(all), Prefill: c.prefill, Turns: c.turns,
 	}
 	if c.metrics != "" {
 		after, err := scrapeDaemon(ctx, c)

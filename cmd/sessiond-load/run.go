@@ -47,6 +47,7 @@ type config struct {
 	warmup   int
 	populate int
 	prefill  int
+	turns    bool
 	messages int
 	batch    int
 	repeat   int
@@ -103,6 +104,7 @@ var modes = []mode{
 			fs.StringVar(&c.client, "client", clientLean, "the appends' gRPC client: "+clientLean+" (a minimal one, one call at a time per connection, like redis-benchmark's) or "+clientGRPC+" (grpc-go's)")
 			fs.StringVar(&c.metrics, "metrics", "", "the daemon's --metrics-listen `host:port` (loopback): also report its flushes over the timed run (appends per flush, mean flush and handling time)")
 			fs.IntVar(&c.prefill, "prefill", 0, "messages (of --size bytes) each session holds before the run: the cost of appending to long sessions")
+			fs.BoolVar(&c.turns, "turns", false, "every second append of a client is an assistant's answer naming its model and token usage, as a chat's turns are stored (each session's tally changes), instead of only user messages")
 		},
 		run: runAppend,
 	},

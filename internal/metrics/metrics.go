@@ -1,5 +1,6 @@
 // Package metrics is sessiond's Prometheus instrumentation: the gRPC
-// server's calls (go-grpc-middleware's Prometheus provider), the store's
+// server's calls (named as go-grpc-middleware's Prometheus provider names
+// them, through that module's interceptors), the store's
 // flushes (storage.FlushRecord) and state (storage.StatsReporter), the Go
 // runtime and the process, on one registry served by Handler, with
 // net/http/pprof beside it when asked.
@@ -21,7 +22,6 @@ import (
 	"strings"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -51,7 +51,7 @@ const statsTimeout = 10 * time.Second
 // methods are safe for concurrent use.
 type Metrics struct {
 	reg  *prometheus.Registry
-	grpc *grpcprom.ServerMetrics
+	grpc *serverMetrics
 
 	flushSeconds prometheus.Histogram
 	flushAppends prometheus.Histogram
@@ -63,9 +63,8 @@ type Metrics struct {
 // and process collectors.
 func New(version, backend string) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
-		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
-			grpcprom.WithHistogramBuckets(latencyBuckets))),
+		reg:  prometheus.NewRegistry(),
+		grpc: newServerMetrics(),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "store_flush_seconds",
 			Help:    "Latency of the store's flushes that made appends durable (write and fdatasync, or commit).",
@@ -106,16 +105,14 @@ func (m *Metrics) ObserveFlush(r storage.FlushRecord) {
 // call. Put them before the server's other options, so that they are the
 // outermost interceptors and see every call, refused ones included.
 func (m *Metrics) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(m.grpc.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(m.grpc.StreamServerInterceptor()),
-	}
+	return m.grpc.interceptors()
 }
 
 // InitializeGRPC creates every method's series at zero, once the services
-// are registered on s, so that a query sees a method before its first call.
+// are registered on s, so that a query sees a method before its first
+// call. Call it before any server with ServerOptions serves.
 func (m *Metrics) InitializeGRPC(s reflection.ServiceInfoProvider) {
-	m.grpc.InitializeMetrics(s)
+	m.grpc.register(s)
 }
 
 // WatchStore registers a collector that reads the store's Stats at every

@@ -148,13 +148,6 @@ func MigrateTo(t testing.TB, dsn string, version int32) {
 // or more appends.
 func Statements(d *Store) uint64 { return countOf(d).statements.Load() }
 
-// HoldWatcher stops d's watcher from reading new events until release is
-// called, as a watcher that falls behind its writers would be.
-func HoldWatcher(d *Store) (release func()) {
-	d.w.mu.Lock()
-	return d.w.mu.Unlock
-}
-
 // StatsQuery is the query Stats sizes the tables with.
 const StatsQuery = statsQuery
 

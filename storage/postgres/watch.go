@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,89 +26,165 @@ import (
 // so a notification lost to a dropped connection loses nothing (the
 // watcher sweeps every watched session after reconnecting and every poll
 // interval).
+//
+// Each session is caught up on a goroutine of its own, under its own lock
+// (watched.mu): a catch-up may wait up to catchUpDrain for a slow watcher
+// of its session, and no other session's events, nor a new Watch of
+// another session, wait for it.
 type watcher struct {
 	s      *Store
 	cfg    *pgx.ConnConfig
 	poll   time.Duration
 	broker *storage.Broker
+	ctx    context.Context // the LISTEN loop's and the catch-ups'; ends at close
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the LISTEN loop ends
 
-	// mu serialises catch-ups and new subscriptions, so each session's
-	// events reach the broker once and in revision order, and no event
-	// falls between a new subscriber's replay and its live events. A sweep
-	// holds it only to copy last and for each session's catch-up, not
-	// through its query.
-	mu      sync.Mutex
-	last    map[string]uint64 // watched session id -> last revision published
-	count   map[string]int64  // watched session id -> its message count at last
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// catchUps counts the catch-ups running on goroutines of their own.
+	catchUps sync.WaitGroup
+	// reads holds a token for each catch-up reading events (read).
+	reads chan struct{}
+
+	// mu guards sessions, every watched's running and again, started and
+	// closed. It is held only to look them up or change them, never
+	// through a statement or a wait; it may be taken while holding a
+	// watched's mu, never the other way round.
+	mu       sync.Mutex
+	sessions map[string]*watched // by session id
+	started  bool
+	closed   bool
+}
+
+// watched is a session the watcher follows. There is at most one per
+// session in watcher.sessions, and it leaves only under its mu (forget),
+// whose holder then publishes nothing more: so the session's events are
+// published by one holder of one lock at a time.
+type watched struct {
+	id string
+
+	// mu serialises the session's catch-ups and new subscriptions, so
+	// that its events reach the broker once and in revision order, and no
+	// event falls between a new subscriber's replay and its live events.
+	// A catch-up holds it through its reads and its waits for room.
+	mu sync.Mutex
+	// last is the last revision published: 0 until the first Watch has
+	// read the session's revision (the poll passes the session over
+	// meanwhile, and a notification's catch-up waits for mu, which that
+	// Watch holds). Written under mu; read without it, by the LISTEN loop
+	// and the poll, to tell whether the session may have moved: a stale
+	// value costs a catch-up that finds nothing.
+	last  atomic.Uint64
+	count int64 // the session's message count at last; under mu
+	gone  bool  // forgotten: no longer in watcher.sessions; under mu
+
+	// Under watcher.mu: a catch-up goroutine is running for the session;
+	// and a notification or a poll found it moved since that goroutine
+	// began its pass, which it then makes once more.
+	running, again bool
 }
 
 func newWatcher(s *Store, cfg *pgx.ConnConfig, poll time.Duration) *watcher {
-	return &watcher{s: s, cfg: cfg, poll: poll, broker: storage.NewBroker(), last: map[string]uint64{}, count: map[string]int64{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &watcher{s: s, cfg: cfg, poll: poll, broker: storage.NewBroker(), ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		reads: make(chan struct{}, max(1, s.pool.Config().MaxConns/4)), sessions: map[string]*watched{}}
 }
 
 // Watch subscribes to a session's changes after fromRevision.
 func (s *Store) Watch(ctx context.Context, ref storage.Ref, fromRevision uint64) (*storage.Subscription, error) {
-	w := s.w
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	cur, err := s.Get(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	id := cur.ID
-	_, wasWatched := w.last[id]
-	if wasWatched {
-		// Deliver what the current subscribers have not had yet, so the
-		// new one starts where they are.
-		if err := w.catchUpLocked(ctx, id); err != nil {
-			return nil, err
-		}
-	}
-	rev, watched := w.last[id]
-	count := w.count[id]
-	if !watched {
-		// Not watched (or no longer: unsubscribed, reset or deleted during
-		// the catch-up, which then needs a fresh read): start from the
-		// session's revision now.
-		if wasWatched {
-			if cur, err = s.Get(ctx, ref); err != nil {
+	id := ref.ID
+	for {
+		if id == "" { // an alias: the session's id first
+			cur, err := s.Get(ctx, ref)
+			if err != nil {
 				return nil, err
 			}
+			id = cur.ID
 		}
-		rev, count = cur.Revision, cur.MessageCount
+		st := s.w.follow(id)
+		st.mu.Lock()
+		sub, retry, err := s.w.subscribe(ctx, st, ref, fromRevision)
+		st.mu.Unlock()
+		if retry == "" {
+			return sub, err
+		}
+		id = retry
 	}
+}
+
+// follow returns session id's watched, a new one (last 0) if it has none.
+func (w *watcher) follow(id string) *watched {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.sessions[id]
+	if st == nil {
+		st = &watched{id: id}
+		w.sessions[id] = st
+	}
+	return st
+}
+
+// subscribe is Watch on st, whose mu is held. When st is not (or no
+// longer) the session's, forgotten meanwhile or named by another spelling
+// of its id, it returns the session's id as retry: Watch starts over.
+func (w *watcher) subscribe(ctx context.Context, st *watched, ref storage.Ref, fromRevision uint64) (sub *storage.Subscription, retry string, err error) {
+	if st.gone {
+		return nil, st.id, nil
+	}
+	defer func() {
+		if sub == nil && !w.broker.Watched(st.id) {
+			w.forget(st)
+		}
+	}()
+	cur, err := w.s.Get(ctx, ref)
+	if err != nil {
+		return nil, "", err
+	}
+	if cur.ID != st.id {
+		return nil, cur.ID, nil
+	}
+	rev, count := cur.Revision, cur.MessageCount
+	if st.last.Load() != 0 {
+		// Deliver what the current subscribers have not had yet, so the
+		// new one starts where they are.
+		if err := w.catchUpLocked(ctx, st); err != nil {
+			return nil, "", err
+		}
+		if st.gone { // reset or deleted during the catch-up: read it afresh
+			return nil, st.id, nil
+		}
+		rev, count = st.last.Load(), st.count
+	}
+	// Otherwise the session was not followed: from its revision now. st
+	// was in w.sessions before the Get began, so a write committed after
+	// the Get's snapshot, whose notification comes after, has a catch-up
+	// scheduled, which waits for st.mu and starts from rev.
 	from := fromRevision
 	if from == 0 {
 		from = rev
 	}
 	if from > rev {
-		return nil, fmt.Errorf("from_revision %d is newer than the session's revision %d: %w", from, rev, storage.ErrWatchReset)
+		return nil, "", fmt.Errorf("from_revision %d is newer than the session's revision %d: %w", from, rev, storage.ErrWatchReset)
 	}
 	tooOld := fmt.Errorf("from_revision %d is older than the history kept (the last %d revisions): %w", from, historyEvents, storage.ErrWatchReset)
 	if rev-from > historyEvents {
-		return nil, tooOld
+		return nil, "", tooOld
 	}
 	var replay []storage.Event
 	if from < rev {
-		if replay, _, err = s.events(ctx, id, from, -1, rev); err != nil {
-			return nil, err
+		if replay, _, err = w.s.events(ctx, st.id, from, -1, rev); err != nil {
+			return nil, "", err
 		}
 		if uint64(len(replay)) != rev-from || replay[0].Revision != from+1 {
-			return nil, tooOld
+			return nil, "", tooOld
 		}
 	}
-	sub, err := w.broker.SubscribeReplay(id, replay)
-	if err != nil {
-		return nil, err
+	if sub, err = w.broker.SubscribeReplay(st.id, replay); err != nil {
+		return nil, "", err
 	}
-	w.last[id], w.count[id] = rev, count
-	if !w.started {
-		w.start()
-	}
-	return sub, nil
+	st.last.Store(rev)
+	st.count = count
+	w.start()
+	return sub, "", nil
 }
 
 // events reads session id's events after revision from, up to to (0:
@@ -343,57 +420,70 @@ func eventSession(out *storage.Session, id string, rev int64, snap []byte, cols 
 // catchUpDrain bounds how long one catch-up waits for its watchers to
 // take the events it published before it reads the next page. Past it, a
 // page fills the buffers again and cuts off a watcher that has not made
-// room, as a file store watcher is cut off by a writer; other sessions'
-// catch-ups wait for it no longer than a poll interval.
+// room, as a file store watcher is cut off by a writer. Only its own
+// session waits for it: other sessions' catch-ups run on goroutines of
+// their own.
 const catchUpDrain = 2 * time.Second
 
-// catchUpLocked publishes session id's events after the last one
+// catchUpLocked publishes session st's events after the last one
 // published, a page at a time: at most what every subscriber has room
 // for, waiting (up to catchUpDrain in all) for half a buffer of room, so
 // that a backlog of many revisions (a replica slow to read a burst of
 // deltas) reaches a watcher that reads it instead of cutting it off. A
 // gap (history trimmed past what the watchers have) resets them; a
-// deletion ends them. w.mu is held.
-func (w *watcher) catchUpLocked(ctx context.Context, id string) error {
+// deletion ends them. st.mu is held.
+func (w *watcher) catchUpLocked(ctx context.Context, st *watched) error {
 	drained := time.Now().Add(catchUpDrain)
-	for {
-		last, ok := w.last[id]
-		if !ok {
+	for !st.gone {
+		if !w.broker.Watched(st.id) {
+			w.forget(st)
 			return nil
 		}
-		if !w.broker.Watched(id) {
-			w.forget(id)
-			return nil
-		}
-		page := uint64(w.room(ctx, id, drained))
-		evs, gone, err := w.s.events(ctx, id, last, w.count[id], last+page)
+		last, page := st.last.Load(), uint64(w.room(ctx, st.id, drained))
+		evs, gone, err := w.read(ctx, st.id, last, st.count, last+page)
 		if err != nil {
 			return err
 		}
 		if gone {
-			w.broker.Reset(id, fmt.Errorf("the watcher missed the revisions after %d, no longer kept: %w", last, storage.ErrWatchReset))
-			w.forget(id)
+			w.broker.Reset(st.id, fmt.Errorf("the watcher missed the revisions after %d, no longer kept: %w", last, storage.ErrWatchReset))
+			w.forget(st)
 			return nil
 		}
-		count := w.count[id]
+		count := st.count
 		for _, ev := range evs {
 			if ev.Revision != last+1 {
-				w.broker.Reset(id, fmt.Errorf("the watcher missed revisions %d to %d, no longer kept: %w", last+1, ev.Revision-1, storage.ErrWatchReset))
-				w.forget(id)
+				w.broker.Reset(st.id, fmt.Errorf("the watcher missed revisions %d to %d, no longer kept: %w", last+1, ev.Revision-1, storage.ErrWatchReset))
+				w.forget(st)
 				return nil
 			}
-			w.broker.Publish(id, ev)
+			w.broker.Publish(st.id, ev)
 			last, count = ev.Revision, ev.Session.MessageCount
 			if ev.Type == storage.EventDeleted {
-				w.forget(id)
+				w.forget(st)
 				return nil
 			}
 		}
-		w.last[id], w.count[id] = last, count
+		st.last.Store(last)
+		st.count = count
 		if uint64(len(evs)) < page {
 			return nil
 		}
 	}
+	return nil
+}
+
+// read is events for a catch-up, a quarter of the pool's connections at
+// most at a time, so that a burst of catch-ups (every watched session
+// moved, found by the poll after a reconnection) leaves the rest to the
+// replica's calls. It is not held through a wait for room.
+func (w *watcher) read(ctx context.Context, id string, from uint64, fromCount int64, to uint64) ([]storage.Event, bool, error) {
+	select {
+	case w.reads <- struct{}{}:
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+	defer func() { <-w.reads }()
+	return w.s.events(ctx, id, from, fromCount, to)
 }
 
 // room returns how many events every subscriber of id can take, once it
@@ -411,18 +501,49 @@ func (w *watcher) room(ctx context.Context, id string, drained time.Time) int {
 	}
 }
 
-// forget stops following session id; w.mu is held.
-func (w *watcher) forget(id string) {
-	delete(w.last, id)
-	delete(w.count, id)
+// forget stops following session st; st.mu is held.
+func (w *watcher) forget(st *watched) {
+	if st.gone {
+		return
+	}
+	st.gone = true
+	w.mu.Lock()
+	delete(w.sessions, st.id)
+	w.mu.Unlock()
 }
 
-// catchUp publishes the new events of session id.
-func (w *watcher) catchUp(ctx context.Context, id string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.catchUpLocked(ctx, id); err != nil && ctx.Err() == nil {
-		w.s.log.Warn("postgres: watch catch-up failed; retrying at the next poll", zap.String("session", id), zap.Error(err))
+// scheduleLocked has session st caught up on a goroutine of its own, or,
+// when one runs already, makes it pass once more, which reads whatever
+// came meanwhile: at most one runs per session, and a burst of
+// notifications costs two passes at most. w.mu is held.
+func (w *watcher) scheduleLocked(st *watched) {
+	if w.closed {
+		return
+	}
+	if st.running {
+		st.again = true
+		return
+	}
+	st.running = true
+	w.catchUps.Add(1)
+	go func() {
+		defer w.catchUps.Done()
+		for again := true; again; {
+			w.catchUp(st)
+			w.mu.Lock()
+			again, st.again = st.again, false
+			st.running = again
+			w.mu.Unlock()
+		}
+	}()
+}
+
+// catchUp publishes the new events of session st.
+func (w *watcher) catchUp(st *watched) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err := w.catchUpLocked(w.ctx, st); err != nil && w.ctx.Err() == nil {
+		w.s.log.Warn("postgres: watch catch-up failed; retrying at the next poll", zap.String("session", st.id), zap.Error(err))
 	}
 }
 
@@ -436,25 +557,29 @@ const movedSQL = `SELECT w.i FROM unnest($1::uuid[], $2::bigint[]) WITH ORDINALI
 // sweep catches up every watched session that moved since its last
 // published revision, found for all of them in one statement, so that an
 // idle watched session costs no snapshot of its own per poll. Sessions no
-// longer subscribed to are forgotten.
+// longer subscribed to are forgotten (by a catch-up, which holds their
+// lock).
 //
-// The statement runs without w.mu, so Watch calls go on meanwhile: it
-// only picks sessions, each catch-up reading from w.last under w.mu as a
-// notification's does. A session it reports idle was at most at its
-// published revision when the statement ran; a change after that sends
-// its notification, or the next sweep finds it. One it reports moved that
-// a notification caught up meanwhile costs a catch-up that finds nothing.
+// The statement runs without w.mu: it only picks sessions, each
+// catch-up reading from its session's last as a notification's does. A
+// session it reports idle was at most at its published revision when the
+// statement ran; a change after that sends its notification, or the next
+// sweep finds it. One it reports moved that a notification caught up
+// meanwhile costs a catch-up that finds nothing.
 func (w *watcher) sweep(ctx context.Context) {
 	w.mu.Lock()
-	ids := make([]string, 0, len(w.last))
-	revs := make([]int64, 0, len(w.last))
-	for id, rev := range w.last {
-		if !w.broker.Watched(id) {
-			w.forget(id)
-			continue
+	sts := make([]*watched, 0, len(w.sessions))
+	ids := make([]string, 0, len(w.sessions))
+	revs := make([]int64, 0, len(w.sessions))
+	for id, st := range w.sessions {
+		last := st.last.Load()
+		switch {
+		case last == 0: // its first Watch is under way
+		case !w.broker.Watched(id):
+			w.scheduleLocked(st)
+		default:
+			sts, ids, revs = append(sts, st), append(ids, id), append(revs, int64(last))
 		}
-		ids = append(ids, id)
-		revs = append(revs, int64(rev))
 	}
 	w.mu.Unlock()
 	if len(ids) == 0 {
@@ -471,18 +596,25 @@ func (w *watcher) sweep(ctx context.Context) {
 		}
 		return
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for _, i := range moved {
-		w.catchUp(ctx, ids[i-1])
+		w.scheduleLocked(sts[i-1])
 	}
 }
 
-// start runs the LISTEN loop; w.mu is held.
+// start runs the LISTEN loop, unless it runs already or the watcher is
+// closed.
 func (w *watcher) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	w.started, w.cancel, w.done = true, cancel, make(chan struct{})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started || w.closed {
+		return
+	}
+	w.started = true
 	go func() {
 		defer close(w.done)
-		w.listen(ctx)
+		w.listen(w.ctx)
 	}()
 }
 
@@ -519,11 +651,10 @@ func (w *watcher) listen(ctx context.Context) {
 			case err == nil:
 				id, rev := parsePayload(n.Payload)
 				w.mu.Lock()
-				last, watched := w.last[id]
-				w.mu.Unlock()
-				if watched && (rev == 0 || rev > last) {
-					w.catchUp(ctx, id)
+				if st := w.sessions[id]; st != nil && (rev == 0 || rev > st.last.Load()) {
+					w.scheduleLocked(st)
 				}
+				w.mu.Unlock()
 			case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 			default:
 				if ctx.Err() == nil {
@@ -550,15 +681,17 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// close stops the LISTEN loop and ends every subscription with ErrClosed.
+// close stops the LISTEN loop and the catch-ups, and ends every
+// subscription with ErrClosed.
 func (w *watcher) close() {
 	w.mu.Lock()
-	cancel, done := w.cancel, w.done
-	w.started = true // no new loop after Close
+	w.closed = true // no new loop nor catch-up after Close
+	started := w.started
 	w.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
+	w.cancel()
+	if started {
+		<-w.done
 	}
+	w.catchUps.Wait()
 	w.broker.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -512,6 +513,246 @@ func TestWatchFollowsLiveTurnPastHistory(t *testing.T) {
 		}
 		if !errors.Is(sub.Err(), storage.ErrWatchReset) {
 			t.Errorf("%s: a watcher %d deltas behind ended with %v, want ErrWatchReset", c.name, c.lag, sub.Err())
+		}
+	}
+}
+
+// TestWatchStalledWatcherDelaysNoOther: a watcher that stops reading (its
+// buffer past half full, so that its session's catch-ups wait for it to
+// make room before publishing more) while a busy writer keeps its session
+// moving holds up no other session on its replica: another session's
+// append reaches its watcher, and a watch of a third session is answered,
+// well within the time the stalled one is waited for, while it still is.
+func TestWatchStalledWatcherDelaysNoOther(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := t.Context()
+	writer := open(t, dsn)
+	d, watching := openPolling(t, dsn, time.Hour) // woken by notifications alone
+	create := func() storage.Ref {
+		t.Helper()
+		se, err := writer.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return storage.Ref{Namespace: "ns", ID: se.ID}
+	}
+	stalledRef, otherRef, newRef := create(), create(), create()
+	stalled, err := watching.Watch(ctx, stalledRef, 0) // never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	other, err := watching.Watch(ctx, otherRef, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+
+	stop, stopped := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for i := range 20000 {
+			select {
+			case <-stop:
+				stopped <- nil
+				return
+			default:
+			}
+			if _, err := writer.Append(ctx, storage.AppendRequest{Ref: stalledRef, Messages: []*sessiondv1.Message{
+				{Id: fmt.Sprint("s", i), Role: sessiondv1.Role_ROLE_USER, Content: "x"}}}); err != nil {
+				stopped <- err
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		stopped <- nil
+	}()
+	stopWriter := sync.OnceFunc(func() {
+		close(stop)
+		if err := <-stopped; err != nil {
+			t.Errorf("the busy writer: %v", err)
+		}
+	})
+	defer stopWriter()
+
+	// Past half its buffer: from the next append on, the stalled session's
+	// catch-ups wait for room.
+	for deadline := time.Now().Add(30 * time.Second); len(stalled.Events()) <= storage.WatchBuffer/2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stalled watcher holds %d events after 30 s of appends, want more than %d", len(stalled.Events()), storage.WatchBuffer/2)
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // a few appends more: its catch-up waits
+
+	// A functional bound, well under the catch-up's wait, not a speed
+	// target. Both at once, as either would wait for a catch-up that holds
+	// up the replica.
+	const bound = 500 * time.Millisecond
+	if bound >= postgres.CatchUpDrain/2 {
+		t.Fatalf("bound %v is not well under the catch-up's wait %v", bound, postgres.CatchUpDrain)
+	}
+	watched := make(chan error, 1)
+	go func() {
+		start := time.Now()
+		sub, err := watching.Watch(ctx, newRef, 0)
+		if err != nil {
+			watched <- err
+			return
+		}
+		sub.Close()
+		took := time.Since(start)
+		t.Logf("a watch of a third session took %v", took.Round(time.Millisecond))
+		if took > bound {
+			watched <- fmt.Errorf("a watch of a third session took %v while another session's watcher stalled, want at most %v", took.Round(time.Millisecond), bound)
+			return
+		}
+		watched <- nil
+	}()
+	res, err := writer.Append(ctx, storage.AppendRequest{Ref: otherRef, Messages: []*sessiondv1.Message{{Id: "o", Role: sessiondv1.Role_ROLE_USER, Content: "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appended := time.Now()
+	if !postgres.Subscribed(d, stalledRef.ID) {
+		t.Fatal("the stalled watcher was cut off before the other sessions were tried: the test shows nothing")
+	}
+	select {
+	case ev, ok := <-other.Events():
+		if !ok {
+			t.Fatalf("the other session's subscription ended: %v", other.Err())
+		}
+		if ev.Revision != res.Revision {
+			t.Fatalf("the other session's event at revision %d, want %d", ev.Revision, res.Revision)
+		}
+		took := time.Since(appended)
+		t.Logf("the other session's append reached its watcher %v after it returned", took.Round(time.Millisecond))
+		if took > bound {
+			t.Errorf("the other session's append reached its watcher %v after it returned while another session's watcher stalled, want at most %v", took.Round(time.Millisecond), bound)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other session's append did not reach its watcher within 10 s")
+	}
+	if err := <-watched; err != nil {
+		t.Error(err)
+	}
+
+	// The stalled watcher is cut off in the end, as before, by what its
+	// writer wrote while it was waited for.
+	for deadline := time.Now().Add(10 * time.Second); postgres.Subscribed(d, stalledRef.ID); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stalled watcher was not cut off within 10 s")
+		}
+	}
+	stopWriter()
+	for range stalled.Events() {
+	}
+	if !errors.Is(stalled.Err(), storage.ErrWatchReset) {
+		t.Errorf("the stalled watcher ended with %v, want ErrWatchReset", stalled.Err())
+	}
+}
+
+// TestWatchSessionsCaughtUpApart: while several sessions are written at
+// once, each caught up on its own, watchers that join each session
+// mid-stream on another replica (from now, and resuming from a revision
+// in the past) read every revision from their first on, once and in order,
+// up to the last: none falls between a replay and the live events, none
+// is published twice by catch-ups that run beside a new watch.
+func TestWatchSessionsCaughtUpApart(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	ctx := t.Context()
+	writer := open(t, dsn)
+	_, watching := openPolling(t, dsn, 200*time.Millisecond)
+	const sessions, appends, joiners = 6, 120, 4
+	type watch struct {
+		sub  *storage.Subscription
+		from uint64 // 0: from now
+	}
+	var (
+		mu      sync.Mutex
+		watches = map[string][]watch{}
+		wg      sync.WaitGroup
+		errs    = make(chan error, sessions*(joiners+1))
+	)
+	refs := make([]storage.Ref, sessions)
+	for i := range refs {
+		se, err := writer.Create(ctx, storage.CreateRequest{Namespace: "ns", Title: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[i] = storage.Ref{Namespace: "ns", ID: se.ID}
+		sub, err := watching.Watch(ctx, refs[i], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		watches[se.ID] = []watch{{sub: sub}}
+	}
+	defer func() {
+		for _, ws := range watches {
+			for _, w := range ws {
+				w.sub.Close()
+			}
+		}
+	}()
+	for _, ref := range refs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range appends {
+				res, err := writer.Append(ctx, storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{
+					{Id: fmt.Sprint("m", i), Role: sessiondv1.Role_ROLE_USER, Content: "x"}}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if i%(appends/joiners) != appends/joiners/2 {
+					continue
+				}
+				// Join now, alternately from now and from a few
+				// revisions back.
+				var from uint64
+				if i%2 == 0 {
+					from = res.Revision - 5
+				}
+				sub, err := watching.Watch(ctx, ref, from)
+				if err != nil {
+					errs <- fmt.Errorf("watch of session %s from %d: %w", ref.ID, from, err)
+					return
+				}
+				mu.Lock()
+				watches[ref.ID] = append(watches[ref.ID], watch{sub: sub, from: from})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, ref := range refs {
+		final, err := writer.Get(ctx, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, w := range watches[ref.ID] {
+			var prev uint64
+			for prev < final.Revision {
+				ev := nextEvent(t, w.sub)
+				switch {
+				case prev == 0 && w.from != 0 && ev.Revision != w.from+1:
+					t.Fatalf("session %s, watcher %d from %d: first event at revision %d, want %d", ref.ID, j, w.from, ev.Revision, w.from+1)
+				case prev != 0 && ev.Revision != prev+1:
+					t.Fatalf("session %s, watcher %d: revision %d after %d", ref.ID, j, ev.Revision, prev)
+				}
+				prev = ev.Revision
+			}
+			select {
+			case ev, ok := <-w.sub.Events():
+				if ok {
+					t.Fatalf("session %s, watcher %d: an event at revision %d past the last, %d", ref.ID, j, ev.Revision, final.Revision)
+				}
+				t.Fatalf("session %s, watcher %d ended: %v", ref.ID, j, w.sub.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
 }

@@ -9,14 +9,17 @@
 //   await run(agent, 'Hello', { session });
 //
 // The mapping between agent input items and sessiond messages is in items.ts
-// and in the README.
+// and in the README; live turns (a model's answer stored as it streams,
+// openTurn and resumeTurn) are in live.ts.
 import { randomUUID } from 'node:crypto';
 import * as grpc from '@grpc/grpc-js';
 import type { AgentInputItem, Session } from '@openai/agents-core';
 import { decodeMessage, encodeItem, encodeSummary, type WireMessage } from './items';
+import { openTurn, resumeTurn, type Turn } from './live';
 import { Connection, SessiondError, type StoredSession } from './rpc';
 
-export { ITEM_ENCODING_KEY, ITEM_TYPE_KEY } from './items';
+export { ITEM_ENCODING_KEY, ITEM_TYPE_KEY, type ToolCall, type Usage, type WireMessage } from './items';
+export { Turn, type FinishOptions } from './live';
 export { SessiondError } from './rpc';
 export {
   SessiondSessionStore, ENTRY_TYPE_KEY, ENTRY_PART_KEY,
@@ -215,7 +218,33 @@ export class SessiondSession implements Session {
     await this.unary('RewindSession', { ref, message_count: '0' });
   }
 
-  /** Closes the connection to the daemon. */
+  /**
+   * Opens a live turn (see Turn): appends a copy of message as the
+   * session's open message, with MESSAGE_STATE_STREAMING, ROLE_ASSISTANT
+   * when it names no role, and a UUID id when it has none. The message's
+   * fields are sessiond.v1.Message's, as loaded here (`model`, `metadata`,
+   * `created_at`, ...); `content` and `reasoning.text` may start the
+   * answer. Until the turn is finished, addItems fails with
+   * FAILED_PRECONDITION; getItems reads the answer so far.
+   */
+  async openTurn(message: Partial<WireMessage> = {}): Promise<Turn> {
+    const turn = await openTurn(this.conn, await this.ref(), message);
+    this.cleared = undefined; // items added next follow the turn: not a summary before it
+    if (this.contextView()) this.lastKnown = turn.id;
+    return turn;
+  }
+
+  /**
+   * The Turn of the session's open message messageId, as far as the daemon
+   * has it, for a program that restarted to carry on writing. A message that
+   * is not open (finished, or closed by the daemon's idle timeout) is
+   * FAILED_PRECONDITION.
+   */
+  async resumeTurn(messageId: string): Promise<Turn> {
+    return resumeTurn(this.conn, await this.ref(), messageId);
+  }
+
+  /** Closes the connection to the daemon; a Turn of this session stops working too. */
   close(): void {
     this.conn.close();
   }

@@ -23,12 +23,31 @@ export interface WireMessage {
   role: 'ROLE_SYSTEM' | 'ROLE_USER' | 'ROLE_ASSISTANT' | 'ROLE_TOOL' | string;
   content?: string;
   parts?: Array<{ text?: string; json?: string; blob?: unknown; kind?: string }>;
-  tool_calls?: Array<{ id: string; name: string; arguments: string }>;
+  tool_calls?: ToolCall[];
   tool_call_id?: string;
   name?: string;
   created_at?: { seconds: string | number; nanos: number } | null;
   metadata?: Record<string, string>;
   reasoning?: { text?: string; signature?: string } | null;
+  model?: string;
+  usage?: Usage | null;
+  /** MESSAGE_STATE_STREAMING for a live turn's open message (see live.ts). */
+  state?: string;
+}
+
+/** A tool call, as sessiond.v1.ToolCall; arguments is JSON text, kept byte for byte. */
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/** Token counts, as sessiond.v1.Usage (64-bit: numbers, or decimal strings as loaded). */
+export interface Usage {
+  input_tokens?: number | string;
+  output_tokens?: number | string;
+  cached_input_tokens?: number | string;
+  reasoning_tokens?: number | string;
 }
 
 type Obj = Record<string, unknown>;

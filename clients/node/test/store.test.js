@@ -14,14 +14,14 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { randomUUID } = require('node:crypto');
-const { execFile, spawn } = require('node:child_process');
+const { execFile } = require('node:child_process');
 const { promisify } = require('node:util');
 const grpc = require('@grpc/grpc-js');
 const { SessiondSessionStore, SessiondError, ENTRY_TYPE_KEY } = require('..');
+const { daemon, SKIP_WITHOUT_BIN } = require('./daemon');
 
 const address = process.env.SESSIOND_ADDR;
 if (!address) throw new Error('set SESSIOND_ADDR to the address of a running sessiond');
@@ -375,30 +375,10 @@ test('a second process resumes a transcript with the Claude Agent SDK', async ()
   }
 });
 
-// freePort is a loopback port nothing listens on now.
-async function freePort() {
-  const server = net.createServer();
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address();
-  await new Promise((r) => server.close(r));
-  return port;
-}
-
-test('a kill -9 of the daemon between batches loses no acknowledged batch', { skip: !process.env.SESSIOND_BIN && 'SESSIOND_BIN is not set' }, async () => {
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sessiond-kill-'));
-  const listen = `127.0.0.1:${await freePort()}`;
-  let daemon;
-  const startDaemon = () => {
-    daemon = spawn(process.env.SESSIOND_BIN, ['--listen', listen, '--data-dir', dataDir, '--log-level', 'error'], { stdio: 'ignore' });
-  };
-  const kill9 = () => new Promise((r) => {
-    daemon.once('exit', r);
-    daemon.kill('SIGKILL');
-  });
-  test.after(() => daemon.exitCode === null && daemon.kill('SIGKILL'));
-  startDaemon();
+test('a kill -9 of the daemon between batches loses no acknowledged batch', SKIP_WITHOUT_BIN, async () => {
+  const d = await daemon();
   // Retries ride out the daemon's restarts (up to ~10 s of backoff).
-  const store = new SessiondSessionStore({ address: listen, namespace: 'kill9', retries: 8 });
+  const store = new SessiondSessionStore({ address: d.address, namespace: 'kill9', retries: 8 });
   test.after(() => store.close());
   const acked = [];
   for (let round = 0; round < 3; round++) {
@@ -410,15 +390,13 @@ test('a kill -9 of the daemon between batches loses no acknowledged batch', { sk
     // A batch in flight when the daemon dies: it may land or not, and its
     // retry after the restart stores it once either way.
     const inFlight = store.append(KEY, [e({ uuid: `r${round}-late`, round })]).then(() => true, () => false);
-    await kill9();
-    startDaemon();
+    await d.restart();
     if (await inFlight) acked.push(e({ uuid: `r${round}-late`, round }));
   }
   const loaded = await store.load(KEY);
   const ids = loaded.map((x) => x.uuid);
   assert.equal(new Set(ids).size, ids.length, `an entry is stored twice: ${ids}`);
   assert.deepStrictEqual(loaded.filter((x) => acked.some((a) => a.uuid === x.uuid)), acked);
-  await kill9();
 });
 
 test('a store per namespace cannot read another namespace', { skip: !process.env.SESSIOND_TOKEN_A && 'SESSIOND_TOKEN_A is not set' }, async () => {
