@@ -70,28 +70,42 @@ func finish(t *testing.T, s *storage.Store, ref storage.Ref, msgID string) uint6
 // trimMark is session id's sessions.events_trim_ns (nil: not marked).
 func trimMark(t *testing.T, dsn, id string) *int64 {
 	t.Helper()
-	var mark *int64
-	if err := connect(t, dsn).QueryRow(t.Context(), `SELECT events_trim_ns FROM sessions WHERE id = $1`, id).Scan(&mark); err != nil {
-		t.Fatal(err)
-	}
+	_, mark := trimState(t, connect(t, dsn), id)
 	return mark
 }
 
-// waitRows waits (at most limit) until session id has want events rows
-// and no trim mark, and returns how long that took.
-func waitRows(t *testing.T, dsn, id string, want int, limit time.Duration) time.Duration {
+// trimState is session id's events rows and sessions.events_trim_ns, read
+// on conn.
+func trimState(t *testing.T, conn *pgx.Conn, id string) (rows int, mark *int64) {
 	t.Helper()
-	start := time.Now()
-	for {
-		n := eventRows(t, dsn, id)
-		if n == want && trimMark(t, dsn, id) == nil {
-			return time.Since(start)
-		}
-		if time.Since(start) > limit {
-			t.Fatalf("session %s: %d events rows (mark %v) after %v, want %d and no mark", id, n, trimMark(t, dsn, id), limit, want)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := conn.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM events WHERE session_id = $1), events_trim_ns FROM sessions WHERE id = $1`,
+		id).Scan(&rows, &mark); err != nil {
+		t.Fatal(err)
 	}
+	return rows, mark
+}
+
+// waitTrim waits (at most limit) until session id has no trim mark and
+// its events rows satisfy ok.
+func waitTrim(t *testing.T, dsn, id string, limit time.Duration, ok func(rows int) bool) {
+	t.Helper()
+	conn := connect(t, dsn)
+	for deadline := time.Now().Add(limit); ; time.Sleep(20 * time.Millisecond) {
+		n, mark := trimState(t, conn, id)
+		if mark == nil && ok(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s: %d events rows, mark %v, %v after the wait began", id, n, mark, limit)
+		}
+	}
+}
+
+// waitRows waits (at most limit) until session id has want events rows
+// and no trim mark.
+func waitRows(t *testing.T, dsn, id string, want int, limit time.Duration) {
+	t.Helper()
+	waitTrim(t, dsn, id, limit, func(n int) bool { return n == want })
 }
 
 // heldWatch watches ref through watching (the Store over d, opened by
@@ -292,14 +306,7 @@ func TestTrimBesideAppends(t *testing.T) {
 		// The trim came at some revision after the finish: it left at
 		// most the history and the row before it (the plain appends
 		// wrote none).
-		for deadline := time.Now().Add(grace + 10*time.Second); trimMark(t, dsn, ref.ID) != nil; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("session %s still marked for trimming", ref.ID)
-			}
-		}
-		if n := eventRows(t, dsn, ref.ID); n > storage.WatchHistory+1 {
-			t.Errorf("session %s: %d events rows after the trim, want at most %d", ref.ID, n, storage.WatchHistory+1)
-		}
+		waitTrim(t, dsn, ref.ID, grace+10*time.Second, func(n int) bool { return n <= storage.WatchHistory+1 })
 	}
 }
 
