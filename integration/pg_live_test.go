@@ -127,46 +127,66 @@ func nextFinished(t *testing.T, name string, sub sessiondv1.SessionStoreService_
 // hold it back) while replica A streams several hundred deltas, far more
 // than the last storage.WatchHistory revisions every session keeps, still
 // gets every delta once and in order once it reads again, with no reset:
-// while a message is open its deltas stay in the history.
+// while a message is open its deltas stay in the history, and for a grace
+// period after its finish, so that B may be held back across the finish
+// too.
 func TestPostgresLiveTurnWatcherHeldBack(t *testing.T) {
-	ctx := testContext(t, 120*time.Second)
-	b, ca, cb, ref, start := startLiveTurn(t, ctx)
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	watch := watchFrom(t, wctx, cb, ref, start)
+	for _, c := range []struct {
+		name string
+		// finishHeld finishes the turn while B is stopped.
+		finishHeld bool
+	}{{"finish after", false}, {"finish while held", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := testContext(t, 120*time.Second)
+			b, ca, cb, ref, start := startLiveTurn(t, ctx)
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			watch := watchFrom(t, wctx, cb, ref, start)
 
-	if err := b.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	resume := func() {
-		if stopped {
-			if err := b.Signal(syscall.SIGCONT); err != nil {
-				t.Errorf("SIGCONT to B: %v", err)
+			if err := b.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
 			}
-			stopped = false
-		}
+			stopped := true
+			resume := func() {
+				if stopped {
+					if err := b.Signal(syscall.SIGCONT); err != nil {
+						t.Errorf("SIGCONT to B: %v", err)
+					}
+					stopped = false
+				}
+			}
+			defer resume()
+			const deltas = 600
+			var text strings.Builder
+			for i := range deltas {
+				piece := fmt.Sprintf("d%05d ", i)
+				if _, err := ca.AppendDelta(ctx, &sessiondv1.AppendDeltaRequest{Ref: ref, MessageId: "open", Offset: int64(text.Len()), Content: piece}); err != nil {
+					t.Fatalf("AppendDelta %d on A: %v", i, err)
+				}
+				text.WriteString(piece)
+			}
+			finish := func() uint64 {
+				fin, err := ca.FinishMessage(ctx, &sessiondv1.FinishMessageRequest{Ref: ref, MessageId: "open"})
+				if err != nil {
+					t.Fatalf("FinishMessage on A: %v", err)
+				}
+				return fin.GetRevision()
+			}
+			var fin uint64
+			if c.finishHeld {
+				fin = finish()
+			}
+			resume()
+			const name = "the held-back watcher on B"
+			if got := followDeltas(t, name, watch, start, "", start+deltas); got != text.String() {
+				t.Fatalf("%s built %d bytes, want the %d streamed", name, len(got), text.Len())
+			}
+			if !c.finishHeld {
+				fin = finish()
+			}
+			nextFinished(t, name, watch, fin)
+		})
 	}
-	defer resume()
-	const deltas = 600
-	var text strings.Builder
-	for i := range deltas {
-		piece := fmt.Sprintf("d%05d ", i)
-		if _, err := ca.AppendDelta(ctx, &sessiondv1.AppendDeltaRequest{Ref: ref, MessageId: "open", Offset: int64(text.Len()), Content: piece}); err != nil {
-			t.Fatalf("AppendDelta %d on A: %v", i, err)
-		}
-		text.WriteString(piece)
-	}
-	resume()
-	const name = "the held-back watcher on B"
-	if got := followDeltas(t, name, watch, start, "", start+deltas); got != text.String() {
-		t.Fatalf("%s built %d bytes, want the %d streamed", name, len(got), text.Len())
-	}
-	fin, err := ca.FinishMessage(ctx, &sessiondv1.FinishMessageRequest{Ref: ref, MessageId: "open"})
-	if err != nil {
-		t.Fatalf("FinishMessage on A: %v", err)
-	}
-	nextFinished(t, name, watch, fin.GetRevision())
 }
 
 // startLiveTurn starts two replicas, A and B, on one database, and

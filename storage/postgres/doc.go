@@ -70,9 +70,14 @@
 //     that have one, for the idle sweeper). The open message is a messages
 //     row that each delta and the finish rewrite in place under the
 //     session's row lock (live.go); it is indexed for search once closed.
+//     Since schema version 11, sessions.events_trim_ns is when a finished
+//     turn's events rows past the history may go (NULL: none to trim;
+//     index sessions_events_trim on the sessions that have one, for the
+//     trimmer, trim.go).
 //   - events: the events of each session's last storage.WatchHistory
-//     revisions (more while a message is open: see below and live.go;
-//     and the newest row before them), with the session's state
+//     revisions (more while a message is open and for a grace period
+//     after its finish: see below and live.go; and the newest row before
+//     them), with the session's state
 //     after the change in the sessions row's columns. Since schema version
 //     9 an append that changes only the revision, the message count and
 //     updated_ns (the one-statement append) writes no row: its messages
@@ -161,8 +166,9 @@
 // behind by any number of plain appends catches up from the messages; one
 // behind a live turn's deltas, from the rows of up to liveHistoryEvents
 // revisions that a session keeps while a message is open (fewer for a
-// session with large metadata), which its finish trims back to
-// storage.WatchHistory. A from_revision older
+// session with large metadata), which its finish keeps for a grace period
+// (finishGrace) and the trimmer then takes back to storage.WatchHistory.
+// A from_revision older
 // than storage.WatchHistory revisions, or a gap (history trimmed, or a
 // rewrite of appends no longer in it), is ErrWatchReset.
 //

@@ -188,12 +188,14 @@ func ListPaged(ctx context.Context, d *Store, opts storage.ListOptions, first, p
 	return d.listPaged(ctx, opts, first, page, yield)
 }
 
-// StopBackground ends d's notifier and search indexer, so that only the
-// calls a test makes use d's connections.
+// StopBackground ends d's notifier, search indexer and trimmer, so that
+// only the calls a test makes use d's connections.
 func StopBackground(d *Store) {
 	StopNotifier(d)
 	d.stopIndex()
 	<-d.indexDone
+	d.stopTrim()
+	<-d.trimDone
 }
 
 // AcquiredConns is how many of d's pooled connections are in use.

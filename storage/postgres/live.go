@@ -31,24 +31,28 @@ var _ storage.LiveDriver = (*Store)(nil)
 // reset mid-message. The rows are bounded twice: by count, and by
 // liveHistoryBytes of the session's columns every row repeats (so a
 // session with large metadata keeps fewer, never fewer than
-// historyEvents); their deltas add up to at most the open message. The
-// finish trims back to historyEvents, as does a save (which makes every
-// watcher reload anyway, and whose copy of the appends in the history,
-// keepEventMessages, covers historyEvents revisions). A resume with
-// from_revision keeps the bound of historyEvents, as on the file store.
+// historyEvents); their deltas add up to at most the open message.
+//
+// The finish keeps that bound for finishGrace more (so does every write
+// with an events row meanwhile: a tool call's answer comes right after its
+// turn), so that a watcher that was within it when the message closed
+// still reads the rest of the turn: it marks the session
+// (sessions.events_trim_ns, when its rows reach past historyEvents
+// revisions), and the trimmer (trim.go) then takes them back to
+// historyEvents. A save or rewind (EventReplaced) trims back at once (it
+// makes every watcher reload anyway, and its copy of the appends in the
+// history, keepEventMessages, covers historyEvents revisions). A resume with from_revision keeps the
+// bound of historyEvents, as on the file store.
 const (
 	liveHistoryEvents = 4 * storage.WatchBuffer
 	liveHistoryBytes  = 1 << 20
 	eventRowBytes     = 128 // an events row's own columns, header and index entry
 )
 
-// historyKept is how many revisions of its session's history a write
-// leaving m keeps: its event is of type typ, and its row repeats repeated
-// bytes of the session's columns.
-func historyKept(typ storage.EventType, m *storage.Session, repeated int) int64 {
-	if m.OpenMessageID == "" || typ == storage.EventReplaced {
-		return historyEvents
-	}
+// liveKept is how many revisions of its session's history a write keeps
+// while the session has an open message or a finish's grace: its row
+// repeats repeated bytes of the session's columns.
+func liveKept(repeated int) int64 {
 	return max(historyEvents, min(liveHistoryEvents, liveHistoryBytes/int64(eventRowBytes+repeated)))
 }
 
@@ -100,7 +104,7 @@ func (s *Store) FinishMessage(ctx context.Context, req storage.FinishRequest, li
 		if err != nil {
 			return err
 		}
-		b.Queue(bumpSession, bump...)
+		b.Queue(finishSession, append(bump, s.finishGrace.Nanoseconds(), int64(historyEvents))...)
 		if err := queueEventRow(b, w, storage.EventFinished, m, 0, nil, [][]byte{enc}); err != nil {
 			return err
 		}
@@ -109,6 +113,15 @@ func (s *Store) FinishMessage(ctx context.Context, req storage.FinishRequest, li
 	})
 	return out, err
 }
+
+// finishSession is bumpSession for a finish, which also marks the session
+// for the trimmer ($8: the grace in nanoseconds after its updated_ns) when
+// the open message's bound kept rows past historyEvents ($9) revisions:
+// two rows at or before the start of that history (the newest of them
+// stays).
+const finishSession = bumpModels + bumpSet + `, events_trim_ns = CASE WHEN (SELECT count(*) FROM (
+		SELECT FROM events WHERE session_id = $1 AND revision <= $3::bigint - $9::bigint LIMIT 2) o) = 2 THEN $2 + $8::bigint END
+	WHERE id = $1`
 
 // Streaming yields the sessions with an open message last changed before
 // idleBefore (index sessions_streaming), read before the first yield.

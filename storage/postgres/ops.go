@@ -312,7 +312,10 @@ func insertSession(ctx context.Context, tx pgx.Tx, m *storage.Session) error {
 // open_message_id) when only its messages changed, as in Append and Rewind;
 // bumpArgs makes the arguments. Its filters row is written only when its
 // models changed.
-const bumpSession = bumpModels + `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, open_message_id = $7 WHERE id = $1`
+const bumpSession = bumpModels + bumpSet + ` WHERE id = $1`
+
+// bumpSet is bumpSession's UPDATE up to its WHERE.
+const bumpSet = `UPDATE sessions SET updated_ns = $2, revision = $3, message_count = $4, tally = $5, open_message_id = $7`
 
 // bumpModels is the bump statements' write of the session's models ($6)
 // into its filters row, when they changed.
@@ -403,19 +406,38 @@ func queueEvent(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session
 // delta as applied (encoded), messages a finish event's closed message.
 //
 // The trim keeps the newest row at or before the start of the history
-// (the last historyKept revisions): the appends after it that wrote no
-// row take their session from it (readEvents).
+// (the last historyEvents revisions, or liveKept while the session has an
+// open message or a finish's grace, except at a save or rewind): the
+// appends after it that wrote no row take their session from it
+// (readEvents).
 func queueEventRow(b *pgx.Batch, tx *wtx, typ storage.EventType, m *storage.Session, count int, delta []byte, messages [][]byte) error {
 	repeated, err := queueInsertEvent(b, typ, m, count, delta, messages)
 	if err != nil {
 		return err
 	}
-	b.Queue(`DELETE FROM events WHERE session_id = $1
-		AND revision < (SELECT max(revision) FROM events WHERE session_id = $1 AND revision <= $2)`,
-		m.ID, int64(m.Revision)-historyKept(typ, m, repeated))
+	short, long := int64(historyEvents), liveKept(repeated)
+	switch {
+	case typ == storage.EventReplaced:
+		b.Queue(trimEvents, m.ID, int64(m.Revision)-short)
+	case m.OpenMessageID != "":
+		b.Queue(trimEvents, m.ID, int64(m.Revision)-long)
+	default:
+		b.Queue(trimEventsGrace, m.ID, int64(m.Revision)-short, int64(m.Revision)-long)
+	}
 	tx.changed = append(tx.changed, changed{m.ID, m.Revision})
 	return nil
 }
+
+// trimEvents deletes session $1's events rows before the newest one at or
+// before revision $2.
+const trimEvents = `DELETE FROM events WHERE session_id = $1
+	AND revision < (SELECT max(revision) FROM events WHERE session_id = $1 AND revision <= $2)`
+
+// trimEventsGrace is trimEvents at revision $3 instead while the session
+// is marked for the trimmer (a finish's grace).
+const trimEventsGrace = `DELETE FROM events WHERE session_id = $1
+	AND revision < (SELECT max(revision) FROM events WHERE session_id = $1 AND revision <= CASE
+		WHEN EXISTS (SELECT FROM sessions WHERE id = $1 AND events_trim_ns IS NOT NULL) THEN $3::bigint ELSE $2::bigint END)`
 
 // queueInsertEvent queues the insert of m's events row. It returns the
 // bytes of the session's columns the row repeats (every row of the

@@ -104,6 +104,10 @@ type Store struct {
 
 	stopIndex func()        // ends the search indexer
 	indexDone chan struct{} // closed when the indexer has ended
+
+	finishGrace time.Duration // how long a finish keeps its deltas' events rows
+	stopTrim    func()        // ends the trimmer
+	trimDone    chan struct{} // closed when the trimmer has ended
 }
 
 var _ storage.Driver = (*Store)(nil)
@@ -174,7 +178,8 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, log: log, onFlush: opts.OnFlush, wakeCh: make(chan changed, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{})}
+	s := &Store{pool: pool, log: log, onFlush: opts.OnFlush, wakeCh: make(chan changed, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{}),
+		finishGrace: finishGrace, trimDone: make(chan struct{})}
 	s.group.gatherMax = groupGatherMax
 	nctx, stop := context.WithCancel(context.Background())
 	s.stopNotify = stop
@@ -182,6 +187,9 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	ictx, stopIndex := context.WithCancel(context.Background())
 	s.stopIndex = stopIndex
 	go s.indexer(ictx)
+	tctx, stopTrim := context.WithCancel(context.Background())
+	s.stopTrim = stopTrim
+	go s.trimmer(tctx)
 	poll := opts.PollInterval
 	if poll <= 0 {
 		poll = 2 * time.Second
@@ -235,7 +243,7 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close ends every subscription with ErrClosed, stops the watch listener,
-// the notifier and the indexer, and closes the pool. The storage.Store
+// the notifier, the indexer and the trimmer, and closes the pool. The storage.Store
 // calls it once, after the calls it admitted have returned.
 func (s *Store) Close() error {
 	s.w.close()
@@ -243,6 +251,8 @@ func (s *Store) Close() error {
 	<-s.notifyDone
 	s.stopIndex()
 	<-s.indexDone
+	s.stopTrim()
+	<-s.trimDone
 	s.pool.Close()
 	return nil
 }
