@@ -24,9 +24,9 @@ import (
 // committed after the statement's snapshot but before its lock is seen in
 // the locked row (read committed rechecks it), not in the events rows the
 // trim reads: the trim then keeps more, never less, than the history. A
-// session
-// whose next message opened meanwhile loses only its mark: its open
-// message's bound governs its rows until its own finish marks it again.
+// session whose next message opened meanwhile loses only its mark: its
+// open message's bound governs its rows until its own finish marks it
+// again.
 // A watcher behind the rows the trim leaves finds the gap and is reset
 // (ErrWatchReset), as one behind any trim.
 
