@@ -56,8 +56,11 @@
 #   SYSTEMS        the 16-client systems each round runs, a space-separated
 #                  subset of "sessiond_many sessiond_stream_many redis_many
 #                  pg_many sessiond_pg_many sessiond_pg_stream_many
-#                  baseline_many baseline_pg_many baseline_pg_stream_many"
-#                  (default: all that apply)
+#                  sessiond_pg_turns_many baseline_many baseline_pg_many
+#                  baseline_pg_stream_many" (default: all that apply but
+#                  sessiond_pg_turns_many, a chat's mix of user messages
+#                  and answers with a model and usage, whose search
+#                  indexing would spill into the runs after it)
 #   WIDE=0         skip the 64-client runs
 #   WARMUP=1       first run one uncounted round of every throughput system
 #                  (16-client and wide), so that each counted round follows
@@ -484,7 +487,7 @@ pg_daemon_run() {
 	read -r xact0 wal0 < <(pg_counters)
 	before=$(cpu_mark "$pid")
 	out=$("$LOAD" --json --addr "$addr" --namespace "$name-$r" append --rpc "$rpc" --clients "$CLIENTS" --sessions "$CLIENTS" \
-		--count 10000000 --duration "${DURATION}s" --size "$SIZE")
+		--count 10000000 --duration "${DURATION}s" --size "$SIZE" "${@:6}")
 	after=$(cpu_mark "$pid")
 	read -r xact1 wal1 < <(pg_counters)
 	n=$(json "d['ops']" <<<"$out")
@@ -511,6 +514,9 @@ sessiond_pg_wide() { pg_daemon_wide "$1" sessiond_pg_wide unary; }
 sessiond_pg_stream_wide() { pg_daemon_wide "$1" sessiond_pg_stream_wide stream; }
 sessiond_pg_many() { pg_daemon_run "$1" sessiond_pg "$SDPG" "$SDPG_PID" unary; }
 sessiond_pg_stream_many() { pg_daemon_run "$1" sessiond_pg_stream "$SDPG" "$SDPG_PID" stream; }
+# A chat's mix: every second append an assistant's answer with a model and
+# usage, which changes the session's tally (sessiond-load --turns).
+sessiond_pg_turns_many() { pg_daemon_run "$1" sessiond_pg_turns "$SDPG" "$SDPG_PID" unary --turns; }
 baseline_pg_many() { pg_daemon_run "$1" baseline_pg "$BASEPG" "$BASEPG_PID" unary; }
 baseline_pg_stream_many() { pg_daemon_run "$1" baseline_pg_stream "$BASEPG" "$BASEPG_PID" stream; }
 
@@ -706,11 +712,13 @@ row(f"Redis appendfsync always RPUSH/s, {clients} clients on {clients} keys", "r
 row(f"PostgreSQL synchronous_commit on INSERT/s, {clients} clients", "pg_ops", "{:.0f}")
 row(f"sessiond on PostgreSQL appends/s, {clients} clients on {clients} sessions", "sessiond_pg_ops", "{:.0f}")
 row(f"sessiond on PostgreSQL streamed appends/s, {clients} clients on {clients} sessions", "sessiond_pg_stream_ops", "{:.0f}")
+row(f"sessiond on PostgreSQL appends/s, {clients} clients on {clients} sessions, every second an answer with model and usage", "sessiond_pg_turns_ops", "{:.0f}")
 row(f"baseline sessiond on PostgreSQL appends/s, {clients} clients on {clients} sessions", "baseline_pg_ops", "{:.0f}")
 row(f"baseline sessiond on PostgreSQL streamed appends/s, {clients} clients on {clients} sessions", "baseline_pg_stream_ops", "{:.0f}")
 row(f"PostgreSQL WAL bytes per INSERT, {clients} clients", "pg_wal_bytes", "{:.0f}")
 row(f"sessiond on PostgreSQL WAL bytes per append, {clients} clients", "sessiond_pg_wal_bytes", "{:.0f}")
 row(f"sessiond on PostgreSQL WAL bytes per streamed append, {clients} clients", "sessiond_pg_stream_wal_bytes", "{:.0f}")
+row(f"sessiond on PostgreSQL WAL bytes per append, {clients} clients, every second an answer", "sessiond_pg_turns_wal_bytes", "{:.0f}")
 row(f"baseline sessiond on PostgreSQL WAL bytes per append, {clients} clients", "baseline_pg_wal_bytes", "{:.0f}")
 row(f"baseline sessiond on PostgreSQL WAL bytes per streamed append, {clients} clients", "baseline_pg_stream_wal_bytes", "{:.0f}")
 row(f"sessiond append p50 at {clients} clients (ms)", "sessiond_16c_p50_ms")
@@ -733,6 +741,8 @@ row(f"CPU per append, whole machine, {clients} clients: sessiond on PostgreSQL s
 row(f"CPU per append, whole machine, {clients} clients: baseline sessiond on PostgreSQL (us)", "baseline_pg_cpu_us", "{:.0f}")
 row(f"CPU per append, whole machine, {clients} clients: baseline sessiond on PostgreSQL streamed (us)", "baseline_pg_stream_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: sessiond on PostgreSQL streamed (us)", "sessiond_pg_stream_daemon_cpu_us", "{:.0f}")
+row(f"CPU per append, whole machine, {clients} clients: sessiond on PostgreSQL, every second an answer (us)", "sessiond_pg_turns_cpu_us", "{:.0f}")
+row(f"CPU per append, the daemon alone, {clients} clients: sessiond on PostgreSQL, every second an answer (us)", "sessiond_pg_turns_daemon_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond on PostgreSQL (us)", "baseline_pg_daemon_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond on PostgreSQL streamed (us)", "baseline_pg_stream_daemon_cpu_us", "{:.0f}")
 row(f"baseline sessiond appends/s, {clients} clients on {clients} sessions", "baseline_ops", "{:.0f}")
