@@ -192,10 +192,8 @@ func ListPaged(ctx context.Context, d *Store, opts storage.ListOptions, first, p
 // only the calls a test makes use d's connections.
 func StopBackground(d *Store) {
 	StopNotifier(d)
-	d.stopIndex()
-	<-d.indexDone
-	d.stopTrim()
-	<-d.trimDone
+	d.stopPasses()
+	d.passes.Wait()
 }
 
 // AcquiredConns is how many of d's pooled connections are in use.

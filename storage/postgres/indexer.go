@@ -41,9 +41,6 @@ const (
 	// up. Each pass writes a new version of every session row it moves,
 	// so a longer wait shares that among more appends.
 	indexInterval = time.Second
-	// indexRetry is how long the indexer waits after a failed pass (the
-	// database unreachable, say).
-	indexRetry = time.Second
 	// indexSessions and indexPerSession bound a pass: the sessions it
 	// reads and the messages of each it indexes.
 	indexSessions   = 32
@@ -101,31 +98,6 @@ const indexedMoveSQL = `WITH t AS (
 	UPDATE sessions s SET search_count = l.hi FROM l WHERE s.id = l.id RETURNING s.id
 )
 SELECT count(*) FROM u`
-
-// indexer runs passes until ctx ends, one after another while there is
-// work, else every indexInterval; after a failure, every indexRetry until
-// a pass succeeds, saying so once.
-func (s *Store) indexer(ctx context.Context) {
-	defer close(s.indexDone)
-	failing := false
-	for ctx.Err() == nil {
-		more, err := s.indexPass(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			if !failing {
-				s.log.Warn("postgres: search indexing failed; retrying (search reads what is not indexed from the messages meanwhile)",
-					zap.String("error", safeText(mapErr(err))))
-			}
-			failing = true
-			sleep(ctx, indexRetry)
-		case !more:
-			failing = false
-			sleep(ctx, indexInterval)
-		default:
-			failing = false
-		}
-	}
-}
 
 // indexRange is one session's part of a pass.
 type indexRange struct {

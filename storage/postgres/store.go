@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -102,12 +103,10 @@ type Store struct {
 	stopNotify func()        // ends the notifier
 	notifyDone chan struct{} // closed when the notifier has ended
 
-	stopIndex func()        // ends the search indexer
-	indexDone chan struct{} // closed when the indexer has ended
+	stopPasses func()         // ends the search indexer and the trimmer
+	passes     sync.WaitGroup // their goroutines
 
 	finishGrace time.Duration // how long a finish keeps its deltas' events rows
-	stopTrim    func()        // ends the trimmer
-	trimDone    chan struct{} // closed when the trimmer has ended
 }
 
 var _ storage.Driver = (*Store)(nil)
@@ -178,18 +177,20 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, log: log, onFlush: opts.OnFlush, wakeCh: make(chan changed, wakeBuffer), notifyDone: make(chan struct{}), indexDone: make(chan struct{}),
-		finishGrace: finishGrace, trimDone: make(chan struct{})}
+	s := &Store{pool: pool, log: log, onFlush: opts.OnFlush, wakeCh: make(chan changed, wakeBuffer), notifyDone: make(chan struct{}),
+		finishGrace: finishGrace}
 	s.group.gatherMax = groupGatherMax
 	nctx, stop := context.WithCancel(context.Background())
 	s.stopNotify = stop
 	go s.notifier(nctx)
-	ictx, stopIndex := context.WithCancel(context.Background())
-	s.stopIndex = stopIndex
-	go s.indexer(ictx)
-	tctx, stopTrim := context.WithCancel(context.Background())
-	s.stopTrim = stopTrim
-	go s.trimmer(tctx)
+	pctx, stopPasses := context.WithCancel(context.Background())
+	s.stopPasses = stopPasses
+	s.passes.Go(func() {
+		s.repeat(pctx, s.indexPass, indexInterval, "search indexing failed; retrying (search reads what is not indexed from the messages meanwhile)")
+	})
+	s.passes.Go(func() {
+		s.repeat(pctx, s.trimPass, trimInterval, "trimming finished turns' events failed; retrying (their rows stay meanwhile)")
+	})
 	poll := opts.PollInterval
 	if poll <= 0 {
 		poll = 2 * time.Second
@@ -249,12 +250,27 @@ func (s *Store) Close() error {
 	s.w.close()
 	s.stopNotify()
 	<-s.notifyDone
-	s.stopIndex()
-	<-s.indexDone
-	s.stopTrim()
-	<-s.trimDone
+	s.stopPasses()
+	s.passes.Wait()
 	s.pool.Close()
 	return nil
+}
+
+// repeat runs pass until ctx ends: again at once while it says there is
+// more, else after wait, and after wait too when it fails, which it logs
+// (failed) once until a pass succeeds.
+func (s *Store) repeat(ctx context.Context, pass func(context.Context) (more bool, err error), wait time.Duration, failed string) {
+	failing := false
+	for ctx.Err() == nil {
+		more, err := pass(ctx)
+		if err != nil && ctx.Err() == nil && !failing {
+			s.log.Warn("postgres: "+failed, zap.String("error", safeText(mapErr(err))))
+		}
+		failing = err != nil
+		if err != nil || !more {
+			sleep(ctx, wait)
+		}
+	}
 }
 
 // Redact returns dsn with its password replaced by "xxxxx", for logs and

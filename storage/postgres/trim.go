@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 	"time"
-
-	"go.uber.org/zap"
 )
 
 // The trimmer: a finish leaves its session's events rows as the open
@@ -39,8 +37,7 @@ const (
 	// machine. It bounds what finished turns hold: at most the deltas
 	// of the turns finished in the last finishGrace (and trimInterval).
 	finishGrace = 10 * time.Second
-	// trimInterval is how often a trimmer looks for sessions due, and how
-	// long it waits after a failed pass.
+	// trimInterval is how often a trimmer looks for sessions due.
 	trimInterval = time.Second
 	// trimSessions bounds the sessions a pass trims; a full pass is
 	// followed by another at once.
@@ -64,27 +61,10 @@ const trimSQL = `WITH l AS (
 )
 SELECT count(*) FROM u`
 
-// trimmer runs passes until ctx ends: one after another while they are
-// full, else every trimInterval; a failure is logged once until a pass
-// succeeds.
-func (s *Store) trimmer(ctx context.Context) {
-	defer close(s.trimDone)
-	failing := false
-	for ctx.Err() == nil {
-		var n int
-		err := s.pool.QueryRow(ctx, trimSQL, time.Now().UnixNano(), trimSessions, int64(historyEvents)).Scan(&n)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			if !failing {
-				s.log.Warn("postgres: trimming finished turns' events failed; retrying (their rows stay meanwhile)",
-					zap.String("error", safeText(mapErr(err))))
-			}
-			failing = true
-		case err == nil:
-			failing = false
-		}
-		if err != nil || n < trimSessions {
-			sleep(ctx, trimInterval)
-		}
-	}
+// trimPass trims one batch of the sessions due; more says whether it was
+// full (more may be due).
+func (s *Store) trimPass(ctx context.Context) (more bool, err error) {
+	var n int
+	err = s.pool.QueryRow(ctx, trimSQL, time.Now().UnixNano(), trimSessions, int64(historyEvents)).Scan(&n)
+	return n == trimSessions, err
 }
