@@ -9,5 +9,9 @@ func SetFinishGrace(d *Store, grace time.Duration) { d.finishGrace = grace }
 // FinishGrace is how long a finish keeps its deltas' events rows.
 const FinishGrace = finishGrace
 
-// TrimSQL is the trimmer's statement, for plan tests.
-const TrimSQL = trimSQL
+const (
+	// TrimSQL is the trimmer's statement, for plan tests.
+	TrimSQL = trimSQL
+	// DBNowNS is PostgreSQL's clock in Unix nanoseconds, as SQL.
+	DBNowNS = dbNowNS
+)

@@ -115,12 +115,12 @@ func (s *Store) FinishMessage(ctx context.Context, req storage.FinishRequest, li
 }
 
 // finishSession is bumpSession for a finish, which also marks the session
-// for the trimmer ($8: the grace in nanoseconds after its updated_ns) when
-// the open message's bound kept rows past historyEvents ($9) revisions:
-// two rows at or before the start of that history (the newest of them
-// stays).
+// for the trimmer ($8: the grace in nanoseconds from now, by PostgreSQL's
+// clock) when the open message's bound kept rows past historyEvents ($9)
+// revisions: two rows at or before the start of that history (the newest
+// of them stays).
 const finishSession = bumpModels + bumpSet + `, events_trim_ns = CASE WHEN (SELECT count(*) FROM (
-		SELECT FROM events WHERE session_id = $1 AND revision <= $3::bigint - $9::bigint LIMIT 2) o) = 2 THEN $2 + $8::bigint END
+		SELECT FROM events WHERE session_id = $1 AND revision <= $3::bigint - $9::bigint LIMIT 2) o) = 2 THEN ` + dbNowNS + ` + $8::bigint END
 	WHERE id = $1`
 
 // Streaming yields the sessions with an open message last changed before

@@ -44,18 +44,23 @@ const (
 	trimSessions = 64
 )
 
-// trimSQL trims the events rows of at most $2 sessions whose mark is due
-// at $1 (Unix nanoseconds; the longest due first, found through
-// sessions_events_trim) back to the newest row at or before their last $3
-// revisions, and clears their marks; it returns how many it took.
+// dbNowNS is PostgreSQL's clock in Unix nanoseconds. The finish's mark and
+// the trimmer both read it, so the grace holds whatever the replicas'
+// clocks say.
+const dbNowNS = `(extract(epoch FROM statement_timestamp()) * 1000000000)::bigint`
+
+// trimSQL trims the events rows of at most $1 sessions whose mark is due
+// (the longest due first, found through sessions_events_trim) back to the
+// newest row at or before their last $2 revisions, and clears their marks;
+// it returns how many it took.
 const trimSQL = `WITH l AS (
 	SELECT id, revision, open_message_id IS NULL AS closed FROM sessions
-	WHERE id = ANY (ARRAY(SELECT id FROM sessions WHERE events_trim_ns <= $1 ORDER BY events_trim_ns LIMIT $2))
-		AND events_trim_ns <= $1
+	WHERE id = ANY (ARRAY(SELECT id FROM sessions WHERE events_trim_ns <= ` + dbNowNS + ` ORDER BY events_trim_ns LIMIT $1))
+		AND events_trim_ns <= ` + dbNowNS + `
 	ORDER BY id FOR UPDATE SKIP LOCKED
 ), d AS (
 	DELETE FROM events e USING l WHERE l.closed AND e.session_id = l.id
-		AND e.revision < (SELECT max(b.revision) FROM events b WHERE b.session_id = l.id AND b.revision <= l.revision - $3)
+		AND e.revision < (SELECT max(b.revision) FROM events b WHERE b.session_id = l.id AND b.revision <= l.revision - $2)
 ), u AS (
 	UPDATE sessions s SET events_trim_ns = NULL WHERE s.id = ANY (ARRAY(SELECT id FROM l)) RETURNING s.id
 )
@@ -65,6 +70,6 @@ SELECT count(*) FROM u`
 // full (more may be due).
 func (s *Store) trimPass(ctx context.Context) (more bool, err error) {
 	var n int
-	err = s.pool.QueryRow(ctx, trimSQL, time.Now().UnixNano(), trimSessions, int64(historyEvents)).Scan(&n)
+	err = s.pool.QueryRow(ctx, trimSQL, trimSessions, int64(historyEvents)).Scan(&n)
 	return n == trimSessions, err
 }

@@ -217,6 +217,33 @@ func TestTrimAfterFinishGrace(t *testing.T) {
 	}
 }
 
+// TestTrimGraceByDatabaseClock: the grace runs from PostgreSQL's clock,
+// not from the session's updated_ns, which a replica whose clock runs
+// ahead leaves in the future (and later writes only move forward): the
+// rows still go about a grace after the finish.
+func TestTrimGraceByDatabaseClock(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	const grace = 2 * time.Second
+	s := openWriter(t, dsn, grace)
+	ref := openTurn(t, s)
+	streamDeltas(t, s, ref, "open", 100)
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(t.Context(), `UPDATE sessions SET updated_ns = updated_ns + $2 WHERE id = $1`,
+		ref.ID, time.Hour.Nanoseconds()); err != nil {
+		t.Fatal(err)
+	}
+	finish(t, s, ref, "open")
+	var ahead time.Duration
+	if err := conn.QueryRow(t.Context(), `SELECT events_trim_ns - `+postgres.DBNowNS+` FROM sessions WHERE id = $1`,
+		ref.ID).Scan(&ahead); err != nil {
+		t.Fatal(err)
+	}
+	if ahead > grace {
+		t.Fatalf("the mark is %v ahead of the database's clock, want at most the grace %v", ahead, grace)
+	}
+	waitRows(t, dsn, ref.ID, storage.WatchHistory+1, grace+10*time.Second)
+}
+
 // TestTrimLeavesNextOpenTurn: a session whose next message opens within
 // the grace of the last finish keeps its rows by the open message's bound
 // once the grace ends (the trimmer clears its mark and leaves its rows),
@@ -366,7 +393,7 @@ func TestTrimPlanIndexDriven(t *testing.T) {
 	if _, err := conn.Prepare(ctx, "trim", postgres.TrimSQL); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE trim("+literal(t, time.Now().UnixNano())+", 64, 64)")
+	rows, err := conn.Query(ctx, "EXPLAIN EXECUTE trim(64, 64)")
 	if err != nil {
 		t.Fatal(err)
 	}
