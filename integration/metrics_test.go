@@ -110,7 +110,8 @@ func handled(method, typ string, code codes.Code) string {
 // and checks the exact counts /metrics reports: calls by method and code,
 // the appends the flushes made durable, the sessions, the open journals.
 func TestMetricsAfterWorkload(t *testing.T) {
-	d := startDaemon(t, t.TempDir(), "--metrics-listen", "127.0.0.1:0")
+	const cacheBytes = 3 << 20
+	d := startDaemon(t, t.TempDir(), "--metrics-listen", "127.0.0.1:0", "--cache-bytes", fmt.Sprint(cacheBytes))
 	base := metricsURL(t, d)
 	ctx := t.Context()
 	c := d.client(t)
@@ -186,6 +187,7 @@ func TestMetricsAfterWorkload(t *testing.T) {
 		`sessiond_store_sessions`:            creates,
 		`sessiond_store_open_journals`:       creates,
 		`sessiond_store_max_open_journals`:   1024,
+		`sessiond_store_cache_max_bytes`:     cacheBytes,
 	}
 	for series, w := range want {
 		if v, ok := got[series]; !ok || v != w {

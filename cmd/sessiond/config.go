@@ -29,6 +29,7 @@ type config struct {
 	limits          storage.Limits
 	shutdownTimeout time.Duration
 	maxOpenJournals int
+	cacheBytes      int64
 	security        securityConfig
 	http            httpConfig
 	metrics         metricsConfig
@@ -58,6 +59,10 @@ type config struct {
 // SESSIOND_DATA_DIR.
 const envPrefix = "SESSIOND_"
 
+// minCacheBytes is the least --cache-bytes: below it a value is more
+// likely a unit mistake than a budget.
+const minCacheBytes = 1 << 20
+
 func envName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
@@ -86,6 +91,7 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool), stdout io
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "log level: "+strings.Join(logLevels, ", "))
 	fs.StringVar(&cfg.logFormat, "log-format", "json", "log format on stderr: "+strings.Join(logFormats, ", "))
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, how long in-flight calls may finish before they are cut off")
+	fs.Int64Var(&cfg.cacheBytes, "cache-bytes", file.DefaultCacheBytes, "with --storage file: most message bytes kept in memory for recently used sessions; a session beyond it is read from disk again at its next use, an append to it included")
 	fs.IntVar(&cfg.maxOpenJournals, "max-open-journals", file.DefaultMaxOpenJournals, "most session journals the file store keeps open at once (keep well under ulimit -n)")
 	fs.StringVar(&cfg.postgresDSN, "postgres-dsn", "", "with --storage postgres: the database, as postgres://user:password@host:port/db?sslmode=... or key=value pairs (the password is never logged)")
 	maxConns, minConns := 16, 2
@@ -197,6 +203,9 @@ func (cfg *config) check(lookupEnv func(string) (string, bool)) error {
 	}
 	if !slices.Contains(logFormats, cfg.logFormat) {
 		return usagef("--log-format %q: choose one of: %s", cfg.logFormat, strings.Join(logFormats, ", "))
+	}
+	if cfg.cacheBytes < minCacheBytes {
+		return usagef("--cache-bytes %d must be at least %d (1 MiB)", cfg.cacheBytes, minCacheBytes)
 	}
 	if cfg.maxOpenJournals < 1 {
 		return usagef("--max-open-journals %d must be at least 1", cfg.maxOpenJournals)

@@ -125,6 +125,7 @@ func TestParseConfig(t *testing.T) {
 		{"bad number", []string{"--max-frame-bytes", "lots"}, nil, "max-frame-bytes"},
 		{"bad env value", nil, map[string]string{"SESSIOND_MAX_MESSAGE_BYTES": "big"}, "SESSIOND_MAX_MESSAGE_BYTES"},
 		{"negative timeout", []string{"--shutdown-timeout", "-1s"}, nil, "shutdown-timeout"},
+		{"tiny cache", []string{"--cache-bytes", "256"}, nil, "--cache-bytes 256 must be at least"},
 		{"no open journals", []string{"--max-open-journals", "0"}, nil, "max-open-journals"},
 		{"negative connections", []string{"--max-connections", "-1"}, nil, "max-connections"},
 		{"no streams", []string{"--max-concurrent-streams", "0"}, nil, "max-concurrent-streams"},

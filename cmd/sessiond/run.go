@@ -38,7 +38,7 @@ var backends = map[string]func(ctx context.Context, cfg *config, log *zap.Logger
 		}
 		cfg.maxOpenJournals = clampOpenJournals(cfg.maxOpenJournals, log)
 		return file.Open(ctx, cfg.dataDir, file.WithLimits(cfg.limits), file.WithLogger(log.Named("storage")), file.WithMaxOpenJournals(cfg.maxOpenJournals),
-			file.WithWatchHistoryBytes(cfg.watchHistory), file.WithFlushObserver(cfg.metrics.onFlush))
+			file.WithCacheBytes(cfg.cacheBytes), file.WithWatchHistoryBytes(cfg.watchHistory), file.WithFlushObserver(cfg.metrics.onFlush))
 	},
 	"postgres": func(ctx context.Context, cfg *config, log *zap.Logger) (*storage.Store, error) {
 		st, err := openPostgres(ctx, cfg, log)

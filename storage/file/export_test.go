@@ -23,10 +23,6 @@ func WithCheckpoints(interval time.Duration, changed int) Option {
 // folded (default 4 MiB).
 func WithFoldThreshold(bytes int64) Option { return func(o *options) { o.foldBytes = bytes } }
 
-// WithCacheBytes bounds the message bytes kept in memory for recently used
-// sessions (default cacheBytes). Sessions beyond it are read from disk again.
-func WithCacheBytes(bytes int64) Option { return func(o *options) { o.cacheBytes = bytes } }
-
 // WithWALSegmentBytes sets the WAL segment size (default walSegmentBytes).
 func WithWALSegmentBytes(n int64) Option {
 	return func(o *options) { o.walSegment = max(n, 4<<10) }

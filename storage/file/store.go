@@ -28,9 +28,6 @@ var _ storage.Driver = (*Store)(nil)
 // Option tunes a Store.
 type Option func(*options)
 
-// cacheBytes bounds the message bytes kept in memory for recently used
-// sessions; sessions beyond it are read from disk again.
-const cacheBytes = 256 << 20
 
 type options struct {
 	log          *zap.Logger
@@ -52,6 +49,16 @@ func WithLimits(l storage.Limits) Option { return func(o *options) { o.limits = 
 
 // WithLogger sets the logger (default: none).
 func WithLogger(l *zap.Logger) Option { return func(o *options) { o.log = l } }
+
+// DefaultCacheBytes bounds the message bytes a Store keeps in memory for
+// recently used sessions unless WithCacheBytes says otherwise.
+const DefaultCacheBytes = 256 << 20
+
+// WithCacheBytes bounds the message bytes kept in memory for recently used
+// sessions (default DefaultCacheBytes). A session beyond it is read from
+// disk again at its next use, an append to it included; the session in use
+// stays, however large.
+func WithCacheBytes(bytes int64) Option { return func(o *options) { o.cacheBytes = bytes } }
 
 // DefaultMaxOpenJournals is how many journal files a Store keeps open at
 // most unless WithMaxOpenJournals says otherwise.
@@ -245,7 +252,7 @@ func openDriver(ctx context.Context, dir string, opts ...Option) (*Store, error)
 }
 
 func openLocked(ctx context.Context, dir string, lock *os.File, opts ...Option) (*Store, error) {
-	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: cacheBytes,
+	o := options{log: zap.NewNop(), foldBytes: 4 << 20, cacheBytes: DefaultCacheBytes,
 		ckptInterval: defaultCkptInterval, ckptDirty: defaultCkptDirty, maxJournals: DefaultMaxOpenJournals,
 		watchHistory: storage.DefaultWatchHistoryTotal, walSegment: walSegmentBytes, walSpares: walMaxSpares}
 	for _, opt := range opts {
