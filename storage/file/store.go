@@ -28,7 +28,6 @@ var _ storage.Driver = (*Store)(nil)
 // Option tunes a Store.
 type Option func(*options)
 
-
 type options struct {
 	log          *zap.Logger
 	foldBytes    int64
