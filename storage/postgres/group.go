@@ -55,8 +55,13 @@ const groupLockWait = 100 * time.Millisecond
 // busy Store expects back after a batch, when some never come.
 const groupGatherMax = 2 * time.Millisecond
 
-// groupLockTimeout sets groupLockWait for a batch's transaction.
-var groupLockTimeout = fmt.Sprintf("SET LOCAL lock_timeout = %d", groupLockWait.Milliseconds())
+// groupTxSettings sets, for a batch's transaction, groupLockWait and no
+// hash or merge joins: the batch's arrays join the sessions table by key
+// probes in a nested loop, not by a walk of a whole index of sessions,
+// whatever the statistics were when the connection planned them (see
+// enable_seqscan in openDriver).
+var groupTxSettings = fmt.Sprintf(`SELECT set_config('lock_timeout', '%dms', true),
+	set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`, groupLockWait.Milliseconds())
 
 // appendGroup is a Store's queue of one-statement appends.
 type appendGroup struct {
@@ -323,7 +328,7 @@ func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
 	return s.onConn(ctx, func(conn *pgxpool.Conn, _ *wtx) error {
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
-		b.Queue(groupLockTimeout)
+		b.Queue(groupTxSettings)
 		rs := queueBatch(b, batch)
 		b.Queue("COMMIT")
 		if err := readTx(conn.SendBatch(ctx, b), rs); err != nil {
@@ -341,7 +346,7 @@ func (s *Store) writeTx(ctx context.Context, batch []*fastAppend) error {
 func readTx(br pgx.BatchResults, rs [][]*fastAppend) error {
 	_, err := br.Exec() // BEGIN
 	if err == nil {
-		_, err = br.Exec() // SET LOCAL
+		_, err = br.Exec() // groupTxSettings
 	}
 	if err == nil {
 		err = readBatch(br, rs)

@@ -699,3 +699,65 @@ func TestFlushObserver(t *testing.T) {
 		t.Errorf("flushes wrote %d bytes; want at least %d (the contents)", bytes, minBytes)
 	}
 }
+
+// TestGroupCommitReadsSessionsByKey: on a new schema, whose statistics say
+// the sessions table is all but empty, a group commit's statements still
+// reach each session's row by its key. A plan that scanned the table
+// would read every dead row version the appends leave until vacuum: more
+// with each append.
+func TestGroupCommitReadsSessionsByKey(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	conn := connect(t, dsn)
+	// sessionStats waits until the sessions table's counters show at least
+	// updates row updates (a closed Store's connections report theirs as
+	// they end) and returns its sequential scans.
+	sessionStats := func(updates int64) (seqScans int64) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			var upd int64
+			if err := conn.QueryRow(t.Context(), `SELECT pg_stat_clear_snapshot(), seq_scan, n_tup_upd FROM pg_stat_user_tables
+				WHERE relid = 'sessions'::regclass`).Scan(nil, &seqScans, &upd); err != nil {
+				t.Fatal(err)
+			}
+			if upd >= updates {
+				return seqScans
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sessions shows %d row updates, want %d", upd, updates)
+			}
+		}
+	}
+	setup := open(t, dsn)
+	refs := createSessions(t, setup, 16)
+	if err := setup.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := sessionStats(0)
+
+	d, s := openDriver(t, dsn, 4)
+	const each = 50
+	var wg sync.WaitGroup
+	for i, ref := range refs {
+		wg.Go(func() {
+			for k := range each {
+				if _, err := s.Append(t.Context(), storage.AppendRequest{Ref: ref,
+					Messages: []*sessiondv1.Message{userMsg(fmt.Sprintf("m-%d-%d", i, k))}}); err != nil {
+					t.Errorf("Append: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	batches := postgres.Batches(d)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	scans := sessionStats(int64(len(refs)*each)) - before
+	if batches < 20 {
+		t.Fatalf("%d batches of two or more appends; the test needs at least 20", batches)
+	}
+	if scans > int64(batches)/4 {
+		t.Errorf("%d sequential scans of sessions while %d batches wrote %d appends; want the rows read by key", scans, batches, len(refs)*each)
+	}
+}

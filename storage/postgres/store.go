@@ -152,6 +152,12 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// driver's statements are keyed lookups and index walks whose plan does
 	// not depend on the values.
 	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	// Each plan is made from the statistics of the moment it is made. On a
+	// new or small sessions table those price a sequential scan below a
+	// key's probe, and every append leaves a dead version of its session's
+	// row until vacuum, so such a plan reads more with every append.
+	// Scans are left for statements no index serves (the migrations).
+	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	// A replica that stops between two statements of a transaction (frozen,
 	// paused, partitioned) would hold its row locks, and every other
 	// replica's writes to those sessions would wait, until PostgreSQL saw
@@ -207,6 +213,11 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("postgres: connect: %w", mapErr(err))
 	}
 	defer conn.Release()
+	// Migrations rewrite whole tables: let them scan.
+	if _, err := conn.Exec(ctx, "SET enable_seqscan = on"); err != nil {
+		return fmt.Errorf("postgres: connect: %w", mapErr(err))
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "RESET enable_seqscan") }()
 	table, err := versionTableOf(ctx, conn.Conn())
 	if err != nil {
 		return err
