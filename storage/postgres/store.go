@@ -155,8 +155,9 @@ func openDriver(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	// Each plan is made from the statistics of the moment it is made. On a
 	// new or small sessions table those price a sequential scan below a
 	// key's probe, and every append leaves a dead version of its session's
-	// row until vacuum, so such a plan reads more with every append.
-	// Scans are left for statements no index serves (the migrations).
+	// row until vacuum, so such a plan reads more with every append. (A
+	// statement no index serves still scans: the setting only prices scans
+	// up. The migrations, which rewrite whole tables, turn it back on.)
 	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	// A replica that stops between two statements of a transaction (frozen,
 	// paused, partitioned) would hold its row locks, and every other
@@ -213,7 +214,6 @@ func migrateSchema(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("postgres: connect: %w", mapErr(err))
 	}
 	defer conn.Release()
-	// Migrations rewrite whole tables: let them scan.
 	if _, err := conn.Exec(ctx, "SET enable_seqscan = on"); err != nil {
 		return fmt.Errorf("postgres: connect: %w", mapErr(err))
 	}
