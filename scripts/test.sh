@@ -12,6 +12,7 @@
 #   sdkdeps      the SDK's modules (client/, gen/) need none of the daemon's
 #                dependencies: a program that uses the SDK builds without them
 #   buf          buf lint, buf format, buf breaking against proto/released.binpb
+#   fmt          gofmt would change no Go file
 #   vet          go vet on every package of every module
 #   staticcheck  staticcheck on every package of every module
 #   fuzz         every FuzzXxx target for $FUZZTIME (default 3s), one after
@@ -33,7 +34,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-all_checks=(generated tidy sdkdeps buf vet staticcheck fuzz test)
+all_checks=(generated tidy sdkdeps buf fmt vet staticcheck fuzz test)
 if (($#)); then
 	checks=("$@")
 	for c in "${checks[@]}"; do
@@ -116,6 +117,16 @@ check_buf() {
 	buf lint
 	buf format -d --exit-code
 	buf breaking --against proto/released.binpb
+}
+
+check_fmt() {
+	local files
+	files=$(gofmt -l .)
+	if [[ -n $files ]]; then
+		echo "gofmt would change these files (run gofmt -w on them):"
+		echo "$files"
+		return 1
+	fi
 }
 
 check_vet() {
