@@ -64,7 +64,7 @@ func (g *walGatherState) queued(n int) {
 // holds w.mu, which it releases while it waits.
 func (w *wal) walGather() {
 	g := &w.gather
-	if len(w.queue) >= g.expect || g.syncMean <= 0 {
+	if g.syncMean <= 0 {
 		return
 	}
 	w.gatherUntil(g.expect, min(g.syncMean, walGatherMax))
@@ -72,9 +72,12 @@ func (w *wal) walGather() {
 
 // gatherUntil waits until the queue holds want requests, for at most
 // wait, and stops at the first walGatherSteps-th of wait in which none
-// joined. Caller is the leader and holds w.mu, which it releases while it
-// waits.
+// joined; it returns at once when they are queued already. Caller is the
+// leader and holds w.mu, which it releases while it waits.
 func (w *wal) gatherUntil(want int, wait time.Duration) {
+	if len(w.queue) >= want {
+		return
+	}
 	g := &w.gather
 	if g.gathered == nil {
 		g.gathered = make(chan struct{}, 1)

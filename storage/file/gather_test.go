@@ -40,6 +40,15 @@ func TestGatherUntil(t *testing.T) {
 			t.Errorf("took a queue of %d after %v; want 3 as soon as they queued, before a step (10s) passed", n, took)
 		}
 	})
+	t.Run("ends at once when the expected writers queued first", func(t *testing.T) {
+		// They can: the leader takes w.mu after them.
+		w := &wal{queue: []*walReq{{}}}
+		joinQueue(w)
+		joinQueue(w)
+		if n, took := gatherFrom(w, 3, 40*time.Second); n != 3 || took >= 10*time.Second {
+			t.Errorf("took a queue of %d after %v; want 3 at once", n, took)
+		}
+	})
 	t.Run("stops at a step without arrivals", func(t *testing.T) {
 		w := &wal{queue: []*walReq{{}}}
 		step := 250 * time.Millisecond
