@@ -207,6 +207,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 	}
 
 	log.Info("shutting down", zap.Duration("timeout", cfg.shutdownTimeout))
+	shutdownStart := time.Now()
 	// NOT_SERVING first, so that health-checking balancers move away; then
 	// end watches (health's and the sessions'), which never finish on their
 	// own; then drain the rest.
@@ -229,6 +230,7 @@ func serve(ctx context.Context, cfg *config, log *zap.Logger) (err error) {
 		<-stopped
 	}
 	<-serveErr // nil after a stop
+	log.Info("shutdown: calls ended", zap.Duration("took", time.Since(shutdownStart)))
 	mx.close()
 	log.Info("sessiond stopped")
 	return err // nil, or why the HTTP listener failed
