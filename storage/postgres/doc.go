@@ -124,7 +124,9 @@
 // appends, at most the last batch's write time (2 ms at most): under load
 // appends come back in waves, and the first back would otherwise be
 // committed alone with the others waiting behind it. A lone client's append
-// (its last batch held one) is written at once. Each append keeps its own
+// (its last batch held one) is written at once. Once 16 appends wait
+// while a batch is written (many clients), they are written by a second
+// batch beside it, on another connection. Each append keeps its own
 // conditions and sees what the appends before it wrote, so every append is
 // decided as if it ran alone in queue order, and one that the statement
 // does not apply takes the general path after the batch's commit. A

@@ -27,6 +27,9 @@ func OpenDriver(ctx context.Context, dsn string, opts Options) (*Store, *storage
 		c.batches.Add(1)
 		c.grouped.Add(uint64(appends))
 		c.statements.Add(uint64(statements))
+		d.group.mu.Lock()
+		c.mostWriting = max(c.mostWriting, d.group.writing)
+		d.group.mu.Unlock()
 	}
 	return d, storage.New(d, opts.Limits), nil
 }
@@ -35,6 +38,7 @@ func OpenDriver(ctx context.Context, dsn string, opts Options) (*Store, *storage
 // batches of two or more appends.
 type batchCount struct {
 	batches, grouped, statements atomic.Uint64
+	mostWriting                  int // the most batches in hand at a commit; under the group's mu
 }
 
 // counts holds each OpenDriver Store's *batchCount.
@@ -77,6 +81,7 @@ func HoldAppends(t testing.TB, d *Store) (release func(n int)) {
 		batch := g.queue
 		g.queue = nil
 		g.writing -= held - 1 // the batch's slot
+		g.gathering++
 		g.mu.Unlock()
 		batch[0].next <- batch
 	}
@@ -87,6 +92,14 @@ func Queued(d *Store) int {
 	d.group.mu.Lock()
 	defer d.group.mu.Unlock()
 	return len(d.group.queue)
+}
+
+// MostBatchesInFlight is the most batches d has been writing at once, as
+// seen at its commits of two or more appends.
+func MostBatchesInFlight(d *Store) int {
+	d.group.mu.Lock()
+	defer d.group.mu.Unlock()
+	return countOf(d).mostWriting
 }
 
 // Grouped is how many appends d has written in batches of two or more.

@@ -37,13 +37,27 @@ import (
 // landed is unknown, and a retry with the same message ids is what tells.
 // Once a batch holds an append, its caller waits for the batch, whose
 // context ends only when every caller in it has given up.
+//
+// Two batches in flight may name the same session: each locks its
+// sessions in the order of their ids, so the one that comes second to
+// the row waits for the other's commit, and neither deadlocks. Only
+// appends of different callers can meet so: an AppendStream's appends to
+// one session wait for each other before they reach the Store.
 
-// groupBatches is how many batches a Store writes at a time. One: a
-// second batch on another connection, of sessions the first does not
-// hold, would run in a second PostgreSQL backend, but it makes each batch
-// smaller, with more commits per append, and measured no faster (see
+// groupBatches is how many batches a Store writes at a time, each on its
+// own connection: the first, and a second once groupSecondBatch appends
+// wait for it. A batch runs in one PostgreSQL backend while the daemon
+// answers the last batch's callers and takes the next one's requests;
+// with many clients a second batch keeps the database busy meanwhile.
+const groupBatches = 2
+
+// groupSecondBatch is how many appends must wait, all of them past a
+// leader's gather, before they are written beside the batch in flight
+// rather than after it. A commit costs the machine about as much CPU as
+// a dozen appends' rows, so a smaller second batch (every batch smaller,
+// as 16 clients leave it) costs more per append than it gains (see
 // docs/performance.md, "Group commit on PostgreSQL").
-const groupBatches = 1
+const groupSecondBatch = 16
 
 // groupLockWait is how long a batch waits for its sessions' row
 // locks (lock_timeout) before the batch gives up and its appends are
@@ -65,9 +79,10 @@ var groupTxSettings = fmt.Sprintf(`SELECT set_config('lock_timeout', '%dms', tru
 
 // appendGroup is a Store's queue of one-statement appends.
 type appendGroup struct {
-	mu      sync.Mutex
-	writing int           // batches being written, at most groupBatches
-	queue   []*fastAppend // arrived while groupBatches were being written, in order
+	mu        sync.Mutex
+	writing   int           // batches in hand, at most groupBatches
+	gathering int           // of which still gathering, not yet written
+	queue     []*fastAppend // arrived meanwhile, in order
 
 	// The last batch's size and write time, the next gather's measure.
 	expect    int
@@ -112,7 +127,18 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 	g := &s.group
 	g.mu.Lock()
 	batch := []*fastAppend{a}
-	if g.writing >= groupBatches {
+	switch {
+	case g.writing == 0:
+		g.writing++
+		g.gathering++
+		g.mu.Unlock()
+		batch = g.gather(batch)
+	case g.writing < groupBatches && g.gathering == 0 && len(g.queue)+1 >= groupSecondBatch:
+		batch = append(g.queue, a)
+		g.queue = nil
+		g.writing++
+		g.mu.Unlock()
+	default:
 		g.queue = append(g.queue, a)
 		if g.gathered != nil && len(g.queue) >= g.need {
 			close(g.gathered)
@@ -128,12 +154,12 @@ func (s *Store) runFast(a *fastAppend) (*appended, error) {
 			// A leader has taken a already: it is (being) written.
 			batch = <-a.next
 		}
-	} else {
-		g.writing++
-		g.mu.Unlock()
+		if batch != nil {
+			batch = g.gather(batch)
+		}
 	}
 	if batch != nil {
-		s.lead(a, s.group.gather(batch))
+		s.lead(a, batch)
 	}
 	if a.alone {
 		s.writeOne(a)
@@ -149,6 +175,7 @@ func (g *appendGroup) gather(batch []*fastAppend) []*fastAppend {
 	g.mu.Lock()
 	wait, need := min(g.lastWrite, g.gatherMax), g.expect-len(batch)
 	if wait <= 0 || need <= 0 {
+		g.gathering--
 		g.mu.Unlock()
 		return batch
 	}
@@ -168,6 +195,7 @@ func (g *appendGroup) gather(batch []*fastAppend) []*fastAppend {
 	}
 	batch = append(batch, g.queue...)
 	g.queue = nil
+	g.gathering--
 	return batch
 }
 
@@ -217,6 +245,8 @@ func (g *appendGroup) handOff() {
 	g.queue = nil
 	if len(next) == 0 {
 		g.writing--
+	} else {
+		g.gathering++
 	}
 	g.mu.Unlock()
 	if len(next) > 0 {

@@ -55,9 +55,35 @@ func createSessions(t *testing.T, s *storage.Store, n int) []storage.Ref {
 // exactly once and in the order of those revisions, and watchers see every
 // change in order.
 func TestGroupCommitConcurrent(t *testing.T) {
+	d := appendConcurrently(t, 8, 24, 8)
+	if postgres.Grouped(d) == 0 {
+		t.Errorf("no append was written in a batch of two or more: the test did not exercise the group commit")
+	}
+}
+
+// TestGroupCommitSecondBatch: while a batch is written, the appends that
+// wait for it are written by a second batch beside it once there are
+// enough of them (many clients), never while there are few (as many
+// clients as a batch holds); two batches in flight that name the same
+// sessions still give each append its own revision, in the order the
+// session's watchers see, and lose none.
+func TestGroupCommitSecondBatch(t *testing.T) {
+	if d := appendConcurrently(t, 8, 64, 6); postgres.MostBatchesInFlight(d) != 2 {
+		t.Errorf("64 clients on 8 sessions: at most %d batch(es) in flight at once, want 2", postgres.MostBatchesInFlight(d))
+	}
+	if d := appendConcurrently(t, 8, 8, 24); postgres.MostBatchesInFlight(d) != 1 {
+		t.Errorf("8 clients on 8 sessions: %d batches in flight at once, want 1 (too few appends wait for a second)", postgres.MostBatchesInFlight(d))
+	}
+}
+
+// appendConcurrently has clients goroutines append perClient messages
+// each, client c's k-th to session (c+k) mod sessions of a new schema,
+// and checks that every acknowledged append holds its own revision of its
+// session, in that order in the session and in its watchers' events. It
+// returns the driver that wrote them.
+func appendConcurrently(t *testing.T, sessions, clients, perClient int) *postgres.Store {
 	d, s := openDriver(t, pgtest.Schema(t), 8)
 	ctx := t.Context()
-	const sessions, clients, perClient = 8, 24, 8
 	refs := createSessions(t, s, sessions)
 	subs := make([]*storage.Subscription, sessions)
 	for i, ref := range refs {
@@ -94,7 +120,7 @@ func TestGroupCommitConcurrent(t *testing.T) {
 	wg.Wait()
 	close(acks)
 	if t.Failed() {
-		return
+		return d
 	}
 	// Revision r of session i appended byRev[i][r].
 	byRev := make([]map[uint64]string, sessions)
@@ -135,9 +161,7 @@ func TestGroupCommitConcurrent(t *testing.T) {
 			}
 		}
 	}
-	if postgres.Grouped(d) == 0 {
-		t.Errorf("no append was written in a batch of two or more: the test did not exercise the group commit")
-	}
+	return d
 }
 
 // TestGroupCommitBatch: one batch holding appends that succeed, conflict,
