@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -845,4 +846,28 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestStopWithQuietConnections: connections to the HTTP and metrics
+// listeners on which no request ever comes (a client pool's spare, a port
+// check) do not hold the daemon's stop: it exits within 3 s of SIGTERM,
+// where net/http's Shutdown alone waits until each is 5 s old.
+func TestStopWithQuietConnections(t *testing.T) {
+	d, _ := startHTTPDaemon(t, t.TempDir(), "--metrics-listen", "127.0.0.1:0")
+	for _, addr := range []string{httpAddr(t, d), strings.TrimPrefix(metricsURL(t, d), "http://")} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	time.Sleep(200 * time.Millisecond) // accepted by the servers, not left in the listeners' backlogs
+	start := time.Now()
+	if err := d.SignalWait(syscall.SIGTERM, 3*time.Second); err != nil {
+		t.Fatalf("sessiond did not stop within 3 s of SIGTERM with quiet connections open: %v; log:\n%s", err, d.Logs())
+	}
+	if err := d.Err(); err != nil {
+		t.Fatalf("sessiond exited with %v after SIGTERM, want status 0; log:\n%s", err, d.Logs())
+	}
+	t.Logf("SIGTERM to exit: %v", time.Since(start).Round(time.Millisecond))
 }

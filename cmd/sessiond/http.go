@@ -91,6 +91,7 @@ type httpSide struct {
 	pipe     *bufconn.Listener
 	conn     *grpc.ClientConn
 	srv      *http.Server
+	quiet    quietConns
 	serveErr chan error
 }
 
@@ -176,6 +177,7 @@ func (hs *httpSide) start(ctx context.Context, cfg *config, sec *security, srv *
 		IdleTimeout:       idle,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          zap.NewStdLog(log.WithOptions(zap.IncreaseLevel(zap.WarnLevel))),
+		ConnState:         hs.quiet.track,
 	}
 	limited := newLimitListener(hs.lis, maxConns, log)
 	limited.refuse = refusal(sec, maxConns, "http/1.1", refuseHTTP)
@@ -235,7 +237,7 @@ func (hs *httpSide) shutdown(timeout time.Duration, log *zap.Logger) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := hs.srv.Shutdown(ctx); err != nil {
+	if err := hs.quiet.shutdown(ctx, hs.srv); err != nil {
 		log.Warn("shutdown timeout: cutting off HTTP requests still in flight")
 		_ = hs.srv.Close()
 	}

@@ -77,6 +77,7 @@ type metricsServer struct {
 	log     *zap.Logger
 
 	srv       *http.Server
+	quiet     quietConns
 	served    chan error
 	closeOnce sync.Once
 }
@@ -125,6 +126,7 @@ func (s *metricsServer) start(gs *grpc.Server, store *storage.Store, sec *securi
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          zap.NewStdLog(s.log),
+		ConnState:         s.quiet.track,
 	}
 	s.served = make(chan error, 1)
 	tls := sec.certs != nil
@@ -157,7 +159,7 @@ func (s *metricsServer) close() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := s.srv.Shutdown(ctx); err != nil {
+		if err := s.quiet.shutdown(ctx, s.srv); err != nil {
 			_ = s.srv.Close()
 		}
 		if err := <-s.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
