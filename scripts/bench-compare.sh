@@ -52,7 +52,8 @@
 #                  16-client workload, every round, and the table compares the
 #                  daemons' CPU per append; with PG_ONLY=1, both on
 #                  PostgreSQL (unary and streamed, each its own database on
-#                  the same server), compared in appends/s and WAL bytes
+#                  the same server), compared in appends/s and WAL bytes,
+#                  and streamed at the wide runs' 64 clients too
 #   SYSTEMS        the 16-client systems each round runs, a space-separated
 #                  subset of "sessiond_many sessiond_stream_many redis_many
 #                  pg_many sessiond_pg_many sessiond_pg_stream_many
@@ -500,18 +501,20 @@ pg_daemon_run() {
 	fi
 }
 
-# pg_daemon_wide ROUND NAME RPC: WIDE_CLIENTS clients append to
-# WIDE_SESSIONS sessions of the daemon on PostgreSQL, recorded as NAME_*.
+# pg_daemon_wide ROUND NAME ADDR RPC: WIDE_CLIENTS clients append to
+# WIDE_SESSIONS sessions of the daemon on PostgreSQL at ADDR, recorded as
+# NAME_*.
 pg_daemon_wide() {
-	local r=$1 name=$2 rpc=$3 out
-	out=$("$LOAD" --json --addr "$SDPG" --namespace "$name-$r" append --rpc "$rpc" --clients "$WIDE_CLIENTS" \
+	local r=$1 name=$2 addr=$3 rpc=$4 out
+	out=$("$LOAD" --json --addr "$addr" --namespace "$name-$r" append --rpc "$rpc" --clients "$WIDE_CLIENTS" \
 		--sessions "$WIDE_SESSIONS" --count 10000000 --duration "${DURATION}s" --size "$SIZE" --warmup 1)
 	record "$r" "${name}_ops" "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" "${name}_p50_ms" "$(json "d['latency_ms']['p50']" <<<"$out")"
 }
 
-sessiond_pg_wide() { pg_daemon_wide "$1" sessiond_pg_wide unary; }
-sessiond_pg_stream_wide() { pg_daemon_wide "$1" sessiond_pg_stream_wide stream; }
+sessiond_pg_wide() { pg_daemon_wide "$1" sessiond_pg_wide "$SDPG" unary; }
+sessiond_pg_stream_wide() { pg_daemon_wide "$1" sessiond_pg_stream_wide "$SDPG" stream; }
+baseline_pg_stream_wide() { pg_daemon_wide "$1" baseline_pg_stream_wide "$BASEPG" stream; }
 sessiond_pg_many() { pg_daemon_run "$1" sessiond_pg "$SDPG" "$SDPG_PID" unary; }
 sessiond_pg_stream_many() { pg_daemon_run "$1" sessiond_pg_stream "$SDPG" "$SDPG_PID" stream; }
 # A chat's mix: every second append an assistant's answer with a model and
@@ -573,6 +576,7 @@ if [[ $PG_ONLY == 1 ]]; then
 		grep -q 'rpc AppendStream' "$BASELINE/proto/sessiond/v1/sessiond.proto" && systems+=(baseline_pg_stream_many)
 	fi
 	wide=(pg_wide sessiond_pg_wide sessiond_pg_stream_wide)
+	[[ " ${systems[*]} " == *" baseline_pg_stream_many "* ]] && wide+=(baseline_pg_stream_wide)
 elif [[ -n ${BASELINE:-} ]]; then
 	systems+=(baseline_many)
 fi
@@ -756,6 +760,7 @@ row(f"Redis appendfsync always RPUSH/s, {wclients} clients on {wsessions} keys",
 row(f"PostgreSQL synchronous_commit on INSERT/s, {wclients} clients on {wsessions} sessions", "pg_wide_ops", "{:.0f}")
 row(f"sessiond on PostgreSQL appends/s, {wclients} clients on {wsessions} sessions", "sessiond_pg_wide_ops", "{:.0f}")
 row(f"sessiond on PostgreSQL streamed appends/s, {wclients} clients on {wsessions} sessions", "sessiond_pg_stream_wide_ops", "{:.0f}")
+row(f"baseline sessiond on PostgreSQL streamed appends/s, {wclients} clients on {wsessions} sessions", "baseline_pg_stream_wide_ops", "{:.0f}")
 row(f"sessiond append p50 at {wclients} clients (ms)", "sessiond_wide_p50_ms")
 row(f"sessiond streamed append p50 at {wclients} clients (ms)", "sessiond_stream_wide_p50_ms")
 row(f"sessiond mean appends per flush, {wclients} clients", "sessiond_wide_batch", "{:.1f}")
