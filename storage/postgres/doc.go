@@ -128,7 +128,8 @@
 // while a batch is written (many clients), they are written by a second
 // batch beside it, on another connection. Each append keeps its own
 // conditions and sees what the appends before it wrote, so every append is
-// decided as if it ran alone in queue order, and one that the statement
+// decided as if it ran alone in queue order (two batches in flight take
+// a session they share in turn, by its row lock), and one that the statement
 // does not apply takes the general path after the batch's commit. A
 // statement PostgreSQL refuses (a deadlock PostgreSQL broke, the lock
 // timeout) rolls the batch back, and each of its appends is retried alone.

@@ -53,9 +53,10 @@ const groupBatches = 2
 
 // groupSecondBatch is how many appends must wait, all of them past a
 // leader's gather, before they are written beside the batch in flight
-// rather than after it. A commit costs the machine about as much CPU as
-// a dozen appends' rows, so a smaller second batch (every batch smaller,
-// as 16 clients leave it) costs more per append than it gains (see
+// rather than after it. A batch costs the machine, besides its appends,
+// about as much CPU as five of them (its commit, its round trip, waking
+// its callers), so a smaller second batch (every batch smaller, as 16
+// clients leave it) costs more per append than it gains (see
 // docs/performance.md, "Group commit on PostgreSQL").
 const groupSecondBatch = 16
 
