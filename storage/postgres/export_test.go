@@ -78,12 +78,9 @@ func HoldAppends(t testing.TB, d *Store) (release func(n int)) {
 	return func(n int) {
 		WaitQueued(t, d, n)
 		g.mu.Lock()
-		batch := g.queue
-		g.queue = nil
-		g.writing -= held - 1 // the batch's slot
-		g.gathering++
+		g.writing -= held - 1 // the slot the queue is handed
 		g.mu.Unlock()
-		batch[0].next <- batch
+		g.handOff()
 	}
 }
 
