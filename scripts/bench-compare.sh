@@ -75,7 +75,9 @@
 #                  wide runs (unless WIDE=0) are raw INSERTs and sessiond on
 #                  PostgreSQL, unary and streamed: a quicker run for work on
 #                  the PostgreSQL driver. Every
-#                  PostgreSQL run records its WAL bytes per append (INSERT). Loading and listing
+#                  PostgreSQL run records its WAL bytes per append (INSERT),
+#                  and the PostgreSQL server's own CPU per append (INSERT):
+#                  the database's cost, apart from its clients'. Loading and listing
 #                  still run: make them small with LOAD_MESSAGES and
 #                  LIST_SESSIONS
 #   REPORT=FILE    also write the tables as a Markdown page, headed by the
@@ -484,15 +486,18 @@ sessiond_long() {
 # on PostgreSQL (RPC unary or stream), recorded as NAME_*, with the WAL
 # bytes per append.
 pg_daemon_run() {
-	local r=$1 name=$2 addr=$3 pid=$4 rpc=$5 out xact0 wal0 xact1 wal1 before after n
+	local r=$1 name=$2 addr=$3 pid=$4 rpc=$5 out xact0 wal0 xact1 wal1 before after n pg0 pg1
 	read -r xact0 wal0 < <(pg_counters)
 	before=$(cpu_mark "$pid")
+	pg0=$(pg_ticks)
 	out=$("$LOAD" --json --addr "$addr" --namespace "$name-$r" append --rpc "$rpc" --clients "$CLIENTS" --sessions "$CLIENTS" \
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE" "${@:6}")
+	pg1=$(pg_ticks)
 	after=$(cpu_mark "$pid")
 	read -r xact1 wal1 < <(pg_counters)
 	n=$(json "d['ops']" <<<"$out")
 	record_cpu "$r" "$name" "$before" "$after" "$n" "$pid"
+	record "$r" "${name}_server_cpu_us" "$(cpu_us $((pg1 - pg0)) "$n")"
 	record "$r" "${name}_ops" "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" "${name}_16c_p50_ms" "$(json "d['latency_ms']['p50']" <<<"$out")"
 	record "$r" "${name}_wal_bytes" "$(python3 -c "print(($wal1 - $wal0) / max($n, 1))")"
@@ -523,6 +528,27 @@ sessiond_pg_turns_many() { pg_daemon_run "$1" sessiond_pg_turns "$SDPG" "$SDPG_P
 baseline_pg_many() { pg_daemon_run "$1" baseline_pg "$BASEPG" "$BASEPG_PID" unary; }
 baseline_pg_stream_many() { pg_daemon_run "$1" baseline_pg_stream "$BASEPG" "$BASEPG_PID" stream; }
 
+# pg_ticks [N] prints the ticks used so far by the PostgreSQL server: the
+# postmaster, the children it has reaped (backends of ended connections)
+# and those still running (backends, WAL writer, checkpointer, autovacuum).
+# Given N, it first waits (up to 3 s) until at most N children run: a
+# backend whose client has just left is still exiting, and its ticks
+# reach the postmaster's only once reaped.
+pg_ticks() {
+	local pm t c i
+	pm=$(head -n 1 "$pg_data/postmaster.pid")
+	for ((i = 0; i < 60 && $(ps -o pid= --ppid "$pm" | wc -l) > ${1:-1000000}; i++)); do
+		sleep 0.05
+	done
+	t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
+	for c in $(ps -o pid= --ppid "$pm"); do
+		t=$((t + $(proc_ticks "$c" 2>/dev/null || echo 0)))
+	done
+	echo "$t"
+}
+# pg_children prints how many children the postmaster has.
+pg_children() { ps -o pid= --ppid "$(head -n 1 "$pg_data/postmaster.pid")" | wc -l; }
+
 # pg_counters prints the server's next transaction id (the count of
 # writing transactions so far) and its WAL position in bytes.
 pg_counters() {
@@ -549,15 +575,19 @@ redis_many() {
 }
 
 pg_many() {
-	local r=$1 out before after wal0 wal1 n
+	local r=$1 out before after wal0 wal1 n pg0 pg1 kids
 	read -r _ wal0 < <(pg_counters)
 	before=$(cpu_mark)
+	kids=$(pg_children)
+	pg0=$(pg_ticks)
 	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c "$CLIENTS" -j 2 -T "$DURATION" \
 		-f "$work/pg/append.sql" postgres 2>&1) || die "pgbench failed: $out"
+	pg1=$(pg_ticks "$kids")
 	after=$(cpu_mark)
 	read -r _ wal1 < <(pg_counters)
 	n=$(awk '/^number of transactions actually processed/{split($NF, a, "/"); print a[1]}' <<<"$out")
 	record_cpu "$r" pg "$before" "$after" "$n"
+	record "$r" pg_server_cpu_us "$(cpu_us $((pg1 - pg0)) "$n")"
 	record "$r" pg_wal_bytes "$(python3 -c "print(($wal1 - $wal0) / max($n, 1))")"
 	record "$r" pg_ops "$(awk '/^tps = /{print $3}' <<<"$out")"
 	record "$r" pg_16c_avg_ms "$(awk '/^latency average = /{print $4}' <<<"$out")"
@@ -749,6 +779,12 @@ row(f"CPU per append, whole machine, {clients} clients: sessiond on PostgreSQL, 
 row(f"CPU per append, the daemon alone, {clients} clients: sessiond on PostgreSQL, every second an answer (us)", "sessiond_pg_turns_daemon_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond on PostgreSQL (us)", "baseline_pg_daemon_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond on PostgreSQL streamed (us)", "baseline_pg_stream_daemon_cpu_us", "{:.0f}")
+row(f"CPU per INSERT, PostgreSQL alone, {clients} clients: raw pgbench (us)", "pg_server_cpu_us", "{:.0f}")
+row(f"CPU per append, PostgreSQL alone, {clients} clients: sessiond on PostgreSQL (us)", "sessiond_pg_server_cpu_us", "{:.0f}")
+row(f"CPU per append, PostgreSQL alone, {clients} clients: sessiond on PostgreSQL streamed (us)", "sessiond_pg_stream_server_cpu_us", "{:.0f}")
+row(f"CPU per append, PostgreSQL alone, {clients} clients: sessiond on PostgreSQL, every second an answer (us)", "sessiond_pg_turns_server_cpu_us", "{:.0f}")
+row(f"CPU per append, PostgreSQL alone, {clients} clients: baseline sessiond on PostgreSQL (us)", "baseline_pg_server_cpu_us", "{:.0f}")
+row(f"CPU per append, PostgreSQL alone, {clients} clients: baseline sessiond on PostgreSQL streamed (us)", "baseline_pg_stream_server_cpu_us", "{:.0f}")
 row(f"baseline sessiond appends/s, {clients} clients on {clients} sessions", "baseline_ops", "{:.0f}")
 row(f"CPU per append, whole machine, {clients} clients: baseline sessiond (us)", "baseline_cpu_us", "{:.0f}")
 row(f"CPU per append, the daemon alone, {clients} clients: baseline sessiond (us)", "baseline_daemon_cpu_us", "{:.0f}")
