@@ -157,8 +157,9 @@
 // messages of a one-statement append) and, once committed, sends
 // pg_notify with the session's id and new revision (outside the write's
 // transaction, which would otherwise hold PostgreSQL's global notify lock
-// through its commit; a group commit's together, and with no wait for a
-// WAL flush). Each Store keeps one LISTEN connection while
+// through its commit; at most one notification transaction every
+// notifyGap, holding the writes committed since the last, with no wait
+// for a WAL flush). Each Store keeps one LISTEN connection while
 // anything is watched; a notification of a revision it has not delivered
 // makes it read that session's events after the last one it delivered,
 // so watchers on every replica see every change in order without gaps.

@@ -186,6 +186,10 @@ var SearchText = searchText
 // NotifyChannel is the channel the stores LISTEN and NOTIFY on.
 const NotifyChannel = notifyChannel
 
+// NotifyGap is the least time between two of a Store's notification
+// transactions.
+const NotifyGap = notifyGap
+
 // StopNotifier ends d's notifier: d's writes then wake no watcher by
 // NOTIFY, as when one is lost.
 func StopNotifier(d *Store) {

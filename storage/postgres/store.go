@@ -478,6 +478,11 @@ func decodeMeta(b []byte, m *storage.Session) error {
 // are dropped, and watchers catch up at their next poll.
 const wakeBuffer = 4096
 
+// notifyGap is the least time between two of a Store's notification
+// transactions: what a watcher may wait longer under load, against a
+// transaction (and its commit record) per group-commit batch.
+const notifyGap = 5 * time.Millisecond
+
 // wake asks the notifier to NOTIFY the watchers of session id, now at
 // revision rev, on every replica.
 func (s *Store) wake(id string, rev uint64) {
@@ -487,23 +492,29 @@ func (s *Store) wake(id string, rev uint64) {
 	}
 }
 
-// notifier sends the wake-ups, several at once when writes come fast, each
-// batch in a transaction of its own. A NOTIFY inside a write's transaction
-// would hold PostgreSQL's global notification lock through that commit's
-// WAL flush and so serialise every write of every replica; a transaction
-// holding only NOTIFYs writes only its commit record (see notifySQL) and
-// holds it for a moment. A notification says only which session moved and
-// to which revision (notifyPayload): the rows are the truth, and a wake-up
-// lost (the process killed between the commit and the NOTIFY) only delays
-// watchers until their next poll.
+// notifier sends the wake-ups in transactions of their own, at most one
+// every notifyGap: under load, the wake-ups of the writes committed within
+// that gap share one transaction, a session's once, with its newest
+// revision. A NOTIFY inside a write's transaction would hold PostgreSQL's
+// global notification lock through that commit's WAL flush and so
+// serialise every write of every replica; a transaction holding only
+// NOTIFYs writes only its commit record (see notifySQL) and holds it for a
+// moment. A notification says only which session moved and to which
+// revision (notifyPayload): the rows are the truth, and a wake-up lost (the
+// process killed between the commit and the NOTIFY) only delays watchers
+// until their next poll.
 func (s *Store) notifier(ctx context.Context) {
 	defer close(s.notifyDone)
+	var sent time.Time
 	for {
 		var first changed
 		select {
 		case <-ctx.Done():
 			return
 		case first = <-s.wakeCh:
+		}
+		if wait := notifyGap - time.Since(sent); wait > 0 {
+			sleep(ctx, wait)
 		}
 		revs := map[string]uint64{first.id: first.rev}
 	drain:
@@ -519,6 +530,7 @@ func (s *Store) notifier(ctx context.Context) {
 		for id, rev := range revs {
 			payloads = append(payloads, notifyPayload(id, rev))
 		}
+		sent = time.Now()
 		if _, err := s.pool.Exec(ctx, notifySQL, payloads); err != nil && ctx.Err() == nil {
 			s.log.Debug("postgres: notify failed; watchers catch up at their next poll", zap.String("error", safeText(mapErr(err))))
 		}

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -754,5 +755,50 @@ func TestWatchSessionsCaughtUpApart(t *testing.T) {
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
+	}
+}
+
+// TestNotificationsCoalesce: a Store sends its wake-ups at most once every
+// notifyGap, each session's newest revision once in each: a session
+// appended to a hundred times, one append after another, gets at most a
+// notification per gap, and the last carries its final revision.
+func TestNotificationsCoalesce(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	listen := connect(t, dsn)
+	if _, err := listen.Exec(t.Context(), "LISTEN "+postgres.NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, dsn)
+	ref := createSessions(t, s, 1)[0]
+	start := time.Now()
+	var last uint64
+	for k := range 100 {
+		res, err := s.Append(t.Context(), storage.AppendRequest{Ref: ref, Messages: []*sessiondv1.Message{userMsg(fmt.Sprintf("m-%d", k))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.Revision
+	}
+	got := 0
+	for rev := uint64(0); rev < last; {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		n, err := listen.WaitForNotification(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("no notification of revision %d after %d notifications: %v", last, got, err)
+		}
+		id, r, _ := strings.Cut(n.Payload, " ")
+		if id != ref.ID {
+			t.Fatalf("notification %q, want one of session %s", n.Payload, ref.ID)
+		}
+		if _, err := fmt.Sscan(r, &rev); err != nil {
+			t.Fatalf("notification %q: %v", n.Payload, err)
+		}
+		got++
+	}
+	// One more than the gaps elapsed: the session's creation may have
+	// had a notification of its own.
+	if most := int(time.Since(start)/postgres.NotifyGap) + 2; got > most {
+		t.Errorf("%d notifications of 100 appends in %v, want at most %d: one per %v", got, time.Since(start), most, postgres.NotifyGap)
 	}
 }
