@@ -535,19 +535,19 @@ baseline_pg_stream_many() { pg_daemon_run "$1" baseline_pg_stream "$BASEPG" "$BA
 # backend whose client has just left is still exiting, and its ticks
 # reach the postmaster's only once reaped.
 pg_ticks() {
-	local pm t c i
-	pm=$(head -n 1 "$pg_data/postmaster.pid")
-	for ((i = 0; i < 60 && $(ps -o pid= --ppid "$pm" | wc -l) > ${1:-1000000}; i++)); do
+	local t c i
+	for ((i = 0; i < 60 && $(pg_kids | wc -l) > ${1:-1000000}; i++)); do
 		sleep 0.05
 	done
-	t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
-	for c in $(ps -o pid= --ppid "$pm"); do
+	t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$(pg_pid)/stat")
+	for c in $(pg_kids); do
 		t=$((t + $(proc_ticks "$c" 2>/dev/null || echo 0)))
 	done
 	echo "$t"
 }
-# pg_children prints how many children the postmaster has.
-pg_children() { ps -o pid= --ppid "$(head -n 1 "$pg_data/postmaster.pid")" | wc -l; }
+pg_pid() { head -n 1 "$pg_data/postmaster.pid"; }
+# pg_kids prints the pids of the postmaster's children.
+pg_kids() { ps -o pid= --ppid "$(pg_pid)"; }
 
 # pg_counters prints the server's next transaction id (the count of
 # writing transactions so far) and its WAL position in bytes.
@@ -578,7 +578,7 @@ pg_many() {
 	local r=$1 out before after wal0 wal1 n pg0 pg1 kids
 	read -r _ wal0 < <(pg_counters)
 	before=$(cpu_mark)
-	kids=$(pg_children)
+	kids=$(pg_kids | wc -l)
 	pg0=$(pg_ticks)
 	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c "$CLIENTS" -j 2 -T "$DURATION" \
 		-f "$work/pg/append.sql" postgres 2>&1) || die "pgbench failed: $out"
