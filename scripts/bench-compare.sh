@@ -226,21 +226,28 @@ busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; } # user 
 proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }                # utime stime
 # cpu_us TICKS OPS prints the microseconds of CPU per operation.
 cpu_us() { python3 -c "print($1 * 1e6 / $HZ / max($2, 1))"; }
-# cpu_mark [PID] prints the ticks used so far by the machine and, given a
-# PID, by that process.
+# cpu_mark [PID] [pg] prints the ticks used so far by the machine, by PID
+# (0 without one) and, given pg, by the PostgreSQL server (pg_ticks).
 cpu_mark() {
-	if [[ -n ${1:-} ]]; then echo "$(busy_ticks) $(proc_ticks "$1")"; else busy_ticks; fi
+	local proc=0 server=""
+	[[ -n ${1:-} ]] && proc=$(proc_ticks "$1")
+	[[ ${2:-} == pg ]] && server=$(pg_ticks)
+	echo "$(busy_ticks) $proc $server"
 }
 # record_cpu ROUND NAME BEFORE AFTER OPS [PID] records the CPU per operation
 # between two cpu_marks: NAME_cpu_us for the machine, NAME_daemon_cpu_us for
-# PID.
+# PID, and NAME_server_cpu_us for the PostgreSQL server when the marks hold
+# its ticks.
 record_cpu() {
-	local b0 p0 b1 p1
-	read -r b0 p0 <<<"$3"
-	read -r b1 p1 <<<"$4"
+	local b0 p0 s0 b1 p1 s1
+	read -r b0 p0 s0 <<<"$3"
+	read -r b1 p1 s1 <<<"$4"
 	record "$1" "$2_cpu_us" "$(cpu_us $((b1 - b0)) "$5")"
 	if [[ -n ${6:-} ]]; then
 		record "$1" "$2_daemon_cpu_us" "$(cpu_us $((p1 - p0)) "$5")"
+	fi
+	if [[ -n $s0 ]]; then
+		record "$1" "$2_server_cpu_us" "$(cpu_us $((s1 - s0)) "$5")"
 	fi
 }
 
@@ -486,18 +493,15 @@ sessiond_long() {
 # on PostgreSQL (RPC unary or stream), recorded as NAME_*, with the WAL
 # bytes per append.
 pg_daemon_run() {
-	local r=$1 name=$2 addr=$3 pid=$4 rpc=$5 out xact0 wal0 xact1 wal1 before after n pg0 pg1
+	local r=$1 name=$2 addr=$3 pid=$4 rpc=$5 out xact0 wal0 xact1 wal1 before after n
 	read -r xact0 wal0 < <(pg_counters)
-	before=$(cpu_mark "$pid")
-	pg0=$(pg_ticks)
+	before=$(cpu_mark "$pid" pg)
 	out=$("$LOAD" --json --addr "$addr" --namespace "$name-$r" append --rpc "$rpc" --clients "$CLIENTS" --sessions "$CLIENTS" \
 		--count 10000000 --duration "${DURATION}s" --size "$SIZE" "${@:6}")
-	pg1=$(pg_ticks)
-	after=$(cpu_mark "$pid")
+	after=$(cpu_mark "$pid" pg)
 	read -r xact1 wal1 < <(pg_counters)
 	n=$(json "d['ops']" <<<"$out")
 	record_cpu "$r" "$name" "$before" "$after" "$n" "$pid"
-	record "$r" "${name}_server_cpu_us" "$(cpu_us $((pg1 - pg0)) "$n")"
 	record "$r" "${name}_ops" "$(json "d['ops_per_sec']" <<<"$out")"
 	record "$r" "${name}_16c_p50_ms" "$(json "d['latency_ms']['p50']" <<<"$out")"
 	record "$r" "${name}_wal_bytes" "$(python3 -c "print(($wal1 - $wal0) / max($n, 1))")"
@@ -528,17 +532,11 @@ sessiond_pg_turns_many() { pg_daemon_run "$1" sessiond_pg_turns "$SDPG" "$SDPG_P
 baseline_pg_many() { pg_daemon_run "$1" baseline_pg "$BASEPG" "$BASEPG_PID" unary; }
 baseline_pg_stream_many() { pg_daemon_run "$1" baseline_pg_stream "$BASEPG" "$BASEPG_PID" stream; }
 
-# pg_ticks [N] prints the ticks used so far by the PostgreSQL server: the
+# pg_ticks prints the ticks used so far by the PostgreSQL server: the
 # postmaster, the children it has reaped (backends of ended connections)
 # and those still running (backends, WAL writer, checkpointer, autovacuum).
-# Given N, it first waits (up to 3 s) until at most N children run: a
-# backend whose client has just left is still exiting, and its ticks
-# reach the postmaster's only once reaped.
 pg_ticks() {
-	local t c i
-	for ((i = 0; i < 60 && $(pg_kids | wc -l) > ${1:-1000000}; i++)); do
-		sleep 0.05
-	done
+	local t c
 	t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$(pg_pid)/stat")
 	for c in $(pg_kids); do
 		t=$((t + $(proc_ticks "$c" 2>/dev/null || echo 0)))
@@ -548,6 +546,15 @@ pg_ticks() {
 pg_pid() { head -n 1 "$pg_data/postmaster.pid"; }
 # pg_kids prints the pids of the postmaster's children.
 pg_kids() { ps -o pid= --ppid "$(pg_pid)"; }
+# pg_settle N waits (up to 3 s) until at most N children run: a backend
+# whose client has just left is still exiting, and its ticks reach the
+# postmaster's (pg_ticks) only once reaped.
+pg_settle() {
+	local i
+	for ((i = 0; i < 60 && $(pg_kids | wc -l) > $1; i++)); do
+		sleep 0.05
+	done
+}
 
 # pg_counters prints the server's next transaction id (the count of
 # writing transactions so far) and its WAL position in bytes.
@@ -575,19 +582,17 @@ redis_many() {
 }
 
 pg_many() {
-	local r=$1 out before after wal0 wal1 n pg0 pg1 kids
+	local r=$1 out before after wal0 wal1 n kids
 	read -r _ wal0 < <(pg_counters)
-	before=$(cpu_mark)
 	kids=$(pg_kids | wc -l)
-	pg0=$(pg_ticks)
+	before=$(cpu_mark "" pg)
 	out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PG_PORT" -U postgres -n -c "$CLIENTS" -j 2 -T "$DURATION" \
 		-f "$work/pg/append.sql" postgres 2>&1) || die "pgbench failed: $out"
-	pg1=$(pg_ticks "$kids")
-	after=$(cpu_mark)
+	pg_settle "$kids"
+	after=$(cpu_mark "" pg)
 	read -r _ wal1 < <(pg_counters)
 	n=$(awk '/^number of transactions actually processed/{split($NF, a, "/"); print a[1]}' <<<"$out")
 	record_cpu "$r" pg "$before" "$after" "$n"
-	record "$r" pg_server_cpu_us "$(cpu_us $((pg1 - pg0)) "$n")"
 	record "$r" pg_wal_bytes "$(python3 -c "print(($wal1 - $wal0) / max($n, 1))")"
 	record "$r" pg_ops "$(awk '/^tps = /{print $3}' <<<"$out")"
 	record "$r" pg_16c_avg_ms "$(awk '/^latency average = /{print $4}' <<<"$out")"

@@ -190,6 +190,10 @@ const NotifyChannel = notifyChannel
 // transactions.
 const NotifyGap = notifyGap
 
+// ParsePayload reads a notification's text: the session's id and its
+// revision.
+var ParsePayload = parsePayload
+
 // StopNotifier ends d's notifier: d's writes then wake no watcher by
 // NOTIFY, as when one is lost.
 func StopNotifier(d *Store) {

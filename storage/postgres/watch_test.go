@@ -787,12 +787,9 @@ func TestNotificationsCoalesce(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no notification of revision %d after %d notifications: %v", last, got, err)
 		}
-		id, r, _ := strings.Cut(n.Payload, " ")
-		if id != ref.ID {
-			t.Fatalf("notification %q, want one of session %s", n.Payload, ref.ID)
-		}
-		if _, err := fmt.Sscan(r, &rev); err != nil {
-			t.Fatalf("notification %q: %v", n.Payload, err)
+		var id string
+		if id, rev = postgres.ParsePayload(n.Payload); id != ref.ID || rev == 0 {
+			t.Fatalf("notification %q, want one of session %s with its revision", n.Payload, ref.ID)
 		}
 		got++
 	}
